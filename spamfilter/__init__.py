@@ -1,0 +1,3 @@
+"""spamfilter: an incremental naive Bayes mail filter."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,3 @@
+from spamfilter.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,189 @@
+"""Settings: ``config.toml`` read into frozen dataclasses.
+
+Nothing is read at import time. ``load_config(path)`` returns the defaults
+below overlaid with whatever the file sets; every value is range-checked and a
+bad one raises ``ConfigError`` naming the key. The repository's ``config.toml``
+documents every key with its default (a test keeps the two in step).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+from spamfilter.errors import ConfigError
+
+EventModel = Literal["bernoulli", "multinomial", "multinomial-binary"]
+EVENT_MODELS: tuple[str, ...] = get_args(EventModel)
+
+
+@dataclass(frozen=True, slots=True)
+class StoreConfig:
+    """Where the token counts live and how the store behaves.
+
+    url: SQLAlchemy URL; empty means the per-user default database
+        (``$XDG_DATA_HOME/spamfilter/spamfilter.db``).
+    busy_timeout: seconds a writer waits for a lock held by another process.
+    batch_size: messages per training transaction and per scoring query.
+    """
+
+    url: str = ""
+    busy_timeout: float = 30.0
+    batch_size: int = 500
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfig:
+    """The naive Bayes event model and its Lidstone smoothing strength alpha."""
+
+    event_model: EventModel = "multinomial-binary"
+    alpha: float = 0.1
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionConfig:
+    """The loss matrix of the Bayes decision rule, and optional explicit cutoffs.
+
+    cost_ham_as_spam: loss when a ham is filed as spam (a lost message).
+    cost_spam_as_ham: loss when a spam reaches the inbox.
+    cost_unsure: loss of sending a message to the unsure folder for review;
+        0 disables the unsure verdict.
+    spam_cutoff, ham_cutoff: when both are set (probabilities, ham_cutoff <=
+        spam_cutoff) they replace the cutoffs derived from the costs.
+    """
+
+    cost_ham_as_spam: float = 10.0
+    cost_spam_as_ham: float = 1.0
+    cost_unsure: float = 0.2
+    spam_cutoff: float | None = None
+    ham_cutoff: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TokenizerConfig:
+    """Switches of the tokenizer (see ``spamfilter.tokenizer``)."""
+
+    max_bytes: int = 200_000
+    min_word_length: int = 3
+    max_word_length: int = 20
+    bigrams: bool = False
+    stem: bool = False
+    header_tokens: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """All settings; pass it explicitly, never keep it in a global."""
+
+    store: StoreConfig = field(default_factory=StoreConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    decision: DecisionConfig = field(default_factory=DecisionConfig)
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+
+
+def default_config_path() -> Path:
+    """``$SPAMFILTER_CONFIG``, else ``$XDG_CONFIG_HOME/spamfilter/config.toml``."""
+    explicit = os.environ.get("SPAMFILTER_CONFIG")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "spamfilter" / "config.toml"
+
+
+def default_db_url() -> str:
+    """``$SPAMFILTER_DB``, else a SQLite file in the user's data directory."""
+    explicit = os.environ.get("SPAMFILTER_DB")
+    if explicit:
+        return explicit
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return "sqlite:///" + str(Path(base) / "spamfilter" / "spamfilter.db")
+
+
+def load_config(path: Path | None = None) -> Config:
+    """Read ``path`` (or the default config file if it exists) over the defaults.
+
+    An explicitly given path must exist; the default one may be absent.
+    """
+    if path is None:
+        path = default_config_path()
+        if not path.exists():
+            return Config()
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    return config_from_dict(data, origin=str(path))
+
+
+def config_from_dict(data: dict[str, Any], *, origin: str = "config") -> Config:
+    """Build a validated ``Config`` from a parsed TOML document."""
+    sections = {f.name: f for f in fields(Config)}
+    unknown = set(data) - set(sections)
+    if unknown:
+        raise ConfigError(f"{origin}: unknown section [{sorted(unknown)[0]}]")
+    parts: dict[str, Any] = {}
+    for name in sections:
+        default = getattr(Config(), name)
+        table = data.get(name, {})
+        if not isinstance(table, dict):
+            raise ConfigError(f"{origin}: [{name}] must be a table")
+        parts[name] = _overlay(default, table, f"{origin}: {name}")
+    config = Config(**parts)
+    validate(config, origin)
+    return config
+
+
+def _overlay(default: Any, table: dict[str, Any], where: str) -> Any:
+    known = {f.name: f for f in fields(default)}
+    values: dict[str, Any] = {}
+    for key, value in table.items():
+        if key not in known:
+            raise ConfigError(f"{where}.{key}: unknown setting")
+        current = getattr(default, key)
+        expected: tuple[type, ...]
+        if isinstance(current, bool):
+            expected = (bool,)
+        elif isinstance(current, int):
+            expected = (int,)
+        elif isinstance(current, float) or current is None:
+            expected = (int, float)
+        else:
+            expected = (str,)
+        if isinstance(value, bool) and bool not in expected:
+            raise ConfigError(f"{where}.{key}: expected a number, got {value!r}")
+        if not isinstance(value, expected):
+            raise ConfigError(f"{where}.{key}: expected {expected[0].__name__}, got {value!r}")
+        values[key] = float(value) if float in expected and not isinstance(value, bool) else value
+    return replace(default, **values)
+
+
+def validate(config: Config, origin: str = "config") -> None:
+    """Raise ``ConfigError`` for any value out of its range."""
+
+    def need(ok: bool, key: str, rule: str, value: object) -> None:
+        if not ok:
+            raise ConfigError(f"{origin}: {key} {rule} (got {value!r})")
+
+    m, d, t, s = config.model, config.decision, config.tokenizer, config.store
+    need(m.event_model in EVENT_MODELS, "model.event_model", f"must be one of {', '.join(EVENT_MODELS)}", m.event_model)
+    need(math.isfinite(m.alpha) and m.alpha >= 1e-10, "model.alpha", "must be >= 1e-10", m.alpha)
+    need(d.cost_ham_as_spam > 0, "decision.cost_ham_as_spam", "must be > 0", d.cost_ham_as_spam)
+    need(d.cost_spam_as_ham > 0, "decision.cost_spam_as_ham", "must be > 0", d.cost_spam_as_ham)
+    need(d.cost_unsure >= 0, "decision.cost_unsure", "must be >= 0", d.cost_unsure)
+    need((d.spam_cutoff is None) == (d.ham_cutoff is None), "decision.spam_cutoff", "and ham_cutoff must be set together", d.spam_cutoff)
+    if d.spam_cutoff is not None and d.ham_cutoff is not None:
+        need(0 < d.ham_cutoff <= d.spam_cutoff < 1, "decision.ham_cutoff", "must satisfy 0 < ham_cutoff <= spam_cutoff < 1", (d.ham_cutoff, d.spam_cutoff))
+    need(t.max_bytes >= 1024, "tokenizer.max_bytes", "must be >= 1024", t.max_bytes)
+    need(1 <= t.min_word_length <= t.max_word_length, "tokenizer.min_word_length", "must be between 1 and max_word_length", t.min_word_length)
+    need(t.max_word_length <= 100, "tokenizer.max_word_length", "must be <= 100", t.max_word_length)
+    need(s.busy_timeout >= 0, "store.busy_timeout", "must be >= 0", s.busy_timeout)
+    need(s.batch_size >= 1, "store.batch_size", "must be >= 1", s.batch_size)

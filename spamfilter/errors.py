@@ -1,0 +1,39 @@
+"""The exception hierarchy of spamfilter.
+
+Library code raises these with a message a user can act on; only the command
+line maps them to exit codes (``spamfilter.cli.exitcodes``).
+"""
+
+from __future__ import annotations
+
+
+class SpamfilterError(Exception):
+    """Base class of every error spamfilter raises on purpose."""
+
+
+class ConfigError(SpamfilterError):
+    """The configuration file or an option has an invalid value."""
+
+
+class MailSourceError(SpamfilterError):
+    """A mail source (file, folder, index) does not exist or cannot be read."""
+
+
+class MailParseError(SpamfilterError):
+    """One message cannot be read as mail at all (empty, or not a message)."""
+
+
+class StoreError(SpamfilterError):
+    """The token database cannot be opened, read or written."""
+
+
+class StoreBusyError(StoreError):
+    """The token database stayed locked by another process past the timeout."""
+
+
+class SchemaOutOfDate(StoreError):
+    """The database schema is older than this version of spamfilter."""
+
+
+class NotTrainedError(SpamfilterError):
+    """Classifying needs at least one trained spam and one trained ham."""

@@ -1,0 +1,236 @@
+"""Naive Bayes maths: raw counts -> smoothed log-probabilities -> log-odds.
+
+Pure numpy/scipy, no I/O. The store keeps only integer counts; everything here
+is derived from them at scoring time, so training and untraining are plain
+additions and subtractions of counts and the estimates can never drift.
+
+Classes are indexed ``HAM = 0`` and ``SPAM = 1``; every per-class array has
+that first axis.
+
+Event models (McCallum & Nigam 1998; Metsis, Androutsopoulos & Paliouras 2006)
+---------------------------------------------------------------------------
+For a message x over the vocabulary of V known tokens::
+
+    bernoulli:          theta[c,j] = (D[c,j] + alpha) / (D[c] + 2*alpha)
+                        log P(x|c) = sum_{j in x} log theta[c,j]
+                                   + sum_{j not in x} log(1 - theta[c,j])
+    multinomial:        theta[c,j] = (N[c,j] + alpha) / (N[c] + alpha*V)
+                        log P(x|c) = sum_j x[j] * log theta[c,j]      (x[j] = count)
+    multinomial-binary: as multinomial with x[j] in {0, 1} and N counting each
+                        token once per message (Metsis et al.'s "Boolean" NB)
+
+    D[c,j] = class-c messages containing token j,   D[c] = class-c messages
+    N[c,j] = occurrences of j in class c,           N[c] = sum_j N[c,j]
+
+and log P(c|x) = log P(c) + log P(x|c) - log P(x), with the prior
+P(c) = D[c] / (D[0] + D[1]). The decision uses only the log-odds
+
+    L(x) = log P(spam|x) - log P(ham|x) = jll[:,1] - jll[:,0],
+
+which, unlike P(spam|x) = expit(L), does not round to exactly 1.0 once L
+passes about 37: ranking by L keeps thousands of "certain" spams in order.
+
+The Bernoulli absent-token sum without touching the vocabulary
+--------------------------------------------------------------
+sum_{j not in x} log(1 - theta[c,j]) is rewritten (as scikit-learn does) as
+
+    A[c] - sum_{j in x} log(1 - theta[c,j]),   A[c] = sum_{j=1..V} log(1 - theta[c,j])
+
+and A[c] depends on the counts D[c,j] only through how many tokens have each
+count. With H[c,k] = number of vocabulary tokens whose class-c message count is k:
+
+    A[c] = sum_k H[c,k] * log((D[c] - k + alpha) / (D[c] + 2*alpha))
+
+The store keeps H (a few hundred rows at most) next to the token counts, so
+A is exact and costs O(distinct counts), not O(V), per scoring call.
+Tokens the model has never seen are not in the feature space and are ignored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import scipy.sparse as sp
+from scipy.special import expit
+
+from spamfilter.errors import NotTrainedError
+
+HAM = 0
+SPAM = 1
+UNSURE = 2
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True, slots=True)
+class ClassStats:
+    """Whole-vocabulary aggregates, read once per scoring call.
+
+    messages: (2,) trained messages per class, D[c].
+    terms: (2,) token occurrences per class, N[c] for ``multinomial``.
+    binary_terms: (2,) distinct tokens summed over messages, N[c] for
+        ``multinomial-binary``.
+    vocabulary_size: V, tokens with a non-zero count in either class.
+    histogram: per class c an array of shape (K_c, 2) with rows (k, H[c,k]):
+        how many vocabulary tokens occur in exactly k class-c messages
+        (k = 0 included).
+    """
+
+    messages: IntArray
+    terms: IntArray
+    binary_terms: IntArray
+    vocabulary_size: int
+    histogram: tuple[IntArray, IntArray]
+
+
+@dataclass(frozen=True, slots=True)
+class TokenCounts:
+    """Counts of the m tokens being scored (columns of X), each shape (2, m).
+
+    doc_count: D[c,j], messages of class c containing token j.
+    term_count: N[c,j], occurrences of token j in class c.
+    """
+
+    doc_count: IntArray
+    term_count: IntArray
+
+
+@dataclass(frozen=True, slots=True)
+class NBParams:
+    """What scoring needs: jll = X @ weight.T + bias, shape (n, 2).
+
+    weight: (2, m) log theta (multinomial models) or
+        log theta - log(1 - theta) (bernoulli).
+    bias: (2,) log prior, plus A[c] for bernoulli.
+    binary: whether X must be 0/1 (bernoulli, multinomial-binary).
+    """
+
+    weight: FloatArray
+    bias: FloatArray
+    binary: bool
+
+
+def log_prior(stats: ClassStats) -> FloatArray:
+    """log P(c) = log D[c] - log (D[0] + D[1]), shape (2,)."""
+    messages = stats.messages.astype(np.float64)
+    if messages[HAM] <= 0 or messages[SPAM] <= 0:
+        raise NotTrainedError(
+            f"the model needs at least one trained spam and one trained ham "
+            f"(it has {int(messages[SPAM])} spam and {int(messages[HAM])} ham)"
+        )
+    result: FloatArray = np.log(messages) - np.log(messages.sum())
+    return result
+
+
+def bernoulli_absent_sum(stats: ClassStats, alpha: float) -> FloatArray:
+    """A[c] = sum over the vocabulary of log(1 - theta[c,j]), shape (2,).
+
+    Computed from the count histogram: sum_k H[c,k] log((D[c]-k+alpha)/(D[c]+2 alpha)).
+    """
+    out = np.zeros(2)
+    for c in (HAM, SPAM):
+        hist = stats.histogram[c]
+        if hist.size == 0:
+            continue
+        k = hist[:, 0].astype(np.float64)
+        n = hist[:, 1].astype(np.float64)
+        d = float(stats.messages[c])
+        out[c] = float(n @ (np.log(d - k + alpha) - np.log(d + 2 * alpha)))
+    return out
+
+
+def estimate(event_model: str, counts: TokenCounts, stats: ClassStats, alpha: float) -> NBParams:
+    """Smoothed parameters for the m columns of ``counts`` (see module docstring)."""
+    prior = log_prior(stats)
+    if event_model == "bernoulli":
+        d = stats.messages.astype(np.float64)[:, None]
+        log_denominator = np.log(d + 2 * alpha)
+        log_theta = np.log(counts.doc_count + alpha) - log_denominator
+        log_one_minus = np.log(d - counts.doc_count + alpha) - log_denominator
+        return NBParams(
+            weight=log_theta - log_one_minus,
+            bias=prior + bernoulli_absent_sum(stats, alpha),
+            binary=True,
+        )
+    if event_model == "multinomial":
+        n_jc, n_c, binary = counts.term_count, stats.terms, False
+    elif event_model == "multinomial-binary":
+        n_jc, n_c, binary = counts.doc_count, stats.binary_terms, True
+    else:
+        raise ValueError(f"unknown event model {event_model!r}")
+    v = float(stats.vocabulary_size)
+    denominator = np.log(n_c.astype(np.float64) + alpha * v)[:, None]
+    return NBParams(weight=np.log(n_jc + alpha) - denominator, bias=prior, binary=binary)
+
+
+def joint_log_likelihood(X: sp.csr_matrix, params: NBParams) -> FloatArray:
+    """Unnormalised log posterior log P(c) + log P(x|c) per row, shape (n, 2).
+
+    X has shape (n, m), one row per message, one column per token of ``params``;
+    it must hold 0/1 values when ``params.binary``.
+    """
+    jll: FloatArray = np.asarray(X @ params.weight.T) + params.bias
+    return jll
+
+
+def log_odds(jll: FloatArray) -> FloatArray:
+    """L = log P(spam|x) - log P(ham|x), shape (n,); the ranking score."""
+    result: FloatArray = jll[:, SPAM] - jll[:, HAM]
+    return result
+
+
+def spam_probability(odds: FloatArray) -> FloatArray:
+    """P(spam|x) = 1 / (1 + exp(-L)); saturates to 1.0 past L ~ 37, so never rank on it."""
+    result: FloatArray = expit(odds)
+    return result
+
+
+@dataclass(frozen=True, slots=True)
+class Thresholds:
+    """Verdict bounds on the log-odds: ham if L <= ham_max, spam if L > spam_min."""
+
+    ham_max: float
+    spam_min: float
+
+
+def logit(p: float) -> float:
+    """log(p / (1 - p)) for 0 < p < 1."""
+    return float(np.log(p) - np.log1p(-p))
+
+
+def thresholds_from_loss(cost_ham_as_spam: float, cost_spam_as_ham: float, cost_unsure: float) -> Thresholds:
+    """Bayes decision rule with a reject option, as log-odds bounds.
+
+    With p = P(spam|x) the expected loss of each action is
+
+        say ham:    p * cost_spam_as_ham
+        say spam:   (1 - p) * cost_ham_as_spam
+        say unsure: cost_unsure            (a person looks at it)
+
+    Without an unsure action, spam wins when p > t = c_hs / (c_hs + c_sh)
+    (c_hs = cost_ham_as_spam, c_sh = cost_spam_as_ham): with c_hs = 10,
+    c_sh = 1 a message must be 10/11 = 91% likely spam. With one, unsure wins
+    on p in (c_u / c_sh, 1 - c_u / c_hs) whenever that interval is not empty,
+    i.e. when c_u < c_hs * c_sh / (c_hs + c_sh); otherwise the two-way rule stands.
+    """
+    c_hs, c_sh, c_u = cost_ham_as_spam, cost_spam_as_ham, cost_unsure
+    if c_u <= 0 or c_u >= c_hs * c_sh / (c_hs + c_sh):
+        t = logit(c_hs / (c_hs + c_sh))
+        return Thresholds(ham_max=t, spam_min=t)
+    return Thresholds(ham_max=logit(c_u / c_sh), spam_min=logit(1 - c_u / c_hs))
+
+
+def thresholds_from_cutoffs(ham_cutoff: float, spam_cutoff: float) -> Thresholds:
+    """Explicit probability cutoffs (0 < ham_cutoff <= spam_cutoff < 1) as log-odds bounds."""
+    return Thresholds(ham_max=logit(ham_cutoff), spam_min=logit(spam_cutoff))
+
+
+def decide(odds: FloatArray, thresholds: Thresholds) -> IntArray:
+    """Verdict per message: HAM, SPAM or UNSURE, shape (n,)."""
+    verdict = np.full(odds.shape, UNSURE, dtype=np.int64)
+    verdict[odds <= thresholds.ham_max] = HAM
+    verdict[odds > thresholds.spam_min] = SPAM
+    return verdict

@@ -1,0 +1,333 @@
+"""The library API: ``Filter`` trains, forgets, relabels and classifies mail.
+
+This layer owns the transactions: every training batch (``store.batch_size``
+messages) is one transaction, so a killed process leaves the store at the end
+of the last whole batch. The command line is a thin shell over this module.
+
+    from spamfilter.config import load_config
+    from spamfilter.mail import read_messages
+    from spamfilter.service import Filter
+
+    with Filter.open(load_config()) as f:
+        for verdict in f.classify(read_messages(["inbox.mbox"])):
+            print(verdict.source, verdict.verdict, verdict.log_odds)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from itertools import islice
+from typing import TypeVar
+
+import numpy as np
+
+from spamfilter import model
+from spamfilter.config import Config, default_db_url
+from spamfilter.errors import MailParseError
+from spamfilter.mail import MailItem, parse_message
+from spamfilter.store import Store, StoreTransaction
+from spamfilter.tokenizer import Tokenizer
+from spamfilter.vectorizer import Vocabulary, batch_vocabulary, count_matrix, term_counts
+
+T = TypeVar("T")
+
+VERDICT_NAMES = {model.HAM: "ham", model.SPAM: "spam", model.UNSURE: "unsure"}
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The filter's answer for one message.
+
+    score: P(spam|x) in [0, 1]; rounds to 1.0 for most spam, so rank by log_odds.
+    log_odds: log P(spam|x) - log P(ham|x).
+    verdict: "spam", "ham" or "unsure".
+    """
+
+    source: str
+    digest: str
+    score: float
+    log_odds: float
+    verdict: str
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A message that could not be read as mail; the run went on without it."""
+
+    source: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class TrainSummary:
+    """What a train / forget / mark call did, message by message counts.
+
+    trained: added to the model with the requested label, per class (ham, spam).
+    unchanged: already trained with that label (training is idempotent).
+    relabelled: moved from the other class (``mark``).
+    conflicts: trained with the other class; ``train`` leaves them, ``mark`` moves them.
+    forgotten: removed from the model (``forget``).
+    unknown: ``forget`` of a message that was never trained.
+    """
+
+    trained_ham: int = 0
+    trained_spam: int = 0
+    unchanged: int = 0
+    relabelled: int = 0
+    conflicts: int = 0
+    forgotten: int = 0
+    unknown: int = 0
+    refused: tuple[Refusal, ...] = field(default_factory=tuple)
+
+    def __add__(self, other: TrainSummary) -> TrainSummary:
+        return TrainSummary(
+            self.trained_ham + other.trained_ham,
+            self.trained_spam + other.trained_spam,
+            self.unchanged + other.unchanged,
+            self.relabelled + other.relabelled,
+            self.conflicts + other.conflicts,
+            self.forgotten + other.forgotten,
+            self.unknown + other.unknown,
+            self.refused + other.refused,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    """Size of the model and of its database."""
+
+    ham_messages: int
+    spam_messages: int
+    tokens: int
+    ham_tokens: int
+    spam_tokens: int
+    ham_terms: int
+    spam_terms: int
+    database: str
+    size_bytes: int | None
+    event_model: str
+    alpha: float
+
+
+@dataclass(frozen=True, slots=True)
+class _Analysed:
+    item: MailItem
+    digest: str
+    counts: dict[str, int]
+
+
+def batched(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    """Consecutive lists of ``size`` items (the last one shorter)."""
+    it = iter(items)
+    while batch := list(islice(it, size)):
+        yield batch
+
+
+class Filter:
+    """A naive Bayes filter over one token store."""
+
+    def __init__(self, store: Store, config: Config) -> None:
+        self.store = store
+        self.config = config
+        self.tokenizer = Tokenizer(config.tokenizer)
+        d = config.decision
+        if d.spam_cutoff is not None and d.ham_cutoff is not None:
+            self.thresholds = model.thresholds_from_cutoffs(d.ham_cutoff, d.spam_cutoff)
+        else:
+            self.thresholds = model.thresholds_from_loss(d.cost_ham_as_spam, d.cost_spam_as_ham, d.cost_unsure)
+
+    @classmethod
+    def open(cls, config: Config, url: str | None = None) -> Filter:
+        """Open (creating if new) the store at ``url``, the config's, or the default."""
+        url = url or config.store.url or default_db_url()
+        return cls(Store.open(url, busy_timeout=config.store.busy_timeout), config)
+
+    def close(self) -> None:
+        """Release the database."""
+        self.store.close()
+
+    def __enter__(self) -> Filter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- reading ------------------------------------------------------------
+
+    def tokens(self, item: MailItem) -> list[str]:
+        """The message's tokens; raises ``MailParseError`` if it is not mail."""
+        message = parse_message(item, max_bytes=self.config.tokenizer.max_bytes)
+        return self.tokenizer.tokenize(message)
+
+    def _analyse(self, items: Sequence[MailItem]) -> list[_Analysed | Refusal]:
+        results: list[_Analysed | Refusal] = []
+        for item in items:
+            try:
+                counts = term_counts(self.tokens(item))
+            except MailParseError as exc:
+                results.append(Refusal(item.source, str(exc)))
+                continue
+            results.append(_Analysed(item, item.digest, counts))
+        return results
+
+    # -- training -----------------------------------------------------------
+
+    def train(self, labelled: Iterable[tuple[bool, MailItem]]) -> TrainSummary:
+        """Train each (is_spam, message); already-trained messages are left as they are."""
+        return self._train(labelled, relabel=False)
+
+    def mark(self, labelled: Iterable[tuple[bool, MailItem]]) -> TrainSummary:
+        """User feedback: make each message trained as (is_spam), moving it out
+        of the other class if it was trained there."""
+        return self._train(labelled, relabel=True)
+
+    def _train(self, labelled: Iterable[tuple[bool, MailItem]], *, relabel: bool) -> TrainSummary:
+        total = TrainSummary()
+        for batch in batched(labelled, self.config.store.batch_size):
+            results = self._analyse([item for _, item in batch])
+            refused = tuple(r for r in results if isinstance(r, Refusal))
+            good = [
+                (model.SPAM if is_spam else model.HAM, r)
+                for (is_spam, _), r in zip(batch, results)
+                if isinstance(r, _Analysed)
+            ]
+            with self.store.begin() as tx:
+                total = total + self._train_batch(tx, good, relabel) + TrainSummary(refused=refused)
+        return total
+
+    def _train_batch(self, tx: StoreTransaction, batch: list[tuple[int, _Analysed]], relabel: bool) -> TrainSummary:
+        known = tx.trained_labels([a.digest for _, a in batch])
+        add: dict[str, tuple[int, dict[str, int]]] = {}
+        unchanged = conflicts = 0
+        moving: list[str] = []
+        for label, a in batch:
+            previous = known.get(a.digest)
+            if previous == label or (a.digest in add and add[a.digest][0] == label):
+                unchanged += 1
+            elif previous is None and a.digest not in add:
+                add[a.digest] = (label, a.counts)
+            elif relabel:
+                if previous is not None and a.digest not in add:
+                    moving.append(a.digest)
+                add[a.digest] = (label, a.counts)
+            else:
+                conflicts += 1
+        # A relabelled message is untrained with exactly the counts recorded
+        # when it was trained, then trained afresh with its new label.
+        removed = tx.trained_messages(moving)
+        delta = _Delta()
+        for old in removed:
+            delta.add(old.label, old.token_counts, -1)
+        tx.delete_messages(moving)
+        for label, counts in add.values():
+            delta.add(label, counts, +1)
+        delta.apply(tx)
+        tx.record_messages([(d, label, counts) for d, (label, counts) in add.items()])
+        new_labels = [label for d, (label, _) in add.items() if d not in moving]
+        return TrainSummary(
+            trained_ham=new_labels.count(model.HAM),
+            trained_spam=new_labels.count(model.SPAM),
+            unchanged=unchanged,
+            relabelled=len(moving),
+            conflicts=conflicts,
+        )
+
+    def forget(self, items: Iterable[MailItem]) -> TrainSummary:
+        """Untrain messages: subtract exactly the counts their training added."""
+        total = TrainSummary()
+        # Forgetting needs only the identity, not a parse: even a message the
+        # current settings would refuse can be forgotten.
+        for batch in batched(items, self.config.store.batch_size):
+            digests = sorted({item.digest for item in batch})
+            with self.store.begin() as tx:
+                removed = tx.trained_messages(digests)
+                delta = _Delta()
+                for old in removed:
+                    delta.add(old.label, old.token_counts, -1)
+                delta.apply(tx)
+                tx.delete_messages([m.digest for m in removed])
+            total = total + TrainSummary(forgotten=len(removed), unknown=len(digests) - len(removed))
+        return total
+
+    # -- classifying --------------------------------------------------------
+
+    def classify(self, items: Iterable[MailItem]) -> Iterator[Verdict | Refusal]:
+        """A ``Verdict`` (or a ``Refusal``) per message, in input order."""
+        for batch in batched(items, self.config.store.batch_size):
+            results = self._analyse(batch)
+            analysed = [r for r in results if isinstance(r, _Analysed)]
+            verdicts = iter(self._score(analysed) if analysed else [])
+            for r in results:
+                yield next(verdicts) if isinstance(r, _Analysed) else r
+
+    def _score(self, analysed: Sequence[_Analysed]) -> list[Verdict]:
+        docs = [a.counts for a in analysed]
+        vocabulary = batch_vocabulary(docs)
+        with self.store.begin(write=False) as tx:
+            totals = tx.totals()
+            counts = tx.token_counts(vocabulary.tokens)
+        known = (counts[:, 0] + counts[:, 1]) > 0
+        columns = Vocabulary(t for t, k in zip(vocabulary.tokens, known) if k)
+        counts = counts[known]
+        stats = model.ClassStats(totals.messages, totals.terms, totals.binary_terms, totals.vocabulary_size, totals.histogram)
+        token_counts = model.TokenCounts(doc_count=counts[:, 0:2].T.copy(), term_count=counts[:, 2:4].T.copy())
+        params = model.estimate(self.config.model.event_model, token_counts, stats, self.config.model.alpha)
+        X = count_matrix(docs, columns, binary=params.binary)
+        odds = model.log_odds(model.joint_log_likelihood(X, params))
+        probability = model.spam_probability(odds)
+        decision = model.decide(odds, self.thresholds)
+        return [
+            Verdict(a.item.source, a.digest, float(p), float(lo), VERDICT_NAMES[int(v)])
+            for a, p, lo, v in zip(analysed, probability, odds, decision)
+        ]
+
+    # -- facts --------------------------------------------------------------
+
+    def stats(self) -> Stats:
+        """Messages and tokens per class, and where the database is."""
+        totals = self.store.totals()
+        unseen = [
+            int(h[h[:, 0] == 0, 1].sum()) if h.size else 0 for h in totals.histogram
+        ]
+        return Stats(
+            ham_messages=int(totals.messages[model.HAM]),
+            spam_messages=int(totals.messages[model.SPAM]),
+            tokens=totals.vocabulary_size,
+            ham_tokens=totals.vocabulary_size - unseen[model.HAM],
+            spam_tokens=totals.vocabulary_size - unseen[model.SPAM],
+            ham_terms=int(totals.terms[model.HAM]),
+            spam_terms=int(totals.terms[model.SPAM]),
+            database=self.store.display_url,
+            size_bytes=self.store.size_bytes(),
+            event_model=self.config.model.event_model,
+            alpha=self.config.model.alpha,
+        )
+
+
+class _Delta:
+    """Accumulates count changes of a batch before one write to the store."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, list[int]] = {}
+        self.classes = np.zeros((3, 2), dtype=np.int64)
+
+    def add(self, label: int, counts: dict[str, int], sign: int) -> None:
+        rows = self.rows
+        doc_col, term_col = label, 2 + label
+        for token, n in counts.items():
+            row = rows.get(token)
+            if row is None:
+                row = rows[token] = [0, 0, 0, 0]
+            row[doc_col] += sign
+            row[term_col] += sign * n
+        self.classes[0, label] += sign
+        self.classes[1, label] += sign * sum(counts.values())
+        self.classes[2, label] += sign * len(counts)
+
+    def apply(self, tx: StoreTransaction) -> None:
+        token_list = [t for t, row in self.rows.items() if any(row)]
+        if not token_list and not self.classes.any():
+            return
+        delta = np.array([self.rows[t] for t in token_list], dtype=np.int64).reshape(-1, 4)
+        tx.add_counts(token_list, delta, self.classes)

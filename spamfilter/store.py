@@ -1,0 +1,486 @@
+"""The token store: the only module that speaks SQL.
+
+Tables (created and changed only by the Alembic revisions in ``migrations/``):
+
+    tokens         token -> ham_docs, spam_docs, ham_terms, spam_terms
+                   (messages containing it, occurrences; rows with both
+                   message counts 0 are deleted, so the row count is V)
+    class_totals   label -> messages, terms, binary_terms
+    doc_histogram  (label, doc_count) -> tokens: how many vocabulary tokens
+                   occur in exactly doc_count messages of the class; it makes
+                   the Bernoulli absent-token sum exact without a full scan
+    messages       digest -> label, trained_at, token_counts (the message's
+                   own token counts, zlib-packed) so forgetting or relabelling
+                   subtracts exactly what training added, whatever the
+                   tokenizer settings are by then
+
+Every write goes through ``Store.begin()``: one transaction, taken with
+``BEGIN IMMEDIATE`` on SQLite so two writers queue on the busy timeout instead
+of failing on a lock upgrade. Counts change only by ``count = count + delta``
+upserts whose RETURNING clause gives the new values; the histogram delta is
+derived from those, so it stays right even when other processes write the
+same tokens concurrently.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
+from sqlalchemy.pool import StaticPool
+
+from spamfilter.errors import SchemaOutOfDate, StoreBusyError, StoreError
+
+IntArray = npt.NDArray[np.int64]
+
+#: The Alembic head this code reads and writes; tests check it is the
+#: migrations' head. Kept as a constant so opening a store needs no Alembic import.
+SCHEMA_REVISION = "0001"
+
+metadata = sa.MetaData()
+
+tokens = sa.Table(
+    "tokens",
+    metadata,
+    sa.Column("token", sa.Text(), primary_key=True),
+    sa.Column("ham_docs", sa.BigInteger(), nullable=False, server_default="0"),
+    sa.Column("spam_docs", sa.BigInteger(), nullable=False, server_default="0"),
+    sa.Column("ham_terms", sa.BigInteger(), nullable=False, server_default="0"),
+    sa.Column("spam_terms", sa.BigInteger(), nullable=False, server_default="0"),
+    sqlite_with_rowid=False,
+)
+
+class_totals = sa.Table(
+    "class_totals",
+    metadata,
+    sa.Column("label", sa.SmallInteger(), primary_key=True, autoincrement=False),
+    sa.Column("messages", sa.BigInteger(), nullable=False, server_default="0"),
+    sa.Column("terms", sa.BigInteger(), nullable=False, server_default="0"),
+    sa.Column("binary_terms", sa.BigInteger(), nullable=False, server_default="0"),
+)
+
+doc_histogram = sa.Table(
+    "doc_histogram",
+    metadata,
+    sa.Column("label", sa.SmallInteger(), primary_key=True, autoincrement=False),
+    sa.Column("doc_count", sa.BigInteger(), primary_key=True, autoincrement=False),
+    sa.Column("tokens", sa.BigInteger(), nullable=False),
+)
+
+messages = sa.Table(
+    "messages",
+    metadata,
+    sa.Column("digest", sa.String(32), primary_key=True),
+    sa.Column("label", sa.SmallInteger(), nullable=False),
+    sa.Column("trained_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("token_counts", sa.LargeBinary(), nullable=False),
+)
+
+COUNT_COLUMNS = ("ham_docs", "spam_docs", "ham_terms", "spam_terms")
+
+# Rows per multi-row statement: 5 bound values a token keeps far below
+# SQLite's 32,766-variable limit and PostgreSQL's 65,535.
+_CHUNK = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class Totals:
+    """Whole-store aggregates (class index 0 = ham, 1 = spam).
+
+    messages, terms, binary_terms: (2,) arrays.
+    vocabulary_size: rows of ``tokens``.
+    histogram: per class an (K, 2) array of (doc_count, tokens) rows.
+    """
+
+    messages: IntArray
+    terms: IntArray
+    binary_terms: IntArray
+    vocabulary_size: int
+    histogram: tuple[IntArray, IntArray]
+
+
+@dataclass(frozen=True, slots=True)
+class TrainedMessage:
+    """One row of the trained-message ledger."""
+
+    digest: str
+    label: int
+    trained_at: datetime
+    token_counts: dict[str, int]
+
+
+def pack_token_counts(counts: dict[str, int]) -> bytes:
+    """Encode a message's token counts as zlib-compressed ``token\\tcount`` lines."""
+    text = "\n".join(f"{token}\t{n}" for token, n in counts.items())
+    return zlib.compress(text.encode("utf-8"), 6)
+
+
+def unpack_token_counts(blob: bytes) -> dict[str, int]:
+    """Inverse of ``pack_token_counts``."""
+    text = zlib.decompress(blob).decode("utf-8")
+    result: dict[str, int] = {}
+    if text:
+        for line in text.split("\n"):
+            token, _, n = line.rpartition("\t")
+            result[token] = int(n)
+    return result
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The file behind a SQLite URL, or None (in-memory or another backend)."""
+    parsed = sa.engine.make_url(url)
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    return Path(parsed.database)
+
+
+def _make_engine(url: str, busy_timeout: float) -> Engine:
+    try:
+        parsed = sa.engine.make_url(url)
+    except sa.exc.ArgumentError:
+        raise StoreError(f"not a database URL: {url!r}") from None
+    if parsed.get_backend_name() != "sqlite":
+        try:
+            return sa.create_engine(parsed, pool_pre_ping=True)
+        except (ImportError, SQLAlchemyError) as exc:
+            raise StoreError(f"cannot use database {parsed.render_as_string(hide_password=True)}: {exc}") from None
+    path = sqlite_path(url)
+    if path is None:
+        engine = sa.create_engine(parsed, poolclass=StaticPool, connect_args={"check_same_thread": False})
+    else:
+        if not path.exists():
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                # The counts say a lot about someone's mail: owner-only file.
+                fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
+                os.close(fd)
+            except OSError as exc:
+                raise StoreError(f"cannot create database {path}: {exc.strerror}") from None
+        engine = sa.create_engine(parsed, connect_args={"timeout": busy_timeout})
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn, _record):  # type: ignore[no-untyped-def]
+        # Let SQLAlchemy's begin event (below) issue BEGIN itself, so writes
+        # can take the lock up front with BEGIN IMMEDIATE.
+        dbapi_conn.isolation_level = None
+        cursor = dbapi_conn.cursor()
+        cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+        if path is not None:
+            cursor.execute("PRAGMA journal_mode = WAL")
+            # WAL + NORMAL: a commit is atomic and survives a killed process;
+            # only a power cut can lose the last commits, never half of one.
+            cursor.execute("PRAGMA synchronous = NORMAL")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn):  # type: ignore[no-untyped-def]
+        mode = conn.get_execution_options().get("sqlite_begin", "DEFERRED")
+        conn.exec_driver_sql(f"BEGIN {mode}")
+
+    return engine
+
+
+def _store_error(exc: DBAPIError, what: str) -> StoreError:
+    text = str(exc.orig) if exc.orig is not None else str(exc)
+    if isinstance(exc, OperationalError) and "locked" in text:
+        return StoreBusyError(f"{what}: the database stayed locked by another process ({text})")
+    return StoreError(f"{what}: {text}")
+
+
+class Store:
+    """A token store on one database. Open with ``Store.open(url)``."""
+
+    def __init__(self, engine: Engine, url: str) -> None:
+        self.engine = engine
+        self.url = url
+
+    @classmethod
+    def open(cls, url: str, *, busy_timeout: float = 30.0, upgrade_new: bool = True) -> Store:
+        """Connect, create the schema on a new (empty) database, check the revision.
+
+        Raises ``SchemaOutOfDate`` for a database at an older revision, and
+        ``StoreError`` when it cannot be reached or was written by a newer
+        spamfilter.
+        """
+        engine = _make_engine(url, busy_timeout)
+        store = cls(engine, url)
+        try:
+            revision = store.schema_revision()
+            if revision is None:
+                if store._has_tables():
+                    raise StoreError(f"{store.display_url}: has tables but no spamfilter schema revision")
+                if not upgrade_new:
+                    raise SchemaOutOfDate(f"{store.display_url}: empty database; run `spamfilter db upgrade`")
+                store.upgrade()
+            elif revision != SCHEMA_REVISION:
+                if revision in store._known_revisions():
+                    raise SchemaOutOfDate(
+                        f"{store.display_url}: schema revision {revision} is older than {SCHEMA_REVISION}; "
+                        "run `spamfilter db upgrade`"
+                    )
+                raise StoreError(f"{store.display_url}: schema revision {revision} is unknown to this spamfilter (newer?)")
+        except DBAPIError as exc:
+            engine.dispose()
+            raise _store_error(exc, f"cannot open {store.display_url}") from None
+        except StoreError:
+            engine.dispose()
+            raise
+        return store
+
+    @property
+    def display_url(self) -> str:
+        """The URL with any password hidden."""
+        return sa.engine.make_url(self.url).render_as_string(hide_password=True)
+
+    def close(self) -> None:
+        """Release the connections."""
+        self.engine.dispose()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- schema -------------------------------------------------------------
+
+    def _has_tables(self) -> bool:
+        return bool(sa.inspect(self.engine).get_table_names())
+
+    def schema_revision(self) -> str | None:
+        """The database's Alembic revision, or None for a database without one."""
+        with self.engine.connect() as conn:
+            if not sa.inspect(conn).has_table("alembic_version"):
+                return None
+            row = conn.execute(sa.text("SELECT version_num FROM alembic_version")).first()
+            return None if row is None else str(row[0])
+
+    @staticmethod
+    def _alembic_config():  # type: ignore[no-untyped-def]
+        from importlib.resources import files
+
+        from alembic.config import Config as AlembicConfig
+
+        cfg = AlembicConfig()
+        cfg.set_main_option("script_location", str(files("spamfilter.migrations")))
+        return cfg
+
+    def _known_revisions(self) -> set[str]:
+        from alembic.script import ScriptDirectory
+
+        script = ScriptDirectory.from_config(self._alembic_config())
+        return {rev.revision for rev in script.walk_revisions()}
+
+    def upgrade(self, revision: str = "head") -> None:
+        """Apply the Alembic migrations up to ``revision`` in one transaction."""
+        from alembic import command
+
+        cfg = self._alembic_config()
+        try:
+            with self.engine.begin() as conn:
+                cfg.attributes["connection"] = conn
+                command.upgrade(cfg, revision)
+        except DBAPIError as exc:
+            raise _store_error(exc, f"cannot upgrade {self.display_url}") from None
+
+    # -- transactions -------------------------------------------------------
+
+    @contextmanager
+    def begin(self, *, write: bool = True) -> Iterator[StoreTransaction]:
+        """One transaction: committed when the block ends, rolled back on error."""
+        try:
+            with self.engine.connect() as conn:
+                if write and self.engine.dialect.name == "sqlite":
+                    conn = conn.execution_options(sqlite_begin="IMMEDIATE")
+                with conn.begin():
+                    yield StoreTransaction(conn)
+        except DBAPIError as exc:
+            raise _store_error(exc, f"database {self.display_url}") from None
+
+    def totals(self) -> Totals:
+        """Shortcut: the aggregates in a read transaction of their own."""
+        with self.begin(write=False) as tx:
+            return tx.totals()
+
+    def size_bytes(self) -> int | None:
+        """Bytes on disk of a SQLite file (with its WAL), else None."""
+        path = sqlite_path(self.url)
+        if path is None or not path.exists():
+            return None
+        wal = path.with_name(path.name + "-wal")
+        return path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
+
+
+class StoreTransaction:
+    """Reads and writes inside one open transaction (see ``Store.begin``)."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.dialect = conn.dialect.name
+
+    # -- reads --------------------------------------------------------------
+
+    def totals(self) -> Totals:
+        """Class totals, vocabulary size and the per-class count histograms."""
+        msgs = np.zeros(2, dtype=np.int64)
+        terms = np.zeros(2, dtype=np.int64)
+        binary = np.zeros(2, dtype=np.int64)
+        for label, m, t, b in self.conn.execute(
+            sa.select(class_totals.c.label, class_totals.c.messages, class_totals.c.terms, class_totals.c.binary_terms)
+        ):
+            msgs[label], terms[label], binary[label] = m, t, b
+        rows: list[list[tuple[int, int]]] = [[], []]
+        for label, k, n in self.conn.execute(
+            sa.select(doc_histogram.c.label, doc_histogram.c.doc_count, doc_histogram.c.tokens).order_by(
+                doc_histogram.c.label, doc_histogram.c.doc_count
+            )
+        ):
+            rows[label].append((k, n))
+        hist = tuple(np.array(r, dtype=np.int64).reshape(-1, 2) for r in rows)
+        vocabulary = int(hist[0][:, 1].sum())
+        return Totals(msgs, terms, binary, vocabulary, (hist[0], hist[1]))
+
+    def token_counts(self, token_list: Sequence[str]) -> IntArray:
+        """Counts of the given tokens, shape (len(token_list), 4), columns
+        ham_docs, spam_docs, ham_terms, spam_terms; zeros for unknown tokens.
+        """
+        out = np.zeros((len(token_list), 4), dtype=np.int64)
+        position = {t: i for i, t in enumerate(token_list)}
+        cols = [tokens.c.token, *(tokens.c[name] for name in COUNT_COLUMNS)]
+        for start in range(0, len(token_list), _CHUNK):
+            chunk = token_list[start : start + _CHUNK]
+            for row in self.conn.execute(sa.select(*cols).where(tokens.c.token.in_(chunk))):
+                out[position[row[0]]] = row[1:]
+        return out
+
+    def trained_labels(self, digests: Sequence[str]) -> dict[str, int]:
+        """Label of each digest already in the ledger (absent ones are left out)."""
+        result: dict[str, int] = {}
+        for start in range(0, len(digests), _CHUNK):
+            chunk = digests[start : start + _CHUNK]
+            q = sa.select(messages.c.digest, messages.c.label).where(messages.c.digest.in_(chunk))
+            result.update({d: int(lbl) for d, lbl in self.conn.execute(q)})
+        return result
+
+    def trained_messages(self, digests: Sequence[str]) -> list[TrainedMessage]:
+        """Ledger rows, with their token counts, for the digests that have one."""
+        result: list[TrainedMessage] = []
+        for start in range(0, len(digests), _CHUNK):
+            chunk = digests[start : start + _CHUNK]
+            q = sa.select(messages).where(messages.c.digest.in_(chunk))
+            for d, lbl, when, blob in self.conn.execute(q):
+                result.append(TrainedMessage(d, int(lbl), when, unpack_token_counts(blob)))
+        return result
+
+    # -- writes -------------------------------------------------------------
+
+    def record_messages(self, rows: Sequence[tuple[str, int, dict[str, int]]], when: datetime | None = None) -> None:
+        """Add (digest, label, token_counts) rows to the ledger."""
+        if not rows:
+            return
+        when = when or datetime.now(timezone.utc)
+        values = [{"digest": d, "label": lbl, "trained_at": when, "token_counts": pack_token_counts(c)} for d, lbl, c in rows]
+        self.conn.execute(sa.insert(messages), values)
+
+    def delete_messages(self, digests: Sequence[str]) -> None:
+        """Remove ledger rows."""
+        for start in range(0, len(digests), _CHUNK):
+            self.conn.execute(sa.delete(messages).where(messages.c.digest.in_(digests[start : start + _CHUNK])))
+
+    def add_counts(
+        self,
+        token_list: Sequence[str],
+        delta: IntArray,
+        class_delta: IntArray,
+    ) -> None:
+        """Add ``delta`` (len(token_list), 4) to the tokens' counts and ``class_delta``
+        (3, 2) rows messages, terms, binary_terms to the class totals.
+
+        Negative deltas untrain. Keeps ``doc_histogram`` in step and deletes
+        tokens whose message counts drop to zero in both classes. Raises
+        ``StoreError`` if any count would go negative (nothing is written: the
+        caller's transaction rolls back).
+        """
+        if len(token_list) != delta.shape[0]:
+            raise ValueError("token_list and delta differ in length")
+        new_counts = np.zeros_like(delta)
+        position = {t: i for i, t in enumerate(token_list)}
+        for start in range(0, len(token_list), _CHUNK):
+            chunk = range(start, min(start + _CHUNK, len(token_list)))
+            values = [
+                {
+                    "token": token_list[i],
+                    "ham_docs": int(delta[i, 0]),
+                    "spam_docs": int(delta[i, 1]),
+                    "ham_terms": int(delta[i, 2]),
+                    "spam_terms": int(delta[i, 3]),
+                }
+                for i in chunk
+            ]
+            for row in self.conn.execute(self._upsert(values)):
+                new_counts[position[row[0]]] = row[1:]
+        if (new_counts < 0).any():
+            bad = token_list[int(np.argwhere(new_counts < 0)[0, 0])]
+            raise StoreError(f"count of token {bad!r} would go negative: the store is inconsistent (run `spamfilter db check`)")
+        old_counts = new_counts - delta
+        was_known = (old_counts[:, 0] > 0) | (old_counts[:, 1] > 0)
+        is_known = (new_counts[:, 0] > 0) | (new_counts[:, 1] > 0)
+        hist_delta: dict[tuple[int, int], int] = {}
+        for label in (0, 1):
+            for mask, ks, sign in ((was_known, old_counts[:, label], -1), (is_known, new_counts[:, label], 1)):
+                # A token whose count did not change adds -1 and +1 to the same
+                # bucket; the zero is dropped below.
+                uniq, n = np.unique(ks[mask], return_counts=True)
+                for k, c in zip(uniq.tolist(), n.tolist()):
+                    hist_delta[(label, k)] = hist_delta.get((label, k), 0) + sign * c
+        self._add_histogram({key: n for key, n in hist_delta.items() if n != 0})
+        gone = [token_list[i] for i in np.flatnonzero(~is_known)]
+        for start in range(0, len(gone), _CHUNK):
+            self.conn.execute(sa.delete(tokens).where(tokens.c.token.in_(gone[start : start + _CHUNK])))
+        for label in (0, 1):
+            m, t, b = (int(x) for x in class_delta[:, label])
+            if m or t or b:
+                self.conn.execute(
+                    sa.update(class_totals)
+                    .where(class_totals.c.label == label)
+                    .values(
+                        messages=class_totals.c.messages + m,
+                        terms=class_totals.c.terms + t,
+                        binary_terms=class_totals.c.binary_terms + b,
+                    )
+                )
+
+    def _upsert(self, values: list[dict[str, object]]) -> sa.Executable:
+        insert = postgresql.insert if self.dialect == "postgresql" else sqlite.insert
+        stmt = insert(tokens).values(values)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=[tokens.c.token],
+            set_={name: tokens.c[name] + stmt.excluded[name] for name in COUNT_COLUMNS},
+        )
+        return stmt.returning(tokens.c.token, *(tokens.c[name] for name in COUNT_COLUMNS))
+
+    def _add_histogram(self, delta: dict[tuple[int, int], int]) -> None:
+        if not delta:
+            return
+        insert = postgresql.insert if self.dialect == "postgresql" else sqlite.insert
+        values = [{"label": lbl, "doc_count": k, "tokens": n} for (lbl, k), n in sorted(delta.items())]
+        for start in range(0, len(values), _CHUNK):
+            stmt = insert(doc_histogram).values(values[start : start + _CHUNK])
+            stmt = stmt.on_conflict_do_update(
+                index_elements=[doc_histogram.c.label, doc_histogram.c.doc_count],
+                set_={"tokens": doc_histogram.c.tokens + stmt.excluded.tokens},
+            )
+            self.conn.execute(stmt)
+        self.conn.execute(sa.delete(doc_histogram).where(doc_histogram.c.tokens == 0))

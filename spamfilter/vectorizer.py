@@ -1,0 +1,76 @@
+"""Token lists to sparse document-term matrices.
+
+A batch of messages becomes ``X`` of shape (n_messages, m) over a
+``Vocabulary`` of m tokens: X[i, j] = occurrences of token j in message i
+(multinomial), or 1 if it occurs at all (Bernoulli and binary multinomial).
+The vocabulary of a scoring batch is just the union of its tokens: the model
+never needs columns for tokens no message in the batch contains.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+
+import numpy as np
+import scipy.sparse as sp
+
+
+class Vocabulary:
+    """An ordered token -> column index map that grows as tokens are added."""
+
+    def __init__(self, tokens: Iterable[str] = ()) -> None:
+        self.index: dict[str, int] = {}
+        self.tokens: list[str] = []
+        for token in tokens:
+            self.add(token)
+
+    def add(self, token: str) -> int:
+        """Column of ``token``, appending it if new."""
+        column = self.index.get(token)
+        if column is None:
+            column = self.index[token] = len(self.tokens)
+            self.tokens.append(token)
+        return column
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def __contains__(self, token: object) -> bool:
+        return token in self.index
+
+
+def term_counts(tokens: Iterable[str]) -> dict[str, int]:
+    """Occurrences of each distinct token of one message."""
+    return dict(Counter(tokens))
+
+
+def batch_vocabulary(docs: Sequence[Mapping[str, int]]) -> Vocabulary:
+    """The union of the messages' tokens, in first-seen order."""
+    vocabulary = Vocabulary()
+    for doc in docs:
+        for token in doc:
+            vocabulary.add(token)
+    return vocabulary
+
+
+def count_matrix(docs: Sequence[Mapping[str, int]], vocabulary: Vocabulary, *, binary: bool = False) -> sp.csr_matrix:
+    """X of shape (len(docs), len(vocabulary)); tokens outside the vocabulary are dropped.
+
+    binary=True gives 0/1 entries (Bernoulli and binary-multinomial features).
+    """
+    indptr = np.zeros(len(docs) + 1, dtype=np.int64)
+    indices: list[int] = []
+    data: list[int] = []
+    index = vocabulary.index
+    for i, doc in enumerate(docs):
+        for token, n in doc.items():
+            column = index.get(token)
+            if column is not None:
+                indices.append(column)
+                data.append(1 if binary else n)
+        indptr[i + 1] = len(indices)
+    return sp.csr_matrix(
+        (np.asarray(data, dtype=np.float64), np.asarray(indices, dtype=np.int64), indptr),
+        shape=(len(docs), len(vocabulary)),
+    )

@@ -1,0 +1,624 @@
+"""Tests of spamfilter.mail: finding, splitting, identifying and parsing mail."""
+
+from __future__ import annotations
+
+import email.message
+import hashlib
+import io
+import tracemalloc
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from spamfilter.errors import MailParseError, MailSourceError
+from spamfilter.mail import (
+    FILTER_HEADERS,
+    MailItem,
+    NestingTooDeepDefect,
+    digest_bytes,
+    parse_message,
+    read_index,
+    read_messages,
+)
+
+MAX_BYTES = 1 << 20
+
+MSG_A = b"From: a@example.com\nSubject: first\n\nbody one\n"
+MSG_B = b"From: b@example.com\nSubject: second\n\nFrom the desk of B\n>From quoted once\n"
+MSG_C = b"From: c@example.com\nSubject: third\n\nlast body\n"
+
+MULTIPART = (
+    b"From: x@example.com\n"
+    b"To: y@example.com\n"
+    b"Subject: =?utf-8?q?caf=C3=A9?=\n"
+    b"MIME-Version: 1.0\n"
+    b'Content-Type: multipart/alternative; boundary="BOUND"\n'
+    b"\n"
+    b"preamble\n"
+    b"--BOUND\n"
+    b"Content-Type: text/plain; charset=utf-8\n"
+    b"Content-Transfer-Encoding: quoted-printable\n"
+    b"\n"
+    b"caf=C3=A9 au lait\n"
+    b"--BOUND\n"
+    b"Content-Type: text/html; charset=iso-8859-1\n"
+    b"Content-Transfer-Encoding: base64\n"
+    b"\n"
+    b"PGI+Y2Fm6SBhdSBsYWl0PC9iPg==\n"
+    b"--BOUND--\n"
+)
+
+
+def write(path: Path, data: bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return path
+
+
+def sources(items: list[MailItem], root: Path) -> list[str]:
+    """Sources relative to `root`, so assertions do not depend on tmp_path."""
+    return [str(Path(item.source).relative_to(root)) for item in items]
+
+
+# --- mbox -------------------------------------------------------------------
+
+
+def test_mbox_with_three_messages_gives_numbered_items_with_exact_bytes(tmp_path: Path) -> None:
+    box = write(
+        tmp_path / "box.mbox",
+        b"From a@example.com Mon Jan  1 00:00:00 2024\n" + MSG_A + b"\n"
+        b"From b@example.com Tue Jan  2 00:00:00 2024\n"
+        b"From: b@example.com\nSubject: second\n\n>From the desk of B\n>>From quoted once\n"
+        b"\n"
+        b"From c@example.com Wed Jan  3 00:00:00 2024\n" + MSG_C + b"\n",
+    )
+
+    items = list(read_messages([str(box)]))
+
+    assert [item.source for item in items] == [f"{box}:1", f"{box}:2", f"{box}:3"]
+    # Envelope lines gone, the separating blank line belongs to no message,
+    # and one level of mboxrd quoting is undone.
+    assert [item.raw for item in items] == [MSG_A, MSG_B, MSG_C]
+
+
+def test_mbox_with_crlf_line_ends_splits_and_keeps_crlf(tmp_path: Path) -> None:
+    box = write(
+        tmp_path / "crlf.mbox",
+        b"From a@x Mon Jan  1 00:00:00 2024\r\nSubject: one\r\n\r\n>From here\r\n\r\n"
+        b"From b@x Mon Jan  1 00:00:01 2024\r\nSubject: two\r\n\r\nbody\r\n",
+    )
+
+    items = list(read_messages([str(box)]))
+
+    assert [item.raw for item in items] == [
+        b"Subject: one\r\n\r\nFrom here\r\n",
+        b"Subject: two\r\n\r\nbody\r\n",
+    ]
+
+
+def test_mbox_from_line_after_text_splits_only_when_it_looks_like_an_envelope(
+    tmp_path: Path,
+) -> None:
+    box = write(
+        tmp_path / "box",
+        b"From a@x Mon Jan  1 00:00:00 2024\n"
+        b"Subject: one\n\nsee you\nFrom now on, no quoting\n"
+        b"From b@x Fri Jul  8 12:08:34 2011\n"
+        b"Subject: two\n\nbody\n",
+    )
+
+    items = list(read_messages([str(box)]))
+
+    assert [item.raw for item in items] == [
+        b"Subject: one\n\nsee you\nFrom now on, no quoting\n",
+        b"Subject: two\n\nbody\n",
+    ]
+
+
+def test_mbox_from_line_after_blank_line_always_starts_a_message(tmp_path: Path) -> None:
+    box = write(
+        tmp_path / "box",
+        b"From a@x Mon Jan  1 00:00:00 2024\nSubject: one\n\nhi\n\nFrom someone\nSubject: two\n",
+    )
+
+    items = list(read_messages([str(box)]))
+
+    assert [item.raw for item in items] == [b"Subject: one\n\nhi\n", b"Subject: two\n"]
+
+
+def test_file_starting_with_envelope_line_is_an_mbox_of_one(tmp_path: Path) -> None:
+    eml = write(tmp_path / "0001.eml", b"From a@x  Sat Nov 27 15:33:27 2004\n" + MSG_A)
+
+    items = list(read_messages([str(eml)]))
+
+    assert items == [MailItem(f"{eml}:1", MSG_A)]
+
+
+def test_mbox_skips_uw_imap_folder_internal_data_message(tmp_path: Path) -> None:
+    box = write(
+        tmp_path / "pine.mbox",
+        b"From MAILER-DAEMON Tue Nov 15 11:01:01 2005\n"
+        b"Date: 15 Nov 2005 11:01:01 -0500\n"
+        b"From: Mail System Internal Data <MAILER-DAEMON@monkey.org>\n"
+        b"Subject: DON'T DELETE THIS MESSAGE -- FOLDER INTERNAL DATA\n"
+        b"X-IMAP: 1118793345 0000000456\n"
+        b"\n"
+        b"This text is part of the internal format of your mail folder.\n"
+        b"\n"
+        b"From a@x Mon Jan  1 00:00:00 2024\n" + MSG_A,
+    )
+
+    items = list(read_messages([str(box)]))
+
+    # The real message keeps its position in the file as its number.
+    assert items == [MailItem(f"{box}:2", MSG_A)]
+
+
+def test_mbox_is_read_one_message_at_a_time(tmp_path: Path) -> None:
+    body = b"x" * 79 + b"\n"
+    message = b"Subject: big\n\n" + body * 100  # about 8 KB
+    n_messages = 2000  # about 16 MB in all
+    box = tmp_path / "big.mbox"
+    with box.open("wb") as f:
+        for i in range(n_messages):
+            f.write(b"From a@x Mon Jan  1 00:00:00 2024\n" + message + b"\n")
+
+    tracemalloc.start()
+    try:
+        count = 0
+        for item in read_messages([str(box)]):
+            assert item.raw == message
+            count += 1
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+
+    assert count == n_messages
+    assert peak < 1_000_000  # a few messages' worth, not the 16 MB file
+
+
+# --- files and folders -------------------------------------------------------
+
+
+def test_plain_file_is_one_message_with_its_exact_bytes(tmp_path: Path) -> None:
+    data = b"Received: by x\r\nSubject: hi\r\n\r\nFrom me, unquoted\r\n"
+    eml = write(tmp_path / "msg.eml", data)
+
+    assert list(read_messages([str(eml)])) == [MailItem(str(eml), data)]
+
+
+def test_maildir_reads_cur_then_new_sorted_by_name_and_skips_tmp_and_dotfiles(
+    tmp_path: Path,
+) -> None:
+    md = tmp_path / "Mail"
+    write(md / "new" / "1700000002.b.host", b"Subject: new b\n\n")
+    write(md / "new" / "1700000001.a.host", b"Subject: new a\n\n")
+    write(md / "cur" / "1600000000.z.host:2,S", b"Subject: cur z\n\n")
+    write(md / "cur" / ".hidden", b"Subject: hidden\n\n")
+    write(md / "tmp" / "1700000003.c.host", b"Subject: in delivery\n\n")
+    # A file starting with an envelope line is still one Maildir message.
+    write(md / "cur" / "1600000001.y.host:2,", b"From a@x Mon Jan  1 00:00:00 2024\nSubject: y\n\n")
+
+    items = list(read_messages([str(md)]))
+
+    assert sources(items, md) == [
+        "cur/1600000000.z.host:2,S",
+        "cur/1600000001.y.host:2,",
+        "new/1700000001.a.host",
+        "new/1700000002.b.host",
+    ]
+    assert items[1].raw == b"From a@x Mon Jan  1 00:00:00 2024\nSubject: y\n\n"
+
+
+def test_mh_folder_is_read_in_numeric_order(tmp_path: Path) -> None:
+    mh = tmp_path / "inbox"
+    for n in (10, 2, 1):
+        write(mh / str(n), f"Subject: {n}\n\n".encode())
+    write(mh / ".mh_sequences", b"unseen: 10\n")
+    write(mh / ",3", b"Subject: deleted\n\n")
+
+    items = list(read_messages([str(mh)]))
+
+    assert sources(items, mh) == ["1", "2", "10"]
+    assert [item.raw for item in items] == [b"Subject: 1\n\n", b"Subject: 2\n\n", b"Subject: 10\n\n"]
+
+
+def test_folder_of_numbered_files_only_is_read_as_mh(tmp_path: Path) -> None:
+    mh = tmp_path / "numbered"
+    for n in (11, 9, 100):
+        write(mh / str(n), b"Subject: x\n\n")
+
+    assert sources(list(read_messages([str(mh)])), mh) == ["9", "11", "100"]
+
+
+def test_plain_folder_is_walked_recursively_in_sorted_order(tmp_path: Path) -> None:
+    root = tmp_path / "corpus"
+    write(root / "b.eml", b"Subject: b\n\n")
+    write(root / "a" / "z.eml", b"Subject: a/z\n\n")
+    write(root / "a" / "box.mbox", b"From x Mon Jan  1 00:00:00 2024\nSubject: 1\n\n\nFrom y\nSubject: 2\n\n")
+    write(root / ".git" / "config", b"[core]\n")
+    write(root / ".hidden.eml", b"Subject: hidden\n\n")
+    write(root / "maildir" / "cur" / "m1", b"Subject: m1\n\n")
+    write(root / "maildir" / "new" / "m2", b"Subject: m2\n\n")
+    write(root / "maildir" / "tmp" / "m3", b"Subject: m3\n\n")
+    write(root / "index", b"spam b.eml\n")
+
+    items = list(read_messages([str(root)]))
+
+    assert sources(items, root) == [
+        "a/box.mbox:1",
+        "a/box.mbox:2",
+        "a/z.eml",
+        "b.eml",
+        "index",  # not special-cased: every file in a plain folder is mail
+        "maildir/cur/m1",
+        "maildir/new/m2",
+    ]
+    # The blank line ending the file is the mbox separator, not message text.
+    assert items[1].raw == b"Subject: 2\n"
+
+
+def test_several_paths_are_read_in_the_order_given(tmp_path: Path) -> None:
+    one = write(tmp_path / "one", b"Subject: 1\n\n")
+    two = write(tmp_path / "two", b"Subject: 2\n\n")
+
+    items = list(read_messages([str(two), "-", str(one)], stdin=io.BytesIO(b"Subject: in\n\n")))
+
+    assert [item.source for item in items] == [str(two), "-", str(one)]
+
+
+def test_dash_reads_one_message_from_stdin_verbatim() -> None:
+    data = b"From a@x Mon Jan  1 00:00:00 2024\nSubject: piped\n\nFrom b@x Mon Jan  1 00:00:00 2024\n"
+
+    items = list(read_messages(["-"], stdin=io.BytesIO(data)))
+
+    assert items == [MailItem("-", data)]
+
+
+def test_dash_given_twice_raises_mail_source_error() -> None:
+    with pytest.raises(MailSourceError, match="once"):
+        read_messages(["-", "-"], stdin=io.BytesIO(b""))
+
+
+def test_missing_path_raises_before_any_message_is_read(tmp_path: Path) -> None:
+    good = write(tmp_path / "good.eml", b"Subject: fine\n\n")
+    missing = tmp_path / "no-such-box"
+
+    # Raised by the call itself, not by the first next(): nothing is read.
+    with pytest.raises(MailSourceError, match="no-such-box"):
+        read_messages([str(good), str(missing)])
+
+
+def test_single_path_string_instead_of_a_list_raises_type_error(tmp_path: Path) -> None:
+    with pytest.raises(TypeError, match="sequence of paths"):
+        read_messages(str(tmp_path))
+
+
+def test_folder_with_unicode_digit_names_is_not_taken_for_mh(tmp_path: Path) -> None:
+    folder = tmp_path / "odd"
+    write(folder / "1", b"Subject: 1\n\n")
+    write(folder / "\u00b2", b"Subject: superscript two\n\n")
+
+    assert sources(list(read_messages([str(folder)])), folder) == ["1", "\u00b2"]
+
+
+def test_mail_item_repr_leaves_out_the_message_bytes() -> None:
+    assert repr(MailItem("box:3", b"Subject: secret\n\n")) == "MailItem(source='box:3')"
+
+
+# --- TREC index ---------------------------------------------------------------
+
+
+def test_read_index_yields_labels_and_items_in_file_order(tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus"
+    write(corpus / "spam" / "001", b"Subject: buy\n\n")
+    write(corpus / "ham" / "my mail.eml", b"Subject: lunch\n\n")
+    write(corpus / "ham" / "002", b"From a@x Mon Jan  1 00:00:00 2024\nSubject: tea\n\n>From me\n\n")
+    index = write(
+        corpus / "index",
+        b"spam spam/001\n\nHAM   ham/my mail.eml  \r\nham\tham/002\n",
+    )
+
+    entries = list(read_index(str(index)))
+
+    assert [(is_spam, item.source) for is_spam, item in entries] == [
+        (True, str(corpus / "spam" / "001")),
+        (False, str(corpus / "ham" / "my mail.eml")),
+        (False, str(corpus / "ham" / "002")),
+    ]
+    assert [item.raw for _, item in entries] == [
+        b"Subject: buy\n\n",
+        b"Subject: lunch\n\n",
+        b"Subject: tea\n\nFrom me\n",
+    ]
+
+
+def test_read_index_paths_are_relative_to_the_index_folder_not_the_cwd(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write(tmp_path / "c" / "m", b"Subject: x\n\n")
+    write(tmp_path / "c" / "index", b"ham m\n")
+    monkeypatch.chdir(tmp_path)
+
+    [(is_spam, item)] = list(read_index("c/index"))
+
+    assert (is_spam, item.source, item.raw) == (False, "c/m", b"Subject: x\n\n")
+
+
+def test_read_index_gives_the_same_bytes_as_read_messages_for_an_envelope_file(
+    tmp_path: Path,
+) -> None:
+    eml = write(tmp_path / "m.eml", b"From a@x Mon Jan  1 00:00:00 2024\r\nSubject: x\r\n\r\n>From y\r\n")
+    index = write(tmp_path / "index", b"spam m.eml\n")
+
+    [(_, from_index)] = list(read_index(str(index)))
+    [from_file] = list(read_messages([str(eml)]))
+
+    assert from_index.raw == from_file.raw == b"Subject: x\r\n\r\nFrom y\r\n"
+
+
+@pytest.mark.parametrize(
+    ("line", "lineno"),
+    [(b"spam\n", 2), (b"junk m\n", 2), (b"spam-ish m\n", 2)],
+)
+def test_read_index_malformed_line_names_file_and_line_number(
+    tmp_path: Path, line: bytes, lineno: int
+) -> None:
+    write(tmp_path / "m", b"Subject: x\n\n")
+    index = write(tmp_path / "index", b"ham m\n" + line + b"ham m\n")
+
+    with pytest.raises(MailSourceError, match=rf"index:{lineno}: malformed index line"):
+        read_index(str(index))
+
+
+def test_read_index_missing_message_file_fails_before_any_message_is_read(tmp_path: Path) -> None:
+    write(tmp_path / "m", b"Subject: x\n\n")
+    index = write(tmp_path / "index", b"ham m\nspam gone.eml\n")
+
+    with pytest.raises(MailSourceError, match=r"index:2: message file .*gone\.eml"):
+        read_index(str(index))
+
+
+def test_read_index_missing_index_raises_mail_source_error(tmp_path: Path) -> None:
+    with pytest.raises(MailSourceError, match="no-index"):
+        read_index(str(tmp_path / "no-index"))
+
+
+# --- digest -------------------------------------------------------------------------
+
+
+def test_digest_is_the_first_32_hex_digits_of_sha256_of_the_normalised_message() -> None:
+    raw = b"From a@x Mon Jan  1 00:00:00 2024\r\nSubject: x\r\nX-Spam-Flag: YES\r\n\r\nbody\r\n\r\n"
+
+    expected = hashlib.sha256(b"Subject: x\n\nbody").hexdigest()[:32]
+    assert digest_bytes(raw) == expected
+    assert MailItem("m", raw).digest == expected
+    assert digest_bytes(b"") == "e3b0c44298fc1c149afbf4c8996fb924"
+
+
+def test_digest_is_equal_for_crlf_and_lf_line_ends() -> None:
+    assert digest_bytes(MULTIPART.replace(b"\n", b"\r\n")) == digest_bytes(MULTIPART)
+
+
+def test_digest_ignores_headers_added_by_the_filter_in_any_case_and_folding() -> None:
+    header, body = MULTIPART.split(b"\n\n", 1)
+    filtered = (
+        b"X-Spam-Status: Yes, score=0.99\n"
+        b"\ttokens=buy,now\n"
+        + header
+        + b"\nx-spam-score:  0.990\n"
+        b"X-SPAM-FLAG: YES\n"
+        b"\n"
+        + body
+    )
+
+    assert set(FILTER_HEADERS) == {"X-Spam-Status", "X-Spam-Score", "X-Spam-Flag"}
+    assert digest_bytes(filtered) == digest_bytes(MULTIPART)
+
+
+def test_digest_ignores_filter_header_at_the_end_of_a_header_only_message() -> None:
+    assert digest_bytes(b"Subject: x\nX-Spam-Flag: YES") == digest_bytes(b"Subject: x\n")
+
+
+def test_digest_ignores_envelope_line_and_trailing_whitespace() -> None:
+    assert digest_bytes(b"From a@x Mon Jan  1 00:00:00 2024\n" + MSG_A + b"\n\n  \n") == digest_bytes(
+        MSG_A
+    )
+
+
+def test_digest_keeps_other_spam_headers_and_filter_header_text_in_the_body() -> None:
+    # X-Spam-Level (SpamAssassin's) is not ours; a header-like line in the
+    # body is content.
+    assert digest_bytes(b"Subject: x\nX-Spam-Level: ***\n\nbody\n") != digest_bytes(
+        b"Subject: x\n\nbody\n"
+    )
+    assert digest_bytes(b"Subject: x\n\nX-Spam-Flag: YES\nbody\n") != digest_bytes(
+        b"Subject: x\n\nbody\n"
+    )
+
+
+def test_digest_differs_for_different_bodies() -> None:
+    assert digest_bytes(b"Subject: x\n\nbody one\n") != digest_bytes(b"Subject: x\n\nbody two\n")
+
+
+# --- parse_message ------------------------------------------------------------------
+
+
+def test_parse_message_returns_headers_and_mime_parts() -> None:
+    msg = parse_message(MailItem("m", MULTIPART), max_bytes=MAX_BYTES)
+
+    assert msg["Subject"] == "=?utf-8?q?caf=C3=A9?="
+    assert msg.get_content_type() == "multipart/alternative"
+    parts = [part for part in msg.walk() if not part.is_multipart()]
+    assert [part.get_payload(decode=True) for part in parts] == [
+        # The newline before a boundary belongs to the boundary (RFC 2046).
+        "café au lait".encode(),
+        "<b>café au lait</b>".encode("iso-8859-1"),
+    ]
+
+
+def test_parse_message_reads_only_the_first_max_bytes() -> None:
+    raw = b"Subject: long\n\n" + b"a" * 100 + b"b" * 100
+
+    msg = parse_message(MailItem("m", raw), max_bytes=115)
+
+    assert msg.get_payload() == "a" * 100
+
+
+def test_parse_message_accepts_mail_without_headers() -> None:
+    # Enron-Spam / Ling-Spam form: a Subject line, then the tokenised body.
+    raw = b"Subject: re : meeting\nthe meeting is at 3 pm .\nthanks\n"
+
+    msg = parse_message(MailItem("enron1/ham/0001.txt", raw), max_bytes=MAX_BYTES)
+
+    assert msg["Subject"] == "re : meeting"
+    assert msg.get_payload() == "the meeting is at 3 pm .\nthanks\n"
+
+
+def test_parse_message_accepts_plain_text_without_any_header() -> None:
+    msg = parse_message(MailItem("m", b"just some text\nand more\n"), max_bytes=MAX_BYTES)
+
+    assert msg.get_payload() == "just some text\nand more\n"
+
+
+@pytest.mark.parametrize("raw", [b"", b"   \r\n\n\t\n"])
+def test_parse_message_rejects_empty_message_naming_its_source(raw: bytes) -> None:
+    with pytest.raises(MailParseError, match=r"^box\.mbox:7: empty message$"):
+        parse_message(MailItem("box.mbox:7", raw), max_bytes=MAX_BYTES)
+
+
+def test_parse_message_rejects_binary_junk_without_headers() -> None:
+    junk = bytes(range(256)) * 20  # 12.5% control bytes in a row of 256, then more below
+    junk = b"\x00\x01\x02\x03" * 1024 + junk
+
+    with pytest.raises(MailParseError, match=r"^img\.png: not a mail message"):
+        parse_message(MailItem("img.png", junk), max_bytes=MAX_BYTES)
+
+
+def test_parse_message_accepts_control_bytes_below_the_threshold() -> None:
+    raw = (b"\x00" * 29 + b"a" * 71) * 40  # 29% NUL, no header block
+
+    msg = parse_message(MailItem("m", raw), max_bytes=MAX_BYTES)
+
+    assert isinstance(msg, email.message.Message)
+
+
+def test_parse_message_accepts_binary_body_after_a_header_block() -> None:
+    raw = b"Subject: attachment\n\n" + b"\x00\x01\x02" * 2000
+
+    msg = parse_message(MailItem("m", raw), max_bytes=MAX_BYTES)
+
+    assert msg["Subject"] == "attachment"
+
+
+def test_parse_message_keeps_headers_of_mime_nested_too_deeply_to_parse() -> None:
+    raw = b"Subject: nest\n"
+    for depth in range(3000):
+        raw += b'Content-Type: multipart/mixed; boundary="b%d"\n\n--b%d\n' % (depth, depth)
+    raw += b"Content-Type: text/plain\n\nhello\n"
+
+    msg = parse_message(MailItem("m", raw), max_bytes=MAX_BYTES)
+
+    assert msg["Subject"] == "nest"
+    assert any(isinstance(defect, NestingTooDeepDefect) for defect in msg.defects)
+
+
+def test_parse_message_rejects_non_positive_max_bytes() -> None:
+    with pytest.raises(ValueError, match="max_bytes"):
+        parse_message(MailItem("m", MSG_A), max_bytes=0)
+
+
+def check_parses_or_refuses(raw: bytes, max_bytes: int = MAX_BYTES) -> None:
+    """parse_message either returns a Message or raises MailParseError."""
+    try:
+        msg = parse_message(MailItem("fuzz", raw), max_bytes=max_bytes)
+    except MailParseError:
+        return
+    assert isinstance(msg, email.message.Message)
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(st.binary(max_size=4000))
+def test_parse_message_never_raises_anything_else_on_random_bytes(raw: bytes) -> None:
+    check_parses_or_refuses(raw)
+
+
+# Pieces of mail that exercise the parser's harder paths: MIME boundaries
+# (closed, unclosed, nested), encodings, encoded words, folded and broken
+# headers, 8-bit and control bytes.
+MAIL_PIECES = [
+    b"From a@x Mon Jan  1 00:00:00 2024\n",
+    b"Subject: =?utf-8?b?w6k=?= =?bogus?q?x?= =?utf-8?b?!!!?=\n",
+    b"Content-Type: multipart/mixed; boundary=B\n",
+    b'Content-Type: multipart/alternative; boundary="C"\n',
+    b"Content-Type: message/rfc822\n",
+    b"Content-Type: text/plain; charset=no-such-charset\n",
+    b"Content-Type: text/plain; charset*=utf-8''%E9; name*0=a; name*1=b\n",
+    b"Content-Transfer-Encoding: base64\n",
+    b"Content-Transfer-Encoding: quoted-printable\n",
+    b"Content-Transfer-Encoding: x-uuencode\n",
+    b"begin 644 f\n#86)C\n`\nend\n",
+    b"--B\n",
+    b"--B--\n",
+    b"--C\n",
+    b"--C--\n",
+    b"\tfolded continuation\n",
+    b"no colon header line\n",
+    b": empty name\n",
+    b"\n",
+    b"\r\n",
+    b"=E9=\n",
+    b"SGVsbG8gd29ybGQ=\n",
+    b"\xff\xfe\x00\x80\x1b$B\n",
+]
+
+
+@settings(max_examples=400, deadline=None, database=None)
+@given(
+    st.lists(st.one_of(st.sampled_from(MAIL_PIECES), st.binary(max_size=40)), max_size=40),
+    st.integers(min_value=1, max_value=2000),
+)
+def test_parse_message_never_raises_anything_else_on_mail_like_bytes(
+    pieces: list[bytes], max_bytes: int
+) -> None:
+    check_parses_or_refuses(b"".join(pieces), max_bytes)
+
+
+def test_parse_message_never_raises_anything_else_on_truncated_mail() -> None:
+    for raw in (MULTIPART, MULTIPART.replace(b"\n", b"\r\n")):
+        for cut in range(len(raw) + 1):
+            check_parses_or_refuses(raw[:cut])
+            check_parses_or_refuses(raw, max_bytes=cut or 1)
+
+
+# --- corpora ------------------------------------------------------------------------
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("corpus", ["spamassassin-testdata", "nazario-phishing"])
+def test_every_corpus_message_is_read_and_parsed(corpora_dir: Path, corpus: str) -> None:
+    index = corpora_dir / corpus / "index"
+    n_lines = sum(1 for line in index.read_bytes().splitlines() if line.strip())
+
+    count = 0
+    for _, item in read_index(str(index)):
+        msg = parse_message(item, max_bytes=MAX_BYTES)
+        assert isinstance(msg, email.message.Message)
+        count += 1
+
+    assert count == n_lines
+
+
+@pytest.mark.corpus
+def test_nazario_mboxes_hold_the_same_messages_as_its_index(corpora_dir: Path) -> None:
+    # The corpus's messages/ were split out of mbox/ by another program: the
+    # same identities prove the splitting, unquoting and digest agree with it.
+    corpus = corpora_dir / "nazario-phishing"
+
+    from_mbox = [item.digest for item in read_messages([str(corpus / "mbox")])]
+    from_index = [item.digest for _, item in read_index(str(corpus / "index"))]
+
+    assert len(from_mbox) == len(from_index) == 1307
+    assert sorted(from_mbox) == sorted(from_index)
