@@ -590,3 +590,27 @@ def _read_index_message(path: str) -> MailItem:
             return MailItem(path, f.read())
     except OSError as err:
         raise MailSourceError(f"cannot read mail file {path!r}: {err.strerror}") from err
+
+
+def with_filter_headers(raw: bytes, fields: Sequence[tuple[str, str]]) -> bytes:
+    """The message with any `FILTER_HEADERS` removed and ``fields`` appended
+    to its header block, in the message's own line ending.
+
+    Removing the old fields first means a sender cannot pre-set
+    ``X-Spam-Status: No`` and have it read by a later Sieve rule.
+    """
+    eol = b"\r\n" if b"\r\n" in raw[:4096] else b"\n"
+    data = raw.replace(b"\r\n", b"\n") if eol == b"\r\n" else raw
+    envelope = b""
+    if data.startswith(_ENVELOPE_PREFIX):
+        end = data.find(b"\n")
+        envelope, data = (data, b"") if end < 0 else (data[: end + 1], data[end + 1 :])
+    if data.startswith(b"\n"):
+        header, body = b"", data
+    else:
+        end = data.find(b"\n\n")
+        header, body = (data if data.endswith(b"\n") else data + b"\n", b"\n") if end < 0 else (data[: end + 1], data[end + 1 :])
+    header = _FILTER_FIELD_RE.sub(b"", header)
+    added = b"".join(f"{name}: {value}\n".encode("utf-8") for name, value in fields)
+    out = envelope + header + added + body
+    return out.replace(b"\n", b"\r\n") if eol == b"\r\n" else out

@@ -331,3 +331,14 @@ class _Delta:
             return
         delta = np.array([self.rows[t] for t in token_list], dtype=np.int64).reshape(-1, 4)
         tx.add_counts(token_list, delta, self.classes)
+
+
+def upgrade_database(url: str, *, busy_timeout: float = 30.0) -> tuple[str | None, str | None]:
+    """Bring the database at ``url`` to the current schema; (revision before, after)."""
+    store = Store.open(url, busy_timeout=busy_timeout, upgrade_new=False, check=False)
+    try:
+        before = store.schema_revision()
+        store.upgrade()
+        return before, store.schema_revision()
+    finally:
+        store.close()

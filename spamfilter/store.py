@@ -25,6 +25,7 @@ same tokens concurrently.
 from __future__ import annotations
 
 import os
+import re
 import zlib
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -121,20 +122,43 @@ class TrainedMessage:
     token_counts: dict[str, int]
 
 
+# Tokens can hold a newline: compat32 leaves header folding in parameter
+# values, so ``charset="utf\n 8"`` gives the token ``charset:utf\n 8``, and
+# the first, unescaped version of this format could not be read back (forget
+# and mark failed on such a message). The packed text now starts with a
+# newline, which a readable first-version blob never does, and escapes
+# backslash and newline in tokens; tabs need no escape, as the count follows
+# the last tab on its line.
+_ESCAPED_MARK = "\n"
+_ESCAPE_SEQUENCE = re.compile(r"\\(.)", re.DOTALL)
+
+
+def _escape(token: str) -> str:
+    return token.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def _unescape(token: str) -> str:
+    return _ESCAPE_SEQUENCE.sub(lambda m: "\n" if m.group(1) == "n" else m.group(1), token)
+
+
 def pack_token_counts(counts: dict[str, int]) -> bytes:
-    """Encode a message's token counts as zlib-compressed ``token\\tcount`` lines."""
-    text = "\n".join(f"{token}\t{n}" for token, n in counts.items())
+    """Encode a message's token counts as zlib-compressed ``token\\tcount`` lines
+    after a leading newline, with backslash and newline in tokens escaped."""
+    text = _ESCAPED_MARK + "\n".join(f"{_escape(token)}\t{n}" for token, n in counts.items())
     return zlib.compress(text.encode("utf-8"), 6)
 
 
 def unpack_token_counts(blob: bytes) -> dict[str, int]:
-    """Inverse of ``pack_token_counts``."""
+    """Inverse of ``pack_token_counts``; also reads the unescaped first format."""
     text = zlib.decompress(blob).decode("utf-8")
+    escaped = text.startswith(_ESCAPED_MARK)
+    if escaped:
+        text = text[len(_ESCAPED_MARK) :]
     result: dict[str, int] = {}
     if text:
         for line in text.split("\n"):
             token, _, n = line.rpartition("\t")
-            result[token] = int(n)
+            result[_unescape(token) if escaped and "\\" in token else token] = int(n)
     return result
 
 
@@ -207,15 +231,17 @@ class Store:
         self.url = url
 
     @classmethod
-    def open(cls, url: str, *, busy_timeout: float = 30.0, upgrade_new: bool = True) -> Store:
+    def open(cls, url: str, *, busy_timeout: float = 30.0, upgrade_new: bool = True, check: bool = True) -> Store:
         """Connect, create the schema on a new (empty) database, check the revision.
 
         Raises ``SchemaOutOfDate`` for a database at an older revision, and
         ``StoreError`` when it cannot be reached or was written by a newer
-        spamfilter.
+        spamfilter. ``check=False`` skips both (for ``upgrade`` itself).
         """
         engine = _make_engine(url, busy_timeout)
         store = cls(engine, url)
+        if not check:
+            return store
         try:
             revision = store.schema_revision()
             if revision is None:
@@ -417,19 +443,14 @@ class StoreTransaction:
             raise ValueError("token_list and delta differ in length")
         new_counts = np.zeros_like(delta)
         position = {t: i for i, t in enumerate(token_list)}
-        for start in range(0, len(token_list), _CHUNK):
-            chunk = range(start, min(start + _CHUNK, len(token_list)))
-            values = [
-                {
-                    "token": token_list[i],
-                    "ham_docs": int(delta[i, 0]),
-                    "spam_docs": int(delta[i, 1]),
-                    "ham_terms": int(delta[i, 2]),
-                    "spam_terms": int(delta[i, 3]),
-                }
-                for i in chunk
-            ]
-            for row in self.conn.execute(self._upsert(values)):
+        values = [
+            {"token": t, "ham_docs": hd, "spam_docs": sd, "ham_terms": ht, "spam_terms": st}
+            for t, (hd, sd, ht, st) in zip(token_list, delta.tolist())
+        ]
+        if values:
+            # executemany with RETURNING: SQLAlchemy's "insertmanyvalues" packs
+            # the rows into multi-row statements from one cached compilation.
+            for row in self.conn.execute(self._upsert(), values):
                 new_counts[position[row[0]]] = row[1:]
         if (new_counts < 0).any():
             bad = token_list[int(np.argwhere(new_counts < 0)[0, 0])]
@@ -462,9 +483,9 @@ class StoreTransaction:
                     )
                 )
 
-    def _upsert(self, values: list[dict[str, object]]) -> sa.Executable:
+    def _upsert(self) -> sa.Executable:
         insert = postgresql.insert if self.dialect == "postgresql" else sqlite.insert
-        stmt = insert(tokens).values(values)
+        stmt = insert(tokens)
         stmt = stmt.on_conflict_do_update(
             index_elements=[tokens.c.token],
             set_={name: tokens.c[name] + stmt.excluded[name] for name in COUNT_COLUMNS},
@@ -476,11 +497,10 @@ class StoreTransaction:
             return
         insert = postgresql.insert if self.dialect == "postgresql" else sqlite.insert
         values = [{"label": lbl, "doc_count": k, "tokens": n} for (lbl, k), n in sorted(delta.items())]
-        for start in range(0, len(values), _CHUNK):
-            stmt = insert(doc_histogram).values(values[start : start + _CHUNK])
-            stmt = stmt.on_conflict_do_update(
-                index_elements=[doc_histogram.c.label, doc_histogram.c.doc_count],
-                set_={"tokens": doc_histogram.c.tokens + stmt.excluded.tokens},
-            )
-            self.conn.execute(stmt)
+        stmt = insert(doc_histogram)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=[doc_histogram.c.label, doc_histogram.c.doc_count],
+            set_={"tokens": doc_histogram.c.tokens + stmt.excluded.tokens},
+        )
+        self.conn.execute(stmt, values)
         self.conn.execute(sa.delete(doc_histogram).where(doc_histogram.c.tokens == 0))

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from spamfilter.store import Store
 
 # The labelled corpora live beside the repository, in ../shared/corpora, and
 # are never copied into it (see shared/corpora/README.md).
@@ -25,3 +28,16 @@ def corpora_dir() -> Path:
             pytest.fail(reason)
         pytest.skip(reason)
     return CORPORA_DIR
+
+
+@pytest.fixture
+def db_url(tmp_path: Path) -> str:
+    """A SQLite URL for a database file that does not exist yet."""
+    return f"sqlite:///{tmp_path / 'spamfilter.db'}"
+
+
+@pytest.fixture
+def store(db_url: str) -> Iterator[Store]:
+    """A new token store on ``tmp_path``, at the current schema revision."""
+    with Store.open(db_url) as opened:
+        yield opened

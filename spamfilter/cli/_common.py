@@ -1,0 +1,78 @@
+"""Helpers shared by the command modules: opening the filter, progress, output."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import TypeVar
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from spamfilter.cli import exitcodes, state
+from spamfilter.service import Filter, Refusal, TrainSummary
+
+T = TypeVar("T")
+
+
+@contextmanager
+def open_filter(ctx: typer.Context) -> Iterator[Filter]:
+    """The filter on the database chosen by --db / config / default."""
+    s = state(ctx)
+    with Filter.open(s.config, s.db_url) as f:
+        yield f
+
+
+def progress(items: Iterable[T], label: str, total: int | None = None) -> Iterator[T]:
+    """Yield ``items`` while showing a progress bar on a terminal's stderr."""
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        yield from items
+        return
+    columns = [SpinnerColumn(), TextColumn(label)]
+    if total is not None:
+        columns += [BarColumn(), MofNCompleteColumn()]
+    else:
+        columns += [TextColumn("{task.completed} messages")]
+    columns.append(TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task(label, total=total)
+        for item in items:
+            yield item
+            bar.advance(task)
+
+
+def report_refusals(refused: Iterable[Refusal]) -> int:
+    """One stderr line per refused message; the exit code the run should end with."""
+    n = 0
+    for r in refused:
+        typer.echo(f"spamfilter: skipped {r.source}: {r.reason}", err=True)
+        n += 1
+    return exitcodes.DATA_ERROR if n else exitcodes.OK
+
+
+def describe(summary: TrainSummary) -> str:
+    """One human line for a train / mark / forget summary."""
+    parts = []
+    if summary.trained_spam or summary.trained_ham or not (summary.forgotten or summary.unknown):
+        parts.append(f"trained {summary.trained_spam} spam, {summary.trained_ham} ham")
+    if summary.relabelled:
+        parts.append(f"relabelled {summary.relabelled}")
+    if summary.unchanged:
+        parts.append(f"{summary.unchanged} already trained")
+    if summary.conflicts:
+        parts.append(f"{summary.conflicts} trained with the other label (left as they were; use `spamfilter mark`)")
+    if summary.forgotten or summary.unknown:
+        parts.append(f"forgot {summary.forgotten}")
+    if summary.unknown:
+        parts.append(f"{summary.unknown} were not trained")
+    if summary.refused:
+        parts.append(f"{len(summary.refused)} unreadable")
+    return "; ".join(parts)
+
+
+def is_tty_stdin() -> bool:
+    """Whether stdin is a terminal (then reading a message from it is a mistake)."""
+    return sys.stdin.isatty()

@@ -1,0 +1,125 @@
+"""``spamfilter classify`` (mailboxes to verdicts) and ``filter`` (a delivery filter)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from enum import Enum
+from typing import Annotated
+
+import typer
+
+from spamfilter.cli import app, exitcodes, fail
+from spamfilter.cli._common import is_tty_stdin, open_filter, report_refusals
+from spamfilter.errors import SpamfilterError
+from spamfilter.mail import STDIN_SOURCE, MailItem, read_index, read_messages, with_filter_headers
+from spamfilter.service import Refusal, Verdict
+
+
+class Format(str, Enum):
+    table = "table"
+    jsonl = "jsonl"
+    tsv = "tsv"
+
+
+def _render(v: Verdict, fmt: Format) -> str:
+    if fmt is Format.jsonl:
+        return json.dumps({"source": v.source, "score": v.score, "log_odds": v.log_odds, "verdict": v.verdict})
+    if fmt is Format.tsv:
+        return f"{v.source}\t{v.score:.6g}\t{v.log_odds:.6f}\t{v.verdict}"
+    return f"{v.verdict:<7} {v.score:8.6f} {v.log_odds:+10.2f}  {v.source}"
+
+
+_HEADERS = {
+    Format.table: f"{'verdict':<7} {'score':>8} {'log_odds':>10}  source",
+    Format.tsv: "source\tscore\tlog_odds\tverdict",
+}
+
+
+@app.command()
+def classify(
+    ctx: typer.Context,
+    sources: Annotated[list[str] | None, typer.Argument(metavar="[SRC]...", help="Message file, mbox, Maildir, MH or folder; - for stdin.")] = None,
+    index: Annotated[str | None, typer.Option("--index", metavar="FILE", help="Classify the messages of a TREC index (labels ignored).")] = None,
+    fmt: Annotated[Format, typer.Option("--format", help="table, jsonl or tsv.")] = Format.table,
+) -> None:
+    """Print a verdict for every message: spam, ham or unsure, with P(spam)
+    and the log-odds log P(spam|x) - log P(ham|x) (rank by the log-odds: the
+    probability rounds to 1.0 for most spam).
+
+    Example: spamfilter classify --format jsonl ~/Mail/INBOX
+    """
+    if not sources and index is None:
+        raise typer.BadParameter("give at least one SRC or --index", param_hint="SRC")
+    items: Iterator[MailItem] = read_messages(sources) if sources else iter(())
+    if index is not None:
+        indexed = (item for _, item in read_index(index))
+        items = _chain(items, indexed) if sources else indexed
+    refused: list[Refusal] = []
+    with open_filter(ctx) as f:
+        if fmt in _HEADERS:
+            typer.echo(_HEADERS[fmt])
+        for result in f.classify(items):
+            if isinstance(result, Refusal):
+                refused.append(result)
+            else:
+                typer.echo(_render(result, fmt))
+    raise typer.Exit(report_refusals(refused))
+
+
+def _chain(*streams: Iterator[MailItem]) -> Iterator[MailItem]:
+    for stream in streams:
+        yield from stream
+
+
+_VERDICT_EXIT = {"spam": exitcodes.SPAM, "ham": exitcodes.HAM, "unsure": exitcodes.UNSURE}
+
+
+@app.command(name="filter")
+def filter_(
+    ctx: typer.Context,
+    always_zero: Annotated[bool, typer.Option("--always-zero", help="Exit 0 for every verdict (errors still exit 64+).")] = False,
+    verdict_only: Annotated[bool, typer.Option("--verdict-only", help="Print one verdict line instead of the message.")] = False,
+) -> None:
+    """Read one message on stdin, write it to stdout with X-Spam-Status,
+    X-Spam-Score (and X-Spam-Flag: YES for spam) headers; exit 0 spam, 1 ham,
+    2 unsure. On an error the message is passed through unchanged.
+
+    Example (procmail): :0fw | spamfilter filter --always-zero
+    """
+    if is_tty_stdin():
+        fail("filter reads a message on standard input", exitcodes.USAGE)
+    raw = sys.stdin.buffer.read()
+    out = sys.stdout.buffer
+    try:
+        with open_filter(ctx) as f:
+            result = next(iter(f.classify([MailItem(STDIN_SOURCE, raw)])))
+            model_name = f.config.model.event_model
+    except SpamfilterError as exc:
+        if not verdict_only:
+            out.write(raw)
+            out.flush()
+        fail(str(exc), exitcodes.for_error(exc))
+    if isinstance(result, Refusal):
+        if not verdict_only:
+            out.write(raw)
+            out.flush()
+        fail(f"not filtered: {result.reason}", exitcodes.DATA_ERROR)
+    assert isinstance(result, Verdict)
+    if verdict_only:
+        out.write(f"{result.verdict} {result.score:.6f} {result.log_odds:+.4f}\n".encode())
+    else:
+        fields = [
+            (
+                "X-Spam-Status",
+                f"{'Yes' if result.verdict == 'spam' else 'No'}, verdict={result.verdict} "
+                f"score={result.score:.6f} log_odds={result.log_odds:+.4f} model={model_name}",
+            ),
+            ("X-Spam-Score", f"{result.score:.6f}"),
+        ]
+        if result.verdict == "spam":
+            fields.append(("X-Spam-Flag", "YES"))
+        out.write(with_filter_headers(raw, fields))
+    out.flush()
+    raise typer.Exit(exitcodes.OK if always_zero else _VERDICT_EXIT[result.verdict])

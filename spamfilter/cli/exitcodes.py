@@ -1,0 +1,70 @@
+"""Exit codes of the ``spamfilter`` command: the one table, used by every command.
+
+``spamfilter filter`` answers with its verdict in the exit code, as
+bogofilter does: 0 spam, 1 ham, 2 unsure. Errors use the BSD ``sysexits.h``
+numbers (64 and up), so a verdict can never be mistaken for an error; an MTA
+that sees 75 (temporary failure) queues the message and retries.
+
+    code  meaning
+    ----  -------------------------------------------------------------
+       0  success; for `filter`: the message is spam
+       1  `filter`: the message is ham
+       2  `filter`: the message is unsure
+      64  usage error: unknown option, missing or bad argument
+      65  a message could not be read as mail (the others were processed)
+      66  a mail source (file, folder, index) does not exist or is unreadable
+      69  the model is not trained yet (needs a spam and a ham)
+      70  internal error: a bug in spamfilter, please report it
+      74  the database cannot be opened, read or written
+      75  the database stayed locked by another process: try again later
+      76  the database schema is out of date: run `spamfilter db upgrade`
+      78  the configuration is invalid
+     130  interrupted (Ctrl-C)
+"""
+
+from __future__ import annotations
+
+from spamfilter.errors import (
+    ConfigError,
+    MailParseError,
+    MailSourceError,
+    NotTrainedError,
+    SchemaOutOfDate,
+    SpamfilterError,
+    StoreBusyError,
+    StoreError,
+)
+
+OK = 0
+SPAM = 0
+HAM = 1
+UNSURE = 2
+USAGE = 64
+DATA_ERROR = 65
+NO_INPUT = 66
+NOT_TRAINED = 69
+INTERNAL = 70
+STORE_ERROR = 74
+STORE_BUSY = 75
+SCHEMA_OUT_OF_DATE = 76
+CONFIG_ERROR = 78
+INTERRUPTED = 130
+
+# Most specific class first: the first match wins.
+_BY_ERROR: tuple[tuple[type[SpamfilterError], int], ...] = (
+    (ConfigError, CONFIG_ERROR),
+    (MailSourceError, NO_INPUT),
+    (MailParseError, DATA_ERROR),
+    (NotTrainedError, NOT_TRAINED),
+    (SchemaOutOfDate, SCHEMA_OUT_OF_DATE),
+    (StoreBusyError, STORE_BUSY),
+    (StoreError, STORE_ERROR),
+)
+
+
+def for_error(error: SpamfilterError) -> int:
+    """The exit code of a library error."""
+    for cls, code in _BY_ERROR:
+        if isinstance(error, cls):
+            return code
+    return INTERNAL

@@ -1,0 +1,251 @@
+"""The command line: exit codes, output formats, state after each command."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from spamfilter.cli import app, exitcodes
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def sample(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The generated sample mail (corpora/make_sample.py), once per session."""
+    out = tmp_path_factory.mktemp("sample")
+    subprocess.run([sys.executable, str(REPO / "corpora" / "make_sample.py"), "--out", str(out)], check=True, capture_output=True)
+    return out
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    return CliRunner()
+
+
+@pytest.fixture
+def trained(runner: CliRunner, db_url: str, sample: Path) -> str:
+    result = runner.invoke(app, ["--db", db_url, "train", "--spam", str(sample / "train-spam.mbox"), "--ham", str(sample / "train-ham.mbox")])
+    assert result.exit_code == 0, result.output
+    return db_url
+
+
+def truth(sample: Path) -> dict[str, str]:
+    rows = (line.split("\t") for line in (sample / "inbox-truth.tsv").read_text().splitlines() if line.strip())
+    return {f"{sample / 'inbox.mbox'}:{n}": label for n, label in rows}
+
+
+def stats(runner: CliRunner, db_url: str) -> dict[str, object]:
+    result = runner.invoke(app, ["--db", db_url, "stats", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    data: dict[str, object] = json.loads(result.stdout)
+    return data
+
+
+def test_train_reports_counts_and_stats_match(runner: CliRunner, db_url: str, sample: Path) -> None:
+    result = runner.invoke(app, ["--db", db_url, "train", "--spam", str(sample / "train-spam.mbox"), "--ham", str(sample / "train-ham.mbox")])
+    assert result.exit_code == 0
+    assert result.stdout.strip() == "trained 60 spam, 60 ham"
+    s = stats(runner, db_url)
+    assert (s["spam_messages"], s["ham_messages"]) == (60, 60)
+    assert isinstance(s["tokens"], int) and s["tokens"] > 500
+    assert s["tokens"] <= s["spam_tokens"] + s["ham_tokens"]  # type: ignore[operator]
+
+
+def test_training_twice_is_a_no_op(runner: CliRunner, trained: str, sample: Path) -> None:
+    before = stats(runner, trained)
+    result = runner.invoke(app, ["--db", trained, "train", "--spam", str(sample / "train-spam.mbox")])
+    assert result.exit_code == 0
+    assert result.stdout.strip() == "trained 0 spam, 0 ham; 60 already trained"
+    assert stats(runner, trained) == before
+
+
+def test_training_with_the_other_label_is_a_conflict_not_a_change(runner: CliRunner, trained: str, sample: Path) -> None:
+    before = stats(runner, trained)
+    result = runner.invoke(app, ["--db", trained, "train", "--ham", str(sample / "train-spam.mbox")])
+    assert result.exit_code == 0
+    assert "60 trained with the other label" in result.stdout
+    assert stats(runner, trained) == before
+
+
+def test_classify_table_gets_every_sample_message_right(runner: CliRunner, trained: str, sample: Path) -> None:
+    result = runner.invoke(app, ["--db", trained, "classify", str(sample / "inbox.mbox")])
+    assert result.exit_code == 0
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["verdict", "score", "log_odds", "source"]
+    got = {line.split()[3]: line.split()[0] for line in lines[1:]}
+    assert got == truth(sample)
+
+
+def test_classify_jsonl_rows_carry_score_and_log_odds(runner: CliRunner, trained: str, sample: Path) -> None:
+    result = runner.invoke(app, ["--db", trained, "classify", "--format", "jsonl", str(sample / "inbox.mbox")])
+    assert result.exit_code == 0
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(rows) == 20
+    for row in rows:
+        assert set(row) == {"source", "score", "log_odds", "verdict"}
+        assert row["score"] == pytest.approx(1 / (1 + math.exp(-row["log_odds"])), rel=1e-9, abs=1e-300)
+        assert row["verdict"] == ("spam" if row["log_odds"] > 0 else "ham")
+    # Most spam round to exactly 1.0, but the log-odds still rank them.
+    spam = [r for r in rows if r["verdict"] == "spam"]
+    assert len({r["log_odds"] for r in spam}) == len(spam)
+
+
+def test_classify_tsv_has_header_and_one_row_per_message(runner: CliRunner, trained: str, sample: Path) -> None:
+    result = runner.invoke(app, ["--db", trained, "classify", "--format", "tsv", str(sample / "inbox.mbox")])
+    lines = result.stdout.splitlines()
+    assert lines[0] == "source\tscore\tlog_odds\tverdict"
+    assert len(lines) == 21
+    assert all(len(line.split("\t")) == 4 for line in lines)
+
+
+def test_mark_moves_a_message_and_forget_restores_counts(runner: CliRunner, trained: str, sample: Path, tmp_path: Path) -> None:
+    before = stats(runner, trained)
+    ham = tmp_path / "ham.eml"
+    ham.write_bytes(b"From: a@example.org\nSubject: lunch on friday\n\nshall we meet for lunch on friday at noon\n")
+    assert runner.invoke(app, ["--db", trained, "mark", "spam", str(ham)]).stdout.strip() == "trained 1 spam, 0 ham"
+    assert runner.invoke(app, ["--db", trained, "mark", "ham", str(ham)]).stdout.strip() == "trained 0 spam, 0 ham; relabelled 1"
+    s = stats(runner, trained)
+    assert (s["spam_messages"], s["ham_messages"]) == (60, 61)
+    result = runner.invoke(app, ["--db", trained, "forget", str(ham)])
+    assert result.stdout.strip() == "forgot 1"
+    assert stats(runner, trained) == before
+    assert runner.invoke(app, ["--db", trained, "forget", str(ham)]).stdout.strip() == "forgot 0; 1 were not trained"
+
+
+def _first_message(mbox: Path, n: int) -> bytes:
+    """The n-th (1-based) message of an mbox, without its envelope line."""
+    from spamfilter.mail import read_messages
+
+    return next(item.raw for i, item in enumerate(read_messages([str(mbox)]), 1) if i == n)
+
+
+def test_filter_adds_headers_and_exits_with_the_verdict(runner: CliRunner, trained: str, sample: Path) -> None:
+    labels = truth(sample)
+    spam_n = next(int(s.rsplit(":", 1)[1]) for s, lbl in labels.items() if lbl == "spam")
+    ham_n = next(int(s.rsplit(":", 1)[1]) for s, lbl in labels.items() if lbl == "ham")
+    spam = b"X-Spam-Status: No, forged by the sender\n" + _first_message(sample / "inbox.mbox", spam_n)
+    result = runner.invoke(app, ["--db", trained, "filter"], input=spam)
+    assert result.exit_code == exitcodes.SPAM
+    out = result.stdout_bytes
+    assert b"X-Spam-Flag: YES\n" in out
+    assert out.count(b"X-Spam-Status:") == 1
+    assert b"X-Spam-Status: Yes, verdict=spam score=" in out
+    # Only the filter's own fields were touched: the rest is byte-identical.
+    assert out.replace(out[out.index(b"X-Spam-Status: Yes") : out.index(b"X-Spam-Flag: YES\n") + 17], b"") == spam.replace(b"X-Spam-Status: No, forged by the sender\n", b"")
+
+    ham = _first_message(sample / "inbox.mbox", ham_n)
+    result = runner.invoke(app, ["--db", trained, "filter"], input=ham)
+    assert result.exit_code == exitcodes.HAM
+    assert b"X-Spam-Status: No, verdict=ham" in result.stdout_bytes
+    assert b"X-Spam-Flag" not in result.stdout_bytes
+    assert runner.invoke(app, ["--db", trained, "filter", "--always-zero"], input=ham).exit_code == 0
+    result = runner.invoke(app, ["--db", trained, "filter", "--verdict-only"], input=ham)
+    assert result.stdout.split()[0] == "ham"
+
+
+def test_filter_passes_mail_through_unchanged_when_untrained(runner: CliRunner, db_url: str) -> None:
+    message = b"Subject: hello\n\nbody\n"
+    result = runner.invoke(app, ["--db", db_url, "filter"], input=message)
+    assert result.exit_code == exitcodes.NOT_TRAINED == 69
+    assert result.stdout_bytes == message
+    assert "needs at least one trained spam and one trained ham" in result.stderr
+
+
+def test_filter_refuses_an_empty_message_with_exit_65(runner: CliRunner, trained: str) -> None:
+    result = runner.invoke(app, ["--db", trained, "filter"], input=b"")
+    assert result.exit_code == exitcodes.DATA_ERROR == 65
+    assert result.stderr.startswith("spamfilter: not filtered:")
+
+
+def test_classify_goes_on_past_an_unreadable_message_and_exits_65(runner: CliRunner, trained: str, tmp_path: Path) -> None:
+    good = tmp_path / "a-good.eml"
+    good.write_bytes(b"Subject: meeting\n\nproject meeting notes attached\n")
+    empty = tmp_path / "b-empty.eml"
+    empty.write_bytes(b"")
+    result = runner.invoke(app, ["--db", trained, "classify", str(tmp_path)])
+    assert result.exit_code == 65
+    assert len(result.stdout.splitlines()) == 2  # header + the good message
+    assert f"skipped {empty}" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [
+        (["classify", "/no/such/file"], 66),
+        (["classify", "--no-such-option", "x"], 64),
+        (["classify"], 64),
+        (["train"], 64),
+        (["mark", "maybe", "x"], 64),
+    ],
+)
+def test_errors_exit_with_documented_codes_and_one_line(runner: CliRunner, db_url: str, args: list[str], code: int) -> None:
+    result = runner.invoke(app, ["--db", db_url, *args])
+    assert result.exit_code == code
+    assert "Traceback" not in result.output
+
+
+def test_classify_before_training_exits_69(runner: CliRunner, db_url: str, sample: Path) -> None:
+    result = runner.invoke(app, ["--db", db_url, "classify", str(sample / "inbox.mbox")])
+    assert result.exit_code == 69
+    assert result.stderr.strip() == "spamfilter: the model needs at least one trained spam and one trained ham (it has 0 spam and 0 ham)"
+
+
+def test_bad_config_exits_78_naming_the_key(runner: CliRunner, db_url: str, tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text("[model]\nalpha = -1\n")
+    result = runner.invoke(app, ["--config", str(config), "--db", db_url, "stats"])
+    assert result.exit_code == 78
+    assert "model.alpha" in result.stderr
+
+
+def test_old_schema_exits_76_and_db_upgrade_fixes_it(runner: CliRunner, trained: str) -> None:
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(trained)
+    with engine.begin() as conn:
+        conn.execute(sa.text("DROP TABLE messages"))
+        conn.execute(sa.text("DROP TABLE doc_histogram"))
+        conn.execute(sa.text("DROP TABLE class_totals"))
+        conn.execute(sa.text("DROP TABLE tokens"))
+        conn.execute(sa.text("DELETE FROM alembic_version"))
+    engine.dispose()
+    # A database with a revision table but no revision is not ours to touch.
+    result = runner.invoke(app, ["--db", trained, "stats"])
+    assert result.exit_code == 74
+    engine = sa.create_engine(trained)
+    with engine.begin() as conn:
+        conn.execute(sa.text("DROP TABLE alembic_version"))
+    engine.dispose()
+    result = runner.invoke(app, ["--db", trained, "db", "upgrade"])
+    assert result.exit_code == 0
+    assert result.stdout.strip() == "schema upgraded from empty to revision 0001"
+    assert runner.invoke(app, ["--db", trained, "db", "upgrade"]).stdout.strip() == "schema already at revision 0001"
+
+
+def test_unreachable_database_exits_74(runner: CliRunner) -> None:
+    result = runner.invoke(app, ["--db", "sqlite:////proc/no/such/dir/x.db", "stats"])
+    assert result.exit_code == 74
+    assert "Traceback" not in result.output
+
+
+def test_every_command_has_help_and_is_in_the_readme(runner: CliRunner) -> None:
+    readme = (REPO / "README.md").read_text()
+    commands = ["train", "forget", "mark", "classify", "filter", "stats", "db upgrade"]
+    for command in commands:
+        result = runner.invoke(app, [*command.split(), "--help"])
+        assert result.exit_code == 0, command
+        assert "Example" in result.stdout, command
+        assert f"spamfilter {command}" in readme, command
+
+
+def test_python_dash_m_runs_the_same_app() -> None:
+    result = subprocess.run([sys.executable, "-m", "spamfilter", "--version"], capture_output=True, text=True, check=False)
+    assert result.returncode == 0
+    assert result.stdout.startswith("spamfilter ")

@@ -1,0 +1,266 @@
+"""Tests of spamfilter.store on a SQLite file: schema, counts, histogram, ledger blobs."""
+
+from __future__ import annotations
+
+import os
+import stat
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+import sqlalchemy as sa
+from alembic.config import Config as AlembicConfig
+from alembic.script import ScriptDirectory
+
+from spamfilter.errors import SchemaOutOfDate, StoreError
+from spamfilter.mail import MailItem, parse_message
+from spamfilter.store import SCHEMA_REVISION, Store, pack_token_counts, sqlite_path, unpack_token_counts
+from spamfilter.tokenizer import Tokenizer
+from spamfilter.vectorizer import term_counts
+
+MIGRATIONS = Path(__file__).resolve().parents[1] / "migrations"
+
+Rows = list[tuple[object, ...]]
+
+
+def query(store: Store, sql: str) -> Rows:
+    with store.engine.connect() as conn:
+        return [tuple(row) for row in conn.execute(sa.text(sql))]
+
+
+def dump(store: Store) -> dict[str, Rows]:
+    """Every table's rows, sorted, for before/after comparisons."""
+    return {
+        "tokens": query(store, "SELECT token, ham_docs, spam_docs, ham_terms, spam_terms FROM tokens ORDER BY token"),
+        "class_totals": query(store, "SELECT label, messages, terms, binary_terms FROM class_totals ORDER BY label"),
+        "doc_histogram": query(store, "SELECT label, doc_count, tokens FROM doc_histogram ORDER BY label, doc_count"),
+        "messages": query(store, "SELECT digest, label, trained_at, token_counts FROM messages ORDER BY digest"),
+    }
+
+
+def histogram_from_tokens(store: Store) -> Rows:
+    """doc_histogram recomputed from scratch: for each class, tokens per message count."""
+    return query(
+        store,
+        "SELECT 0, ham_docs, count(*) FROM tokens GROUP BY ham_docs "
+        "UNION ALL SELECT 1, spam_docs, count(*) FROM tokens GROUP BY spam_docs "
+        "ORDER BY 1, 2",
+    )
+
+
+def add(store: Store, token_list: list[str], delta: np.ndarray, class_delta: np.ndarray | None = None) -> None:
+    with store.begin() as tx:
+        tx.add_counts(token_list, delta.astype(np.int64), np.zeros((3, 2), np.int64) if class_delta is None else class_delta)
+
+
+# -- schema --------------------------------------------------------------------
+
+
+def test_schema_revision_is_the_alembic_head_of_migrations() -> None:
+    cfg = AlembicConfig()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    assert ScriptDirectory.from_config(cfg).get_heads() == [SCHEMA_REVISION]
+
+
+def test_new_database_gets_schema_at_head_wal_and_owner_only_mode(store: Store) -> None:
+    assert store.schema_revision() == SCHEMA_REVISION
+    assert query(store, "SELECT version_num FROM alembic_version") == [(SCHEMA_REVISION,)]
+    tables = set(sa.inspect(store.engine).get_table_names())
+    assert tables == {"alembic_version", "tokens", "class_totals", "doc_histogram", "messages"}
+    assert query(store, "PRAGMA journal_mode") == [("wal",)]
+    assert query(store, "SELECT label, messages, terms, binary_terms FROM class_totals ORDER BY label") == [
+        (0, 0, 0, 0),
+        (1, 0, 0, 0),
+    ]
+    path = sqlite_path(store.url)
+    assert path is not None
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+
+
+def test_reopening_a_database_keeps_it(db_url: str) -> None:
+    with Store.open(db_url) as first:
+        add(first, ["spam"], np.array([[0, 1, 0, 2]]), np.array([[0, 1], [0, 2], [0, 1]]))
+        before = dump(first)
+    with Store.open(db_url) as second:
+        assert dump(second) == before
+
+
+def test_unknown_revision_raises_store_error(db_url: str) -> None:
+    with Store.open(db_url) as store:
+        with store.engine.begin() as conn:
+            conn.execute(sa.text("UPDATE alembic_version SET version_num = '0000'"))
+    # '0000' is not a revision of migrations/: the database is taken to be
+    # from a newer spamfilter, so it is a StoreError but not SchemaOutOfDate.
+    with pytest.raises(StoreError, match="revision 0000 is unknown") as info:
+        Store.open(db_url)
+    assert not isinstance(info.value, SchemaOutOfDate)
+
+
+def test_older_known_revision_raises_schema_out_of_date(db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    with Store.open(db_url) as store:
+        with store.engine.begin() as conn:
+            conn.execute(sa.text("UPDATE alembic_version SET version_num = '0000'"))
+    # There is only one revision so far; pretend '0000' is an older one.
+    monkeypatch.setattr(Store, "_known_revisions", lambda self: {"0000", SCHEMA_REVISION})
+    with pytest.raises(SchemaOutOfDate, match="spamfilter db upgrade"):
+        Store.open(db_url)
+
+
+def test_empty_database_without_upgrade_raises_schema_out_of_date(db_url: str) -> None:
+    with pytest.raises(SchemaOutOfDate, match="empty database"):
+        Store.open(db_url, upgrade_new=False)
+
+
+def test_foreign_tables_without_revision_raise_store_error(db_url: str) -> None:
+    engine = sa.create_engine(db_url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("CREATE TABLE other (x INTEGER)"))
+    engine.dispose()
+    with pytest.raises(StoreError, match="no spamfilter schema revision"):
+        Store.open(db_url)
+
+
+# -- counts and histogram ----------------------------------------------------
+
+
+def test_random_training_and_untraining_keep_histogram_exact(store: Store) -> None:
+    rng = np.random.default_rng(20261125)
+    universe = [f"tok{i:03d}" for i in range(400)]
+    state = np.zeros((len(universe), 4), dtype=np.int64)  # ham_docs spam_docs ham_terms spam_terms
+    classes = np.zeros((3, 2), dtype=np.int64)
+    batches = ["train", "train", "untrain", "mixed", "train", "untrain", "mixed", "untrain", "train", "untrain"]
+    deleted = zero_buckets = 0
+    known = np.zeros(len(universe), dtype=bool)
+    for kind in batches:
+        was_known = known
+        idx = rng.choice(len(universe), size=int(rng.integers(50, 250)), replace=False)
+        delta = np.zeros((len(idx), 4), dtype=np.int64)
+        for row, i in enumerate(idx):
+            current = state[i]
+            untrain = kind == "untrain" or (kind == "mixed" and current[:2].any() and rng.random() < 0.5)
+            if untrain:
+                if rng.random() < 0.4:
+                    d = -current  # all of it: the token leaves the vocabulary
+                else:
+                    docs = -rng.integers(0, current[:2] + 1)
+                    # keep terms >= docs, and 0 where docs reach 0
+                    new_docs = current[:2] + docs
+                    new_terms = np.where(new_docs > 0, np.maximum(new_docs, current[2:] - rng.integers(0, 3, 2)), 0)
+                    d = np.concatenate([docs, new_terms - current[2:]])
+            else:
+                docs = rng.integers(0, 4, 2)
+                d = np.concatenate([docs, docs + np.where(docs > 0, rng.integers(0, 3, 2), 0)])
+            delta[row] = d
+        class_delta = np.vstack([rng.integers(-1, 3, 2), rng.integers(-1, 5, 2), rng.integers(-1, 4, 2)])
+        add(store, [universe[i] for i in idx], delta, class_delta)
+        state[idx] += delta
+        classes += class_delta
+        assert (state >= 0).all()
+
+        known = (state[:, 0] > 0) | (state[:, 1] > 0)
+        expected_tokens = [(universe[i], *map(int, state[i])) for i in np.flatnonzero(known)]
+        assert query(store, "SELECT token, ham_docs, spam_docs, ham_terms, spam_terms FROM tokens ORDER BY token") == expected_tokens
+        hist = query(store, "SELECT label, doc_count, tokens FROM doc_histogram ORDER BY label, doc_count")
+        assert hist == histogram_from_tokens(store)
+        # k = 0 rows: tokens known in one class only
+        zero_rows = {label: n for label, k, n in hist if k == 0}
+        assert zero_rows.get(0, 0) == int((known & (state[:, 0] == 0)).sum())
+        assert zero_rows.get(1, 0) == int((known & (state[:, 1] == 0)).sum())
+        totals = store.totals()
+        assert totals.vocabulary_size == len(expected_tokens) == int(known.sum())
+        assert [h.tolist() for h in totals.histogram] == [
+            [[k, n] for label, k, n in hist if label == c] for c in (0, 1)
+        ]
+        assert totals.messages.tolist() == classes[0].tolist()
+        assert totals.terms.tolist() == classes[1].tolist()
+        assert totals.binary_terms.tolist() == classes[2].tolist()
+        deleted += int((was_known & ~known).sum())
+        zero_buckets += min(zero_rows.get(0, 0), zero_rows.get(1, 0))
+    # the run did delete tokens and did fill both k = 0 buckets
+    assert deleted > 0
+    assert zero_buckets > 0
+
+
+def test_token_whose_message_counts_reach_zero_is_deleted(store: Store) -> None:
+    add(store, ["a", "b"], np.array([[1, 0, 2, 0], [0, 2, 0, 3]]))
+    assert store.totals().vocabulary_size == 2
+    add(store, ["a"], np.array([[-1, 0, -2, 0]]))
+    assert dump(store)["tokens"] == [("b", 0, 2, 0, 3)]
+    assert dump(store)["doc_histogram"] == [(0, 0, 1), (1, 2, 1)]
+    add(store, ["b"], np.array([[0, -2, 0, -3]]))
+    assert dump(store)["tokens"] == []
+    assert dump(store)["doc_histogram"] == []
+    assert store.totals().vocabulary_size == 0
+
+
+def test_negative_count_raises_and_changes_nothing(store: Store) -> None:
+    add(store, ["a", "b"], np.array([[2, 1, 3, 1], [0, 1, 0, 4]]), np.array([[2, 1], [3, 5], [1, 2]]))
+    before = dump(store)
+    # "b" would go to ham_docs -1; "c" is new and negative; "a" is fine and
+    # would be deleted, "d" is new and fine: none of it may stay.
+    token_list = ["a", "b", "c", "d"]
+    delta = np.array([[-2, -1, -3, -1], [-1, 0, 0, 0], [0, -1, 0, -1], [1, 0, 1, 0]])
+    with pytest.raises(StoreError, match="would go negative"):
+        add(store, token_list, delta, np.array([[-1, 0], [-1, 0], [-1, 0]]))
+    assert dump(store) == before
+
+
+def test_token_counts_zeros_for_unknown_and_aligned_across_chunks(store: Store) -> None:
+    known = [f"k{i:05d}" for i in range(2600)]
+    counts = np.array([[i % 7 + 1, i % 3, i % 7 + 1 + i % 5, i % 3 * 2] for i in range(len(known))], dtype=np.int64)
+    add(store, known, counts)
+    rng = np.random.default_rng(7)
+    asked = known + [f"u{i:05d}" for i in range(2100)]
+    order = rng.permutation(len(asked))
+    asked_shuffled = [asked[i] for i in order]
+    with store.begin(write=False) as tx:
+        got = tx.token_counts(asked_shuffled)
+    assert got.shape == (len(asked), 4)
+    for row, i in enumerate(order):
+        expected = counts[i] if i < len(known) else np.zeros(4, dtype=np.int64)
+        assert got[row].tolist() == expected.tolist(), asked_shuffled[row]
+    with store.begin(write=False) as tx:
+        assert tx.token_counts([]).shape == (0, 4)
+
+
+# -- ledger blobs --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "counts",
+    [
+        {},
+        {"viagra": 3, "subject:free": 1, "bi:free money": 2},
+        {"charset:utf\t8": 1, "tab\tand\tmore\t7": 2, "\t": 3, "": 4},
+        {"charset:utf\n 8": 1, "\n": 2, "a\n\tb\n": 3, "trailing\n": 4},
+        {"back\\slash": 1, "back\\nslash": 2, "\\": 3, "\\\n\\n": 4, "ümlaut 中文": 5},
+    ],
+    ids=["empty", "plain", "tabs", "newlines", "backslashes"],
+)
+def test_pack_unpack_round_trip(counts: dict[str, int]) -> None:
+    assert unpack_token_counts(pack_token_counts(counts)) == counts
+
+
+def test_unpack_reads_the_first_unescaped_format() -> None:
+    old = zlib.compress("a\t1\nback\\nslash\t2\nx\ty\t3".encode(), 6)
+    assert unpack_token_counts(old) == {"a": 1, "back\\nslash": 2, "x\ty": 3}
+    assert unpack_token_counts(zlib.compress(b"")) == {}
+
+
+def test_tokens_from_folded_headers_survive_the_ledger() -> None:
+    # compat32 keeps header folding inside parameter values: the tokenizer
+    # then emits tokens with a newline (and with a tab if the header has one).
+    raw = (
+        b"From: <\"x\n y\"@example.com>\n"
+        b"Subject: hi\n"
+        b"Content-Type: text/plain;\n charset=\"utf\n 8\"\n"
+        b"Content-Transfer-Encoding: 7bit\tx\n"
+        b"\n"
+        b"hello world\n"
+    )
+    tokens = Tokenizer().tokenize(parse_message(MailItem("m", raw), max_bytes=1 << 16))
+    assert "charset:utf\n 8" in tokens
+    assert "encoding:7bit\tx" in tokens
+    counts = term_counts(tokens)
+    assert unpack_token_counts(pack_token_counts(counts)) == counts
