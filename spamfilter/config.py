@@ -110,7 +110,8 @@ def load_config(path: Path | None = None) -> Config:
     """
     if path is None:
         path = default_config_path()
-        if not path.exists():
+        # The per-user file is optional; a file named by $SPAMFILTER_CONFIG is not.
+        if not path.exists() and not os.environ.get("SPAMFILTER_CONFIG"):
             return Config()
     try:
         with open(path, "rb") as fh:

@@ -208,7 +208,7 @@ class Tokenizer:
                 out.append(TO + "domain:" + domain)
         message_id = message.get("message-id")
         if message_id is not None:
-            out.append(MESSAGE_ID + _message_id_shape(mime.decode_header(message_id)))
+            out.append(MESSAGE_ID + _message_id_shape(_squeeze(mime.decode_header(message_id))))
         for key in ("x-mailer", "user-agent"):
             value = message.get(key)
             if value is not None:
@@ -216,7 +216,7 @@ class Tokenizer:
 
     def _address_tokens(self, value: str, prefix: str) -> Iterator[str]:
         name, address = email.utils.parseaddr(value)
-        address = address.lower()
+        address = _squeeze(address).lower()
         if address:
             yield prefix + "addr:" + address[:80]
             domain = _domain(address)
@@ -239,13 +239,13 @@ class Tokenizer:
         for part in _leaves(message):
             parts += 1
             ctype = mime.content_type(part)
-            out.append(CONTENT_TYPE + ctype)
+            out.append(CONTENT_TYPE + _squeeze(ctype))
             charset = part.get_param("charset")
             if isinstance(charset, str):
-                out.append(CHARSET + charset.strip().strip("\"'").lower()[:30])
+                out.append(CHARSET + _squeeze(charset).strip("\"'").lower()[:30])
             cte = part.get("content-transfer-encoding")
             if cte is not None:
-                out.append(ENCODING + str(cte).strip().lower()[:30])
+                out.append(ENCODING + _squeeze(str(cte)).lower()[:30])
             name = mime.filename(part)
             maintype = ctype.partition("/")[0]
             if name is not None or maintype not in ("text", "multipart", "message"):
@@ -279,7 +279,7 @@ class Tokenizer:
         out.extend(self.words(text))
 
     def _attachment_tokens(self, ctype: str, name: str | None) -> Iterator[str]:
-        yield ATTACHMENT + "type:" + ctype
+        yield ATTACHMENT + "type:" + _squeeze(ctype)
         if name:
             stem, dot, ext = name.lower().rpartition(".")
             if dot and 0 < len(ext) <= 8:
@@ -314,7 +314,7 @@ def _leaves(message: email.message.Message) -> Iterable[email.message.Message]:
 def url_tokens(url: str) -> list[str]:
     """``url:host:`` for the host and each parent domain, ``url:path:`` pieces,
     ``url:ip`` for numeric hosts, ``url:scheme:``."""
-    url = url.strip().lower()
+    url = _squeeze(url).lower()
     scheme, sep, rest = url.partition("://")
     if not sep:
         scheme, rest = ("mailto", url[7:]) if url.startswith("mailto:") else ("", url)
@@ -376,3 +376,9 @@ def _bucket(n: int) -> str:
     if n <= 4:
         return str(n)
     return str(1 << (n.bit_length() - 1))
+
+
+def _squeeze(value: str) -> str:
+    """Drop all white space: folded header values must not put a newline or
+    a blank inside a token."""
+    return "".join(value.split())

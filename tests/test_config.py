@@ -1,0 +1,188 @@
+"""Tests of spamfilter.config: defaults, overlaying a file, range checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spamfilter.config import (
+    Config,
+    DecisionConfig,
+    ModelConfig,
+    StoreConfig,
+    TokenizerConfig,
+    config_from_dict,
+    default_config_path,
+    default_db_url,
+    load_config,
+)
+from spamfilter.errors import ConfigError
+
+REPOSITORY_CONFIG = Path(__file__).resolve().parents[1] / "config.toml"
+
+
+def test_defaults() -> None:
+    c = Config()
+    assert c.store == StoreConfig(url="", busy_timeout=30.0, batch_size=500)
+    assert c.model == ModelConfig(event_model="multinomial-binary", alpha=0.1)
+    assert c.decision == DecisionConfig(
+        cost_ham_as_spam=10.0, cost_spam_as_ham=1.0, cost_unsure=0.2, spam_cutoff=None, ham_cutoff=None
+    )
+    assert c.tokenizer == TokenizerConfig(
+        max_bytes=200_000, min_word_length=3, max_word_length=20, bigrams=False, stem=False, header_tokens=True
+    )
+
+
+def test_empty_document_gives_the_defaults() -> None:
+    assert config_from_dict({}) == Config()
+    assert config_from_dict({"model": {}, "store": {}}) == Config()
+
+
+def test_repository_config_toml_equals_the_code_defaults() -> None:
+    if not REPOSITORY_CONFIG.exists():
+        pytest.fail(f"{REPOSITORY_CONFIG} is missing: the repository must ship a config.toml documenting every default")
+    assert load_config(REPOSITORY_CONFIG) == Config()
+
+
+def test_file_overlays_the_defaults(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text(
+        '[model]\nevent_model = "bernoulli"\nalpha = 1\n\n'
+        '[decision]\nspam_cutoff = 0.9\nham_cutoff = 0.2\n\n'
+        '[store]\nurl = "sqlite:///x.db"\nbusy_timeout = 5\n'
+    )
+    c = load_config(path)
+    assert c.model == ModelConfig(event_model="bernoulli", alpha=1.0)
+    assert isinstance(c.model.alpha, float)
+    assert isinstance(c.store.busy_timeout, float)
+    assert c.decision == DecisionConfig(spam_cutoff=0.9, ham_cutoff=0.2)
+    assert c.store == StoreConfig(url="sqlite:///x.db", busy_timeout=5.0)
+    assert c.tokenizer == TokenizerConfig()
+
+
+def test_missing_explicit_path_raises(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.toml"
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config(missing)
+
+
+def test_missing_default_path_gives_the_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SPAMFILTER_CONFIG", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    assert default_config_path() == tmp_path / "spamfilter" / "config.toml"
+    assert load_config() == Config()
+
+
+def test_default_path_is_read_when_present(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "elsewhere.toml"
+    path.write_text("[model]\nalpha = 0.5\n")
+    monkeypatch.setenv("SPAMFILTER_CONFIG", str(path))
+    assert load_config() == Config(model=ModelConfig(alpha=0.5))
+
+
+def test_default_db_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SPAMFILTER_DB", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    assert default_db_url() == f"sqlite:///{tmp_path}/spamfilter/spamfilter.db"
+    monkeypatch.setenv("SPAMFILTER_DB", "sqlite:///other.db")
+    assert default_db_url() == "sqlite:///other.db"
+
+
+def test_invalid_toml_raises(tmp_path: Path) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text("[model\nalpha = 1\n")
+    with pytest.raises(ConfigError, match="invalid TOML"):
+        load_config(path)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"modle": {"alpha": 1.0}}, r"unknown section \[modle\]"),
+        ({"model": {"alhpa": 1.0}}, r"model\.alhpa: unknown setting"),
+        ({"tokenizer": {"stemming": True}}, r"tokenizer\.stemming: unknown setting"),
+        ({"model": 3}, r"\[model\] must be a table"),
+    ],
+)
+def test_unknown_section_or_key_raises(data: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        config_from_dict(data)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"model": {"alpha": "0.1"}}, r"model\.alpha: expected"),
+        ({"model": {"alpha": True}}, r"model\.alpha: expected a number"),
+        ({"store": {"batch_size": 1.5}}, r"store\.batch_size: expected int"),
+        ({"tokenizer": {"stem": 1}}, r"tokenizer\.stem: expected bool"),
+        ({"store": {"url": 5}}, r"store\.url: expected str"),
+    ],
+)
+def test_wrong_type_raises(data: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        config_from_dict(data)
+
+
+@pytest.mark.parametrize("alpha", [0.0, -1.0, 1e-11, float("nan"), float("inf")])
+def test_out_of_range_alpha_raises(alpha: float) -> None:
+    with pytest.raises(ConfigError, match=r"model\.alpha must be >= 1e-10"):
+        config_from_dict({"model": {"alpha": alpha}})
+
+
+def test_smallest_alpha_is_accepted() -> None:
+    assert config_from_dict({"model": {"alpha": 1e-10}}).model.alpha == 1e-10
+
+
+def test_unknown_event_model_raises() -> None:
+    with pytest.raises(ConfigError, match=r"model\.event_model must be one of bernoulli, multinomial, multinomial-binary"):
+        config_from_dict({"model": {"event_model": "poisson"}})
+
+
+@pytest.mark.parametrize(
+    "decision",
+    [
+        {"spam_cutoff": 0.9},
+        {"ham_cutoff": 0.2},
+        {"spam_cutoff": 0.2, "ham_cutoff": 0.9},
+        {"spam_cutoff": 1.0, "ham_cutoff": 0.2},
+        {"spam_cutoff": 0.9, "ham_cutoff": 0.0},
+        {"spam_cutoff": 1.5, "ham_cutoff": -0.5},
+        {"cost_ham_as_spam": 0},
+        {"cost_spam_as_ham": -1},
+        {"cost_unsure": -0.1},
+    ],
+)
+def test_out_of_range_decision_raises(decision: dict[str, float]) -> None:
+    with pytest.raises(ConfigError, match=r"decision\."):
+        config_from_dict({"decision": decision})
+
+
+def test_equal_cutoffs_are_accepted() -> None:
+    c = config_from_dict({"decision": {"spam_cutoff": 0.5, "ham_cutoff": 0.5}})
+    assert (c.decision.ham_cutoff, c.decision.spam_cutoff) == (0.5, 0.5)
+
+
+@pytest.mark.parametrize(
+    ("data", "key"),
+    [
+        ({"tokenizer": {"max_bytes": 1023}}, "tokenizer.max_bytes"),
+        ({"tokenizer": {"min_word_length": 0}}, "tokenizer.min_word_length"),
+        ({"tokenizer": {"min_word_length": 21}}, "tokenizer.min_word_length"),
+        ({"tokenizer": {"max_word_length": 101}}, "tokenizer.max_word_length"),
+        ({"store": {"batch_size": 0}}, "store.batch_size"),
+        ({"store": {"busy_timeout": -1}}, "store.busy_timeout"),
+    ],
+)
+def test_other_out_of_range_values_raise(data: dict[str, Any], key: str) -> None:
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        config_from_dict(data)
+
+
+def test_error_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text("[model]\nalpha = 0\n")
+    with pytest.raises(ConfigError, match=str(path)):
+        load_config(path)
