@@ -122,14 +122,9 @@ class TrainedMessage:
     token_counts: dict[str, int]
 
 
-# Tokens can hold a newline: compat32 leaves header folding in parameter
-# values, so ``charset="utf\n 8"`` gives the token ``charset:utf\n 8``, and
-# the first, unescaped version of this format could not be read back (forget
-# and mark failed on such a message). The packed text now starts with a
-# newline, which a readable first-version blob never does, and escapes
-# backslash and newline in tokens; tabs need no escape, as the count follows
-# the last tab on its line.
-_ESCAPED_MARK = "\n"
+# A token is free text to the store: escape backslash and newline so one
+# line holds one token; tabs need no escape, as the count follows the last
+# tab on its line.
 _ESCAPE_SEQUENCE = re.compile(r"\\(.)", re.DOTALL)
 
 
@@ -142,23 +137,21 @@ def _unescape(token: str) -> str:
 
 
 def pack_token_counts(counts: dict[str, int]) -> bytes:
-    """Encode a message's token counts as zlib-compressed ``token\\tcount`` lines
-    after a leading newline, with backslash and newline in tokens escaped."""
-    text = _ESCAPED_MARK + "\n".join(f"{_escape(token)}\t{n}" for token, n in counts.items())
+    """Encode a message's token counts as zlib-compressed ``token\tcount``
+    lines, backslash and newline in tokens escaped (the tokenizer emits
+    neither, but the ledger must give back whatever it was given)."""
+    text = "\n".join(f"{_escape(token)}\t{n}" for token, n in counts.items())
     return zlib.compress(text.encode("utf-8"), 6)
 
 
 def unpack_token_counts(blob: bytes) -> dict[str, int]:
-    """Inverse of ``pack_token_counts``; also reads the unescaped first format."""
+    """Inverse of ``pack_token_counts``."""
     text = zlib.decompress(blob).decode("utf-8")
-    escaped = text.startswith(_ESCAPED_MARK)
-    if escaped:
-        text = text[len(_ESCAPED_MARK) :]
     result: dict[str, int] = {}
     if text:
         for line in text.split("\n"):
             token, _, n = line.rpartition("\t")
-            result[_unescape(token) if escaped and "\\" in token else token] = int(n)
+            result[_unescape(token) if "\\" in token else token] = int(n)
     return result
 
 
