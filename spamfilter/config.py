@@ -73,6 +73,7 @@ class TokenizerConfig:
     bigrams: bool = False
     stem: bool = False
     header_tokens: bool = True
+    fold_case: bool = True
 
 
 @dataclass(frozen=True, slots=True)

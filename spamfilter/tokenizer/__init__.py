@@ -133,7 +133,8 @@ class Tokenizer:
         """Normalised words of free text (the body rules), each with ``prefix``."""
         cfg = self.config
         lo, hi = cfg.min_word_length, cfg.max_word_length
-        text = text.lower()
+        if cfg.fold_case:
+            text = text.lower()
         result: list[str] = []
         if _CJK_RUN.search(text):
             for run in _CJK_RUN.findall(text):
