@@ -98,7 +98,9 @@ _URL = re.compile(r"\b(?:(?:https?|ftp)://|www\.)[^\s<>\"'()]{1,500}", re.IGNORE
 _EMAIL = re.compile(r"\b[\w.+\-]{1,64}@([\w\-]{1,63}(?:\.[\w\-]{1,63}){1,8})")
 _CJK_RUN = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]{2,}")
 _IPV4 = re.compile(r"\b(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})\b")
-_HOSTNAME = re.compile(r"\b[a-z0-9](?:[a-z0-9\-]{0,62}\.)+[a-z]{2,24}\b")
+# At most 10 dots: with "+" a Received line of "a.a.a.a..." was rescanned
+# to its end from every label, quadratic (40 KB took 14 s).
+_HOSTNAME = re.compile(r"\b[a-z0-9](?:[a-z0-9\-]{0,62}\.){1,10}[a-z]{2,24}\b")
 _STEM_CACHE_LIMIT = 200_000
 
 
@@ -145,7 +147,8 @@ class Tokenizer:
             n = len(word)
             first = word[0]
             if first.isdigit() or first == "$":
-                digits = n - (first == "$")
+                # Digits, not characters: "$19.99" and "3,500" have 4 and stay.
+                digits = sum(c.isdigit() for c in word)
                 if digits > 4 and word.replace(",", "").replace(".", "").lstrip("$").isdigit():
                     word = NUMBER + ("$" if first == "$" else "") + str(min(digits, 20))
                     result.append(prefix + word)
@@ -203,7 +206,7 @@ class Tokenizer:
                 out.extend(self._address_tokens(mime.decode_header(value), prefix))
         recipients = [mime.decode_header(v) for k in ("to", "cc") for v in (message.get_all(k) or [])]
         if recipients:
-            addresses = [a for _, a in email.utils.getaddresses(recipients) if a]
+            addresses = [a for _, a in _getaddresses(recipients) if a]
             out.append(TO + "count:" + _bucket(len(addresses)))
             for domain in sorted({_domain(a) for a in addresses[:50]} - {""}):
                 out.append(TO + "domain:" + domain)
@@ -216,7 +219,10 @@ class Tokenizer:
                 out.extend(self.words(mime.decode_header(value), MAILER))
 
     def _address_tokens(self, value: str, prefix: str) -> Iterator[str]:
-        name, address = email.utils.parseaddr(value)
+        try:
+            name, address = email.utils.parseaddr(value)
+        except RecursionError:
+            name, address = "", ""
         address = _squeeze(address).lower()
         if address:
             yield prefix + "addr:" + address[:80]
@@ -240,8 +246,8 @@ class Tokenizer:
         for part in _leaves(message):
             parts += 1
             ctype = mime.content_type(part)
-            out.append(CONTENT_TYPE + _squeeze(ctype))
-            charset = part.get_param("charset")
+            out.append(CONTENT_TYPE + _squeeze(ctype)[:100])
+            charset = part.get_param("charset") if mime.params_parseable(part) else None
             if isinstance(charset, str):
                 out.append(CHARSET + _squeeze(charset).strip("\"'").lower()[:30])
             cte = part.get("content-transfer-encoding")
@@ -275,12 +281,12 @@ class Tokenizer:
             out.extend(url_tokens(m.group(0)))
         text = _URL.sub(" ", text)
         for m in _EMAIL.finditer(text):
-            out.append(EMAIL + "domain:" + m.group(1).lower())
+            out.append(EMAIL + "domain:" + m.group(1).lower()[:100])
         text = _EMAIL.sub(" ", text)
         out.extend(self.words(text))
 
     def _attachment_tokens(self, ctype: str, name: str | None) -> Iterator[str]:
-        yield ATTACHMENT + "type:" + _squeeze(ctype)
+        yield ATTACHMENT + "type:" + _squeeze(ctype)[:100]
         if name:
             stem, dot, ext = name.lower().rpartition(".")
             if dot and 0 < len(ext) <= 8:
@@ -350,8 +356,17 @@ def received_tokens(value: str) -> list[str]:
     for m in _HOSTNAME.finditer(text):
         labels = m.group(0).split(".")
         for i in range(max(len(labels) - 1, 1)):
-            out.append(RECEIVED + ".".join(labels[i:]))
+            out.append(RECEIVED + ".".join(labels[i:])[:100])
     return out
+
+
+def _getaddresses(values: list[str]) -> list[tuple[str, str]]:
+    """email.utils.getaddresses, or nothing when the header nests comments
+    "((((..." deeper than the stdlib's recursive parser can follow."""
+    try:
+        return email.utils.getaddresses(values)
+    except RecursionError:
+        return []
 
 
 def _punctuation_runs(text: str, prefix: str) -> list[str]:
@@ -359,7 +374,7 @@ def _punctuation_runs(text: str, prefix: str) -> list[str]:
 
 
 def _domain(address: str) -> str:
-    return address.rpartition("@")[2].strip(" .>").lower()[:100] if "@" in address else ""
+    return _squeeze(address.rpartition("@")[2]).strip(".>").lower()[:100] if "@" in address else ""
 
 
 def _message_id_shape(value: str) -> str:
@@ -380,6 +395,7 @@ def _bucket(n: int) -> str:
 
 
 def _squeeze(value: str) -> str:
-    """Drop all white space: folded header values must not put a newline or
-    a blank inside a token."""
-    return "".join(value.split())
+    """Drop all white space and NULs: folded header values must not put a
+    newline or a blank inside a token, and raw ones (Content-Type,
+    Content-Transfer-Encoding) may hold NULs."""
+    return "".join(value.split()).replace("\x00", "")

@@ -13,6 +13,7 @@ import codecs
 import email.header
 import email.message
 import email.errors
+import re
 
 # Labels seen in real mail that codecs does not know, or that name a subset
 # of what is actually sent (a message labelled iso-8859-1 is very often
@@ -33,6 +34,20 @@ _CHARSET_ALIASES = {
     "x-mac-roman": "mac_roman",
 }
 
+# An RFC 2047 encoded word, or a bare "=?" that opens none. The stdlib's
+# pattern ends an encoded word with a lazy ".*?" up to "?=", so each "=?"
+# never closed rescans the rest of the line: a 400 KB From of "=?a?q?x "
+# took over 6 minutes. This pattern cannot run past the next "?" (encoded
+# text has none), so one pass is linear, and the bare openers it finds are
+# broken apart before the stdlib sees them.
+_ENCODED_WORD_OR_OPENER = re.compile(r"=\?[^?]*\?[bBqQ]\?[^?\n]*\?=|=\?")
+
+# Headers whose parameters are parsed (Content-Type, Content-Disposition)
+# longer than this are not parsed: the stdlib's parameter splitter is
+# quadratic (it recounts quotes from the start for every ";"), and 50 KB of
+# ";" after a quote took 7 s. Real ones are a few hundred characters.
+_MAX_PARAM_HEADER = 8192
+
 _DECODE_ERRORS = (UnicodeError, LookupError, ValueError, TypeError, binascii.Error, AssertionError, IndexError)
 
 
@@ -44,7 +59,7 @@ def codec_for(charset: str | None) -> str | None:
     label = _CHARSET_ALIASES.get(label, label)
     try:
         return codecs.lookup(label).name
-    except LookupError:
+    except (LookupError, ValueError):  # ValueError: a NUL in the label
         return None
 
 
@@ -94,13 +109,21 @@ def decode_header(value: object) -> str:
     """A header value as text: RFC 2047 encoded words decoded, 8-bit bytes
     decoded as UTF-8 or cp1252, never raising."""
     if isinstance(value, email.header.Header):
-        try:
-            value = str(value)
-        except _DECODE_ERRORS:
-            value = value.encode()
+        # compat32 wraps a header holding 8-bit bytes in a Header whose str()
+        # turns every such byte into U+FFFD ("café" became "caf\ufffd\ufffd");
+        # its chunks still carry the bytes as surrogate escapes.
+        chunks = getattr(value, "_chunks", None)
+        if isinstance(chunks, list):
+            value = "".join(chunk for chunk, _ in chunks if isinstance(chunk, str))
+        else:
+            try:
+                value = str(value)
+            except _DECODE_ERRORS:
+                value = value.encode()
     text = unescape_surrogates(str(value))
     if "=?" not in text:
         return text
+    text = _ENCODED_WORD_OR_OPENER.sub(_keep_encoded_word, text)
     try:
         parts = email.header.decode_header(text)
     except (email.errors.HeaderParseError, *_DECODE_ERRORS):
@@ -114,6 +137,11 @@ def decode_header(value: object) -> str:
     return "".join(pieces)
 
 
+def _keep_encoded_word(m: re.Match[str]) -> str:
+    word = m.group(0)
+    return word if len(word) > 2 else "= ?"
+
+
 def part_payload(part: email.message.Message, limit: int) -> bytes:
     """The transfer-decoded bytes of a leaf part (base64, quoted-printable),
     at most ``limit`` of them. Broken encodings give what could be decoded."""
@@ -124,13 +152,31 @@ def part_payload(part: email.message.Message, limit: int) -> bytes:
         payload = raw.encode("utf-8", errors="surrogateescape") if isinstance(raw, str) else b""
     if not isinstance(payload, bytes):
         return b""
+    if any(isinstance(d, email.errors.InvalidBase64LengthDefect) for d in part.defects):
+        # Base64 cut to 4n+1 characters: the stdlib hands back the encoded
+        # text, which would become one skip: token. The last character holds
+        # under a byte, so everything before it decodes.
+        try:
+            payload = binascii.a2b_base64(payload[:-1] + b"==")
+        except binascii.Error:
+            pass
     return payload[:limit]
+
+
+def params_parseable(part: email.message.Message, *headers: str) -> bool:
+    """Whether the parameters of ``headers`` (default Content-Type) may be
+    parsed: false when one is too long for the stdlib's quadratic parser."""
+    for name in headers or ("content-type",):
+        value = part.get(name)
+        if value is not None and len(str(value)) > _MAX_PARAM_HEADER:
+            return False
+    return True
 
 
 def part_text(part: email.message.Message, limit: int) -> str:
     """A text part's content as ``str`` in its (possibly mislabelled) charset."""
     try:
-        charset = part.get_content_charset()
+        charset = part.get_content_charset() if params_parseable(part) else None
     except _DECODE_ERRORS:
         charset = None
     return decode_bytes(part_payload(part, limit), charset)
@@ -146,6 +192,8 @@ def content_type(part: email.message.Message) -> str:
 
 def filename(part: email.message.Message) -> str | None:
     """An attachment's file name, decoded, or None."""
+    if not params_parseable(part, "content-disposition", "content-type"):
+        return None
     try:
         name = part.get_filename()
     except _DECODE_ERRORS:
