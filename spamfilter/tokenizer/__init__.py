@@ -310,8 +310,11 @@ def _leaves(message: email.message.Message) -> Iterable[email.message.Message]:
     stack = [message]
     while stack and count < 200:
         part = stack.pop()
-        payload = part.get_payload()
-        if part.is_multipart() and isinstance(payload, list):
+        # get_payload() only on a multipart, where it returns the list as is:
+        # on a leaf with 8-bit bytes it decodes the whole text with the
+        # charset parameter, and a NUL in that raised ValueError.
+        payload = part.get_payload() if part.is_multipart() else None
+        if isinstance(payload, list):
             stack.extend(reversed([p for p in payload if isinstance(p, email.message.Message)]))
             continue
         count += 1
