@@ -38,10 +38,13 @@ class StoreConfig:
 
 @dataclass(frozen=True, slots=True)
 class ModelConfig:
-    """The naive Bayes event model and its Lidstone smoothing strength alpha."""
+    """The naive Bayes event model, its Lidstone smoothing strength alpha, and
+    the likelihood tempering exponent (0 = textbook naive Bayes; see
+    ``model.joint_log_likelihood``)."""
 
     event_model: EventModel = "multinomial-binary"
     alpha: float = 0.1
+    tempering: float = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +181,7 @@ def validate(config: Config, origin: str = "config") -> None:
     m, d, t, s = config.model, config.decision, config.tokenizer, config.store
     need(m.event_model in EVENT_MODELS, "model.event_model", f"must be one of {', '.join(EVENT_MODELS)}", m.event_model)
     need(math.isfinite(m.alpha) and m.alpha >= 1e-10, "model.alpha", "must be >= 1e-10", m.alpha)
+    need(0.0 <= m.tempering <= 1.0, "model.tempering", "must be between 0 and 1", m.tempering)
     need(d.cost_ham_as_spam > 0, "decision.cost_ham_as_spam", "must be > 0", d.cost_ham_as_spam)
     need(d.cost_spam_as_ham > 0, "decision.cost_spam_as_ham", "must be > 0", d.cost_spam_as_ham)
     need(d.cost_unsure >= 0, "decision.cost_unsure", "must be >= 0", d.cost_unsure)

@@ -105,11 +105,13 @@ class NBParams:
     weight: (2, m) log theta (multinomial models) or
         log theta - log(1 - theta) (bernoulli).
     bias: (2,) log prior, plus A[c] for bernoulli.
+    log_prior: (2,) log P(c), the part of ``bias`` that tempering leaves alone.
     binary: whether X must be 0/1 (bernoulli, multinomial-binary).
     """
 
     weight: FloatArray
     bias: FloatArray
+    log_prior: FloatArray
     binary: bool
 
 
@@ -153,6 +155,7 @@ def estimate(event_model: str, counts: TokenCounts, stats: ClassStats, alpha: fl
         return NBParams(
             weight=log_theta - log_one_minus,
             bias=prior + bernoulli_absent_sum(stats, alpha),
+            log_prior=prior,
             binary=True,
         )
     if event_model == "multinomial":
@@ -163,16 +166,36 @@ def estimate(event_model: str, counts: TokenCounts, stats: ClassStats, alpha: fl
         raise ValueError(f"unknown event model {event_model!r}")
     v = float(stats.vocabulary_size)
     denominator = np.log(n_c.astype(np.float64) + alpha * v)[:, None]
-    return NBParams(weight=np.log(n_jc + alpha) - denominator, bias=prior, binary=binary)
+    return NBParams(weight=np.log(n_jc + alpha) - denominator, bias=prior, log_prior=prior, binary=binary)
 
 
-def joint_log_likelihood(X: sp.csr_matrix, params: NBParams) -> FloatArray:
-    """Unnormalised log posterior log P(c) + log P(x|c) per row, shape (n, 2).
+def joint_log_likelihood(X: sp.csr_matrix, params: NBParams, tempering: float = 0.0) -> FloatArray:
+    """Unnormalised log posterior per row, shape (n, 2):
+
+        jll[i, c] = log P(c) + log P(x_i | c) / n_i ** tempering
 
     X has shape (n, m), one row per message, one column per token of ``params``;
-    it must hold 0/1 values when ``params.binary``.
+    it must hold 0/1 values when ``params.binary``. n_i = sum_j X[i, j], the
+    token events of message i the model knows (at least 1).
+
+    tempering = 0 is textbook naive Bayes. The independence assumption is
+    badly wrong for mail: one spam's URL gives host, parent-domain and path
+    tokens, its words repeat in subject, text and HTML parts, so the summed
+    log-likelihood counts much of the same evidence many times over, and the
+    overcount grows with the message. Raising the likelihood to the power
+    n ** -tempering (a tempered, or "power", likelihood) treats n correlated
+    tokens as n ** (1 - tempering) independent ones. With 0.5, long messages
+    with evidence on both sides no longer get extreme log-odds for whichever
+    side is a little longer; on the date-ordered halves of spamassassin this
+    took 1-ROCA from 2.26% to 2.05% and the ham filed as spam at the default
+    cutoffs from 3.05% to 0.32%, on csdmc2010 1-ROCA from 2.05% to 0.16%
+    (multinomial-binary, alpha 0.1; docs/benchmarks.md).
     """
-    jll: FloatArray = np.asarray(X @ params.weight.T) + params.bias
+    evidence = np.asarray(X @ params.weight.T) + (params.bias - params.log_prior)
+    if tempering:
+        n = np.maximum(np.asarray(X.sum(axis=1)).ravel(), 1.0)
+        evidence = evidence * (n ** -tempering)[:, None]
+    jll: FloatArray = evidence + params.log_prior
     return jll
 
 

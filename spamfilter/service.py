@@ -15,6 +15,7 @@ of the last whole batch. The command line is a thin shell over this module.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
@@ -24,7 +25,7 @@ import numpy as np
 
 from spamfilter import model
 from spamfilter.config import Config, default_db_url
-from spamfilter.errors import MailParseError
+from spamfilter.errors import MailParseError, NotTrainedError
 from spamfilter.mail import MailItem, parse_message
 from spamfilter.store import Store, StoreTransaction
 from spamfilter.tokenizer import Tokenizer
@@ -110,6 +111,21 @@ class Stats:
     alpha: float
 
 
+TRAIN_MODES = ("teft", "toe", "tune")
+
+
+@dataclass(frozen=True, slots=True)
+class OnlineStep:
+    """One message of an online run: the verdict it got before training,
+    whether it was then trained, and the seconds each step took."""
+
+    is_spam: bool
+    result: Verdict | Refusal
+    trained: bool
+    classify_seconds: float
+    train_seconds: float
+
+
 @dataclass(frozen=True, slots=True)
 class _Analysed:
     item: MailItem
@@ -136,6 +152,13 @@ class Filter:
             self.thresholds = model.thresholds_from_cutoffs(d.ham_cutoff, d.spam_cutoff)
         else:
             self.thresholds = model.thresholds_from_loss(d.cost_ham_as_spam, d.cost_spam_as_ham, d.cost_unsure)
+
+    @property
+    def two_way_threshold(self) -> float:
+        """The log-odds above which the Bayes rule says spam when there is no
+        unsure verdict: log(cost_ham_as_spam / cost_spam_as_ham)."""
+        d = self.config.decision
+        return float(np.log(d.cost_ham_as_spam) - np.log(d.cost_spam_as_ham))
 
     @classmethod
     def open(cls, config: Config, url: str | None = None) -> Filter:
@@ -274,13 +297,52 @@ class Filter:
         token_counts = model.TokenCounts(doc_count=counts[:, 0:2].T.copy(), term_count=counts[:, 2:4].T.copy())
         params = model.estimate(self.config.model.event_model, token_counts, stats, self.config.model.alpha)
         X = count_matrix(docs, columns, binary=params.binary)
-        odds = model.log_odds(model.joint_log_likelihood(X, params))
+        odds = model.log_odds(model.joint_log_likelihood(X, params, self.config.model.tempering))
         probability = model.spam_probability(odds)
         decision = model.decide(odds, self.thresholds)
         return [
             Verdict(a.item.source, a.digest, float(p), float(lo), VERDICT_NAMES[int(v)])
             for a, p, lo, v in zip(analysed, probability, odds, decision)
         ]
+
+    # -- learning online ----------------------------------------------------
+
+    def learn_online(
+        self,
+        labelled: Iterable[tuple[bool, MailItem]],
+        *,
+        train_mode: str = "teft",
+        margin: float = 1.0,
+    ) -> Iterator[OnlineStep]:
+        """Classify each message, then train on its true label (the TREC
+        spam-track protocol: a user who corrects every verdict at once).
+
+        train_mode: "teft" trains every message; "toe" only misclassified
+        ones (an unsure verdict counts as an error); "tune" also those whose
+        log-odds lie within ``margin`` of a decision bound. Before the model
+        has both classes a message gets score 0.5, log-odds 0 and "unsure".
+        Each message is parsed and tokenized once for both steps.
+        """
+        if train_mode not in TRAIN_MODES:
+            raise ValueError(f"unknown train mode {train_mode!r}")
+        for is_spam, item in labelled:
+            started = time.perf_counter()
+            analysed = self._analyse([item])[0]
+            if isinstance(analysed, Refusal):
+                yield OnlineStep(is_spam, analysed, False, time.perf_counter() - started, 0.0)
+                continue
+            try:
+                verdict = self._score([analysed])[0]
+            except NotTrainedError:
+                verdict = Verdict(item.source, analysed.digest, 0.5, 0.0, "unsure")
+            classified = time.perf_counter()
+            wrong = verdict.verdict != ("spam" if is_spam else "ham")
+            near = min(abs(verdict.log_odds - self.thresholds.ham_max), abs(verdict.log_odds - self.thresholds.spam_min)) < margin
+            train = train_mode == "teft" or wrong or (train_mode == "tune" and near)
+            if train:
+                with self.store.begin() as tx:
+                    self._train_batch(tx, [(model.SPAM if is_spam else model.HAM, analysed)], relabel=False)
+            yield OnlineStep(is_spam, verdict, train, classified - started, time.perf_counter() - classified)
 
     # -- facts --------------------------------------------------------------
 

@@ -130,6 +130,7 @@ def root(
 # Register the commands (each module adds its own to `app`).
 from spamfilter.cli import classify as _classify  # noqa: E402,F401
 from spamfilter.cli import db as _db  # noqa: E402,F401
+from spamfilter.cli import evaluate as _evaluate  # noqa: E402,F401
 from spamfilter.cli import train as _train  # noqa: E402,F401
 
 

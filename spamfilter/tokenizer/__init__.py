@@ -247,8 +247,8 @@ class Tokenizer:
             parts += 1
             ctype = mime.content_type(part)
             out.append(CONTENT_TYPE + _squeeze(ctype)[:100])
-            charset = part.get_param("charset") if mime.params_parseable(part) else None
-            if isinstance(charset, str):
+            charset = mime.declared_charset(part)
+            if charset is not None:
                 out.append(CHARSET + _squeeze(charset).strip("\"'").lower()[:30])
             cte = part.get("content-transfer-encoding")
             if cte is not None:
@@ -289,6 +289,7 @@ class Tokenizer:
         yield ATTACHMENT + "type:" + _squeeze(ctype)[:100]
         if name:
             stem, dot, ext = name.lower().rpartition(".")
+            ext = _squeeze(ext)  # "scan.p df" must not give "ext:p df"
             if dot and 0 < len(ext) <= 8:
                 yield ATTACHMENT + "ext:" + ext
             yield from self.words(stem or name, ATTACHMENT + "name:")

@@ -34,13 +34,14 @@ _CHARSET_ALIASES = {
     "x-mac-roman": "mac_roman",
 }
 
-# An RFC 2047 encoded word, or a bare "=?" that opens none. The stdlib's
-# pattern ends an encoded word with a lazy ".*?" up to "?=", so each "=?"
-# never closed rescans the rest of the line: a 400 KB From of "=?a?q?x "
-# took over 6 minutes. This pattern cannot run past the next "?" (encoded
-# text has none), so one pass is linear, and the bare openers it finds are
-# broken apart before the stdlib sees them.
-_ENCODED_WORD_OR_OPENER = re.compile(r"=\?[^?]*\?[bBqQ]\?[^?\n]*\?=|=\?")
+# An RFC 2047 encoded word: =?charset?b-or-q?text?=. Not decoded with
+# email.header.decode_header: its pattern ends a word with a lazy ".*?" up to
+# "?=", so every "=?" never closed rescans the rest of the line (a 400 KB
+# From of "=?a?q?x " took over 6 minutes), and it returns plain text around
+# encoded words as raw-unicode-escape bytes ("Привет" came back as
+# "\\u041f\\u0440..."). This pattern cannot run past the next "?" (encoded
+# text holds none), so one pass is linear.
+_ENCODED_WORD = re.compile(r"=\?([^?\r\n]*)\?([bBqQ])\?([^?\r\n]*)\?=")
 
 # Headers whose parameters are parsed (Content-Type, Content-Disposition)
 # longer than this are not parsed: the stdlib's parameter splitter is
@@ -123,23 +124,49 @@ def decode_header(value: object) -> str:
     text = unescape_surrogates(str(value))
     if "=?" not in text:
         return text
-    text = _ENCODED_WORD_OR_OPENER.sub(_keep_encoded_word, text)
+    return _decode_encoded_words(text)
+
+
+def _decode_encoded_words(text: str) -> str:
+    """Replace the encoded words of ``text`` by their text, as RFC 2047 says:
+    white space between two encoded words is dropped, and adjacent words in
+    one charset are decoded together (mailers split a character across two).
+    A word that does not decode stays as it is; the rest of ``text`` is kept."""
+    out: list[str] = []
+    run = bytearray()
+    run_charset: str | None = None
+    pos = 0
+    for m in _ENCODED_WORD.finditer(text):
+        data = _encoded_word_bytes(m.group(2), m.group(3))
+        if data is None:
+            continue
+        gap = text[pos : m.start()]
+        charset = m.group(1).partition("*")[0].lower()  # "utf-8*en": RFC 2231 language
+        adjacent = run_charset is not None and (not gap or gap.isspace())
+        if not (adjacent and charset == run_charset):
+            if run_charset is not None:
+                out.append(decode_bytes(bytes(run), run_charset))
+            run.clear()
+            if not adjacent:
+                out.append(gap)
+            run_charset = charset
+        run += data
+        pos = m.end()
+    if run_charset is not None:
+        out.append(decode_bytes(bytes(run), run_charset))
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def _encoded_word_bytes(encoding: str, data: str) -> bytes | None:
+    encoded = data.encode("utf-8", errors="replace")
     try:
-        parts = email.header.decode_header(text)
-    except (email.errors.HeaderParseError, *_DECODE_ERRORS):
-        return text
-    pieces: list[str] = []
-    for chunk, charset in parts:
-        if isinstance(chunk, bytes):
-            pieces.append(decode_bytes(chunk, charset))
-        else:
-            pieces.append(chunk)
-    return "".join(pieces)
-
-
-def _keep_encoded_word(m: re.Match[str]) -> str:
-    word = m.group(0)
-    return word if len(word) > 2 else "= ?"
+        if encoding in "bB":
+            # Padding is often missing; extra "=" is ignored.
+            return binascii.a2b_base64(encoded + b"==")
+        return binascii.a2b_qp(encoded, header=True)
+    except binascii.Error:
+        return None
 
 
 def part_payload(part: email.message.Message, limit: int) -> bytes:
@@ -171,6 +198,18 @@ def params_parseable(part: email.message.Message, *headers: str) -> bool:
         if value is not None and len(str(value)) > _MAX_PARAM_HEADER:
             return False
     return True
+
+
+def declared_charset(part: email.message.Message) -> str | None:
+    """The charset parameter as written, or None (also when the parameters
+    are too long or too broken to parse)."""
+    if not params_parseable(part):
+        return None
+    try:
+        value = part.get_param("charset")
+    except _DECODE_ERRORS:  # TypeError from malformed RFC 2231 continuations
+        return None
+    return value if isinstance(value, str) else None
 
 
 def part_text(part: email.message.Message, limit: int) -> str:
