@@ -14,7 +14,7 @@ each message, then train on its true label), the TREC spam-track protocol:
   then `-B` bulk training and `-b` bulk classification of the same files.
 - scikit-learn MultinomialNB, BernoulliNB and ComplementNB (alpha 0.01, 1
   and 0.3 are not tuned: sklearn defaults would be alpha 1) with partial_fit,
-  one message at a time, over a HashingVectorizer (2^20 features) of the
+  one message at a time, over a HashingVectorizer (2^18 features) of the
   decoded message text.
 
 Ranking uses log-odds (spamfilter), joint log-likelihood differences
@@ -122,7 +122,7 @@ def run_sklearn(stream: list, name: str) -> dict[str, object]:
     from sklearn.naive_bayes import BernoulliNB, ComplementNB, MultinomialNB
 
     make = {"MultinomialNB": lambda: MultinomialNB(alpha=0.01), "BernoulliNB": lambda: BernoulliNB(alpha=1.0), "ComplementNB": lambda: ComplementNB(alpha=0.3)}[name]
-    vectorizer = HashingVectorizer(n_features=2**20, alternate_sign=False, binary=(name == "BernoulliNB"), decode_error="replace")
+    vectorizer = HashingVectorizer(n_features=2**18, alternate_sign=False, binary=(name == "BernoulliNB"), decode_error="replace")
     clf = make()
     texts = [item.raw.decode("latin-1") for _, item in stream]
     y = np.array([s for s, _ in stream])

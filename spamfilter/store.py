@@ -216,12 +216,60 @@ def _store_error(exc: DBAPIError, what: str) -> StoreError:
     return StoreError(f"{what}: {text}")
 
 
+class _Statements:
+    """Every statement the store runs, built once per dialect.
+
+    Building a SQLAlchemy construct costs more than running it on SQLite;
+    with constant statements (IN lists as expanding parameters) each one is
+    compiled once and then served from the engine's compiled cache, which
+    took online classify-then-train from 64 to well over 100 messages/s.
+    """
+
+    def __init__(self, dialect: str) -> None:
+        insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+        keys = sa.bindparam("keys", expanding=True)
+        counts = [tokens.c[name] for name in COUNT_COLUMNS]
+        self.class_totals = sa.select(
+            class_totals.c.label, class_totals.c.messages, class_totals.c.terms, class_totals.c.binary_terms
+        )
+        self.histogram = sa.select(doc_histogram.c.label, doc_histogram.c.doc_count, doc_histogram.c.tokens).order_by(
+            doc_histogram.c.label, doc_histogram.c.doc_count
+        )
+        self.token_counts = sa.select(tokens.c.token, *counts).where(tokens.c.token.in_(keys))
+        self.labels = sa.select(messages.c.digest, messages.c.label).where(messages.c.digest.in_(keys))
+        self.ledger = sa.select(messages).where(messages.c.digest.in_(keys))
+        self.delete_ledger = sa.delete(messages).where(messages.c.digest.in_(keys))
+        self.record = sa.insert(messages)
+        self.delete_tokens = sa.delete(tokens).where(tokens.c.token.in_(keys))
+        upsert = insert(tokens)
+        self.upsert_tokens = upsert.on_conflict_do_update(
+            index_elements=[tokens.c.token],
+            set_={name: tokens.c[name] + upsert.excluded[name] for name in COUNT_COLUMNS},
+        ).returning(tokens.c.token, *counts)
+        hist = insert(doc_histogram)
+        self.upsert_histogram = hist.on_conflict_do_update(
+            index_elements=[doc_histogram.c.label, doc_histogram.c.doc_count],
+            set_={"tokens": doc_histogram.c.tokens + hist.excluded.tokens},
+        )
+        self.prune_histogram = sa.delete(doc_histogram).where(doc_histogram.c.tokens == 0)
+        self.add_totals = (
+            sa.update(class_totals)
+            .where(class_totals.c.label == sa.bindparam("lbl"))
+            .values(
+                messages=class_totals.c.messages + sa.bindparam("m"),
+                terms=class_totals.c.terms + sa.bindparam("t"),
+                binary_terms=class_totals.c.binary_terms + sa.bindparam("b"),
+            )
+        )
+
+
 class Store:
     """A token store on one database. Open with ``Store.open(url)``."""
 
     def __init__(self, engine: Engine, url: str) -> None:
         self.engine = engine
         self.url = url
+        self.statements = _Statements(engine.dialect.name)
 
     @classmethod
     def open(cls, url: str, *, busy_timeout: float = 30.0, upgrade_new: bool = True, check: bool = True) -> Store:
@@ -324,7 +372,7 @@ class Store:
                 if write and self.engine.dialect.name == "sqlite":
                     conn = conn.execution_options(sqlite_begin="IMMEDIATE")
                 with conn.begin():
-                    yield StoreTransaction(conn)
+                    yield StoreTransaction(conn, self.statements)
         except DBAPIError as exc:
             raise _store_error(exc, f"database {self.display_url}") from None
 
@@ -345,9 +393,9 @@ class Store:
 class StoreTransaction:
     """Reads and writes inside one open transaction (see ``Store.begin``)."""
 
-    def __init__(self, conn: Connection) -> None:
+    def __init__(self, conn: Connection, statements: _Statements) -> None:
         self.conn = conn
-        self.dialect = conn.dialect.name
+        self.sql = statements
 
     # -- reads --------------------------------------------------------------
 
@@ -356,16 +404,10 @@ class StoreTransaction:
         msgs = np.zeros(2, dtype=np.int64)
         terms = np.zeros(2, dtype=np.int64)
         binary = np.zeros(2, dtype=np.int64)
-        for label, m, t, b in self.conn.execute(
-            sa.select(class_totals.c.label, class_totals.c.messages, class_totals.c.terms, class_totals.c.binary_terms)
-        ):
+        for label, m, t, b in self.conn.execute(self.sql.class_totals):
             msgs[label], terms[label], binary[label] = m, t, b
         rows: list[list[tuple[int, int]]] = [[], []]
-        for label, k, n in self.conn.execute(
-            sa.select(doc_histogram.c.label, doc_histogram.c.doc_count, doc_histogram.c.tokens).order_by(
-                doc_histogram.c.label, doc_histogram.c.doc_count
-            )
-        ):
+        for label, k, n in self.conn.execute(self.sql.histogram):
             rows[label].append((k, n))
         hist = tuple(np.array(r, dtype=np.int64).reshape(-1, 2) for r in rows)
         vocabulary = int(hist[0][:, 1].sum())
@@ -377,10 +419,9 @@ class StoreTransaction:
         """
         out = np.zeros((len(token_list), 4), dtype=np.int64)
         position = {t: i for i, t in enumerate(token_list)}
-        cols = [tokens.c.token, *(tokens.c[name] for name in COUNT_COLUMNS)]
         for start in range(0, len(token_list), _CHUNK):
-            chunk = token_list[start : start + _CHUNK]
-            for row in self.conn.execute(sa.select(*cols).where(tokens.c.token.in_(chunk))):
+            chunk = list(token_list[start : start + _CHUNK])
+            for row in self.conn.execute(self.sql.token_counts, {"keys": chunk}):
                 out[position[row[0]]] = row[1:]
         return out
 
@@ -388,18 +429,16 @@ class StoreTransaction:
         """Label of each digest already in the ledger (absent ones are left out)."""
         result: dict[str, int] = {}
         for start in range(0, len(digests), _CHUNK):
-            chunk = digests[start : start + _CHUNK]
-            q = sa.select(messages.c.digest, messages.c.label).where(messages.c.digest.in_(chunk))
-            result.update({d: int(lbl) for d, lbl in self.conn.execute(q)})
+            chunk = list(digests[start : start + _CHUNK])
+            result.update({d: int(lbl) for d, lbl in self.conn.execute(self.sql.labels, {"keys": chunk})})
         return result
 
     def trained_messages(self, digests: Sequence[str]) -> list[TrainedMessage]:
         """Ledger rows, with their token counts, for the digests that have one."""
         result: list[TrainedMessage] = []
         for start in range(0, len(digests), _CHUNK):
-            chunk = digests[start : start + _CHUNK]
-            q = sa.select(messages).where(messages.c.digest.in_(chunk))
-            for d, lbl, when, blob in self.conn.execute(q):
+            chunk = list(digests[start : start + _CHUNK])
+            for d, lbl, when, blob in self.conn.execute(self.sql.ledger, {"keys": chunk}):
                 result.append(TrainedMessage(d, int(lbl), when, unpack_token_counts(blob)))
         return result
 
@@ -411,12 +450,12 @@ class StoreTransaction:
             return
         when = when or datetime.now(timezone.utc)
         values = [{"digest": d, "label": lbl, "trained_at": when, "token_counts": pack_token_counts(c)} for d, lbl, c in rows]
-        self.conn.execute(sa.insert(messages), values)
+        self.conn.execute(self.sql.record, values)
 
     def delete_messages(self, digests: Sequence[str]) -> None:
         """Remove ledger rows."""
         for start in range(0, len(digests), _CHUNK):
-            self.conn.execute(sa.delete(messages).where(messages.c.digest.in_(digests[start : start + _CHUNK])))
+            self.conn.execute(self.sql.delete_ledger, {"keys": list(digests[start : start + _CHUNK])})
 
     def add_counts(
         self,
@@ -443,7 +482,7 @@ class StoreTransaction:
         if values:
             # executemany with RETURNING: SQLAlchemy's "insertmanyvalues" packs
             # the rows into multi-row statements from one cached compilation.
-            for row in self.conn.execute(self._upsert(), values):
+            for row in self.conn.execute(self.sql.upsert_tokens, values):
                 new_counts[position[row[0]]] = row[1:]
         if (new_counts < 0).any():
             bad = token_list[int(np.argwhere(new_counts < 0)[0, 0])]
@@ -462,38 +501,16 @@ class StoreTransaction:
         self._add_histogram({key: n for key, n in hist_delta.items() if n != 0})
         gone = [token_list[i] for i in np.flatnonzero(~is_known)]
         for start in range(0, len(gone), _CHUNK):
-            self.conn.execute(sa.delete(tokens).where(tokens.c.token.in_(gone[start : start + _CHUNK])))
+            self.conn.execute(self.sql.delete_tokens, {"keys": gone[start : start + _CHUNK]})
         for label in (0, 1):
             m, t, b = (int(x) for x in class_delta[:, label])
             if m or t or b:
-                self.conn.execute(
-                    sa.update(class_totals)
-                    .where(class_totals.c.label == label)
-                    .values(
-                        messages=class_totals.c.messages + m,
-                        terms=class_totals.c.terms + t,
-                        binary_terms=class_totals.c.binary_terms + b,
-                    )
-                )
-
-    def _upsert(self) -> sa.Executable:
-        insert = postgresql.insert if self.dialect == "postgresql" else sqlite.insert
-        stmt = insert(tokens)
-        stmt = stmt.on_conflict_do_update(
-            index_elements=[tokens.c.token],
-            set_={name: tokens.c[name] + stmt.excluded[name] for name in COUNT_COLUMNS},
-        )
-        return stmt.returning(tokens.c.token, *(tokens.c[name] for name in COUNT_COLUMNS))
+                self.conn.execute(self.sql.add_totals, {"lbl": label, "m": m, "t": t, "b": b})
 
     def _add_histogram(self, delta: dict[tuple[int, int], int]) -> None:
         if not delta:
             return
-        insert = postgresql.insert if self.dialect == "postgresql" else sqlite.insert
         values = [{"label": lbl, "doc_count": k, "tokens": n} for (lbl, k), n in sorted(delta.items())]
-        stmt = insert(doc_histogram)
-        stmt = stmt.on_conflict_do_update(
-            index_elements=[doc_histogram.c.label, doc_histogram.c.doc_count],
-            set_={"tokens": doc_histogram.c.tokens + stmt.excluded.tokens},
-        )
-        self.conn.execute(stmt, values)
-        self.conn.execute(sa.delete(doc_histogram).where(doc_histogram.c.tokens == 0))
+        self.conn.execute(self.sql.upsert_histogram, values)
+        if any(n < 0 for n in delta.values()):
+            self.conn.execute(self.sql.prune_histogram)

@@ -250,9 +250,10 @@ def test_classify_untrained_raises_not_trained(tmp_path: Path) -> None:
 # -- scores equal brute force over the whole vocabulary ------------------------
 
 
-def brute_force_log_odds(f: Filter, item: MailItem, event_model: str, alpha: float) -> float:
+def brute_force_log_odds(f: Filter, item: MailItem, event_model: str, alpha: float, tempering: float) -> float:
     """log P(spam|x) - log P(ham|x) from the dumped tokens table, with plain
-    numpy over every vocabulary token (no histogram, no shortcuts)."""
+    numpy over every vocabulary token (no histogram, no shortcuts); the
+    log-likelihood divided by n ** tempering, n the known token events."""
     rows = query(f.store, "SELECT token, ham_docs, spam_docs, ham_terms, spam_terms FROM tokens ORDER BY token")
     vocab = [r[0] for r in rows]
     counts = np.array([r[1:] for r in rows], dtype=np.float64)
@@ -268,28 +269,30 @@ def brute_force_log_odds(f: Filter, item: MailItem, event_model: str, alpha: flo
     v = len(vocab)
     log_prior = np.log(n_messages) - np.log(n_messages.sum())
     jll = np.zeros(2)
+    n = max(float(x.sum() if event_model == "multinomial" else present.sum()), 1.0)
     for c in (0, 1):
         if event_model == "bernoulli":
             theta = (docs[c] + alpha) / (n_messages[c] + 2 * alpha)
-            jll[c] = log_prior[c] + np.log(theta[present]).sum() + np.log(1 - theta[~present]).sum()
+            jll[c] = log_prior[c] + (np.log(theta[present]).sum() + np.log(1 - theta[~present]).sum()) / n**tempering
         elif event_model == "multinomial":
             theta = (terms[c] + alpha) / (terms[c].sum() + alpha * v)
-            jll[c] = log_prior[c] + (x * np.log(theta)).sum()
+            jll[c] = log_prior[c] + (x * np.log(theta)).sum() / n**tempering
         else:
             theta = (docs[c] + alpha) / (docs[c].sum() + alpha * v)
-            jll[c] = log_prior[c] + np.log(theta[present]).sum()
+            jll[c] = log_prior[c] + np.log(theta[present]).sum() / n**tempering
     return float(jll[1] - jll[0])
 
 
+@pytest.mark.parametrize("tempering", [0.0, 0.5])
 @pytest.mark.parametrize("alpha", [0.1, 1.0])
 @pytest.mark.parametrize("event_model", EVENT_MODELS)
-def test_log_odds_equal_brute_force_over_the_vocabulary(trained: Filter, event_model: str, alpha: float) -> None:
+def test_log_odds_equal_brute_force_over_the_vocabulary(trained: Filter, event_model: str, alpha: float, tempering: float) -> None:
     # Forget one message so the histogram has been through an untrain too.
     trained.forget([HAM[1]])
-    f = Filter(trained.store, config(trained.store.url, event_model=event_model, alpha=alpha))
+    f = Filter(trained.store, config(trained.store.url, event_model=event_model, alpha=alpha, tempering=tempering))
     items = UNSEEN + HAM + SPAM
     got = log_odds(f, items)
-    expected = [brute_force_log_odds(f, m, event_model, alpha) for m in items]
+    expected = [brute_force_log_odds(f, m, event_model, alpha, tempering) for m in items]
     assert got == pytest.approx(expected, rel=1e-12, abs=1e-12)
     # the bernoulli absent-token sum runs over hundreds of tokens, so this is no
     # accident of a tiny vocabulary
