@@ -298,6 +298,14 @@ def parse_message(item: MailItem, *, max_bytes: int) -> email.message.Message:
     data = raw[:max_bytes]
     try:
         return email.message_from_bytes(data, policy=email.policy.compat32)
+    except (TypeError, ValueError, LookupError) as exc:
+        # Malformed RFC 2231 parameters (e.g. "boundary*0*=utf-8''b;
+        # boundary*;1=c") make the parser's boundary lookup raise instead of
+        # recording a defect. Keep the headers; the body is left unparsed.
+        parser = email.parser.BytesParser(policy=email.policy.compat32)
+        msg = parser.parsebytes(data, headersonly=True)
+        msg.defects.append(email.errors.MessageDefect(f"body left unparsed: {type(exc).__name__}"))
+        return msg
     except RecursionError:
         # The feedparser recurses once per nested multipart; about 1,000
         # levels (55 KB of crafted headers) exhaust Python's stack. Such a

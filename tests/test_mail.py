@@ -622,3 +622,10 @@ def test_nazario_mboxes_hold_the_same_messages_as_its_index(corpora_dir: Path) -
 
     assert len(from_mbox) == len(from_index) == 1307
     assert sorted(from_mbox) == sorted(from_index)
+
+
+def test_malformed_rfc2231_boundary_keeps_the_headers_and_records_a_defect() -> None:
+    raw = b"Content-Type: multipart/mixed; boundary*0*=utf-8''b; boundary*;1=c\nSubject: invoice\n\n--b\nhello\n"
+    msg = parse_message(MailItem("m", raw), max_bytes=1 << 16)
+    assert msg["Subject"] == "invoice"
+    assert [str(d) for d in msg.defects] == ["body left unparsed: TypeError"]

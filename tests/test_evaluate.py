@@ -1,0 +1,110 @@
+"""`spamfilter evaluate`: online and cross-validated runs over a TREC index."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from spamfilter.cli import app
+from spamfilter.config import Config
+from spamfilter.errors import NotTrainedError
+from spamfilter.evaluation import stratified_folds
+from spamfilter.mail import read_index, read_messages
+from spamfilter.service import Filter, Verdict
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A TREC index over the generated sample, one file per message, classes interleaved."""
+    out = tmp_path_factory.mktemp("eval")
+    subprocess.run([sys.executable, str(REPO / "corpora" / "make_sample.py"), "--out", str(out)], check=True, capture_output=True)
+    lines = []
+    spam = list(read_messages([str(out / "train-spam.mbox")]))[:30]
+    ham = list(read_messages([str(out / "train-ham.mbox")]))[:30]
+    for i in range(30):
+        for label, item in (("ham", ham[i]), ("spam", spam[i])):
+            path = out / "msgs" / f"{label}-{i:02d}.eml"
+            path.parent.mkdir(exist_ok=True)
+            path.write_bytes(item.raw)
+            lines.append(f"{label} msgs/{path.name}")
+    (out / "index").write_text("\n".join(lines) + "\n")
+    return out / "index"
+
+
+def read_tsv(path: Path) -> list[list[str]]:
+    return [line.split("\t") for line in path.read_text().splitlines()]
+
+
+def test_online_scores_equal_a_manual_classify_then_train_loop(index: Path, tmp_path: Path) -> None:
+    out = tmp_path / "scores.tsv"
+    result = CliRunner().invoke(app, ["evaluate", "--index", str(index), "--out", str(out), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    rows = read_tsv(out)
+    assert rows[0] == ["source", "gold", "score", "log_odds", "verdict"]
+
+    manual: list[tuple[str, str, float, float, str]] = []
+    with Filter.open(Config(), "sqlite://") as f:
+        for is_spam, item in read_index(str(index)):
+            try:
+                v = next(iter(f.classify([item])))
+                assert isinstance(v, Verdict)
+                got = (v.source, "spam" if is_spam else "ham", v.score, v.log_odds, v.verdict)
+            except NotTrainedError:
+                got = (item.source, "spam" if is_spam else "ham", 0.5, 0.0, "unsure")
+            manual.append(got)
+            f.train([(is_spam, item)])
+    assert [(r[0], r[1], float(r[2]), float(r[3]), r[4]) for r in rows[1:]] == manual
+
+    report = json.loads(result.stdout)
+    assert (report["messages"], report["spam"], report["ham"], report["trained"]) == (60, 30, 30, 60)
+    assert report["protocol"] == "online"
+    # The first message meets an empty model: the rest are learnable.
+    assert report["one_minus_roca"] < 5.0
+
+
+def test_train_on_error_trains_fewer_messages_than_train_everything(index: Path) -> None:
+    runner = CliRunner()
+    teft = json.loads(runner.invoke(app, ["evaluate", "--index", str(index), "--format", "json"]).stdout)
+    toe = json.loads(runner.invoke(app, ["evaluate", "--index", str(index), "--train-mode", "toe", "--format", "json"]).stdout)
+    assert teft["trained"] == 60
+    assert 2 <= toe["trained"] < 60
+
+
+def test_cross_validation_is_reproducible_and_stratified(index: Path, tmp_path: Path) -> None:
+    runner = CliRunner()
+    a, b = tmp_path / "a.tsv", tmp_path / "b.tsv"
+    for out in (a, b):
+        result = runner.invoke(app, ["evaluate", "--index", str(index), "--protocol", "cv", "--folds", "5", "--seed", "7", "--out", str(out), "--format", "json"])
+        assert result.exit_code == 0, result.output
+    assert a.read_bytes() == b.read_bytes()
+    report = json.loads(result.stdout)
+    assert report["protocol"] == "cv5"
+    assert report["trained"] == 5 * 48  # each fold trains on the other four
+    labels = [s for s, _ in read_index(str(index))]
+    folds = stratified_folds(labels, 5, 7)
+    for k in range(5):
+        members = [s for s, f in zip(labels, folds) if f == k]
+        assert (sum(members), len(members)) == (6, 12)
+
+
+def test_evaluate_never_touches_the_default_database(index: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    default = tmp_path / "user.db"
+    monkeypatch.setenv("SPAMFILTER_DB", f"sqlite:///{default}")
+    result = CliRunner().invoke(app, ["evaluate", "--index", str(index)])
+    assert result.exit_code == 0
+    assert not default.exists()
+    assert result.stdout.splitlines()[0].split() == ["protocol", "online"]
+
+
+def test_evaluate_uses_an_explicit_database_when_given(index: Path, db_url: str) -> None:
+    runner = CliRunner()
+    assert runner.invoke(app, ["--db", db_url, "evaluate", "--index", str(index)]).exit_code == 0
+    stats = json.loads(runner.invoke(app, ["--db", db_url, "stats", "--format", "json"]).stdout)
+    assert (stats["spam_messages"], stats["ham_messages"]) == (30, 30)
