@@ -193,3 +193,40 @@ def validate(config: Config, origin: str = "config") -> None:
     need(t.max_word_length <= 100, "tokenizer.max_word_length", "must be <= 100", t.max_word_length)
     need(s.busy_timeout >= 0, "store.busy_timeout", "must be >= 0", s.busy_timeout)
     need(s.batch_size >= 1, "store.batch_size", "must be >= 1", s.batch_size)
+
+
+def update_config_file(path: Path, changes: dict[tuple[str, str], object]) -> None:
+    """Set ``[section] key = value`` in a TOML config file, keeping its
+    comments and other lines; creates the file (and its folder) if missing.
+    The result is validated before it replaces the old file."""
+    lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+    for (section, key), value in changes.items():
+        rendered = f"{key} = {_toml_value(value)}"
+        start = next((i for i, line in enumerate(lines) if line.strip() == f"[{section}]"), None)
+        if start is None:
+            lines += ["", f"[{section}]", rendered]
+            continue
+        end = next((i for i in range(start + 1, len(lines)) if lines[i].strip().startswith("[")), len(lines))
+        for i in range(start + 1, end):
+            if lines[i].split("=", 1)[0].strip() == key and not lines[i].lstrip().startswith("#"):
+                lines[i] = rendered
+                break
+        else:
+            lines.insert(end if end == len(lines) else end - (1 if not lines[end - 1].strip() else 0), rendered)
+    text = "\n".join(lines) + "\n"
+    try:
+        config_from_dict(tomllib.loads(text), origin=str(path))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: would become invalid TOML: {exc}") from None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _toml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(float(value)) if isinstance(value, float) else str(value)
+    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'

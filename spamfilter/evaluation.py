@@ -14,11 +14,16 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
+from scipy.special import log_expit
 from scipy.stats import rankdata
 
+from spamfilter import model as nb
 from spamfilter.config import Config
-from spamfilter.mail import MailItem
+from spamfilter.errors import MailParseError
+from spamfilter.mail import MailItem, parse_message
 from spamfilter.service import Filter, Verdict
+from spamfilter.tokenizer import Tokenizer
+from spamfilter.vectorizer import Vocabulary, count_matrix, term_counts
 
 BoolArray = npt.NDArray[np.bool_]
 FloatArray = npt.NDArray[np.float64]
@@ -276,3 +281,173 @@ def run_cross_validation(
         classify_seconds=classify_seconds, train_seconds=train_seconds,
     )
     return report, scored
+
+
+# -- tuning -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Cutoffs:
+    """Verdict bounds in log-odds (ham if L <= ham_max, spam if L > spam_min)
+    and the empirical loss they give on the validation messages."""
+
+    ham_max: float
+    spam_min: float
+    loss: float
+
+
+def best_cutoffs(
+    is_spam: BoolArray,
+    odds: FloatArray,
+    *,
+    cost_ham_as_spam: float,
+    cost_spam_as_ham: float,
+    cost_unsure: float,
+    limit: float = 34.0,
+) -> Cutoffs:
+    """The two cutoffs minimising the total loss on labelled scores:
+
+        loss = c_hs * #(ham above spam_min) + c_sh * #(spam at or below ham_max)
+             + c_u * #(messages between the two)
+
+    Over the n+1 cuts of the sorted scores, with i1 <= i2 messages below the
+    ham and spam cuts, loss = [c_sh S(i1) - c_u i1] + [c_u i2 + c_hs (H - H(i2))]
+    (S, H: spam and ham among the lowest i), so a running minimum of the first
+    bracket finds the optimum in O(n log n). Cuts fall midway between distinct
+    scores and are clamped to +-``limit`` so they stay finite probabilities.
+    With cost_unsure = 0 the unsure verdict is not used.
+    """
+    order = np.argsort(odds, kind="stable")
+    s = np.asarray(odds, dtype=np.float64)[order]
+    y = np.asarray(is_spam, dtype=bool)[order]
+    n = s.size
+    spam_below = np.concatenate([[0], np.cumsum(y)])
+    ham_below = np.concatenate([[0], np.cumsum(~y)])
+    # a cut at i is possible where it separates distinct scores
+    valid = np.ones(n + 1, dtype=bool)
+    valid[1:n] = s[1:] > s[:-1]
+    cut = np.empty(n + 1)
+    cut[0] = s[0] - 1.0 if n else -limit
+    cut[n] = s[-1] if n else limit
+    cut[1:n] = (s[:-1] + s[1:]) / 2
+    cut = np.clip(cut, -limit, limit)
+    c_u = cost_unsure if cost_unsure > 0 else float("inf")
+    first = np.where(valid, cost_spam_as_ham * spam_below - (c_u if np.isfinite(c_u) else 0.0) * np.arange(n + 1), np.inf)
+    run_min, run_arg = float("inf"), 0
+    n_ham = int(ham_below[-1])
+    options: list[tuple[float, int, int]] = []
+    for i2 in range(n + 1):
+        if first[i2] < run_min:
+            run_min, run_arg = float(first[i2]), i2
+        if not valid[i2]:
+            continue
+        if np.isfinite(c_u):
+            options.append((float(run_min + c_u * i2 + cost_ham_as_spam * (n_ham - ham_below[i2])), run_arg, i2))
+        else:
+            options.append((float(cost_spam_as_ham * spam_below[i2] + cost_ham_as_spam * (n_ham - ham_below[i2])), i2, i2))
+    loss = min(o[0] for o in options)
+    # Several cuts may tie (a gap between the classes): take the middle one,
+    # the widest margin on both sides, not the first.
+    tied = [o for o in options if o[0] <= loss + 1e-9]
+    _, i1, i2 = tied[len(tied) // 2]
+    return Cutoffs(ham_max=float(cut[i1]), spam_min=float(cut[i2]), loss=loss)
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One setting tried by ``tune`` and how it did on the validation messages."""
+
+    event_model: str
+    alpha: float
+    tempering: float
+    one_minus_roca: float
+    cutoffs: Cutoffs
+    loss_per_message: float
+    log_loss: float
+    hm: float
+    sm: float
+    unsure: float
+
+
+def tune(
+    config: Config,
+    labelled: Sequence[tuple[bool, MailItem]],
+    *,
+    event_models: Sequence[str],
+    alphas: Sequence[float],
+    temperings: Sequence[float],
+    holdout: float = 0.2,
+) -> list[Candidate]:
+    """Try every (event model, alpha, tempering): train on the head of the
+    stream, score its last ``holdout`` share (later mail, as a filter meets
+    it), choose each setting's cutoffs by ``best_cutoffs`` and report the
+    loss per message. Returns the candidates, best first: lowest loss, then
+    lowest 1-ROCA, then lowest log-loss (the mean of -log P(true class), which
+    prefers calibrated probabilities when the classes separate perfectly).
+
+    The messages are parsed and tokenized once; each setting is then pure
+    model arithmetic (``model.estimate`` and ``joint_log_likelihood``, the
+    functions the filter itself scores with) over one sparse matrix.
+    """
+    tokenizer = Tokenizer(config.tokenizer)
+    docs: list[dict[str, int]] = []
+    labels: list[bool] = []
+    for is_spam, item in labelled:
+        try:
+            tokens = tokenizer.tokenize(parse_message(item, max_bytes=config.tokenizer.max_bytes))
+        except MailParseError:
+            continue
+        docs.append(term_counts(tokens))
+        labels.append(is_spam)
+    y = np.array(labels, dtype=bool)
+    n_valid = max(1, int(round(len(docs) * holdout)))
+    split = len(docs) - n_valid
+    train_y, valid_y = y[:split], y[split:]
+    if not (train_y.any() and (~train_y).any() and valid_y.any() and (~valid_y).any()):
+        raise ValueError("both the training head and the held-out tail need spam and ham")
+    vocabulary = Vocabulary(t for d in docs[:split] for t in d)
+    terms = count_matrix(docs[:split], vocabulary)
+    binary = count_matrix(docs[:split], vocabulary, binary=True)
+    doc_count = np.vstack([np.asarray(binary[~train_y].sum(0)).ravel(), np.asarray(binary[train_y].sum(0)).ravel()]).astype(np.int64)
+    term_count = np.vstack([np.asarray(terms[~train_y].sum(0)).ravel(), np.asarray(terms[train_y].sum(0)).ravel()]).astype(np.int64)
+    histogram = []
+    for c in (0, 1):
+        k, n = np.unique(doc_count[c], return_counts=True)
+        histogram.append(np.stack([k, n], axis=1).astype(np.int64))
+    stats = nb.ClassStats(
+        messages=np.array([int((~train_y).sum()), int(train_y.sum())], dtype=np.int64),
+        terms=term_count.sum(axis=1),
+        binary_terms=doc_count.sum(axis=1),
+        vocabulary_size=len(vocabulary),
+        histogram=(histogram[0], histogram[1]),
+    )
+    counts = nb.TokenCounts(doc_count=doc_count, term_count=term_count)
+    valid_terms = count_matrix(docs[split:], vocabulary)
+    valid_binary = count_matrix(docs[split:], vocabulary, binary=True)
+    d = config.decision
+    results: list[Candidate] = []
+    for event_model in event_models:
+        for alpha in alphas:
+            params = nb.estimate(event_model, counts, stats, alpha)
+            X = valid_binary if params.binary else valid_terms
+            for tempering in temperings:
+                odds = nb.log_odds(nb.joint_log_likelihood(X, params, tempering))
+                cut = best_cutoffs(valid_y, odds, cost_ham_as_spam=d.cost_ham_as_spam, cost_spam_as_ham=d.cost_spam_as_ham, cost_unsure=d.cost_unsure)
+                verdict_spam = odds > cut.spam_min
+                verdict_ham = odds <= cut.ham_max
+                results.append(
+                    Candidate(
+                        event_model=event_model,
+                        alpha=alpha,
+                        tempering=tempering,
+                        one_minus_roca=100.0 * (1.0 - roc_area(valid_y, odds)),
+                        cutoffs=cut,
+                        loss_per_message=cut.loss / valid_y.size,
+                        log_loss=float(-np.mean(log_expit(np.where(valid_y, odds, -odds)))),
+                        hm=100.0 * float(verdict_spam[~valid_y].mean()),
+                        sm=100.0 * float(verdict_ham[valid_y].mean()),
+                        unsure=100.0 * float((~verdict_spam & ~verdict_ham).mean()),
+                    )
+                )
+    results.sort(key=lambda c: (round(c.loss_per_message, 12), round(c.one_minus_roca, 9), c.log_loss))
+    return results

@@ -82,6 +82,7 @@ class AppState:
 
     config: Config
     db_url: str | None
+    config_path: Path | None = None
 
 
 def fail(message: str, code: int) -> None:
@@ -124,7 +125,7 @@ def root(
         cfg = load_config(config)
     except SpamfilterError as exc:
         fail(str(exc), exitcodes.for_error(exc))
-    ctx.obj = AppState(config=cfg, db_url=db)
+    ctx.obj = AppState(config=cfg, db_url=db, config_path=config)
 
 
 # Register the commands (each module adds its own to `app`).
@@ -132,6 +133,7 @@ from spamfilter.cli import classify as _classify  # noqa: E402,F401
 from spamfilter.cli import db as _db  # noqa: E402,F401
 from spamfilter.cli import evaluate as _evaluate  # noqa: E402,F401
 from spamfilter.cli import train as _train  # noqa: E402,F401
+from spamfilter.cli import tune as _tune  # noqa: E402,F401
 
 
 def main(argv: Sequence[str] | None = None) -> int:

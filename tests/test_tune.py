@@ -1,0 +1,121 @@
+"""`spamfilter tune` and the pieces it stands on: loss-minimising cutoffs, config writing."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from spamfilter.cli import app
+from spamfilter.config import Config, load_config, update_config_file
+from spamfilter.errors import ConfigError
+from spamfilter.evaluation import best_cutoffs, tune
+from spamfilter.mail import MailItem
+
+LETTERS = "bcdfghjklmnpqrstvwxz"
+
+
+def noise(i: int, j: int) -> str:
+    """A unique made-up word per (message, slot), letters only."""
+    return "q" + LETTERS[i % 20] + LETTERS[(i // 20) % 20] + LETTERS[j % 20] + "x"
+
+
+def message(words: list[str]) -> MailItem:
+    return MailItem("m", ("Subject: note\n\n" + " ".join(words) + "\n").encode())
+
+
+def trap_stream() -> list[tuple[bool, MailItem]]:
+    """80 training messages, then 20 held-out ones built so that the answer
+    is known: the class words ("cheap" in 4 of 5 spam and 1 of 5 ham,
+    "meeting" the other way round) carry a log ratio of about log 4 = 1.4,
+    and every held-out message also carries one hapax seen once in a training
+    message of the OTHER class. Its weight is log((1 + a) / a): 0.69 with
+    alpha 1, below the class word, but 6.9 with alpha 0.001, above it. So
+    alpha 1 classifies the tail right and alpha 0.001 gets it all wrong."""
+    stream: list[tuple[bool, MailItem]] = []
+    hapaxes = {True: [], False: []}  # type: dict[bool, list[str]]
+    for i in range(80):
+        is_spam = i % 2 == 0
+        own, other = ("cheap", "meeting") if is_spam else ("meeting", "cheap")
+        word = other if (i // 2) % 5 == 4 else own
+        words = [noise(i, j) for j in range(5)]
+        hapaxes[is_spam].append(words[0])
+        stream.append((is_spam, message([word, *words])))
+    for k in range(20):
+        is_spam = k % 2 == 0
+        own = "cheap" if is_spam else "meeting"
+        stream.append((is_spam, message([own, hapaxes[not is_spam][k]])))
+    return stream
+
+
+def test_tune_picks_the_alpha_that_resists_hapaxes() -> None:
+    results = tune(Config(), trap_stream(), event_models=["multinomial-binary"], alphas=[0.001, 1.0], temperings=[0.0], holdout=0.2)
+    by_alpha = {c.alpha: c for c in results}
+    assert results[0].alpha == 1.0
+    assert by_alpha[1.0].one_minus_roca == 0.0
+    assert by_alpha[0.001].one_minus_roca == 100.0
+    assert by_alpha[1.0].loss_per_message == 0.0
+    assert by_alpha[0.001].loss_per_message > 0.0
+
+
+def test_best_cutoffs_minimise_the_hand_computed_loss() -> None:
+    y = np.array([0, 0, 0, 1, 0, 1, 1, 1], dtype=bool)
+    s = np.array([-5, -4, -3, -1, 0, 1, 2, 3], dtype=float)
+    # ham <= -2 (three ham), unsure {-1 spam, 0 ham} at 0.2 each, spam > 0.5.
+    cut = best_cutoffs(y, s, cost_ham_as_spam=10, cost_spam_as_ham=1, cost_unsure=0.2)
+    assert (cut.ham_max, cut.spam_min, cut.loss) == (-2.0, 0.5, pytest.approx(0.4))
+    # Without unsure: letting the spam at -1 through (1) beats losing the ham at 0 (10).
+    cut = best_cutoffs(y, s, cost_ham_as_spam=10, cost_spam_as_ham=1, cost_unsure=0)
+    assert (cut.ham_max, cut.spam_min, cut.loss) == (0.5, 0.5, 1.0)
+    # Cheap ham loss: now the cut goes below the spam at -1, filing the ham at 0 as spam.
+    cut = best_cutoffs(y, s, cost_ham_as_spam=0.5, cost_spam_as_ham=1, cost_unsure=0)
+    assert (cut.spam_min, cut.loss) == (-2.0, 0.5)
+
+
+def test_separated_classes_get_the_cut_in_the_middle_of_the_gap() -> None:
+    y = np.array([0, 0, 1, 1], dtype=bool)
+    s = np.array([-3.0, -2.0, 4.0, 6.0])
+    cut = best_cutoffs(y, s, cost_ham_as_spam=10, cost_spam_as_ham=1, cost_unsure=0.2)
+    assert (cut.ham_max, cut.spam_min, cut.loss) == (1.0, 1.0, 0.0)
+
+
+def test_update_config_file_keeps_comments_and_validates(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text("# mine\n[model]\n# smoothing\nalpha = 0.1\n\n[store]\nurl = \"\"\n")
+    update_config_file(path, {("model", "alpha"): 0.03, ("model", "event_model"): "bernoulli", ("decision", "ham_cutoff"): 0.2, ("decision", "spam_cutoff"): 0.95})
+    text = path.read_text()
+    assert text.startswith("# mine\n[model]\n# smoothing\nalpha = 0.03\n")
+    data = tomllib.loads(text)
+    assert data["model"] == {"alpha": 0.03, "event_model": "bernoulli"}
+    assert data["decision"] == {"ham_cutoff": 0.2, "spam_cutoff": 0.95}
+    cfg = load_config(path)
+    assert (cfg.model.alpha, cfg.model.event_model, cfg.decision.spam_cutoff) == (0.03, "bernoulli", 0.95)
+    with pytest.raises(ConfigError):
+        update_config_file(path, {("model", "alpha"): -1.0})
+    assert load_config(path).model.alpha == 0.03  # the bad value was not written
+
+
+def test_tune_command_writes_the_best_settings(tmp_path: Path) -> None:
+    index_dir = tmp_path / "mail"
+    index_dir.mkdir()
+    lines = []
+    for i, (is_spam, item) in enumerate(trap_stream()):
+        (index_dir / f"{i:03d}.eml").write_bytes(item.raw)
+        lines.append(f"{'spam' if is_spam else 'ham'} mail/{i:03d}.eml")
+    index = tmp_path / "index"
+    index.write_text("\n".join(lines) + "\n")
+    config = tmp_path / "config.toml"
+    config.write_text("[model]\nalpha = 0.1\n")
+    runner = CliRunner()
+    result = runner.invoke(app, ["--config", str(config), "tune", "--index", str(index), "--model", "multinomial-binary", "--alpha", "0.001", "--alpha", "1", "--tempering", "0", "--write", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    best = json.loads(result.stdout.splitlines()[0])["best"]
+    assert (best["event_model"], best["alpha"], best["tempering"]) == ("multinomial-binary", 1.0, 0.0)
+    written = load_config(config)
+    assert (written.model.alpha, written.model.tempering) == (1.0, 0.0)
+    assert written.decision.ham_cutoff is not None and written.decision.spam_cutoff is not None
+    assert result.stdout.splitlines()[-1] == f"wrote the best settings to {config}"
