@@ -137,6 +137,7 @@ class EvalReport:
     rates: ErrorRates
     classify_per_second: float
     train_per_second: float
+    two_way_threshold: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +185,7 @@ def summarise(
         rates=error_rates(y, [s.verdict for s in scored]),
         classify_per_second=len(scored) / classify_seconds if classify_seconds > 0 else float("nan"),
         train_per_second=trained / train_seconds if train_seconds > 0 else float("nan"),
+        two_way_threshold=two_way_threshold,
     )
 
 

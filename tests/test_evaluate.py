@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -108,3 +109,28 @@ def test_evaluate_uses_an_explicit_database_when_given(index: Path, db_url: str)
     assert runner.invoke(app, ["--db", db_url, "evaluate", "--index", str(index)]).exit_code == 0
     stats = json.loads(runner.invoke(app, ["--db", db_url, "stats", "--format", "json"]).stdout)
     assert (stats["spam_messages"], stats["ham_messages"]) == (30, 30)
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
+def test_roc_and_learning_curve_are_png_files_of_the_documented_size(index: Path, tmp_path: Path) -> None:
+    roc, curve = tmp_path / "roc.png", tmp_path / "curve.png"
+    result = CliRunner().invoke(app, ["evaluate", "--index", str(index), "--roc", str(roc), "--learning-curve", str(curve)])
+    assert result.exit_code == 0, result.output
+    assert png_size(roc) == (600, 600)
+    assert png_size(curve) == (700, 400)
+
+
+def test_roc_points_follow_the_thresholds() -> None:
+    from spamfilter.plots import roc_points
+
+    y = np.array([0, 0, 1, 1], dtype=bool)
+    odds = np.array([-2.0, 1.0, 0.0, 3.0])
+    hm, sm = roc_points(y, odds)
+    # thresholds -2, 0, 1, 3: spam is "score > threshold"
+    assert hm.tolist() == [50.0, 50.0, 0.0, 0.0]
+    assert sm.tolist() == [0.0, 50.0, 50.0, 100.0]

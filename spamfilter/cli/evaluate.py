@@ -9,6 +9,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
+import numpy as np
 import typer
 
 from spamfilter.cli import app, exitcodes, state
@@ -79,6 +80,8 @@ def evaluate(
     seed: Annotated[int, typer.Option("--seed", help="Shuffling seed for --protocol cv.")] = 0,
     train_mode: Annotated[TrainMode, typer.Option("--train-mode", help="online: teft trains every message, toe only errors, tune errors and near misses.")] = TrainMode.teft,
     out: Annotated[Path | None, typer.Option("--out", metavar="FILE", help="Write source/gold/score/log_odds/verdict TSV rows.")] = None,
+    roc: Annotated[Path | None, typer.Option("--roc", metavar="PNG", help="Write the ROC curve (TREC's logit axes).")] = None,
+    learning_curve: Annotated[Path | None, typer.Option("--learning-curve", metavar="PNG", help="Write the cumulative error rate over the stream.")] = None,
     fmt: Annotated[ReportFormat, typer.Option("--format", help="table or json.")] = ReportFormat.table,
 ) -> None:
     """Measure the filter on a labelled index, TREC spam-track style, starting
@@ -98,6 +101,16 @@ def evaluate(
         report, scored = run_cross_validation(s.config, stream, folds=folds, seed=seed)
     if out is not None:
         write_scores(out, scored)
+    if roc is not None or learning_curve is not None:
+        from spamfilter import plots
+
+        y = np.array([x.is_spam for x in scored], dtype=bool)
+        odds = np.array([x.log_odds for x in scored], dtype=np.float64)
+        title = f"{Path(index).parent.name or index} ({report.protocol})"
+        if roc is not None:
+            plots.write_roc(roc, y, odds, title)
+        if learning_curve is not None:
+            plots.write_learning_curve(learning_curve, y, odds, report.two_way_threshold, title)
     if fmt is ReportFormat.json:
         typer.echo(json.dumps(asdict(report)))
     else:
