@@ -284,10 +284,14 @@ class Filter:
             for r in results:
                 yield next(verdicts) if isinstance(r, _Analysed) else r
 
-    def _score(self, analysed: Sequence[_Analysed]) -> list[Verdict]:
+    def _score(self, analysed: Sequence[_Analysed], tx: StoreTransaction | None = None) -> list[Verdict]:
         docs = [a.counts for a in analysed]
         vocabulary = batch_vocabulary(docs)
-        with self.store.begin(write=False) as tx:
+        if tx is None:
+            with self.store.begin(write=False) as read:
+                totals = read.totals()
+                counts = read.token_counts(vocabulary.tokens)
+        else:
             totals = tx.totals()
             counts = tx.token_counts(vocabulary.tokens)
         known = (counts[:, 0] + counts[:, 1]) > 0
@@ -331,16 +335,18 @@ class Filter:
             if isinstance(analysed, Refusal):
                 yield OnlineStep(is_spam, analysed, False, time.perf_counter() - started, 0.0)
                 continue
-            try:
-                verdict = self._score([analysed])[0]
-            except NotTrainedError:
-                verdict = Verdict(item.source, analysed.digest, 0.5, 0.0, "unsure")
-            classified = time.perf_counter()
-            wrong = verdict.verdict != ("spam" if is_spam else "ham")
-            near = min(abs(verdict.log_odds - self.thresholds.ham_max), abs(verdict.log_odds - self.thresholds.spam_min)) < margin
-            train = train_mode == "teft" or wrong or (train_mode == "tune" and near)
-            if train:
-                with self.store.begin() as tx:
+            # One write transaction for both steps: the verdict is computed
+            # from exactly the counts the training then updates.
+            with self.store.begin() as tx:
+                try:
+                    verdict = self._score([analysed], tx)[0]
+                except NotTrainedError:
+                    verdict = Verdict(item.source, analysed.digest, 0.5, 0.0, "unsure")
+                classified = time.perf_counter()
+                wrong = verdict.verdict != ("spam" if is_spam else "ham")
+                near = min(abs(verdict.log_odds - self.thresholds.ham_max), abs(verdict.log_odds - self.thresholds.spam_min)) < margin
+                train = train_mode == "teft" or wrong or (train_mode == "tune" and near)
+                if train:
                     self._train_batch(tx, [(model.SPAM if is_spam else model.HAM, analysed)], relabel=False)
             yield OnlineStep(is_spam, verdict, train, classified - started, time.perf_counter() - classified)
 

@@ -216,6 +216,28 @@ def _store_error(exc: DBAPIError, what: str) -> StoreError:
     return StoreError(f"{what}: {text}")
 
 
+# The SQLite hot path (see StoreTransaction.__init__): plain SQL on the
+# sqlite3 cursor, same tables as above.
+_SQLITE_TOTALS = "SELECT label, messages, terms, binary_terms FROM class_totals"
+_SQLITE_HISTOGRAM = "SELECT label, doc_count, tokens FROM doc_histogram ORDER BY label, doc_count"
+_SQLITE_SET_TOKEN = (
+    "INSERT INTO tokens (token, ham_docs, spam_docs, ham_terms, spam_terms) VALUES (?, ?, ?, ?, ?) "
+    "ON CONFLICT (token) DO UPDATE SET ham_docs = excluded.ham_docs, spam_docs = excluded.spam_docs, "
+    "ham_terms = excluded.ham_terms, spam_terms = excluded.spam_terms"
+)
+_SQLITE_DELETE_TOKEN = "DELETE FROM tokens WHERE token = ?"
+_SQLITE_ADD_HISTOGRAM = (
+    "INSERT INTO doc_histogram (label, doc_count, tokens) VALUES (?, ?, ?) "
+    "ON CONFLICT (label, doc_count) DO UPDATE SET tokens = tokens + excluded.tokens"
+)
+_SQLITE_PRUNE_HISTOGRAM = "DELETE FROM doc_histogram WHERE tokens = 0"
+_SQLITE_ADD_TOTALS = "UPDATE class_totals SET messages = messages + ?, terms = terms + ?, binary_terms = binary_terms + ? WHERE label = ?"
+
+
+def _sqlite_select_tokens(n: int) -> str:
+    return "SELECT token, ham_docs, spam_docs, ham_terms, spam_terms FROM tokens WHERE token IN (" + ",".join("?" * n) + ")"
+
+
 class _Statements:
     """Every statement the store runs, built once per dialect.
 
@@ -396,6 +418,11 @@ class StoreTransaction:
     def __init__(self, conn: Connection, statements: _Statements) -> None:
         self.conn = conn
         self.sql = statements
+        # On SQLite the hot statements go straight to the sqlite3 cursor of
+        # this same connection and transaction: SQLAlchemy's per-row
+        # parameter processing cost more than SQLite itself (profiled: 7.5 ms
+        # of 22 ms per online message in add_counts alone).
+        self.raw = conn.connection.dbapi_connection.cursor() if conn.dialect.name == "sqlite" else None
 
     # -- reads --------------------------------------------------------------
 
@@ -404,10 +431,16 @@ class StoreTransaction:
         msgs = np.zeros(2, dtype=np.int64)
         terms = np.zeros(2, dtype=np.int64)
         binary = np.zeros(2, dtype=np.int64)
-        for label, m, t, b in self.conn.execute(self.sql.class_totals):
+        if self.raw is not None:
+            totals_rows = self.raw.execute(_SQLITE_TOTALS).fetchall()
+            histogram_rows = self.raw.execute(_SQLITE_HISTOGRAM).fetchall()
+        else:
+            totals_rows = list(self.conn.execute(self.sql.class_totals))
+            histogram_rows = list(self.conn.execute(self.sql.histogram))
+        for label, m, t, b in totals_rows:
             msgs[label], terms[label], binary[label] = m, t, b
         rows: list[list[tuple[int, int]]] = [[], []]
-        for label, k, n in self.conn.execute(self.sql.histogram):
+        for label, k, n in histogram_rows:
             rows[label].append((k, n))
         hist = tuple(np.array(r, dtype=np.int64).reshape(-1, 2) for r in rows)
         vocabulary = int(hist[0][:, 1].sum())
@@ -421,7 +454,11 @@ class StoreTransaction:
         position = {t: i for i, t in enumerate(token_list)}
         for start in range(0, len(token_list), _CHUNK):
             chunk = list(token_list[start : start + _CHUNK])
-            for row in self.conn.execute(self.sql.token_counts, {"keys": chunk}):
+            if self.raw is not None:
+                found = self.raw.execute(_sqlite_select_tokens(len(chunk)), chunk).fetchall()
+            else:
+                found = list(self.conn.execute(self.sql.token_counts, {"keys": chunk}))
+            for row in found:
                 out[position[row[0]]] = row[1:]
         return out
 
@@ -473,21 +510,30 @@ class StoreTransaction:
         """
         if len(token_list) != delta.shape[0]:
             raise ValueError("token_list and delta differ in length")
-        new_counts = np.zeros_like(delta)
-        position = {t: i for i, t in enumerate(token_list)}
-        values = [
-            {"token": t, "ham_docs": hd, "spam_docs": sd, "ham_terms": ht, "spam_terms": st}
-            for t, (hd, sd, ht, st) in zip(token_list, delta.tolist())
-        ]
-        if values:
-            # executemany with RETURNING: SQLAlchemy's "insertmanyvalues" packs
-            # the rows into multi-row statements from one cached compilation.
-            for row in self.conn.execute(self.sql.upsert_tokens, values):
-                new_counts[position[row[0]]] = row[1:]
-        if (new_counts < 0).any():
-            bad = token_list[int(np.argwhere(new_counts < 0)[0, 0])]
-            raise StoreError(f"count of token {bad!r} would go negative: the store is inconsistent (run `spamfilter db check`)")
-        old_counts = new_counts - delta
+        if self.raw is not None:
+            # The transaction holds SQLite's write lock (BEGIN IMMEDIATE), so
+            # nobody can change the counts between this read and the write.
+            old_counts = self.token_counts(token_list)
+            new_counts = old_counts + delta
+            self._check_not_negative(token_list, new_counts)
+            keep = (new_counts[:, 0] > 0) | (new_counts[:, 1] > 0)
+            rows = new_counts.tolist()
+            self.raw.executemany(_SQLITE_SET_TOKEN, [(t, *rows[i]) for i, t in enumerate(token_list) if keep[i]])
+        else:
+            new_counts = np.zeros_like(delta)
+            position = {t: i for i, t in enumerate(token_list)}
+            values = [
+                {"token": t, "ham_docs": hd, "spam_docs": sd, "ham_terms": ht, "spam_terms": st}
+                for t, (hd, sd, ht, st) in zip(token_list, delta.tolist())
+            ]
+            if values:
+                # executemany with RETURNING: SQLAlchemy's "insertmanyvalues"
+                # packs the rows into multi-row statements; the returned new
+                # counts stay right under concurrent writers (PostgreSQL).
+                for row in self.conn.execute(self.sql.upsert_tokens, values):
+                    new_counts[position[row[0]]] = row[1:]
+            self._check_not_negative(token_list, new_counts)
+            old_counts = new_counts - delta
         was_known = (old_counts[:, 0] > 0) | (old_counts[:, 1] > 0)
         is_known = (new_counts[:, 0] > 0) | (new_counts[:, 1] > 0)
         hist_delta: dict[tuple[int, int], int] = {}
@@ -500,15 +546,32 @@ class StoreTransaction:
                     hist_delta[(label, k)] = hist_delta.get((label, k), 0) + sign * c
         self._add_histogram({key: n for key, n in hist_delta.items() if n != 0})
         gone = [token_list[i] for i in np.flatnonzero(~is_known)]
-        for start in range(0, len(gone), _CHUNK):
-            self.conn.execute(self.sql.delete_tokens, {"keys": gone[start : start + _CHUNK]})
+        if self.raw is not None:
+            self.raw.executemany(_SQLITE_DELETE_TOKEN, [(t,) for t in gone])
+        else:
+            for start in range(0, len(gone), _CHUNK):
+                self.conn.execute(self.sql.delete_tokens, {"keys": gone[start : start + _CHUNK]})
         for label in (0, 1):
             m, t, b = (int(x) for x in class_delta[:, label])
             if m or t or b:
-                self.conn.execute(self.sql.add_totals, {"lbl": label, "m": m, "t": t, "b": b})
+                if self.raw is not None:
+                    self.raw.execute(_SQLITE_ADD_TOTALS, (m, t, b, label))
+                else:
+                    self.conn.execute(self.sql.add_totals, {"lbl": label, "m": m, "t": t, "b": b})
+
+    @staticmethod
+    def _check_not_negative(token_list: Sequence[str], new_counts: IntArray) -> None:
+        if (new_counts < 0).any():
+            bad = token_list[int(np.argwhere(new_counts < 0)[0, 0])]
+            raise StoreError(f"count of token {bad!r} would go negative: the store is inconsistent (run `spamfilter db check`)")
 
     def _add_histogram(self, delta: dict[tuple[int, int], int]) -> None:
         if not delta:
+            return
+        if self.raw is not None:
+            self.raw.executemany(_SQLITE_ADD_HISTOGRAM, [(lbl, k, n) for (lbl, k), n in sorted(delta.items())])
+            if any(n < 0 for n in delta.values()):
+                self.raw.execute(_SQLITE_PRUNE_HISTOGRAM)
             return
         values = [{"label": lbl, "doc_count": k, "tokens": n} for (lbl, k), n in sorted(delta.items())]
         self.conn.execute(self.sql.upsert_histogram, values)

@@ -164,9 +164,8 @@ class Tokenizer:
             if n > hi:
                 result.append(prefix + SKIP + first + ":" + str(n // 10 * 10))
                 continue
-            word = word.strip(".'-")
-            if len(word) < lo:
-                continue
+            # The pattern starts a word with a letter and ends it with a word
+            # character, so there is no punctuation left to strip here.
             result.append(prefix + (stem(word) if stem else word))
         if cfg.bigrams and not prefix:
             plain = [w for w in result if ":" not in w]
