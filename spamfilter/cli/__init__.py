@@ -32,7 +32,7 @@ class _Group(TyperGroup):
         # Typer's usage errors exit 2 by default, which `filter` uses for
         # "unsure"; move them to EX_USAGE.
         if getattr(exc, "exit_code", None) == 2:
-            exc.exit_code = exitcodes.USAGE  # type: ignore[attr-defined]
+            setattr(exc, "exit_code", exitcodes.USAGE)
 
     def make_context(self, *args: Any, **kwargs: Any) -> Any:
         try:

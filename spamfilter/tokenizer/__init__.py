@@ -200,9 +200,9 @@ class Tokenizer:
             out.extend(self.words(text, SUBJECT))
             out.extend(_punctuation_runs(text, SUBJECT))
         for key, prefix in (("from", FROM), ("reply-to", REPLY_TO)):
-            value = message.get(key)
-            if value is not None:
-                out.extend(self._address_tokens(mime.decode_header(value), prefix))
+            address = message.get(key)
+            if address is not None:
+                out.extend(self._address_tokens(mime.decode_header(address), prefix))
         recipients = [mime.decode_header(v) for k in ("to", "cc") for v in (message.get_all(k) or [])]
         if recipients:
             addresses = [a for _, a in _getaddresses(recipients) if a]
@@ -213,9 +213,9 @@ class Tokenizer:
         if message_id is not None:
             out.append(MESSAGE_ID + _message_id_shape(_squeeze(mime.decode_header(message_id))))
         for key in ("x-mailer", "user-agent"):
-            value = message.get(key)
-            if value is not None:
-                out.extend(self.words(mime.decode_header(value), MAILER))
+            mailer = message.get(key)
+            if mailer is not None:
+                out.extend(self.words(mime.decode_header(mailer), MAILER))
 
     def _address_tokens(self, value: str, prefix: str) -> Iterator[str]:
         try:
