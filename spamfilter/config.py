@@ -45,6 +45,7 @@ class ModelConfig:
     event_model: EventModel = "multinomial-binary"
     alpha: float = 0.1
     tempering: float = 0.5
+    min_evidence: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +74,7 @@ class TokenizerConfig:
     max_bytes: int = 200_000
     min_word_length: int = 3
     max_word_length: int = 20
-    bigrams: bool = False
+    bigrams: bool = True
     stem: bool = False
     header_tokens: bool = True
     fold_case: bool = True
@@ -182,6 +183,7 @@ def validate(config: Config, origin: str = "config") -> None:
     need(m.event_model in EVENT_MODELS, "model.event_model", f"must be one of {', '.join(EVENT_MODELS)}", m.event_model)
     need(math.isfinite(m.alpha) and m.alpha >= 1e-10, "model.alpha", "must be >= 1e-10", m.alpha)
     need(0.0 <= m.tempering <= 1.0, "model.tempering", "must be between 0 and 1", m.tempering)
+    need(0.0 <= m.min_evidence <= 50.0, "model.min_evidence", "must be between 0 and 50", m.min_evidence)
     need(d.cost_ham_as_spam > 0, "decision.cost_ham_as_spam", "must be > 0", d.cost_ham_as_spam)
     need(d.cost_spam_as_ham > 0, "decision.cost_spam_as_ham", "must be > 0", d.cost_spam_as_ham)
     need(d.cost_unsure >= 0, "decision.cost_unsure", "must be >= 0", d.cost_unsure)

@@ -362,6 +362,7 @@ class Candidate:
     event_model: str
     alpha: float
     tempering: float
+    min_evidence: float
     one_minus_roca: float
     cutoffs: Cutoffs
     loss_per_message: float
@@ -378,9 +379,10 @@ def tune(
     event_models: Sequence[str],
     alphas: Sequence[float],
     temperings: Sequence[float],
+    min_evidences: Sequence[float] = (0.0,),
     holdout: float = 0.2,
 ) -> list[Candidate]:
-    """Try every (event model, alpha, tempering): train on the head of the
+    """Try every (event model, alpha, tempering, min_evidence): train on the head of the
     stream, score its last ``holdout`` share (later mail, as a filter meets
     it), choose each setting's cutoffs by ``best_cutoffs`` and report the
     loss per message. Returns the candidates, best first: lowest loss, then
@@ -432,8 +434,8 @@ def tune(
         for alpha in alphas:
             params = nb.estimate(event_model, counts, stats, alpha)
             X = valid_binary if params.binary else valid_terms
-            for tempering in temperings:
-                odds = nb.log_odds(nb.joint_log_likelihood(X, params, tempering))
+            for tempering, min_evidence in ((t, e) for t in temperings for e in min_evidences):
+                odds = nb.log_odds(nb.joint_log_likelihood(X, params, tempering, min_evidence))
                 cut = best_cutoffs(valid_y, odds, cost_ham_as_spam=d.cost_ham_as_spam, cost_spam_as_ham=d.cost_spam_as_ham, cost_unsure=d.cost_unsure)
                 verdict_spam = odds > cut.spam_min
                 verdict_ham = odds <= cut.ham_max
@@ -442,6 +444,7 @@ def tune(
                         event_model=event_model,
                         alpha=alpha,
                         tempering=tempering,
+                        min_evidence=min_evidence,
                         one_minus_roca=100.0 * (1.0 - roc_area(valid_y, odds)),
                         cutoffs=cut,
                         loss_per_message=cut.loss / valid_y.size,

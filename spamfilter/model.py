@@ -169,14 +169,25 @@ def estimate(event_model: str, counts: TokenCounts, stats: ClassStats, alpha: fl
     return NBParams(weight=np.log(n_jc + alpha) - denominator, bias=prior, log_prior=prior, binary=binary)
 
 
-def joint_log_likelihood(X: sp.csr_matrix, params: NBParams, tempering: float = 0.0) -> FloatArray:
+def joint_log_likelihood(
+    X: sp.csr_matrix, params: NBParams, tempering: float = 0.0, min_evidence: float = 0.0
+) -> FloatArray:
     """Unnormalised log posterior per row, shape (n, 2):
 
         jll[i, c] = log P(c) + log P(x_i | c) / n_i ** tempering
 
     X has shape (n, m), one row per message, one column per token of ``params``;
     it must hold 0/1 values when ``params.binary``. n_i = sum_j X[i, j], the
-    token events of message i the model knows (at least 1).
+    token events of message i the model uses (at least 1).
+
+    min_evidence > 0 drops, before anything else, every token whose weight
+    differs between the classes by less than that many nats,
+    |weight[1, j] - weight[0, j]| < min_evidence: a per-message feature
+    selection in the spirit of bogofilter's and SpamBayes's "ignore the
+    near-neutral words". Online on spamassassin (tempering 0.5) 3 nats took
+    1-ROCA from 0.44% to 0.30%, on csdmc2010 from 0.14% to 0.11%, but on the
+    header-less enron1 it made it worse (0.32% to 0.50%): it is off by default
+    and `spamfilter tune` tries it.
 
     tempering = 0 is textbook naive Bayes. The independence assumption is
     badly wrong for mail: one spam's URL gives host, parent-domain and path
@@ -191,6 +202,9 @@ def joint_log_likelihood(X: sp.csr_matrix, params: NBParams, tempering: float = 
     cutoffs from 3.05% to 0.32%, on csdmc2010 1-ROCA from 2.05% to 0.16%
     (multinomial-binary, alpha 0.1; docs/benchmarks.md).
     """
+    if min_evidence > 0:
+        strong = np.abs(params.weight[SPAM] - params.weight[HAM]) >= min_evidence
+        X = X @ sp.diags(strong.astype(np.float64))
     evidence = np.asarray(X @ params.weight.T) + (params.bias - params.log_prior)
     if tempering:
         n = np.maximum(np.asarray(X.sum(axis=1)).ravel(), 1.0)

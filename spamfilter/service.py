@@ -301,7 +301,8 @@ class Filter:
         token_counts = model.TokenCounts(doc_count=counts[:, 0:2].T.copy(), term_count=counts[:, 2:4].T.copy())
         params = model.estimate(self.config.model.event_model, token_counts, stats, self.config.model.alpha)
         X = count_matrix(docs, columns, binary=params.binary)
-        odds = model.log_odds(model.joint_log_likelihood(X, params, self.config.model.tempering))
+        m = self.config.model
+        odds = model.log_odds(model.joint_log_likelihood(X, params, m.tempering, m.min_evidence))
         probability = model.spam_probability(odds)
         decision = model.decide(odds, self.thresholds)
         return [

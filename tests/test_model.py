@@ -273,3 +273,24 @@ def test_repeated_spam_token_gives_distinct_odds_past_saturation() -> None:
     assert odds.tolist() == pytest.approx(expected, rel=1e-12)
     assert odds[0] > 37 and odds[1] > odds[0]
     assert model.spam_probability(odds).tolist() == [1.0, 1.0]
+
+
+def test_min_evidence_drops_weak_tokens_before_tempering() -> None:
+    import scipy.sparse as sp
+
+    params = model.NBParams(
+        weight=np.array([[-1.0, -2.0, -1.0], [-0.5, 1.0, -5.0]]),
+        bias=np.log([0.5, 0.5]),
+        log_prior=np.log([0.5, 0.5]),
+        binary=True,
+    )
+    X = sp.csr_matrix(np.array([[1.0, 1.0, 1.0]]))
+    # differences 0.5, 3, -4: with min_evidence 3 only tokens 2 and 3 count,
+    # so n = 2 and the evidence per class is the sum over those two / sqrt(2).
+    jll = model.joint_log_likelihood(X, params, tempering=0.5, min_evidence=3.0)
+    expected = np.log(0.5) + np.array([-2.0 - 1.0, 1.0 - 5.0]) / np.sqrt(2.0)
+    assert jll[0].tolist() == pytest.approx(expected.tolist(), rel=1e-12)
+    # without it all three count, n = 3
+    jll = model.joint_log_likelihood(X, params, tempering=0.5)
+    expected = np.log(0.5) + np.array([-4.0, -4.5]) / np.sqrt(3.0)
+    assert jll[0].tolist() == pytest.approx(expected.tolist(), rel=1e-12)

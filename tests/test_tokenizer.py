@@ -35,7 +35,13 @@ def parse(raw: bytes) -> email.message.Message:
     return email.message_from_bytes(raw, policy=email.policy.compat32)
 
 
+# The exact-token tests below are about the unigram rules; bigrams (on by
+# default) have tests of their own.
+UNIGRAMS = TokenizerConfig(bigrams=False)
+
+
 def tokenize(raw: bytes, **config: object) -> list[str]:
+    config.setdefault("bigrams", False)
     return Tokenizer(TokenizerConfig(**config)).tokenize(parse(raw))  # type: ignore[arg-type]
 
 
@@ -119,11 +125,11 @@ def test_date_header_gives_only_its_header_token() -> None:
 
 
 def test_words_are_lower_cased_and_shorter_than_three_dropped() -> None:
-    assert Tokenizer().words("The CAT sat on a Mat") == ["the", "cat", "sat", "mat"]
+    assert Tokenizer(UNIGRAMS).words("The CAT sat on a Mat") == ["the", "cat", "sat", "mat"]
 
 
 def test_words_keep_inner_apostrophes_hyphens_and_dots() -> None:
-    assert Tokenizer().words("DON'T e-mail u.s.a. -- 'quoted'") == ["don't", "e-mail", "u.s.a", "quoted"]
+    assert Tokenizer(UNIGRAMS).words("DON'T e-mail u.s.a. -- 'quoted'") == ["don't", "e-mail", "u.s.a", "quoted"]
 
 
 @pytest.mark.parametrize(
@@ -139,7 +145,7 @@ def test_words_keep_inner_apostrophes_hyphens_and_dots() -> None:
 def test_word_longer_than_max_word_length_becomes_skip_with_first_char_and_length_floor_10(
     word: str, expected: list[str]
 ) -> None:
-    assert Tokenizer().words(word) == expected
+    assert Tokenizer(UNIGRAMS).words(word) == expected
 
 
 def test_max_word_length_comes_from_config() -> None:
@@ -161,7 +167,7 @@ def test_max_word_length_comes_from_config() -> None:
     ],
 )
 def test_numbers_keep_up_to_four_digits_longer_become_num_digit_count(text: str, expected: list[str]) -> None:
-    assert Tokenizer().words(text) == expected
+    assert Tokenizer(UNIGRAMS).words(text) == expected
 
 
 # -- encodings ---------------------------------------------------------------
@@ -589,15 +595,15 @@ def test_bigrams_add_pairs_of_adjacent_plain_words() -> None:
         "order",
         "now",
         "today",
-        "bi:cheap pills",
-        "bi:pills order",
-        "bi:order now",
-        "bi:now today",
+        "bi:cheap+pills",
+        "bi:pills+order",
+        "bi:order+now",
+        "bi:now+today",
     ]
 
 
 def test_bigrams_skip_namespaced_tokens() -> None:
-    assert Tokenizer(TokenizerConfig(bigrams=True)).words("call 5551234567 now") == ["call", "num:10", "now", "bi:call now"]
+    assert Tokenizer(TokenizerConfig(bigrams=True)).words("call 5551234567 now") == ["call", "num:10", "now", "bi:call+now"]
 
 
 def test_bigrams_are_off_by_default() -> None:
@@ -699,7 +705,7 @@ def test_many_nested_multiparts_are_bounded() -> None:
         b'Content-Type: multipart/mixed; boundary="b%d"\n\n--b%d\n' % (i, i) for i in range(depth)
     ) + b"Content-Type: text/plain\n\ndeep words\n"
     item = MailItem("deep", raw)
-    toks = Tokenizer().tokenize(parse_message(item, max_bytes=MAX_BYTES))
+    toks = Tokenizer(UNIGRAMS).tokenize(parse_message(item, max_bytes=MAX_BYTES))
     assert problems(toks) == []
     assert "deep" in toks
 
@@ -802,3 +808,8 @@ def test_mutated_messages_never_raise_and_give_clean_tokens(raw: bytes) -> None:
 def test_words_of_any_text_never_contain_whitespace(text: str) -> None:
     for config in (TokenizerConfig(), TokenizerConfig(fold_case=False, stem=True)):
         assert problems(Tokenizer(config).words(text)) == []
+
+
+def test_bigrams_are_on_by_default_and_join_adjacent_body_words() -> None:
+    assert Tokenizer().words("cheap pills now") == ["cheap", "pills", "now", "bi:cheap+pills", "bi:pills+now"]
+    assert Tokenizer().words("cheap pills", "subject:") == ["subject:cheap", "subject:pills"]

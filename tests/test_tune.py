@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from spamfilter.cli import app
-from spamfilter.config import Config, load_config, update_config_file
+from spamfilter.config import Config, TokenizerConfig, load_config, update_config_file
 from spamfilter.errors import ConfigError
 from spamfilter.evaluation import best_cutoffs, tune
 from spamfilter.mail import MailItem
@@ -53,7 +53,9 @@ def trap_stream() -> list[tuple[bool, MailItem]]:
 
 
 def test_tune_picks_the_alpha_that_resists_hapaxes() -> None:
-    results = tune(Config(), trap_stream(), event_models=["multinomial-binary"], alphas=[0.001, 1.0], temperings=[0.0], holdout=0.2)
+    # Unigrams only: the trap is built from single words.
+    config = Config(tokenizer=TokenizerConfig(bigrams=False))
+    results = tune(config, trap_stream(), event_models=["multinomial-binary"], alphas=[0.001, 1.0], temperings=[0.0], holdout=0.2)
     by_alpha = {c.alpha: c for c in results}
     assert results[0].alpha == 1.0
     assert by_alpha[1.0].one_minus_roca == 0.0
@@ -109,9 +111,9 @@ def test_tune_command_writes_the_best_settings(tmp_path: Path) -> None:
     index = tmp_path / "index"
     index.write_text("\n".join(lines) + "\n")
     config = tmp_path / "config.toml"
-    config.write_text("[model]\nalpha = 0.1\n")
+    config.write_text("[model]\nalpha = 0.1\n\n[tokenizer]\nbigrams = false\n")
     runner = CliRunner()
-    result = runner.invoke(app, ["--config", str(config), "tune", "--index", str(index), "--model", "multinomial-binary", "--alpha", "0.001", "--alpha", "1", "--tempering", "0", "--write", "--format", "json"])
+    result = runner.invoke(app, ["--config", str(config), "tune", "--index", str(index), "--model", "multinomial-binary", "--alpha", "0.001", "--alpha", "1", "--tempering", "0", "--min-evidence", "0", "--write", "--format", "json"])
     assert result.exit_code == 0, result.output
     best = json.loads(result.stdout.splitlines()[0])["best"]
     assert (best["event_model"], best["alpha"], best["tempering"]) == ("multinomial-binary", 1.0, 0.0)

@@ -11,8 +11,13 @@ binary models use each token once per message.
 
 Choices and why
 ---------------
-* Case is folded. Keeping case split the counts of "FREE" and "free" and
-  made the vocabulary 40% larger for no measured gain.
+* Case is folded. Keeping it (as bogofilter does) moved online 1-ROCA on
+  spamassassin from 0.412% to 0.403% (textbook model, 2026-11-25): within
+  noise, for a larger vocabulary. ``fold_case = false`` keeps case.
+* Adjacent body words also give a bigram token ``bi:first+second``
+  (``bigrams``, on by default). Online with tempering 0.5 it lowered 1-ROCA
+  on spamassassin from 0.44% to 0.34%, on enron1 from 0.32% to 0.21%, on
+  csdmc2010 from 0.14% to 0.12%, for about twice the tokens per message.
 * Words shorter than ``min_word_length`` (3) are dropped: they are mostly
   stop words and HTML debris. Longer than ``max_word_length`` become
   ``skip:<first char>:<length rounded down to 10>``: base64 runs, hashes and
@@ -169,7 +174,7 @@ class Tokenizer:
             result.append(prefix + (stem(word) if stem else word))
         if cfg.bigrams and not prefix:
             plain = [w for w in result if ":" not in w]
-            result.extend(BIGRAM + a + " " + b for a, b in zip(plain, plain[1:]))
+            result.extend(BIGRAM + a + "+" + b for a, b in zip(plain, plain[1:]))
         return result
 
     # -- headers ------------------------------------------------------------
