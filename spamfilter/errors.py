@@ -37,3 +37,7 @@ class SchemaOutOfDate(StoreError):
 
 class NotTrainedError(SpamfilterError):
     """Classifying needs at least one trained spam and one trained ham."""
+
+
+class EvaluationError(SpamfilterError):
+    """The labelled mail cannot support the evaluation or tuning asked for."""

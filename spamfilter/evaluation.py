@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -19,7 +19,7 @@ from scipy.stats import rankdata
 
 from spamfilter import model as nb
 from spamfilter.config import Config
-from spamfilter.errors import MailParseError
+from spamfilter.errors import EvaluationError, MailParseError
 from spamfilter.mail import MailItem, parse_message
 from spamfilter.service import Filter, Verdict
 from spamfilter.tokenizer import Tokenizer
@@ -363,6 +363,7 @@ class Candidate:
     alpha: float
     tempering: float
     min_evidence: float
+    bigrams: bool
     one_minus_roca: float
     cutoffs: Cutoffs
     loss_per_message: float
@@ -373,6 +374,34 @@ class Candidate:
 
 
 def tune(
+    config: Config,
+    labelled: Sequence[tuple[bool, MailItem]],
+    *,
+    event_models: Sequence[str],
+    alphas: Sequence[float],
+    temperings: Sequence[float],
+    min_evidences: Sequence[float] = (0.0,),
+    bigram_options: Sequence[bool] | None = None,
+    holdout: float = 0.2,
+) -> list[Candidate]:
+    """``tune_settings`` for each tokenizer setting in ``bigram_options``
+    (default: the configured one), all candidates ranked together."""
+    results: list[Candidate] = []
+    for bigrams in bigram_options if bigram_options is not None else (config.tokenizer.bigrams,):
+        variant = replace(config, tokenizer=replace(config.tokenizer, bigrams=bigrams))
+        results += tune_settings(
+            variant, labelled, event_models=event_models, alphas=alphas,
+            temperings=temperings, min_evidences=min_evidences, holdout=holdout,
+        )
+    results.sort(key=_rank)
+    return results
+
+
+def _rank(c: Candidate) -> tuple[float, float, float]:
+    return (round(c.loss_per_message, 12), round(c.one_minus_roca, 9), c.log_loss)
+
+
+def tune_settings(
     config: Config,
     labelled: Sequence[tuple[bool, MailItem]],
     *,
@@ -408,7 +437,7 @@ def tune(
     split = len(docs) - n_valid
     train_y, valid_y = y[:split], y[split:]
     if not (train_y.any() and (~train_y).any() and valid_y.any() and (~valid_y).any()):
-        raise ValueError("both the training head and the held-out tail need spam and ham")
+        raise EvaluationError("to tune, both the training head and the held-out tail of the index need spam and ham")
     vocabulary = Vocabulary(t for d in docs[:split] for t in d)
     terms = count_matrix(docs[:split], vocabulary)
     binary = count_matrix(docs[:split], vocabulary, binary=True)
@@ -445,6 +474,7 @@ def tune(
                         alpha=alpha,
                         tempering=tempering,
                         min_evidence=min_evidence,
+                        bigrams=config.tokenizer.bigrams,
                         one_minus_roca=100.0 * (1.0 - roc_area(valid_y, odds)),
                         cutoffs=cut,
                         loss_per_message=cut.loss / valid_y.size,
@@ -454,5 +484,5 @@ def tune(
                         unsure=100.0 * float((~verdict_spam & ~verdict_ham).mean()),
                     )
                 )
-    results.sort(key=lambda c: (round(c.loss_per_message, 12), round(c.one_minus_roca, 9), c.log_loss))
+    results.sort(key=_rank)
     return results

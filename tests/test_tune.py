@@ -113,7 +113,7 @@ def test_tune_command_writes_the_best_settings(tmp_path: Path) -> None:
     config = tmp_path / "config.toml"
     config.write_text("[model]\nalpha = 0.1\n\n[tokenizer]\nbigrams = false\n")
     runner = CliRunner()
-    result = runner.invoke(app, ["--config", str(config), "tune", "--index", str(index), "--model", "multinomial-binary", "--alpha", "0.001", "--alpha", "1", "--tempering", "0", "--min-evidence", "0", "--write", "--format", "json"])
+    result = runner.invoke(app, ["--config", str(config), "tune", "--index", str(index), "--model", "multinomial-binary", "--alpha", "0.001", "--alpha", "1", "--tempering", "0", "--min-evidence", "0", "--keep-tokenizer", "--write", "--format", "json"])
     assert result.exit_code == 0, result.output
     best = json.loads(result.stdout.splitlines()[0])["best"]
     assert (best["event_model"], best["alpha"], best["tempering"]) == ("multinomial-binary", 1.0, 0.0)
@@ -121,3 +121,16 @@ def test_tune_command_writes_the_best_settings(tmp_path: Path) -> None:
     assert (written.model.alpha, written.model.tempering) == (1.0, 0.0)
     assert written.decision.ham_cutoff is not None and written.decision.spam_cutoff is not None
     assert result.stdout.splitlines()[-1] == f"wrote the best settings to {config}"
+
+
+def test_tune_tries_the_tokenizer_both_ways_when_asked() -> None:
+    results = tune(Config(), trap_stream(), event_models=["multinomial-binary"], alphas=[1.0], temperings=[0.0, 0.5], bigram_options=[False, True])
+    assert sorted((c.bigrams, c.tempering) for c in results) == [(False, 0.0), (False, 0.5), (True, 0.0), (True, 0.5)]
+
+
+def test_tune_refuses_a_tail_without_both_classes() -> None:
+    from spamfilter.errors import EvaluationError
+
+    stream = trap_stream()[:80] + [(False, message(["meeting"]))] * 20
+    with pytest.raises(EvaluationError, match="held-out tail"):
+        tune(Config(), stream, event_models=["multinomial-binary"], alphas=[1.0], temperings=[0.0])

@@ -11,7 +11,8 @@ that sees 75 (temporary failure) queues the message and retries.
        1  `filter`: the message is ham
        2  `filter`: the message is unsure
       64  usage error: unknown option, missing or bad argument
-      65  a message could not be read as mail (the others were processed)
+      65  a message could not be read as mail (the others were processed), or
+          the labelled mail cannot support the evaluation asked for
       66  a mail source (file, folder, index) does not exist or is unreadable
       69  the model is not trained yet (needs a spam and a ham)
       70  internal error: a bug in spamfilter, please report it
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 from spamfilter.errors import (
     ConfigError,
+    EvaluationError,
     MailParseError,
     MailSourceError,
     NotTrainedError,
@@ -55,6 +57,7 @@ _BY_ERROR: tuple[tuple[type[SpamfilterError], int], ...] = (
     (ConfigError, CONFIG_ERROR),
     (MailSourceError, NO_INPUT),
     (MailParseError, DATA_ERROR),
+    (EvaluationError, DATA_ERROR),
     (NotTrainedError, NOT_TRAINED),
     (SchemaOutOfDate, SCHEMA_OUT_OF_DATE),
     (StoreBusyError, STORE_BUSY),
