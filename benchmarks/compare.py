@@ -5,7 +5,8 @@
 Every system sees the same TREC index in the same order, online (classify
 each message, then train on its true label), the TREC spam-track protocol:
 
-- spamfilter: each event model at the configured alpha/tempering, through
+- spamfilter: each event model at the configured settings, and with
+  --tuned-on the setting `spamfilter tune` picks on another corpus, through
   the library's own online loop (evaluation.run_online, in-memory SQLite);
   then, on a fresh model, batch training on the whole stream and batch
   classification of the whole stream.
@@ -37,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from spamfilter.config import EVENT_MODELS, Config, load_config
-from spamfilter.evaluation import lam_pct, roc_area, run_online, sm_at_hm, fresh_filter
+from spamfilter.evaluation import fresh_filter, lam_pct, roc_area, run_online, sm_at_hm, tune
 from spamfilter.mail import read_index
 
 CORPORA = Path(__file__).resolve().parents[1].parent / "shared" / "corpora"
@@ -60,8 +61,22 @@ def ranking(y: np.ndarray, score: np.ndarray, threshold: float) -> dict[str, flo
     }
 
 
-def run_spamfilter(config: Config, stream: list, event_model: str) -> dict[str, object]:
-    cfg = replace(config, model=replace(config.model, event_model=event_model))
+def tuned_config(config: Config, corpus: str) -> Config:
+    """The setting `spamfilter tune` picks on another corpus's index (default grids)."""
+    stream = list(read_index(str(CORPORA / INDEXES[corpus])))
+    best = tune(
+        config, stream, event_models=list(EVENT_MODELS), alphas=[0.01, 0.03, 0.1, 0.3, 1.0],
+        temperings=[0.0, 0.5], min_evidences=[0.0, 2.0, 3.0], bigram_options=[True, False],
+    )[0]
+    return replace(
+        config,
+        model=replace(config.model, event_model=best.event_model, alpha=best.alpha, tempering=best.tempering, min_evidence=best.min_evidence),
+        tokenizer=replace(config.tokenizer, bigrams=best.bigrams),
+    )
+
+
+def run_spamfilter(config: Config, stream: list, event_model: str | None, label: str | None = None) -> dict[str, object]:
+    cfg = replace(config, model=replace(config.model, event_model=event_model)) if event_model else config
     started = time.perf_counter()
     report, scored = run_online(cfg, stream)
     online_seconds = time.perf_counter() - started
@@ -75,8 +90,10 @@ def run_spamfilter(config: Config, stream: list, event_model: str) -> dict[str, 
         for _ in f.classify(item for _, item in stream):
             pass
         batch_classify = len(stream) / (time.perf_counter() - started)
+    m = cfg.model
     return {
-        "system": f"spamfilter {event_model}",
+        "system": label or f"spamfilter {event_model}",
+        "setting": f"{m.event_model} alpha={m.alpha:g} tempering={m.tempering:g} min_evidence={m.min_evidence:g} bigrams={cfg.tokenizer.bigrams}",
         **ranking(y, odds, float(np.log(cfg.decision.cost_ham_as_spam / cfg.decision.cost_spam_as_ham))),
         "online_per_s": len(stream) / online_seconds,
         "batch_train_per_s": batch_train,
@@ -149,13 +166,17 @@ def main() -> None:
     parser.add_argument("--config", type=Path)
     parser.add_argument("--skip-bogofilter", action="store_true")
     parser.add_argument("--skip-sklearn", action="store_true")
+    parser.add_argument("--tuned-on", choices=sorted(INDEXES), help="also run the setting `tune` picks on this (other) corpus")
     args = parser.parse_args()
     config = load_config(args.config) if args.config else Config()
+    tuned = tuned_config(config, args.tuned_on) if args.tuned_on else None
     Path("results").mkdir(exist_ok=True)
     for corpus in args.corpus:
         index = CORPORA / INDEXES[corpus]
         stream = list(read_index(str(index)))
         rows = [run_spamfilter(config, stream, m) for m in (args.model or EVENT_MODELS)]
+        if tuned is not None:
+            rows.append(run_spamfilter(tuned, stream, None, f"spamfilter tuned on {args.tuned_on}"))
         if not args.skip_bogofilter and shutil.which("bogofilter"):
             rows.append(run_bogofilter(index))
         if not args.skip_sklearn:
