@@ -134,3 +134,12 @@ def test_roc_points_follow_the_thresholds() -> None:
     # thresholds -2, 0, 1, 3: spam is "score > threshold"
     assert hm.tolist() == [50.0, 50.0, 0.0, 0.0]
     assert sm.tolist() == [0.0, 50.0, 50.0, 100.0]
+
+
+def test_a_missing_index_exits_66_for_evaluate_train_and_tune(tmp_path: Path) -> None:
+    runner = CliRunner()
+    missing = str(tmp_path / "no-such-index")
+    for args in (["evaluate", "--index", missing], ["train", "--index", missing], ["tune", "--index", missing]):
+        result = runner.invoke(app, ["--db", f"sqlite:///{tmp_path / 'x.db'}", *args])
+        assert result.exit_code == 66, (args, result.output)
+        assert "Traceback" not in result.output

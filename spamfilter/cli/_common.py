@@ -76,3 +76,13 @@ def describe(summary: TrainSummary) -> str:
 def is_tty_stdin() -> bool:
     """Whether stdin is a terminal (then reading a message from it is a mistake)."""
     return sys.stdin.isatty()
+
+
+def index_length(path: str) -> int | None:
+    """Messages in a TREC index (its non-blank lines), for the progress bar;
+    None if it cannot be read (reading it properly reports the error)."""
+    try:
+        with open(path, "rb") as fh:
+            return sum(1 for line in fh if line.strip())
+    except OSError:
+        return None

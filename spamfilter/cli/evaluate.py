@@ -13,7 +13,7 @@ import numpy as np
 import typer
 
 from spamfilter.cli import app, exitcodes, state
-from spamfilter.cli._common import progress
+from spamfilter.cli._common import index_length, progress
 from spamfilter.evaluation import EvalReport, Scored, run_cross_validation, run_online
 from spamfilter.mail import read_index
 
@@ -32,11 +32,6 @@ class TrainMode(str, Enum):
 class ReportFormat(str, Enum):
     table = "table"
     json = "json"
-
-
-def _index_total(path: str) -> int:
-    with open(path, "rb") as fh:
-        return sum(1 for line in fh if line.strip())
 
 
 def write_scores(path: Path, scored: list[Scored]) -> None:
@@ -92,7 +87,7 @@ def evaluate(
     Example: spamfilter evaluate --index corpus/index --protocol online --out scores.tsv
     """
     s = state(ctx)
-    total = _index_total(index)
+    total = index_length(index)
     labelled = read_index(index)
     if protocol is Protocol.online:
         report, scored = run_online(s.config, progress(labelled, "evaluating", total), train_mode=train_mode.value, url=s.db_url)

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from spamfilter.cli import app, exitcodes
-from spamfilter.cli._common import describe, open_filter, progress, report_refusals
+from spamfilter.cli._common import describe, index_length, open_filter, progress, report_refusals
 from spamfilter.mail import MailItem, read_index, read_messages
 
 _SOURCES_HELP = "Message file, mbox, Maildir, MH or folder; - for stdin."
@@ -21,11 +21,6 @@ def _labelled(spam: list[str], ham: list[str]) -> Iterator[tuple[bool, MailItem]
     ham_items = read_messages(ham) if ham else iter(())
     yield from ((True, item) for item in spam_items)
     yield from ((False, item) for item in ham_items)
-
-
-def _index_total(path: str) -> int:
-    with open(path, "rb") as fh:
-        return sum(1 for line in fh if line.strip())
 
 
 @app.command()
@@ -45,7 +40,7 @@ def train(
     total = None
     if index is not None:
         labelled_index = read_index(index)
-        total = _index_total(index)
+        total = index_length(index)
         labelled = labelled_index if not (spam or ham) else _chain(labelled, labelled_index)
     with open_filter(ctx) as f:
         summary = f.train(progress(labelled, "training", total))
