@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from enum import Enum
 from typing import TypeVar
 
 import typer
@@ -15,6 +16,13 @@ from spamfilter.cli import exitcodes, state
 from spamfilter.service import Filter, Refusal, TrainSummary
 
 T = TypeVar("T")
+
+
+class TableOrJson(str, Enum):
+    """The --format choice of the commands that print one summary."""
+
+    table = "table"
+    json = "json"
 
 
 @contextmanager

@@ -4,26 +4,20 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
-from enum import Enum
 from typing import Annotated
 
 import typer
 
 from spamfilter.cli import app, state
-from spamfilter.cli._common import open_filter
+from spamfilter.cli._common import TableOrJson, open_filter
 from spamfilter.config import default_db_url
 from spamfilter.service import upgrade_database
-
-
-class StatsFormat(str, Enum):
-    table = "table"
-    json = "json"
 
 
 @app.command()
 def stats(
     ctx: typer.Context,
-    fmt: Annotated[StatsFormat, typer.Option("--format", help="table or json.")] = StatsFormat.table,
+    fmt: Annotated[TableOrJson, typer.Option("--format", help="table or json.")] = TableOrJson.table,
 ) -> None:
     """Show how much the model has learnt and where it is stored.
 
@@ -31,7 +25,7 @@ def stats(
     """
     with open_filter(ctx) as f:
         s = f.stats()
-    if fmt is StatsFormat.json:
+    if fmt is TableOrJson.json:
         typer.echo(json.dumps(asdict(s)))
         return
     size = "-" if s.size_bytes is None else f"{s.size_bytes / 1e6:.1f} MB"

@@ -13,7 +13,7 @@ import numpy as np
 import typer
 
 from spamfilter.cli import app, exitcodes, state
-from spamfilter.cli._common import index_length, progress
+from spamfilter.cli._common import TableOrJson, index_length, progress
 from spamfilter.evaluation import EvalReport, Scored, run_cross_validation, run_online
 from spamfilter.mail import read_index
 
@@ -27,11 +27,6 @@ class TrainMode(str, Enum):
     teft = "teft"
     toe = "toe"
     tune = "tune"
-
-
-class ReportFormat(str, Enum):
-    table = "table"
-    json = "json"
 
 
 def write_scores(path: Path, scored: list[Scored]) -> None:
@@ -77,7 +72,7 @@ def evaluate(
     out: Annotated[Path | None, typer.Option("--out", metavar="FILE", help="Write source/gold/score/log_odds/verdict TSV rows.")] = None,
     roc: Annotated[Path | None, typer.Option("--roc", metavar="PNG", help="Write the ROC curve (TREC's logit axes).")] = None,
     learning_curve: Annotated[Path | None, typer.Option("--learning-curve", metavar="PNG", help="Write the cumulative error rate over the stream.")] = None,
-    fmt: Annotated[ReportFormat, typer.Option("--format", help="table or json.")] = ReportFormat.table,
+    fmt: Annotated[TableOrJson, typer.Option("--format", help="table or json.")] = TableOrJson.table,
 ) -> None:
     """Measure the filter on a labelled index, TREC spam-track style, starting
     from an empty model in a temporary in-memory database (the --db database
@@ -106,7 +101,7 @@ def evaluate(
             plots.write_roc(roc, y, odds, title)
         if learning_curve is not None:
             plots.write_learning_curve(learning_curve, y, odds, report.two_way_threshold, title)
-    if fmt is ReportFormat.json:
+    if fmt is TableOrJson.json:
         typer.echo(json.dumps(asdict(report)))
     else:
         for line in render(report):

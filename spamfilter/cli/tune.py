@@ -4,21 +4,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
-from enum import Enum
 from typing import Annotated
 
 import typer
 
 from spamfilter.cli import app, state
-from spamfilter.cli._common import progress
+from spamfilter.cli._common import TableOrJson, progress
 from spamfilter.config import EVENT_MODELS, default_config_path, update_config_file
-from spamfilter.evaluation import tune as tune_settings
+from spamfilter import evaluation
 from spamfilter.mail import read_index
-
-
-class TuneFormat(str, Enum):
-    table = "table"
-    json = "json"
 
 
 def _probability(log_odds: float) -> float:
@@ -39,7 +33,7 @@ def tune(
     try_bigrams: Annotated[bool, typer.Option("--try-bigrams/--keep-tokenizer", help="Also try the tokenizer with bigrams switched the other way.")] = True,
     top: Annotated[int, typer.Option("--top", min=1, help="Candidates to list.")] = 10,
     write: Annotated[bool, typer.Option("--write", help="Write the best settings and cutoffs into the config file.")] = False,
-    fmt: Annotated[TuneFormat, typer.Option("--format", help="table or json.")] = TuneFormat.table,
+    fmt: Annotated[TableOrJson, typer.Option("--format", help="table or json.")] = TableOrJson.table,
 ) -> None:
     """Choose the event model, alpha, tempering, minimum token evidence,
     bigrams on or off, and the ham/spam cutoffs that
@@ -55,7 +49,7 @@ def tune(
         if m not in EVENT_MODELS:
             raise typer.BadParameter(f"{m!r} is not one of {', '.join(EVENT_MODELS)}", param_hint="--model")
     stream = list(progress(read_index(index), "reading"))
-    candidates = tune_settings(
+    candidates = evaluation.tune(
         s.config,
         stream,
         event_models=chosen_models,
@@ -66,7 +60,7 @@ def tune(
         holdout=holdout,
     )
     best = candidates[0]
-    if fmt is TuneFormat.json:
+    if fmt is TableOrJson.json:
         typer.echo(json.dumps({"best": asdict(best), "candidates": [asdict(c) for c in candidates[:top]]}))
     else:
         typer.echo(f"{'event model':<19} {'bigram':>6} {'alpha':>6} {'temper':>6} {'min_ev':>6} {'loss/msg':>9} {'1-ROCA%':>8} {'hm%':>6} {'sm%':>6} {'unsure%':>7} {'ham<=':>8} {'spam>':>8}")
