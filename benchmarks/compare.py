@@ -94,7 +94,8 @@ def run_spamfilter(config: Config, stream: list, event_model: str | None, label:
     return {
         "system": label or f"spamfilter {event_model}",
         "setting": f"{m.event_model} alpha={m.alpha:g} tempering={m.tempering:g} min_evidence={m.min_evidence:g} bigrams={cfg.tokenizer.bigrams}",
-        **ranking(y, odds, float(np.log(cfg.decision.cost_ham_as_spam / cfg.decision.cost_spam_as_ham))),
+        # the same metric code for every system; the filter's own two-way threshold
+        **ranking(y, odds, report.two_way_threshold),
         "online_per_s": len(stream) / online_seconds,
         "batch_train_per_s": batch_train,
         "batch_classify_per_s": batch_classify,

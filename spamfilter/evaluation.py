@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -201,7 +201,6 @@ def run_online(
     *,
     train_mode: str = "teft",
     url: str | None = None,
-    on_step: Callable[[Scored | None], None] | None = None,
 ) -> tuple[EvalReport, list[Scored]]:
     """Walk the stream in order: classify each message, then train on its label."""
     scored: list[Scored] = []
@@ -215,13 +214,9 @@ def run_online(
             trained += step.trained
             if isinstance(step.result, Verdict):
                 r = step.result
-                item = Scored(r.source, step.is_spam, r.score, r.log_odds, r.verdict)
-                scored.append(item)
+                scored.append(Scored(r.source, step.is_spam, r.score, r.log_odds, r.verdict))
             else:
                 refused += 1
-                item = None
-            if on_step is not None:
-                on_step(item)
     report = summarise(
         "online", scored, refused=refused, trained=trained, two_way_threshold=two_way,
         classify_seconds=classify_seconds, train_seconds=train_seconds,
@@ -237,7 +232,7 @@ def stratified_folds(is_spam: Sequence[bool], k: int, seed: int) -> list[int]:
     rng = np.random.default_rng(seed)
     folds = [0] * len(is_spam)
     for label in (False, True):
-        members = [i for i, s in enumerate(is_spam) if s is label or s == label]
+        members = [i for i, s in enumerate(is_spam) if bool(s) is label]
         for position, i in enumerate(rng.permutation(members).tolist()):
             folds[i] = position % k
     return folds
@@ -249,7 +244,6 @@ def run_cross_validation(
     *,
     folds: int = 10,
     seed: int = 0,
-    on_fold: Callable[[int], None] | None = None,
 ) -> tuple[EvalReport, list[Scored]]:
     """Stratified k-fold: train a fresh in-memory model on k-1 folds, classify
     the held-out fold, pool the held-out scores of all folds."""
@@ -275,8 +269,6 @@ def run_cross_validation(
                 results[i] = Scored(v.source, is_spam, v.score, v.log_odds, v.verdict)
             else:
                 refused += 1
-        if on_fold is not None:
-            on_fold(fold)
     scored = [results[i] for i in sorted(results)]
     report = summarise(
         f"cv{folds}", scored, refused=refused, trained=trained, two_way_threshold=two_way,

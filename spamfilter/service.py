@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import TypeVar
@@ -158,7 +159,7 @@ class Filter:
         """The log-odds above which the Bayes rule says spam when there is no
         unsure verdict: log(cost_ham_as_spam / cost_spam_as_ham)."""
         d = self.config.decision
-        return float(np.log(d.cost_ham_as_spam) - np.log(d.cost_spam_as_ham))
+        return model.thresholds_from_loss(d.cost_ham_as_spam, d.cost_spam_as_ham, 0.0).spam_min
 
     @classmethod
     def open(cls, config: Config, url: str | None = None) -> Filter:
@@ -287,13 +288,11 @@ class Filter:
     def _score(self, analysed: Sequence[_Analysed], tx: StoreTransaction | None = None) -> list[Verdict]:
         docs = [a.counts for a in analysed]
         vocabulary = batch_vocabulary(docs)
-        if tx is None:
-            with self.store.begin(write=False) as read:
-                totals = read.totals()
-                counts = read.token_counts(vocabulary.tokens)
-        else:
-            totals = tx.totals()
-            counts = tx.token_counts(vocabulary.tokens)
+        # Inside the caller's transaction if it has one (online learning),
+        # else in a read transaction of its own.
+        with nullcontext(tx) if tx is not None else self.store.begin(write=False) as reader:
+            totals = reader.totals()
+            counts = reader.token_counts(vocabulary.tokens)
         known = (counts[:, 0] + counts[:, 1]) > 0
         columns = Vocabulary(t for t, k in zip(vocabulary.tokens, known) if k)
         counts = counts[known]
