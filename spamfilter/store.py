@@ -428,6 +428,10 @@ class StoreTransaction:
         # of 22 ms per online message in add_counts alone).
         dbapi = conn.connection.dbapi_connection
         self.raw = dbapi.cursor() if conn.dialect.name == "sqlite" and dbapi is not None else None
+        # The counts of the last token_counts() call, until add_counts()
+        # changes the table: online learning scores a message and then
+        # trains it in one transaction, and need not read its tokens twice.
+        self._last_read: tuple[dict[str, int], IntArray] | None = None
 
     # -- reads --------------------------------------------------------------
 
@@ -465,6 +469,7 @@ class StoreTransaction:
                 found = list(self.conn.execute(self.sql.token_counts, {"keys": chunk}))
             for row in found:
                 out[position[row[0]]] = row[1:]
+        self._last_read = (position, out)
         return out
 
     def trained_labels(self, digests: Sequence[str]) -> dict[str, int]:
@@ -518,7 +523,7 @@ class StoreTransaction:
         if self.raw is not None:
             # The transaction holds SQLite's write lock (BEGIN IMMEDIATE), so
             # nobody can change the counts between this read and the write.
-            old_counts = self.token_counts(token_list)
+            old_counts = self._counts_before_write(token_list)
             new_counts = old_counts + delta
             self._check_not_negative(token_list, new_counts)
             keep = (new_counts[:, 0] > 0) | (new_counts[:, 1] > 0)
@@ -563,6 +568,18 @@ class StoreTransaction:
                     self.raw.execute(_SQLITE_ADD_TOTALS, (m, t, b, label))
                 else:
                     self.conn.execute(self.sql.add_totals, {"lbl": label, "m": m, "t": t, "b": b})
+
+    def _counts_before_write(self, token_list: Sequence[str]) -> IntArray:
+        """token_counts(), served from the last read when it covers every token."""
+        last, self._last_read = self._last_read, None
+        if last is not None:
+            position, counts = last
+            rows = [position.get(t, -1) for t in token_list]
+            if -1 not in rows:
+                return counts[rows]
+        counts = self.token_counts(token_list)
+        self._last_read = None
+        return counts
 
     @staticmethod
     def _check_not_negative(token_list: Sequence[str], new_counts: IntArray) -> None:
