@@ -8,6 +8,7 @@ documents every key with its default (a test keeps the two in step).
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
 import tomllib
@@ -19,6 +20,12 @@ from spamfilter.errors import ConfigError
 
 EventModel = Literal["bernoulli", "multinomial", "multinomial-binary"]
 EVENT_MODELS: tuple[str, ...] = get_args(EventModel)
+ImapSecurity = Literal["tls", "starttls", "none"]
+IMAP_SECURITY: tuple[str, ...] = get_args(ImapSecurity)
+SpamAction = Literal["move", "keyword", "report"]
+SPAM_ACTIONS: tuple[str, ...] = get_args(SpamAction)
+TrainedAction = Literal["leave", "move"]
+TRAINED_ACTIONS: tuple[str, ...] = get_args(TrainedAction)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +88,56 @@ class TokenizerConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class ImapAccount:
+    """One IMAP account (a ``[imap.NAME]`` table) that ``spamfilter imap run`` filters.
+
+    host, port: the server; port 0 means 993 for ``tls``, else 143.
+    security: "tls" (implicit TLS), "starttls", or "none" (only to a loopback host).
+    verify: check the server's certificate (and host name); ca_file adds a CA.
+    username; the password comes from the environment variable named by
+        password_env, or from the output of password_command (run by the
+        shell); it is never stored in the config or the database.
+    classify_folders: folders whose new messages are classified.
+    spam_folder: where spam goes (created if missing); unsure_folder: where
+        unsure messages go ("" = leave them where they are).
+    train_spam_folder, train_ham_folder: folders whose messages are trained
+        as spam / ham ("" = none); trained_action "move" then files trained
+        spam in spam_folder and trained ham in the first classify folder.
+    spam_action: "move" to spam_folder, "keyword" ($Junk on spam, left in
+        place), or "report" (change nothing on the server, only report).
+    chunk_size: messages per fetch; chunk_bytes caps the bytes of one fetch.
+    retries: reconnect attempts after a network error (1, 2, 4 ... s apart).
+    timeout: seconds a network operation may take.
+    """
+
+    name: str = ""
+    host: str = "localhost"
+    port: int = 0
+    security: ImapSecurity = "tls"
+    verify: bool = True
+    ca_file: str = ""
+    username: str = ""
+    password_env: str = ""
+    password_command: str = ""
+    classify_folders: tuple[str, ...] = ("INBOX",)
+    spam_folder: str = "Junk"
+    unsure_folder: str = ""
+    train_spam_folder: str = ""
+    train_ham_folder: str = ""
+    trained_action: TrainedAction = "leave"
+    spam_action: SpamAction = "move"
+    chunk_size: int = 100
+    chunk_bytes: int = 20_000_000
+    retries: int = 4
+    timeout: float = 60.0
+
+    @property
+    def server_port(self) -> int:
+        """The port to connect to."""
+        return self.port or (993 if self.security == "tls" else 143)
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     """All settings; pass it explicitly, never keep it in a global."""
 
@@ -88,6 +145,18 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     decision: DecisionConfig = field(default_factory=DecisionConfig)
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    imap: tuple[ImapAccount, ...] = ()
+
+    def imap_account(self, name: str | None = None) -> ImapAccount:
+        """The account called ``name``, or the only (first) one if None."""
+        if not self.imap:
+            raise ConfigError("no IMAP account is configured: add an [imap.NAME] table to the config file")
+        if name is None:
+            return self.imap[0]
+        for account in self.imap:
+            if account.name == name:
+                return account
+        raise ConfigError(f"no IMAP account named {name!r} (configured: {', '.join(a.name for a in self.imap)})")
 
 
 def default_config_path() -> Path:
@@ -138,6 +207,9 @@ def config_from_dict(data: dict[str, Any], *, origin: str = "config") -> Config:
         raise ConfigError(f"{origin}: unknown section [{sorted(unknown)[0]}]")
     parts: dict[str, Any] = {}
     for name in sections:
+        if name == "imap":
+            parts[name] = _imap_accounts(data.get("imap", {}), f"{origin}: imap")
+            continue
         default = getattr(Config(), name)
         table = data.get(name, {})
         if not isinstance(table, dict):
@@ -148,6 +220,19 @@ def config_from_dict(data: dict[str, Any], *, origin: str = "config") -> Config:
     return config
 
 
+def _imap_accounts(data: Any, where: str) -> tuple[ImapAccount, ...]:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where} must be a table of accounts ([imap.NAME])")
+    accounts = []
+    for name, table in data.items():
+        if not isinstance(table, dict):
+            raise ConfigError(f"{where}.{name} must be a table ([imap.{name}])")
+        if "name" in table:
+            raise ConfigError(f"{where}.{name}.name: unknown setting (the table's name is the account's)")
+        accounts.append(_overlay(ImapAccount(name=name), table, f"{where}.{name}"))
+    return tuple(accounts)
+
+
 def _overlay(default: Any, table: dict[str, Any], where: str) -> Any:
     known = {f.name: f for f in fields(default)}
     values: dict[str, Any] = {}
@@ -156,6 +241,11 @@ def _overlay(default: Any, table: dict[str, Any], where: str) -> Any:
             raise ConfigError(f"{where}.{key}: unknown setting")
         current = getattr(default, key)
         expected: tuple[type, ...]
+        if isinstance(current, tuple):
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ConfigError(f"{where}.{key}: expected a list of strings, got {value!r}")
+            values[key] = tuple(value)
+            continue
         if isinstance(current, bool):
             expected = (bool,)
         elif isinstance(current, int):
@@ -195,6 +285,38 @@ def validate(config: Config, origin: str = "config") -> None:
     need(t.max_word_length <= 100, "tokenizer.max_word_length", "must be <= 100", t.max_word_length)
     need(s.busy_timeout >= 0, "store.busy_timeout", "must be >= 0", s.busy_timeout)
     need(s.batch_size >= 1, "store.batch_size", "must be >= 1", s.batch_size)
+    for a in config.imap:
+        key = f"imap.{a.name}"
+        need(bool(a.host), f"{key}.host", "must be set", a.host)
+        need(0 <= a.port <= 65535, f"{key}.port", "must be between 0 and 65535", a.port)
+        need(a.security in IMAP_SECURITY, f"{key}.security", f"must be one of {', '.join(IMAP_SECURITY)}", a.security)
+        need(a.security != "none" or is_loopback(a.host), f"{key}.security", '"none" sends the password in clear text: only allowed to a loopback host', a.security)
+        need(bool(a.username), f"{key}.username", "must be set", a.username)
+        need(not (a.password_env and a.password_command), f"{key}.password_env", "and password_command exclude each other", a.password_env)
+        need(bool(a.password_env or a.password_command), f"{key}.password_env", "or password_command must be set", "")
+        need(bool(a.classify_folders) and all(a.classify_folders), f"{key}.classify_folders", "must name at least one folder", a.classify_folders)
+        need(bool(a.spam_folder), f"{key}.spam_folder", "must be set", a.spam_folder)
+        watched = [*a.classify_folders, a.spam_folder, a.unsure_folder, a.train_spam_folder, a.train_ham_folder]
+        watched = [f for f in watched if f]
+        need(len(set(watched)) == len(watched), f"{key}", "folders must all differ", watched)
+        need(a.trained_action in TRAINED_ACTIONS, f"{key}.trained_action", f"must be one of {', '.join(TRAINED_ACTIONS)}", a.trained_action)
+        need(a.spam_action in SPAM_ACTIONS, f"{key}.spam_action", f"must be one of {', '.join(SPAM_ACTIONS)}", a.spam_action)
+        need(1 <= a.chunk_size <= 10_000, f"{key}.chunk_size", "must be between 1 and 10000", a.chunk_size)
+        need(a.chunk_bytes >= 1_000_000, f"{key}.chunk_bytes", "must be >= 1000000", a.chunk_bytes)
+        need(0 <= a.retries <= 20, f"{key}.retries", "must be between 0 and 20", a.retries)
+        need(a.timeout > 0, f"{key}.timeout", "must be > 0", a.timeout)
+    names = [a.name for a in config.imap]
+    need(len(set(names)) == len(names), "imap", "account names must differ", names)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine (localhost or a loopback address)."""
+    if host.lower() in ("localhost", "localhost.localdomain"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def update_config_file(path: Path, changes: dict[tuple[str, str], object]) -> None:

@@ -41,3 +41,19 @@ class NotTrainedError(SpamfilterError):
 
 class EvaluationError(SpamfilterError):
     """The labelled mail cannot support the evaluation or tuning asked for."""
+
+
+class ImapError(SpamfilterError):
+    """The IMAP server refused an operation or answered unexpectedly."""
+
+
+class ImapAuthError(ImapError):
+    """The IMAP server refused the login (wrong user name or password)."""
+
+
+class ImapUnavailable(ImapError):
+    """The IMAP server cannot be reached, or the connection broke (after retries)."""
+
+
+class ScoresFileError(EvaluationError):
+    """A scores file (``classify`` or ``evaluate --out`` output) cannot be read or is not one."""

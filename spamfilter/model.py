@@ -144,29 +144,43 @@ def bernoulli_absent_sum(stats: ClassStats, alpha: float) -> FloatArray:
     return out
 
 
+def token_log_likelihood(event_model: str, counts: TokenCounts, stats: ClassStats, alpha: float) -> FloatArray:
+    """log P(token j | c) = log theta[c,j] for the m columns of ``counts``, shape (2, m).
+
+    bernoulli:          theta[c,j] = (D[c,j] + alpha) / (D[c] + 2*alpha), the chance
+                        that a class-c message contains token j
+    multinomial:        theta[c,j] = (N[c,j] + alpha) / (N[c] + alpha*V)
+    multinomial-binary: the same with N counting each token once per message
+    """
+    if event_model == "bernoulli":
+        d = stats.messages.astype(np.float64)[:, None]
+        bernoulli: FloatArray = np.log(counts.doc_count + alpha) - np.log(d + 2 * alpha)
+        return bernoulli
+    if event_model == "multinomial":
+        n_jc, n_c = counts.term_count, stats.terms
+    elif event_model == "multinomial-binary":
+        n_jc, n_c = counts.doc_count, stats.binary_terms
+    else:
+        raise ValueError(f"unknown event model {event_model!r}")
+    v = float(stats.vocabulary_size)
+    multinomial: FloatArray = np.log(n_jc + alpha) - np.log(n_c.astype(np.float64) + alpha * v)[:, None]
+    return multinomial
+
+
 def estimate(event_model: str, counts: TokenCounts, stats: ClassStats, alpha: float) -> NBParams:
     """Smoothed parameters for the m columns of ``counts`` (see module docstring)."""
     prior = log_prior(stats)
+    log_theta = token_log_likelihood(event_model, counts, stats, alpha)
     if event_model == "bernoulli":
         d = stats.messages.astype(np.float64)[:, None]
-        log_denominator = np.log(d + 2 * alpha)
-        log_theta = np.log(counts.doc_count + alpha) - log_denominator
-        log_one_minus = np.log(d - counts.doc_count + alpha) - log_denominator
+        log_one_minus = np.log(d - counts.doc_count + alpha) - np.log(d + 2 * alpha)
         return NBParams(
             weight=log_theta - log_one_minus,
             bias=prior + bernoulli_absent_sum(stats, alpha),
             log_prior=prior,
             binary=True,
         )
-    if event_model == "multinomial":
-        n_jc, n_c, binary = counts.term_count, stats.terms, False
-    elif event_model == "multinomial-binary":
-        n_jc, n_c, binary = counts.doc_count, stats.binary_terms, True
-    else:
-        raise ValueError(f"unknown event model {event_model!r}")
-    v = float(stats.vocabulary_size)
-    denominator = np.log(n_c.astype(np.float64) + alpha * v)[:, None]
-    return NBParams(weight=np.log(n_jc + alpha) - denominator, bias=prior, log_prior=prior, binary=binary)
+    return NBParams(weight=log_theta, bias=prior, log_prior=prior, binary=event_model == "multinomial-binary")
 
 
 def joint_log_likelihood(
@@ -202,15 +216,28 @@ def joint_log_likelihood(
     cutoffs from 3.05% to 0.32%, on csdmc2010 1-ROCA from 2.05% to 0.16%
     (multinomial-binary, alpha 0.1; docs/benchmarks.md).
     """
+    X = evidence_features(X, params, min_evidence)
+    evidence = np.asarray(X @ params.weight.T) + (params.bias - params.log_prior)
+    if tempering:
+        evidence = evidence * tempering_factor(X, tempering)[:, None]
+    jll: FloatArray = evidence + params.log_prior
+    return jll
+
+
+def evidence_features(X: sp.csr_matrix, params: NBParams, min_evidence: float) -> sp.csr_matrix:
+    """X with the columns of the tokens ``min_evidence`` ignores set to 0, shape (n, m)."""
     if min_evidence > 0:
         strong = np.abs(params.weight[SPAM] - params.weight[HAM]) >= min_evidence
         X = X @ sp.diags(strong.astype(np.float64))
-    evidence = np.asarray(X @ params.weight.T) + (params.bias - params.log_prior)
-    if tempering:
-        n = np.maximum(np.asarray(X.sum(axis=1)).ravel(), 1.0)
-        evidence = evidence * (n ** -tempering)[:, None]
-    jll: FloatArray = evidence + params.log_prior
-    return jll
+    return X
+
+
+def tempering_factor(X: sp.csr_matrix, tempering: float) -> FloatArray:
+    """n_i ** -tempering per row of the (already selected) X, shape (n,);
+    n_i = sum_j X[i, j], at least 1."""
+    n = np.maximum(np.asarray(X.sum(axis=1)).ravel(), 1.0)
+    result: FloatArray = n**-tempering
+    return result
 
 
 def log_odds(jll: FloatArray) -> FloatArray:
@@ -271,3 +298,65 @@ def decide(odds: FloatArray, thresholds: Thresholds) -> IntArray:
     verdict[odds <= thresholds.ham_max] = HAM
     verdict[odds > thresholds.spam_min] = SPAM
     return verdict
+
+
+@dataclass(frozen=True, slots=True)
+class LogOddsTerms:
+    """One message's log-odds taken apart: L = prior + sum(token) + absent.
+
+    prior: log P(spam) - log P(ham).
+    token: (m,) what each column adds; 0 for a column the message lacks or
+        that ``min_evidence`` ignores.
+    absent: the Bernoulli sum over the tokens the message lacks (0 for the
+        multinomial models, which have no such term).
+    used: (m,) whether the column counts: present in the message and not
+        ignored by ``min_evidence``.
+    events: n, the token events that count (sum of x after min_evidence).
+    factor: n ** -tempering (n at least 1), the scale already applied to
+        ``token`` and ``absent``.
+    """
+
+    prior: float
+    token: FloatArray
+    absent: float
+    used: npt.NDArray[np.bool_]
+    events: float
+    factor: float
+
+
+def log_odds_terms(
+    x: sp.csr_matrix, params: NBParams, log_theta: FloatArray, tempering: float = 0.0, min_evidence: float = 0.0
+) -> LogOddsTerms:
+    """The log-odds of the one message in x (shape (1, m)), term by term, with
+    the same feature selection and tempering as ``joint_log_likelihood``:
+
+        L = prior + sum_j token[j] + absent
+        prior    = log P(spam) - log P(ham)
+        token[j] = f * x'[j] * (log theta[1,j] - log theta[0,j])
+        absent   = f * sum_{j not in x'} (log(1 - theta[1,j]) - log(1 - theta[0,j]))    (bernoulli)
+                 = f * (A[1] - A[0] - sum_j x'[j] * (log(1 - theta[1,j]) - log(1 - theta[0,j])))
+
+    x' is x without the columns min_evidence ignores (a Bernoulli token so
+    ignored counts as absent, as it does in scoring), f = n ** -tempering with
+    n = sum_j x'[j], and log_theta (2, m) is ``token_log_likelihood`` of the
+    columns. For the multinomial models log theta is the weight and the bias
+    is the prior, so ``absent`` is 0. The terms sum to the classifier's
+    log-odds up to floating-point rounding.
+    """
+    if x.shape[0] != 1:
+        raise ValueError(f"log_odds_terms takes one message, not {x.shape[0]}")
+    selected = evidence_features(x, params, min_evidence)
+    factor = float(tempering_factor(selected, tempering)[0]) if tempering else 1.0
+    counts = np.asarray(selected.todense(), dtype=np.float64).ravel()
+    log_one_minus = log_theta - params.weight  # log(1 - theta) for bernoulli, 0 otherwise
+    absent_all = (params.bias - params.log_prior)[SPAM] - (params.bias - params.log_prior)[HAM]
+    absent = absent_all - float(counts @ (log_one_minus[SPAM] - log_one_minus[HAM]))
+    token: FloatArray = factor * counts * (log_theta[SPAM] - log_theta[HAM])
+    return LogOddsTerms(
+        prior=float(params.log_prior[SPAM] - params.log_prior[HAM]),
+        token=token,
+        absent=float(factor * absent),
+        used=counts > 0,
+        events=float(counts.sum()),
+        factor=factor,
+    )

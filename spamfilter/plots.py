@@ -1,10 +1,22 @@
-"""PNG charts of evaluation runs (matplotlib, Agg backend: no display needed).
+"""PNG charts of evaluation runs and of the model (matplotlib, Agg backend:
+no display needed).
 
-Returns nothing but the file; the numbers come from ``evaluation``.
+Returns nothing but the file or its bytes; the numbers come from
+``evaluation`` and ``service``. Sizes in pixels are fixed (dpi 100), so a
+chart's size says which chart it is:
+
+    ROC                 600 x 600
+    top words           1200 x (150 + 25 * rows), rows = the longer of the two lists
+    training history    900 x 350
+    log-odds histogram  900 x 400
 """
 
 from __future__ import annotations
 
+import io
+import warnings
+from collections.abc import Sequence
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +31,14 @@ def _pyplot() -> Any:
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def _png(plt: Any, fig: Any) -> bytes:
+    """The figure as PNG bytes, at exactly its size in pixels (figsize * dpi)."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    plt.close(fig)
+    return buffer.getvalue()
 
 
 def roc_points(is_spam: npt.NDArray[np.bool_], odds: npt.NDArray[np.float64]) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
@@ -38,6 +58,11 @@ def roc_points(is_spam: npt.NDArray[np.bool_], odds: npt.NDArray[np.float64]) ->
 
 def write_roc(path: Path, is_spam: npt.NDArray[np.bool_], odds: npt.NDArray[np.float64], title: str) -> None:
     """ROC curve on logit axes (ham misclassification vs spam misclassification, %)."""
+    path.write_bytes(roc_png(is_spam, odds, title))
+
+
+def roc_png(is_spam: npt.NDArray[np.bool_], odds: npt.NDArray[np.float64], title: str) -> bytes:
+    """``write_roc``'s chart as PNG bytes, ROC_SIZE pixels."""
     plt = _pyplot()
     hm, sm = roc_points(is_spam, odds)
     # logit axes take fractions: 0.0001 .. 0.5 is 0.01% .. 50%
@@ -57,11 +82,10 @@ def write_roc(path: Path, is_spam: npt.NDArray[np.bool_], odds: npt.NDArray[np.f
     ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _pos: ""))
     ax.set_xlabel("% ham misclassification")
     ax.set_ylabel("% spam misclassification")
-    ax.set_title(title)
+    ax.set_title(title, parse_math=False)
     ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, format="png")
-    plt.close(fig)
+    return _png(plt, fig)
 
 
 def write_learning_curve(path: Path, is_spam: npt.NDArray[np.bool_], odds: npt.NDArray[np.float64], threshold: float, title: str) -> None:
@@ -84,3 +108,121 @@ def write_learning_curve(path: Path, is_spam: npt.NDArray[np.bool_], odds: npt.N
     fig.tight_layout()
     fig.savefig(path, format="png")
     plt.close(fig)
+
+
+SPAM_COLOUR = "#c0392b"
+HAM_COLOUR = "#2471a3"
+ROC_SIZE = (600, 600)
+HISTORY_SIZE = (900, 350)
+HISTOGRAM_SIZE = (900, 400)
+TOP_WORDS_WIDTH = 1200
+# Labels longer than this are cut: a hostile 200-character token would squeeze the bars to nothing.
+_LABEL_CHARS = 36
+
+
+def top_words_size(rows: int) -> tuple[int, int]:
+    """(width, height) in pixels of the top-words chart with ``rows`` bars a side."""
+    return TOP_WORDS_WIDTH, 150 + 25 * max(rows, 1)
+
+
+def _label(token: str) -> str:
+    printable = "".join(ch if ch.isprintable() else "\N{REPLACEMENT CHARACTER}" for ch in token)
+    return printable if len(printable) <= _LABEL_CHARS else printable[: _LABEL_CHARS - 1] + "\N{HORIZONTAL ELLIPSIS}"
+
+
+def top_words_png(spam: Sequence[tuple[str, float]], ham: Sequence[tuple[str, float]], title: str) -> bytes:
+    """Horizontal bars of (token, score) for each class, strongest at the top:
+    spam on the left, ham on the right. Each score is the log-likelihood
+    ratio in favour of its own class."""
+    plt = _pyplot()
+    width, height = top_words_size(max(len(spam), len(ham)))
+    fig, axes = plt.subplots(1, 2, figsize=(width / 100, height / 100), dpi=100)
+    sides = ((axes[0], spam, SPAM_COLOUR, "spam"), (axes[1], ham, HAM_COLOUR, "ham"))
+    # Tokens come from mail: no mathtext ("$...$"), and no warning per glyph
+    # the font lacks.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"Glyph .* missing from")
+        for ax, rows, colour, name in sides:
+            other = "ham" if name == "spam" else "spam"
+            positions = np.arange(len(rows))
+            ax.barh(positions, [score for _, score in rows], color=colour)
+            ax.set_yticks(positions)
+            ax.set_yticklabels([_label(token) for token, _ in rows], parse_math=False, fontsize=9)
+            ax.invert_yaxis()
+            ax.set_xlabel(f"log P(token|{name}) - log P(token|{other})")
+            ax.set_title(f"{name}: top {len(rows)}" if rows else f"{name}: no tokens")
+            ax.grid(True, axis="x", alpha=0.3)
+        fig.suptitle(title, parse_math=False)
+        fig.tight_layout()
+        return _png(plt, fig)
+
+
+def write_top_words(path: Path, spam: Sequence[tuple[str, float]], ham: Sequence[tuple[str, float]], title: str) -> None:
+    """``top_words_png`` written to ``path``."""
+    path.write_bytes(top_words_png(spam, ham, title))
+
+
+def history_png(days: Sequence[date], spam: Sequence[int], ham: Sequence[int]) -> bytes:
+    """Messages trained per day (stacked bars: ham below, spam above) and the
+    running total of each class (lines, right axis). Only days with training
+    get a bar, so a model trained in two bursts a year apart stays readable."""
+    plt = _pyplot()
+    width, height = HISTORY_SIZE
+    fig, ax = plt.subplots(figsize=(width / 100, height / 100), dpi=100)
+    ham_n = np.asarray(ham, dtype=np.int64)
+    spam_n = np.asarray(spam, dtype=np.int64)
+    x = np.arange(len(days))
+    ax.bar(x, ham_n, color=HAM_COLOUR, alpha=0.6, label="ham trained that day")
+    ax.bar(x, spam_n, bottom=ham_n, color=SPAM_COLOUR, alpha=0.6, label="spam trained that day")
+    ax.set_ylabel("messages per day")
+    step = max(1, len(days) // 12)
+    ax.set_xticks(x[::step])
+    ax.set_xticklabels([d.isoformat() for d in days][::step], rotation=30, ha="right", fontsize=8)
+    ax.set_xlim(-0.7, max(len(days), 3) - 0.3)
+    total = ax.twinx()
+    total.plot(x, np.cumsum(ham_n), color=HAM_COLOUR, marker="o", label="ham in the model")
+    total.plot(x, np.cumsum(spam_n), color=SPAM_COLOUR, marker="o", label="spam in the model")
+    total.set_ylabel("messages in the model")
+    total.set_ylim(bottom=0)
+    handles = ax.get_legend_handles_labels()
+    more = total.get_legend_handles_labels()
+    ax.legend(handles[0] + more[0], handles[1] + more[1], loc="lower left", bbox_to_anchor=(0, 1.01), ncol=4, fontsize=8, frameon=False)
+    fig.tight_layout()
+    return _png(plt, fig)
+
+
+def log_odds_histogram_png(
+    odds: npt.NDArray[np.float64],
+    is_spam: npt.NDArray[np.bool_] | None,
+    thresholds: tuple[float, float] | None,
+    title: str,
+) -> bytes:
+    """Histogram of log-odds, one colour per true class when ``is_spam`` is
+    given, with the (ham_max, spam_min) verdict bounds as dashed lines."""
+    plt = _pyplot()
+    width, height = HISTOGRAM_SIZE
+    fig, ax = plt.subplots(figsize=(width / 100, height / 100), dpi=100)
+    values = np.asarray(odds, dtype=np.float64)
+    low, high = (float(values.min()), float(values.max())) if values.size else (-1.0, 1.0)
+    if thresholds is not None:
+        low, high = min(low, *thresholds), max(high, *thresholds)
+    if high - low < 1e-9:
+        low, high = low - 1.0, high + 1.0
+    bins = np.linspace(low, high, 51)
+    if is_spam is None:
+        ax.hist(values, bins=bins, color="#7f8c8d", label="messages")
+    else:
+        y = np.asarray(is_spam, dtype=bool)
+        ax.hist(values[~y], bins=bins, color=HAM_COLOUR, alpha=0.6, label="ham")
+        ax.hist(values[y], bins=bins, color=SPAM_COLOUR, alpha=0.6, label="spam")
+    if thresholds is not None:
+        ham_max, spam_min = thresholds
+        ax.axvline(ham_max, color=HAM_COLOUR, linestyle="--", lw=1, label=f"ham at or below {ham_max:.2f}")
+        ax.axvline(spam_min, color=SPAM_COLOUR, linestyle=":", lw=1.5, label=f"spam above {spam_min:.2f}")
+    ax.set_xlabel("log-odds  log P(spam|x) - log P(ham|x)")
+    ax.set_ylabel("messages")
+    ax.set_title(title, parse_math=False)
+    ax.legend(fontsize=8)
+    ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    return _png(plt, fig)

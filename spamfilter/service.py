@@ -19,10 +19,12 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from datetime import date
 from itertools import islice
 from typing import TypeVar
 
 import numpy as np
+import scipy.sparse as sp
 
 from spamfilter import model
 from spamfilter.config import Config, default_db_url
@@ -128,10 +130,95 @@ class OnlineStep:
 
 
 @dataclass(frozen=True, slots=True)
+class WordScore:
+    """How strongly the model's smoothed estimates tie one token to a class.
+
+    score: log P(token|spam) - log P(token|ham) (its negative when ranking
+        for ham), with P(token|c) the configured event model's theta[c,j].
+    spam_count, ham_count: the counts those estimates come from: messages
+        containing the token (bernoulli, multinomial-binary) or its
+        occurrences (multinomial).
+    """
+
+    token: str
+    spam_count: int
+    ham_count: int
+    score: float
+
+
+@dataclass(frozen=True, slots=True)
+class Contribution:
+    """One term of a message's log-odds.
+
+    token: None for the Bernoulli model's absent-token term, the sum over
+        every vocabulary token the message lacks (its counts are None too).
+    contribution: what the term adds to the log-odds (positive: towards
+        spam), tempering included; 0 for a token ``min_evidence`` ignores.
+    spam_count, ham_count: as in ``WordScore``.
+    """
+
+    token: str | None
+    contribution: float
+    spam_count: int | None
+    ham_count: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Explanation:
+    """Why a message got its verdict: log_odds = prior + sum of the contributions.
+
+    verdict, score, log_odds: what ``Filter.classify`` answers for the message.
+    prior: log P(spam) - log P(ham) from the trained message counts.
+    tokens: every known token's contribution (and for bernoulli the
+        absent-token term), largest in magnitude first.
+    events: n, the token events that count; the evidence is divided by
+        n ** tempering, i.e. multiplied by ``factor``.
+    ignored: known tokens ``min_evidence`` leaves out (contribution 0).
+    unknown: distinct tokens of the message the model has never seen.
+    absent: vocabulary tokens in the absent-token term (bernoulli), else 0.
+    """
+
+    source: str
+    digest: str
+    verdict: str
+    score: float
+    log_odds: float
+    prior: float
+    tokens: tuple[Contribution, ...]
+    event_model: str
+    events: int
+    factor: float
+    ignored: int
+    unknown: int
+    absent: int
+
+
+@dataclass(frozen=True, slots=True)
+class TrainedDay:
+    """Messages in the model now that were trained on one (UTC) day."""
+
+    day: date
+    spam: int
+    ham: int
+
+
+@dataclass(frozen=True, slots=True)
 class _Analysed:
     item: MailItem
     digest: str
     counts: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class _Fitted:
+    """A batch ready to score: its m known tokens, their counts (2, m) and
+    parameters, and X (n_messages, m)."""
+
+    columns: Vocabulary
+    counts: model.TokenCounts
+    stats: model.ClassStats
+    params: model.NBParams
+    X: sp.csr_matrix
 
 
 def batched(items: Iterable[T], size: int) -> Iterator[list[T]]:
@@ -285,8 +372,8 @@ class Filter:
             for r in results:
                 yield next(verdicts) if isinstance(r, _Analysed) else r
 
-    def _score(self, analysed: Sequence[_Analysed], tx: StoreTransaction | None = None) -> list[Verdict]:
-        docs = [a.counts for a in analysed]
+    def _fit(self, docs: Sequence[dict[str, int]], tx: StoreTransaction | None = None) -> _Fitted:
+        """The model's parameters for the known tokens of ``docs``, and their X."""
         vocabulary = batch_vocabulary(docs)
         # Inside the caller's transaction if it has one (online learning),
         # else in a read transaction of its own.
@@ -300,8 +387,12 @@ class Filter:
         token_counts = model.TokenCounts(doc_count=counts[:, 0:2].T.copy(), term_count=counts[:, 2:4].T.copy())
         params = model.estimate(self.config.model.event_model, token_counts, stats, self.config.model.alpha)
         X = count_matrix(docs, columns, binary=params.binary)
+        return _Fitted(columns, token_counts, stats, params, X)
+
+    def _score(self, analysed: Sequence[_Analysed], tx: StoreTransaction | None = None) -> list[Verdict]:
+        fitted = self._fit([a.counts for a in analysed], tx)
         m = self.config.model
-        odds = model.log_odds(model.joint_log_likelihood(X, params, m.tempering, m.min_evidence))
+        odds = model.log_odds(model.joint_log_likelihood(fitted.X, fitted.params, m.tempering, m.min_evidence))
         probability = model.spam_probability(odds)
         decision = model.decide(odds, self.thresholds)
         return [
@@ -371,6 +462,91 @@ class Filter:
             event_model=self.config.model.event_model,
             alpha=self.config.model.alpha,
         )
+
+    # -- insight ------------------------------------------------------------
+
+    def _shown_counts(self, counts: model.TokenCounts) -> model.IntArray:
+        """The (2, m) counts the configured event model estimates from."""
+        return counts.term_count if self.config.model.event_model == "multinomial" else counts.doc_count
+
+    def top_words(self, n: int = 30, *, spam: bool = True, min_count: int = 5) -> list[WordScore]:
+        """The ``n`` tokens the model ties most strongly to spam (or ham), best first.
+
+            score[j] = log theta[spam,j] - log theta[ham,j]   (negated for ham)
+
+        with theta the configured event model's smoothed P(token|class)
+        (``model.token_log_likelihood``). Tokens whose spam_count + ham_count
+        is below ``min_count`` are left out: a token seen once has a large
+        score from the smoothing alone. Ties are broken by the token.
+        Raises ``NotTrainedError`` without a trained spam and ham.
+        """
+        m = self.config.model
+        with self.store.begin(write=False) as reader:
+            totals = reader.totals()
+            tokens, rows = reader.frequent_tokens(min_count, occurrences=m.event_model == "multinomial")
+        stats = model.ClassStats(totals.messages, totals.terms, totals.binary_terms, totals.vocabulary_size, totals.histogram)
+        model.log_prior(stats)
+        counts = model.TokenCounts(doc_count=rows[:, 0:2].T.copy(), term_count=rows[:, 2:4].T.copy())
+        log_theta = model.token_log_likelihood(m.event_model, counts, stats, m.alpha)
+        score = log_theta[model.SPAM] - log_theta[model.HAM]
+        if not spam:
+            score = -score
+        shown = self._shown_counts(counts)
+        # tokens come sorted, so the stable sort breaks ties by token
+        order = np.argsort(-score, kind="stable")[: max(n, 0)]
+        return [
+            WordScore(tokens[j], int(shown[model.SPAM, j]), int(shown[model.HAM, j]), float(score[j]))
+            for j in order.tolist()
+        ]
+
+    def explain(self, item: MailItem) -> Explanation:
+        """The message's verdict and its log-odds term by term (``model.log_odds_terms``):
+        the prior, each known token's contribution and, for bernoulli, the
+        absent-token term. They add up to the log-odds ``classify`` gives the
+        message. Raises ``MailParseError`` if it is not mail, ``NotTrainedError``
+        without a trained spam and ham.
+        """
+        counts = term_counts(self.tokens(item))
+        fitted = self._fit([counts])
+        m = self.config.model
+        odds = model.log_odds(model.joint_log_likelihood(fitted.X, fitted.params, m.tempering, m.min_evidence))
+        log_theta = model.token_log_likelihood(m.event_model, fitted.counts, fitted.stats, m.alpha)
+        terms = model.log_odds_terms(fitted.X, fitted.params, log_theta, m.tempering, m.min_evidence)
+        shown = self._shown_counts(fitted.counts)
+        contributions = [
+            Contribution(token, float(terms.token[j]), int(shown[model.SPAM, j]), int(shown[model.HAM, j]))
+            for j, token in enumerate(fitted.columns.tokens)
+        ]
+        absent = 0
+        if m.event_model == "bernoulli":
+            absent = fitted.stats.vocabulary_size - int(terms.used.sum())
+            contributions.append(Contribution(None, terms.absent, None, None))
+        contributions.sort(key=lambda c: (-abs(c.contribution), c.token or ""))
+        return Explanation(
+            source=item.source,
+            digest=item.digest,
+            verdict=VERDICT_NAMES[int(model.decide(odds, self.thresholds)[0])],
+            score=float(model.spam_probability(odds)[0]),
+            log_odds=float(odds[0]),
+            prior=terms.prior,
+            tokens=tuple(contributions),
+            event_model=m.event_model,
+            events=int(terms.events),
+            factor=terms.factor,
+            ignored=len(fitted.columns) - int(terms.used.sum()),
+            unknown=len(counts) - len(fitted.columns),
+            absent=absent,
+        )
+
+    def training_history(self) -> list[TrainedDay]:
+        """Per day, oldest first, how many of the messages the model holds now
+        were trained that day (from the ledger's trained_at)."""
+        with self.store.begin(write=False) as reader:
+            rows = reader.trained_per_day()
+        days: dict[date, list[int]] = {}
+        for day, label, n in rows:
+            days.setdefault(day, [0, 0])[label] += n
+        return [TrainedDay(day, spam=c[model.SPAM], ham=c[model.HAM]) for day, c in sorted(days.items())]
 
 
 class _Delta:

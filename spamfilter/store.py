@@ -13,6 +13,12 @@ Tables (created and changed only by the Alembic revisions in ``migrations/``):
                    own token counts, zlib-packed) so forgetting or relabelling
                    subtracts exactly what training added, whatever the
                    tokenizer settings are by then
+    imap_folders   (account, folder) -> uidvalidity
+    imap_uids      (account, folder, uid) -> digest, keywords: the UIDs already
+                   handled, and which junk keywords they had when last looked at
+    imap_messages  (account, digest) -> label, origin, folder, pending: what
+                   ``spamfilter imap run`` decided and where the message
+                   belongs; ``pending`` marks a move not yet confirmed
 
 Every write goes through ``Store.begin()``: one transaction, taken with
 ``BEGIN IMMEDIATE`` on SQLite so two writers queue on the busy timeout instead
@@ -30,7 +36,7 @@ import zlib
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -52,7 +58,7 @@ IntArray = npt.NDArray[np.int64]
 
 #: The Alembic head this code reads and writes; tests check it is the
 #: migrations' head. Kept as a constant so opening a store needs no Alembic import.
-SCHEMA_REVISION = "0001"
+SCHEMA_REVISION = "0002"
 
 metadata = sa.MetaData()
 
@@ -93,6 +99,37 @@ messages = sa.Table(
     sa.Column("token_counts", sa.LargeBinary(), nullable=False),
 )
 
+imap_folders = sa.Table(
+    "imap_folders",
+    metadata,
+    sa.Column("account", sa.Text(), primary_key=True),
+    sa.Column("folder", sa.Text(), primary_key=True),
+    sa.Column("uidvalidity", sa.BigInteger(), nullable=False),
+)
+
+imap_uids = sa.Table(
+    "imap_uids",
+    metadata,
+    sa.Column("account", sa.Text(), primary_key=True),
+    sa.Column("folder", sa.Text(), primary_key=True),
+    sa.Column("uid", sa.BigInteger(), primary_key=True, autoincrement=False),
+    sa.Column("digest", sa.String(32), nullable=False),
+    sa.Column("keywords", sa.SmallInteger(), nullable=True),
+)
+
+imap_messages = sa.Table(
+    "imap_messages",
+    metadata,
+    sa.Column("account", sa.Text(), primary_key=True),
+    sa.Column("digest", sa.String(32), primary_key=True),
+    sa.Column("label", sa.SmallInteger(), nullable=False),
+    sa.Column("origin", sa.String(8), nullable=False),
+    sa.Column("folder", sa.Text(), nullable=False),
+    sa.Column("pending", sa.Boolean(), nullable=False),
+    sa.Column("log_odds", sa.Float(), nullable=True),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+)
+
 COUNT_COLUMNS = ("ham_docs", "spam_docs", "ham_terms", "spam_terms")
 
 # Rows per multi-row statement: 5 bound values a token keeps far below
@@ -124,6 +161,25 @@ class TrainedMessage:
     label: int
     trained_at: datetime
     token_counts: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class ImapRecord:
+    """What ``imap run`` knows of one message of an account.
+
+    label: 0 ham, 1 spam, 2 unsure (the filter's verdict, or the user's word).
+    origin: "filter" (classified), "train" (from a training folder) or
+        "user" (learnt from the user moving or flagging it).
+    folder: where the message belongs; pending: a move there was started
+        and not yet seen to be done.
+    """
+
+    digest: str
+    label: int
+    origin: str
+    folder: str
+    pending: bool = False
+    log_odds: float | None = None
 
 
 # A token is free text to the store: escape backslash and newline so one
@@ -278,6 +334,36 @@ class _Statements:
             set_={"tokens": doc_histogram.c.tokens + hist.excluded.tokens},
         )
         self.prune_histogram = sa.delete(doc_histogram).where(doc_histogram.c.tokens == 0)
+        where_folder = (imap_uids.c.account == sa.bindparam("acct")) & (imap_uids.c.folder == sa.bindparam("fold"))
+        self.imap_validity = sa.select(imap_folders.c.uidvalidity).where(
+            (imap_folders.c.account == sa.bindparam("acct")) & (imap_folders.c.folder == sa.bindparam("fold"))
+        )
+        folder_row = insert(imap_folders)
+        self.set_imap_validity = folder_row.on_conflict_do_update(
+            index_elements=[imap_folders.c.account, imap_folders.c.folder],
+            set_={"uidvalidity": folder_row.excluded.uidvalidity},
+        )
+        self.imap_uids = sa.select(imap_uids.c.uid, imap_uids.c.digest, imap_uids.c.keywords).where(where_folder)
+        self.set_imap_keywords = (
+            sa.update(imap_uids)
+            .where(where_folder & (imap_uids.c.uid == sa.bindparam("u")))
+            .values(keywords=sa.bindparam("k"))
+        )
+        self.clear_imap_uids = sa.delete(imap_uids).where(where_folder)
+        self.delete_imap_uids = sa.delete(imap_uids).where(where_folder & imap_uids.c.uid.in_(sa.bindparam("keys", expanding=True)))
+        uid_row = insert(imap_uids)
+        self.add_imap_uids = uid_row.on_conflict_do_update(
+            index_elements=[imap_uids.c.account, imap_uids.c.folder, imap_uids.c.uid],
+            set_={"digest": uid_row.excluded.digest, "keywords": None},
+        )
+        self.imap_records = sa.select(imap_messages).where(
+            (imap_messages.c.account == sa.bindparam("acct")) & imap_messages.c.digest.in_(keys)
+        )
+        record_row = insert(imap_messages)
+        self.put_imap_records = record_row.on_conflict_do_update(
+            index_elements=[imap_messages.c.account, imap_messages.c.digest],
+            set_={c: record_row.excluded[c] for c in ("label", "origin", "folder", "pending", "log_odds", "updated_at")},
+        )
         self.add_totals = (
             sa.update(class_totals)
             .where(class_totals.c.label == sa.bindparam("lbl"))
@@ -599,3 +685,101 @@ class StoreTransaction:
         self.conn.execute(self.sql.upsert_histogram, values)
         if any(n < 0 for n in delta.values()):
             self.conn.execute(self.sql.prune_histogram)
+
+    # -- IMAP state ---------------------------------------------------------
+
+    def imap_uidvalidity(self, account: str, folder: str) -> int | None:
+        """The UIDVALIDITY recorded for the folder, or None if never seen."""
+        row = self.conn.execute(self.sql.imap_validity, {"acct": account, "fold": folder}).first()
+        return None if row is None else int(row[0])
+
+    def set_imap_uidvalidity(self, account: str, folder: str, uidvalidity: int) -> None:
+        """Record a folder's UIDVALIDITY; the UIDs handled under the old one are dropped."""
+        self.conn.execute(self.sql.clear_imap_uids, {"acct": account, "fold": folder})
+        self.conn.execute(self.sql.set_imap_validity, [{"account": account, "folder": folder, "uidvalidity": uidvalidity}])
+
+    def imap_uids(self, account: str, folder: str) -> dict[int, tuple[str, int | None]]:
+        """UID -> (digest, keywords) of the folder's messages already handled;
+        keywords is what ``set_imap_keywords`` last recorded, or None."""
+        rows = self.conn.execute(self.sql.imap_uids, {"acct": account, "fold": folder})
+        return {int(uid): (str(d), None if k is None else int(k)) for uid, d, k in rows}
+
+    def set_imap_keywords(self, account: str, folder: str, rows: Sequence[tuple[int, int]]) -> None:
+        """Record (uid, keywords) of handled messages (keywords: a bit set the caller defines)."""
+        if rows:
+            params = [{"acct": account, "fold": folder, "u": uid, "k": k} for uid, k in rows]
+            self.conn.execute(self.sql.set_imap_keywords, params)
+
+    def add_imap_uids(self, account: str, folder: str, rows: Sequence[tuple[int, str]]) -> None:
+        """Mark (uid, digest) pairs of the folder as handled."""
+        if rows:
+            values = [{"account": account, "folder": folder, "uid": uid, "digest": d} for uid, d in rows]
+            self.conn.execute(self.sql.add_imap_uids, values)
+
+    def delete_imap_uids(self, account: str, folder: str, uids: Sequence[int]) -> None:
+        """Forget UIDs that are no longer in the folder."""
+        uids = list(uids)
+        for start in range(0, len(uids), _CHUNK):
+            params = {"acct": account, "fold": folder, "keys": uids[start : start + _CHUNK]}
+            self.conn.execute(self.sql.delete_imap_uids, params)
+
+    def imap_records(self, account: str, digests: Sequence[str]) -> dict[str, ImapRecord]:
+        """The records of those digests that have one."""
+        result: dict[str, ImapRecord] = {}
+        digests = list(digests)
+        for start in range(0, len(digests), _CHUNK):
+            params = {"acct": account, "keys": digests[start : start + _CHUNK]}
+            for row in self.conn.execute(self.sql.imap_records, params).mappings():
+                result[row["digest"]] = ImapRecord(
+                    row["digest"], int(row["label"]), row["origin"], row["folder"], bool(row["pending"]), row["log_odds"]
+                )
+        return result
+
+    def put_imap_records(self, account: str, records: Sequence[ImapRecord]) -> None:
+        """Insert or replace records."""
+        if not records:
+            return
+        now = datetime.now(timezone.utc)
+        values = [
+            {
+                "account": account, "digest": r.digest, "label": r.label, "origin": r.origin,
+                "folder": r.folder, "pending": r.pending, "log_odds": r.log_odds, "updated_at": now,
+            }
+            for r in records
+        ]
+        self.conn.execute(self.sql.put_imap_records, values)
+
+    # -- insight --------------------------------------------------------------
+
+    def frequent_tokens(self, min_count: int, *, occurrences: bool = False) -> tuple[list[str], IntArray]:
+        """Tokens whose total count over both classes is at least ``min_count``,
+        and their counts, shape (k, 4), columns ham_docs, spam_docs, ham_terms,
+        spam_terms. The total is of messages containing the token, or with
+        ``occurrences`` of its occurrences."""
+        if occurrences:
+            total = tokens.c.ham_terms + tokens.c.spam_terms
+        else:
+            total = tokens.c.ham_docs + tokens.c.spam_docs
+        query = sa.select(tokens.c.token, *(tokens.c[name] for name in COUNT_COLUMNS)).where(total >= min_count)
+        found: list[str] = []
+        rows: list[tuple[int, int, int, int]] = []
+        for token, *counts in self.conn.execute(query.order_by(tokens.c.token)):
+            found.append(token)
+            rows.append((int(counts[0]), int(counts[1]), int(counts[2]), int(counts[3])))
+        return found, np.array(rows, dtype=np.int64).reshape(-1, 4)
+
+    def trained_per_day(self) -> list[tuple[date, int, int]]:
+        """(day, label, messages) rows from the ledger: how many of the
+        messages trained now were trained on each day, oldest day first. A
+        forgotten message has left the ledger; a relabelled one counts on
+        the day of its new label."""
+        day = sa.func.date(messages.c.trained_at)
+        query = (
+            sa.select(day, messages.c.label, sa.func.count())
+            .group_by(day, messages.c.label)
+            .order_by(day, messages.c.label)
+        )
+        result: list[tuple[date, int, int]] = []
+        for when, label, n in self.conn.execute(query):
+            result.append((when if isinstance(when, date) else date.fromisoformat(str(when)), int(label), int(n)))
+        return result

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "spamfilter"
-LEAVES = {"mail", "tokenizer", "vectorizer", "model", "store"}
+LEAVES = {"mail", "tokenizer", "vectorizer", "model", "store", "imap"}
 BASE = {"errors", "config"}
 
 

@@ -67,7 +67,7 @@ def test_new_database_gets_schema_at_head_wal_and_owner_only_mode(store: Store) 
     assert store.schema_revision() == SCHEMA_REVISION
     assert query(store, "SELECT version_num FROM alembic_version") == [(SCHEMA_REVISION,)]
     tables = set(sa.inspect(store.engine).get_table_names())
-    assert tables == {"alembic_version", "tokens", "class_totals", "doc_histogram", "messages"}
+    assert tables == {"alembic_version", "tokens", "class_totals", "doc_histogram", "messages", "imap_folders", "imap_uids", "imap_messages"}
     assert query(store, "PRAGMA journal_mode") == [("wal",)]
     assert query(store, "SELECT label, messages, terms, binary_terms FROM class_totals ORDER BY label") == [
         (0, 0, 0, 0),
@@ -259,3 +259,25 @@ def test_tokens_from_folded_headers_survive_the_ledger() -> None:
     assert not [t for t in tokens if any(c.isspace() for c in t)]
     counts = term_counts(tokens)
     assert unpack_token_counts(pack_token_counts(counts)) == counts
+
+
+def test_upgrade_from_0001_keeps_the_counts(tmp_path: Path) -> None:
+    """A database made by revision 0001 upgrades to the head with its counts intact."""
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    old = Store.open(url, upgrade_new=False, check=False)
+    old.upgrade("0001")
+    with old.begin() as tx:
+        tx.add_counts(["free", "meeting"], np.array([[0, 2, 0, 3], [1, 0, 1, 0]], dtype=np.int64), np.array([[1, 2], [1, 3], [1, 1]], dtype=np.int64))
+    assert old.schema_revision() == "0001"
+    old.close()
+    with pytest.raises(SchemaOutOfDate):
+        Store.open(url)
+    store = Store.open(url, upgrade_new=False, check=False)
+    store.upgrade()
+    store.close()
+    store = Store.open(url)
+    assert store.schema_revision() == SCHEMA_REVISION
+    with store.begin(write=False) as tx:
+        assert tx.token_counts(["free", "meeting"]).tolist() == [[0, 2, 0, 3], [1, 0, 1, 0]]
+        assert tx.imap_records("acct", ["x"]) == {}
+    store.close()

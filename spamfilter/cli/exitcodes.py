@@ -14,11 +14,14 @@ that sees 75 (temporary failure) queues the message and retries.
       65  a message could not be read as mail (the others were processed), or
           the labelled mail cannot support the evaluation asked for
       66  a mail source (file, folder, index) does not exist or is unreadable
+      68  the IMAP server cannot be reached (after retries), or the connection broke
       69  the model is not trained yet (needs a spam and a ham)
       70  internal error: a bug in spamfilter, please report it
+      71  the IMAP server refused an operation
       74  the database cannot be opened, read or written
       75  the database stayed locked by another process: try again later
       76  the database schema is out of date: run `spamfilter db upgrade`
+      77  the IMAP server refused the login
       78  the configuration is invalid
      130  interrupted (Ctrl-C)
 """
@@ -28,6 +31,9 @@ from __future__ import annotations
 from spamfilter.errors import (
     ConfigError,
     EvaluationError,
+    ImapAuthError,
+    ImapError,
+    ImapUnavailable,
     MailParseError,
     MailSourceError,
     NotTrainedError,
@@ -44,11 +50,14 @@ UNSURE = 2
 USAGE = 64
 DATA_ERROR = 65
 NO_INPUT = 66
+IMAP_UNREACHABLE = 68
 NOT_TRAINED = 69
 INTERNAL = 70
+IMAP_ERROR = 71
 STORE_ERROR = 74
 STORE_BUSY = 75
 SCHEMA_OUT_OF_DATE = 76
+IMAP_LOGIN = 77
 CONFIG_ERROR = 78
 INTERRUPTED = 130
 
@@ -62,6 +71,9 @@ _BY_ERROR: tuple[tuple[type[SpamfilterError], int], ...] = (
     (SchemaOutOfDate, SCHEMA_OUT_OF_DATE),
     (StoreBusyError, STORE_BUSY),
     (StoreError, STORE_ERROR),
+    (ImapAuthError, IMAP_LOGIN),
+    (ImapUnavailable, IMAP_UNREACHABLE),
+    (ImapError, IMAP_ERROR),
 )
 
 

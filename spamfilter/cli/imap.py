@@ -1,0 +1,98 @@
+"""``spamfilter imap run``: filter and learn from IMAP folders."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from spamfilter.cli import app, exitcodes, state
+from spamfilter.cli._common import TableOrJson, open_filter
+from spamfilter.errors import ImapUnavailable
+from spamfilter.imapsync import Event, RunSummary, run_account
+
+imap_app = typer.Typer(help="Filter mail on an IMAP server in place.", no_args_is_help=True)
+app.add_typer(imap_app, name="imap")
+
+
+class _Display:
+    """Prints events (always in a dry run, else with --verbose) and keeps a
+    live count on a terminal's stderr."""
+
+    def __init__(self, verbose: bool, dry_run: bool) -> None:
+        self.verbose = verbose or dry_run
+        self.console = Console(stderr=True)
+        self.status = None
+        self.counts: dict[str, int] = {}
+        if self.console.is_terminal:
+            self.status = self.console.status("connecting")
+            self.status.start()
+
+    def __call__(self, event: Event) -> None:
+        self.counts[event.kind] = self.counts.get(event.kind, 0) + 1
+        if self.verbose:
+            prefix = "would be " if event.dry_run and event.kind not in ("classified",) else ""
+            uid = f" uid {event.uid}" if event.uid else ""
+            typer.echo(f"{event.folder}{uid}: {prefix}{event.kind} {event.detail}")
+        if self.status is not None:
+            self.status.update(", ".join(f"{n} {kind}" for kind, n in sorted(self.counts.items())))
+
+    def stop(self) -> None:
+        if self.status is not None:
+            self.status.stop()
+
+
+def _render(summary: RunSummary, account: str, fmt: TableOrJson, dry_run: bool) -> None:
+    if fmt is TableOrJson.json:
+        typer.echo(json.dumps({"account": account, "dry_run": dry_run, **summary.as_dict()}))
+        return
+    would = " (dry run: nothing was changed)" if dry_run else ""
+    typer.echo(
+        f"{account}: {summary.seen} new messages; classified {summary.spam} spam, {summary.ham} ham, "
+        f"{summary.unsure} unsure; moved {summary.moved}; flagged {summary.flagged}; "
+        f"trained {summary.trained_spam} spam, {summary.trained_ham} ham; errors {summary.errors}{would}"
+    )
+    if summary.created:
+        typer.echo(f"{account}: created folders {', '.join(summary.created)}")
+
+
+@imap_app.command()
+def run(
+    ctx: typer.Context,
+    account: Annotated[str | None, typer.Option("--account", metavar="NAME", help="The [imap.NAME] account (default: the first).")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Change nothing on the server or in the database; print what would be done.")] = False,
+    loop: Annotated[bool, typer.Option("--loop", help="Run again every --interval seconds until interrupted.")] = False,
+    interval: Annotated[float, typer.Option("--interval", min=1, help="Seconds between runs with --loop.")] = 300,
+    limit: Annotated[int | None, typer.Option("--limit", min=1, help="Classify at most N new messages per run.")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Print every action.")] = False,
+    fmt: Annotated[TableOrJson, typer.Option("--format", help="Summary as a table line or json.")] = TableOrJson.table,
+) -> None:
+    """Train from the training folders, learn from what you moved, then
+    classify new mail in the classify folders and move or flag the spam.
+
+    Example: SPAMFILTER_IMAP_PASSWORD=... spamfilter imap run --account home --dry-run
+    """
+    s = state(ctx)
+    acct = s.config.imap_account(account)
+    with open_filter(ctx) as f:
+        while True:
+            display = _Display(verbose, dry_run)
+            try:
+                summary = run_account(f, acct, dry_run=dry_run, limit=limit, on_event=display)
+            except ImapUnavailable as exc:
+                if not loop:
+                    raise
+                # A server that is away for a while does not end the loop.
+                typer.echo(f"spamfilter: {exc}; next try in {interval:g} s", err=True)
+            else:
+                _render(summary, acct.name, fmt, dry_run)
+                if not loop:
+                    break
+            finally:
+                display.stop()
+            time.sleep(interval)
+    if summary.errors:
+        raise typer.Exit(exitcodes.DATA_ERROR)

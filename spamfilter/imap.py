@@ -1,0 +1,304 @@
+"""One IMAP connection, through imapclient, with spamfilter's errors.
+
+``ImapSession`` wraps exactly the operations ``spamfilter imap run`` needs:
+select a folder (learning its UIDVALIDITY), list UIDs, fetch messages in
+bounded chunks with ``BODY.PEEK[]`` (which never sets ``\\Seen``), search by
+keyword, set keywords, and move messages (RFC 6851 MOVE, else COPY, flag
+``\\Deleted`` and ``UID EXPUNGE`` of exactly those messages).
+
+Errors leave this module as ``ImapAuthError`` (login refused, never retried),
+``ImapUnavailable`` (the network: refused, timed out, connection dropped; the
+caller may reconnect and retry) or ``ImapError`` (the server said NO or BAD).
+The password is never part of an error message or a log line.
+"""
+
+from __future__ import annotations
+
+import imaplib
+import os
+import socket
+import ssl
+import subprocess
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+from imapclient import IMAPClient
+from imapclient.exceptions import IMAPClientError, LoginError
+
+from spamfilter.config import ImapAccount
+from spamfilter.errors import ConfigError, ImapAuthError, ImapError, ImapUnavailable
+
+#: The keywords mail clients (Thunderbird, Apple Mail, K-9) use for junk.
+JUNK = "$Junk"
+NOT_JUNK = "$NotJunk"
+
+
+@dataclass(frozen=True, slots=True)
+class Fetched:
+    """One message as fetched: its UID, bytes and flags (keywords included)."""
+
+    uid: int
+    raw: bytes
+    flags: frozenset[str]
+
+
+def account_password(account: ImapAccount) -> str:
+    """The account's password from its environment variable or command."""
+    if account.password_env:
+        value = os.environ.get(account.password_env)
+        if value is None:
+            raise ConfigError(f"imap.{account.name}: environment variable {account.password_env} is not set")
+        return value
+    if account.password_command:
+        try:
+            done = subprocess.run(
+                account.password_command, shell=True, capture_output=True, timeout=60, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise ConfigError(f"imap.{account.name}: password_command failed: {type(exc).__name__}") from None
+        if done.returncode != 0:
+            # Its stderr may hold anything, even the password: not shown.
+            raise ConfigError(f"imap.{account.name}: password_command exited with status {done.returncode}")
+        return done.stdout.decode("utf-8", "replace").rstrip("\r\n")
+    raise ConfigError(f"imap.{account.name}: set password_env or password_command")
+
+
+def _ssl_context(account: ImapAccount) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=account.ca_file or None)
+    if not account.verify:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def _decode(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+class ImapSession:
+    """A logged-in connection to one account. Use ``ImapSession.connect``."""
+
+    def __init__(self, client: IMAPClient, account: ImapAccount) -> None:
+        self.client = client
+        self.account = account
+        self.folder: str | None = None
+        self.readonly = False
+
+    @classmethod
+    def connect(cls, account: ImapAccount, password: str) -> ImapSession:
+        """Connect with the account's security setting and log in."""
+        where = f"{account.host}:{account.server_port}"
+        client: IMAPClient | None = None
+        try:
+            context = _ssl_context(account)
+            client = IMAPClient(
+                account.host,
+                port=account.server_port,
+                ssl=account.security == "tls",
+                ssl_context=context if account.security == "tls" else None,
+                timeout=account.timeout,
+            )
+            if account.security == "starttls":
+                client.starttls(context)
+            client.login(account.username, password)
+        except LoginError:
+            _close(client)
+            raise ImapAuthError(f"{where}: the server refused the login of {account.username!r} (wrong user name or password?)") from None
+        except ssl.SSLCertVerificationError as exc:
+            _close(client)
+            raise ImapError(f"{where}: the server's certificate was not accepted: {exc.verify_message} (set ca_file, or verify = false)") from None
+        except (OSError, imaplib.IMAP4.abort, ssl.SSLError) as exc:
+            _close(client)
+            raise ImapUnavailable(f"{where}: cannot connect: {_reason(exc)}") from None
+        except (IMAPClientError, imaplib.IMAP4.error) as exc:
+            _close(client)
+            raise ImapError(f"{where}: {_reason(exc)}") from None
+        return cls(client, account)
+
+    def close(self) -> None:
+        """Log out (quietly: the connection may already be gone)."""
+        _close(self.client)
+
+    def __enter__(self) -> ImapSession:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+    def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (OSError, imaplib.IMAP4.abort, ssl.SSLError) as exc:
+            raise ImapUnavailable(f"{self.account.host}: {what}: connection lost: {_reason(exc)}") from None
+        except (IMAPClientError, imaplib.IMAP4.error) as exc:
+            raise ImapError(f"{self.account.host}: {what}: {_reason(exc)}") from None
+
+    # -- folders ------------------------------------------------------------
+
+    def has(self, capability: str) -> bool:
+        """Whether the server announces ``capability`` (e.g. "MOVE")."""
+        return bool(self._call("CAPABILITY", self.client.has_capability, capability))
+
+    def ensure_folder(self, folder: str) -> bool:
+        """Create ``folder`` if it does not exist; whether it was created."""
+        if self._call(f"LIST {folder}", self.client.folder_exists, folder):
+            return False
+        self._call(f"CREATE {folder}", self.client.create_folder, folder)
+        return True
+
+    def exists(self, folder: str) -> bool:
+        """Whether ``folder`` exists."""
+        return bool(self._call(f"LIST {folder}", self.client.folder_exists, folder))
+
+    def select(self, folder: str, *, readonly: bool = False) -> int:
+        """Select ``folder`` (EXAMINE when ``readonly``); its UIDVALIDITY."""
+        info = self._call(f"SELECT {folder}", self.client.select_folder, folder, readonly=readonly)
+        self.folder, self.readonly = folder, readonly
+        return int(info[b"UIDVALIDITY"])
+
+    # -- reading ------------------------------------------------------------
+
+    def uids(self) -> list[int]:
+        """Every UID of the selected folder, ascending."""
+        return sorted(int(u) for u in self._call("SEARCH ALL", self.client.search, "ALL"))
+
+    def with_keyword(self, keyword: str) -> set[int]:
+        """UIDs of the selected folder's messages carrying ``keyword``."""
+        return {int(u) for u in self._call(f"SEARCH KEYWORD {keyword}", self.client.search, ["KEYWORD", keyword])}
+
+    def fetch(self, uids: Sequence[int], *, chunk_size: int, chunk_bytes: int) -> Iterator[list[Fetched]]:
+        """The messages ``uids`` in chunks of at most ``chunk_size`` messages
+        and (but for a single larger message) ``chunk_bytes`` bytes, so memory
+        stays bounded whatever the folder's size. Messages deleted meanwhile
+        are left out."""
+        for start in range(0, len(uids), chunk_size * 10):
+            part = list(uids[start : start + chunk_size * 10])
+            sizes = self._call("FETCH RFC822.SIZE", self.client.fetch, part, ["RFC822.SIZE"])
+            chunk: list[int] = []
+            total = 0
+            for uid in part:
+                if uid not in sizes:
+                    continue
+                size = int(sizes[uid].get(b"RFC822.SIZE", 0))
+                if chunk and (len(chunk) >= chunk_size or total + size > chunk_bytes):
+                    yield self._fetch_bodies(chunk)
+                    chunk, total = [], 0
+                chunk.append(uid)
+                total += size
+            if chunk:
+                yield self._fetch_bodies(chunk)
+
+    def _fetch_bodies(self, uids: list[int]) -> list[Fetched]:
+        data = self._call("FETCH BODY.PEEK[]", self.client.fetch, uids, ["BODY.PEEK[]", "FLAGS"])
+        out = []
+        for uid in uids:
+            item = data.get(uid)
+            if item is None or b"BODY[]" not in item:
+                continue
+            flags = frozenset(_decode(f) for f in item.get(b"FLAGS", ()))
+            out.append(Fetched(uid, bytes(item[b"BODY[]"]), flags))
+        return out
+
+    # -- changing -----------------------------------------------------------
+
+    def set_keywords(self, uids: Sequence[int], add: Sequence[str] = (), remove: Sequence[str] = ()) -> None:
+        """Add and remove keywords (flags) on messages of the selected folder."""
+        if not uids:
+            return
+        if add:
+            self._call("STORE +FLAGS", self.client.add_flags, list(uids), list(add), silent=True)
+        if remove:
+            self._call("STORE -FLAGS", self.client.remove_flags, list(uids), list(remove), silent=True)
+
+    def move(self, uids: Sequence[int], folder: str, *, use_move: bool = True) -> Moved | None:
+        """Move messages of the selected folder to ``folder``: MOVE where the
+        server has it, else COPY, ``\\Deleted`` and UID EXPUNGE of exactly
+        these messages (never a plain EXPUNGE, which would remove other
+        messages someone marked deleted).
+
+        Returns the messages' new UIDs when the server tells them (UIDPLUS
+        COPYUID), else None.
+        """
+        if not uids:
+            return None
+        self._copyuid()  # drop any stale answer
+        if use_move and self.has("MOVE"):
+            self._call(f"MOVE to {folder}", self.client.move, list(uids), folder)
+            return self._copyuid()
+        if not self.has("UIDPLUS"):
+            raise ImapError(
+                f"{self.account.host}: the server has neither MOVE nor UIDPLUS, so messages cannot be "
+                'moved safely; set spam_action = "keyword"'
+            )
+        self._call(f"COPY to {folder}", self.client.copy, list(uids), folder)
+        moved = self._copyuid()
+        self.expunge(uids)
+        return moved
+
+    def expunge(self, uids: Sequence[int]) -> None:
+        """Flag ``\\Deleted`` and UID EXPUNGE exactly these messages."""
+        self._call("STORE +FLAGS \\Deleted", self.client.add_flags, list(uids), [b"\\Deleted"], silent=True)
+        self._call("UID EXPUNGE", self.client.uid_expunge, list(uids))
+
+    def _copyuid(self) -> Moved | None:
+        # imaplib keeps response codes such as [COPYUID v src dst] among its
+        # untagged responses; take (and so clear) the last one.
+        answers = getattr(self.client._imap, "untagged_responses", {}).pop("COPYUID", None)
+        if not answers:
+            return None
+        try:
+            validity, source, target = _decode(answers[-1]).split()
+            pairs = dict(zip(_uid_set(source), _uid_set(target), strict=True))
+        except ValueError:
+            return None
+        return Moved(int(validity), pairs)
+
+    def search_message_id(self, message_id: str) -> list[int]:
+        """UIDs in the selected folder whose Message-ID header contains ``message_id``."""
+        return sorted(int(u) for u in self._call("SEARCH HEADER", self.client.search, ["HEADER", "Message-ID", message_id]))
+
+
+@dataclass(frozen=True, slots=True)
+class Moved:
+    """The server's account of a move: the target folder's UIDVALIDITY and
+    each moved message's new UID (old UID -> new UID)."""
+
+    uidvalidity: int
+    uids: dict[int, int]
+
+
+def _uid_set(text: str) -> list[int]:
+    """``"4,7:9"`` -> [4, 7, 8, 9] (a UIDPLUS uid-set, in its order)."""
+    out: list[int] = []
+    for part in text.split(","):
+        low, _, high = part.partition(":")
+        a, b = int(low), int(high or low)
+        out.extend(range(a, b + 1) if a <= b else range(a, b - 1, -1))
+    return out
+
+
+def _close(client: IMAPClient | None) -> None:
+    if client is None:
+        return
+    try:
+        client.logout()
+    except Exception:  # noqa: BLE001 - already broken; nothing to tell
+        try:
+            client.shutdown()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, socket.timeout):
+        return "timed out"
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    text = str(exc.args[0]) if exc.args else type(exc).__name__
+    if text.startswith("b'") or text.startswith('b"'):
+        text = text[2:-1]
+    return text or type(exc).__name__

@@ -1,0 +1,495 @@
+"""``spamfilter imap run``: filter IMAP folders in place and learn from the user.
+
+One pass over an account (``run_account``):
+
+1. trains the messages new in the training folders (and files them in the
+   spam folder / the inbox when ``trained_action = "move"``);
+2. looks at the messages new in the spam folder: one the filter did not put
+   there was moved there by the user, and is trained as spam;
+3. classifies the messages new in each classify folder and acts on the
+   verdict (move to the spam or unsure folder, or set ``$Junk``, or only
+   report); a message the filter had filed as spam or unsure that shows up
+   again in a classify folder was moved back by the user, and is trained as
+   ham;
+4. reads the ``$Junk`` / ``$NotJunk`` keywords mail clients set, and trains
+   the messages whose keyword contradicts what the filter believes.
+
+"New" means a UID not handled before in that folder under its current
+UIDVALIDITY (table ``imap_uids``). What the filter decided about each message
+is kept by digest (table ``imap_messages``), so a message is recognised
+wherever it moves, and a UIDVALIDITY change costs a re-read, not a retraining.
+
+Crash safety: a move is recorded as pending (in its own committed
+transaction) before it is sent, and a message's UID is recorded as handled
+only once nothing more is to be done with it there. A run killed at any
+point leaves either the message in place with a pending record (the next run
+finishes the move; it does not classify again) or the message moved (the next
+run sees it in the target folder and confirms it). Messages are never
+expunged except by the COPY fallback of a move, which expunges exactly the
+copied UIDs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+from spamfilter import model
+from spamfilter.config import ImapAccount
+from spamfilter.errors import ImapUnavailable, NotTrainedError
+from spamfilter.imap import JUNK, NOT_JUNK, Fetched, ImapSession, Moved, account_password
+from spamfilter.mail import MailItem, digest_bytes
+from spamfilter.service import Filter, Refusal, Verdict
+from spamfilter.store import ImapRecord
+
+LABEL_NAMES = {model.HAM: "ham", model.SPAM: "spam", model.UNSURE: "unsure"}
+_LABELS = {"ham": model.HAM, "spam": model.SPAM, "unsure": model.UNSURE}
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One thing a run did (or, in a dry run, would do) to one message.
+
+    kind: "classified", "moved", "flagged", "trained", "refused" or "created".
+    """
+
+    kind: str
+    folder: str
+    uid: int
+    detail: str
+    dry_run: bool = False
+
+
+@dataclass(slots=True)
+class RunSummary:
+    """Counts of one run (all passes of its retries together)."""
+
+    seen: int = 0
+    spam: int = 0
+    ham: int = 0
+    unsure: int = 0
+    moved: int = 0
+    flagged: int = 0
+    trained_spam: int = 0
+    trained_ham: int = 0
+    errors: int = 0
+    retries: int = 0
+    created: list[str] = field(default_factory=list)
+
+    @property
+    def classified(self) -> int:
+        """Messages given a verdict."""
+        return self.spam + self.ham + self.unsure
+
+    def as_dict(self) -> dict[str, int | list[str]]:
+        """The counts, for JSON output."""
+        return {
+            "seen": self.seen, "classified": self.classified, "spam": self.spam, "ham": self.ham,
+            "unsure": self.unsure, "moved": self.moved, "flagged": self.flagged,
+            "trained_spam": self.trained_spam, "trained_ham": self.trained_ham,
+            "errors": self.errors, "retries": self.retries, "created_folders": list(self.created),
+        }
+
+
+EventSink = Callable[[Event], None]
+
+
+class ImapRun:
+    """One pass over one account on an open session."""
+
+    def __init__(
+        self,
+        spamfilter: Filter,
+        account: ImapAccount,
+        summary: RunSummary,
+        *,
+        dry_run: bool = False,
+        limit: int | None = None,
+        on_event: EventSink | None = None,
+        use_move: bool = True,
+    ) -> None:
+        self.filter = spamfilter
+        self.account = account
+        self.summary = summary
+        self.dry_run = dry_run
+        self.remaining = limit
+        self.on_event = on_event
+        self.use_move = use_move
+        self.inbox = account.classify_folders[0]
+
+    # -- plumbing -----------------------------------------------------------
+
+    def _event(self, kind: str, folder: str, uid: int, detail: str) -> None:
+        if self.on_event is not None:
+            self.on_event(Event(kind, folder, uid, detail, self.dry_run))
+
+    def _item(self, folder: str, message: Fetched) -> MailItem:
+        return MailItem(f"imap:{self.account.name}/{folder}/{message.uid}", message.raw)
+
+    def _records(self, digests: Sequence[str]) -> dict[str, ImapRecord]:
+        with self.filter.store.begin(write=False) as tx:
+            return tx.imap_records(self.account.name, digests)
+
+    def _commit(self, folder: str, records: Sequence[ImapRecord] = (), handled: Sequence[tuple[int, str]] = ()) -> None:
+        """Write records and handled UIDs of ``folder`` in one transaction."""
+        if self.dry_run or not (records or handled):
+            return
+        with self.filter.store.begin() as tx:
+            tx.put_imap_records(self.account.name, records)
+            tx.add_imap_uids(self.account.name, folder, handled)
+
+    def _new(self, session: ImapSession, folder: str, limit: int | None = None) -> Iterator[list[Fetched]]:
+        """Select ``folder`` and yield its unhandled messages in chunks."""
+        validity = session.select(folder, readonly=self.dry_run)
+        name = self.account.name
+        with self.filter.store.begin(write=not self.dry_run) as tx:
+            if tx.imap_uidvalidity(name, folder) != validity:
+                # New folder, or the server renumbered it: every message is
+                # new again; their digests find what is known of them.
+                handled: dict[int, str] = {}
+                if not self.dry_run:
+                    tx.set_imap_uidvalidity(name, folder, validity)
+            else:
+                handled = {u: d for u, (d, _) in tx.imap_uids(name, folder).items()}
+        uids = session.uids()
+        present = set(uids)
+        gone = [u for u in handled if u not in present]
+        if gone and not self.dry_run:
+            with self.filter.store.begin() as tx:
+                tx.delete_imap_uids(name, folder, gone)
+        new = [u for u in uids if u not in handled]
+        if limit is not None:
+            new = new[:limit]
+        for chunk in session.fetch(new, chunk_size=self.account.chunk_size, chunk_bytes=self.account.chunk_bytes):
+            self.summary.seen += len(chunk)
+            yield chunk
+
+    def _train(self, is_spam: bool, folder: str, messages: Sequence[Fetched], why: str) -> None:
+        for m in messages:
+            self._event("trained", folder, m.uid, f"{'spam' if is_spam else 'ham'} ({why})")
+        if self.dry_run or not messages:
+            if is_spam:
+                self.summary.trained_spam += len(messages)
+            else:
+                self.summary.trained_ham += len(messages)
+            return
+        result = self.filter.mark([(is_spam, self._item(folder, m)) for m in messages])
+        self.summary.trained_spam += result.trained_spam + (result.relabelled if is_spam else 0)
+        self.summary.trained_ham += result.trained_ham + (0 if is_spam else result.relabelled)
+        for refusal in result.refused:
+            self.summary.errors += 1
+            self._event("refused", folder, 0, f"{refusal.source}: {refusal.reason}")
+
+    def _keywords(self, session: ImapSession, folder: str, uids: Sequence[int], add: Sequence[str], remove: Sequence[str]) -> None:
+        if not uids:
+            return
+        for uid in uids:
+            self._event("flagged", folder, uid, " ".join([*(f"+{k}" for k in add), *(f"-{k}" for k in remove)]))
+        self.summary.flagged += len(uids)
+        if not self.dry_run:
+            session.set_keywords(uids, add, remove)
+
+    def _move(self, session: ImapSession, folder: str, moves: Sequence[tuple[Fetched, ImapRecord]], *, redo: bool = False) -> None:
+        """Move messages of the selected ``folder`` to their records' folders:
+        record the moves as pending, move, then record them done."""
+        if not moves:
+            return
+        self._commit(folder, [r for _, r in moves])
+        by_target: dict[str, list[Fetched]] = {}
+        for m, r in moves:
+            by_target.setdefault(r.folder, []).append(m)
+        arrivals: list[tuple[str, Moved, Sequence[Fetched]]] = []
+        for target, messages in by_target.items():
+            uids = [m.uid for m in messages]
+            for uid in uids:
+                self._event("moved", folder, uid, f"to {target}")
+            self.summary.moved += len(uids)
+            if self.dry_run:
+                continue
+            if redo and not (self.use_move and session.has("MOVE")):
+                uids = self._not_yet_copied(session, folder, target, messages)
+            moved = session.move(uids, target, use_move=self.use_move)
+            if moved is not None:
+                arrivals.append((target, moved, messages))
+        if self.dry_run:
+            return
+        with self.filter.store.begin() as tx:
+            tx.put_imap_records(self.account.name, [_done(r) for _, r in moves])
+            # The moved messages' new UIDs, when the server said what they
+            # are and the folder's UIDVALIDITY is the one recorded: the next
+            # run need not fetch them to recognise them.
+            for target, moved, arrived in arrivals:
+                if tx.imap_uidvalidity(self.account.name, target) == moved.uidvalidity:
+                    rows = [(moved.uids[m.uid], digest_bytes(m.raw)) for m in arrived if m.uid in moved.uids]
+                    tx.add_imap_uids(self.account.name, target, rows)
+
+    def _not_yet_copied(self, session: ImapSession, folder: str, target: str, messages: Sequence[Fetched]) -> list[int]:
+        """For the COPY fallback finishing an interrupted move: the UIDs whose
+        copy is not already in ``target``; the others are only expunged here."""
+        session.select(target)
+        copied: list[int] = []
+        for m in messages:  # only after a crash, so rarely more than a chunk
+            message_id = _message_id(m.raw)
+            if message_id is None:
+                continue
+            found = session.search_message_id(message_id)
+            if found and any(f.raw and digest_bytes(f.raw) == digest_bytes(m.raw) for chunk in session.fetch(found, chunk_size=20, chunk_bytes=self.account.chunk_bytes) for f in chunk):
+                copied.append(m.uid)
+        session.select(folder)
+        if copied:
+            session.expunge(copied)
+        return [m.uid for m in messages if m.uid not in copied]
+
+    # -- the passes ---------------------------------------------------------
+
+    def run(self, session: ImapSession) -> RunSummary:
+        """Train, learn from the spam folder, classify, read keywords."""
+        a = self.account
+        folders = [a.spam_folder, a.unsure_folder, a.train_spam_folder, a.train_ham_folder, *a.classify_folders]
+        for folder in filter(None, folders):
+            if not session.exists(folder):
+                self.summary.created.append(folder)
+                self._event("created", folder, 0, "folder")
+                if not self.dry_run:
+                    session.ensure_folder(folder)
+        for folder, is_spam in ((a.train_spam_folder, True), (a.train_ham_folder, False)):
+            if folder and (session.exists(folder) or not self.dry_run):
+                self._training_folder(session, folder, is_spam)
+        if session.exists(a.spam_folder) or not self.dry_run:
+            self._spam_folder(session)
+        if a.unsure_folder and (session.exists(a.unsure_folder) or not self.dry_run):
+            self._unsure_folder(session)
+        for folder in a.classify_folders:
+            self._classify_folder(session, folder)
+        for folder in (*a.classify_folders, a.spam_folder):
+            if session.exists(folder):
+                self._keyword_feedback(session, folder)
+        return self.summary
+
+    def _training_folder(self, session: ImapSession, folder: str, is_spam: bool) -> None:
+        label = model.SPAM if is_spam else model.HAM
+        moving = self.account.trained_action == "move"
+        target = (self.account.spam_folder if is_spam else self.inbox) if moving else folder
+        for chunk in self._new(session, folder):
+            records = self._records([digest_bytes(m.raw) for m in chunk])
+            fresh = [m for m in chunk if _needs_training(records.get(digest_bytes(m.raw)), label)]
+            self._train(is_spam, folder, fresh, f"in {folder}")
+            if is_spam and moving:
+                self._keywords(session, folder, [m.uid for m in chunk], [JUNK], [NOT_JUNK])
+            new_records = [ImapRecord(digest_bytes(m.raw), label, "train", target, pending=moving) for m in chunk]
+            if moving:
+                self._move(session, folder, list(zip(chunk, new_records)))
+            else:
+                self._commit(folder, new_records, [(m.uid, digest_bytes(m.raw)) for m in chunk])
+
+    def _spam_folder(self, session: ImapSession) -> None:
+        folder = self.account.spam_folder
+        for chunk in self._new(session, folder):
+            digests = [digest_bytes(m.raw) for m in chunk]
+            records = self._records(digests)
+            by_user: list[Fetched] = []
+            updates: list[ImapRecord] = []
+            for m, d in zip(chunk, digests):
+                r = records.get(d)
+                if r is not None and (r.folder == folder or (r.label == model.SPAM and r.origin != "filter")):
+                    if r.pending or r.folder != folder:
+                        updates.append(ImapRecord(d, r.label, r.origin, folder, False, r.log_odds))
+                else:
+                    by_user.append(m)
+                    updates.append(ImapRecord(d, model.SPAM, "user", folder, False, r.log_odds if r else None))
+            self._train(True, folder, by_user, f"moved to {folder}")
+            self._keywords(session, folder, [m.uid for m in by_user], [JUNK], [NOT_JUNK])
+            self._commit(folder, updates, list(zip([m.uid for m in chunk], digests)))
+
+    def _unsure_folder(self, session: ImapSession) -> None:
+        folder = self.account.unsure_folder
+        for chunk in self._new(session, folder):
+            digests = [digest_bytes(m.raw) for m in chunk]
+            records = self._records(digests)
+            updates = [_done(r) for r in records.values() if r.folder == folder and r.pending]
+            self._commit(folder, updates, list(zip([m.uid for m in chunk], digests)))
+
+    def _classify_folder(self, session: ImapSession, folder: str) -> None:
+        a = self.account
+        returned_to = {a.spam_folder, a.unsure_folder} - {""}
+        for chunk in self._new(session, folder, self.remaining):
+            digests = [digest_bytes(m.raw) for m in chunk]
+            records = self._records(digests)
+            unknown: list[Fetched] = []
+            handled: list[tuple[int, str]] = []
+            updates: list[ImapRecord] = []
+            redo: list[tuple[Fetched, ImapRecord]] = []
+            moved_back: list[Fetched] = []
+            for m, d in zip(chunk, digests):
+                r = records.get(d)
+                if r is None:
+                    unknown.append(m)
+                elif r.folder == folder:
+                    handled.append((m.uid, d))
+                    if r.pending:
+                        updates.append(_done(r))
+                elif r.pending:
+                    redo.append((m, r))
+                elif r.folder in returned_to:
+                    moved_back.append(m)
+                    handled.append((m.uid, d))
+                    updates.append(ImapRecord(d, model.HAM, "user", folder, False, r.log_odds))
+                else:
+                    handled.append((m.uid, d))
+                    updates.append(ImapRecord(d, r.label, r.origin, folder, False, r.log_odds))
+            if redo:
+                self._move(session, folder, redo, redo=True)
+            self._train(False, folder, moved_back, f"moved back to {folder}")
+            self._keywords(session, folder, [m.uid for m in moved_back], [NOT_JUNK], [JUNK])
+            self._commit(folder, updates, handled)
+            if unknown:
+                if self.remaining is not None:
+                    self.remaining -= len(unknown)
+                self._act(session, folder, unknown)
+
+    def _act(self, session: ImapSession, folder: str, messages: list[Fetched]) -> None:
+        a = self.account
+        try:
+            results = list(self.filter.classify(self._item(folder, m) for m in messages))
+        except NotTrainedError:
+            if not self.dry_run:
+                raise
+            # A dry run on an empty model: the real run trains first.
+            for m in messages:
+                self._event("classified", folder, m.uid, "after training (the model is not trained yet)")
+            return
+        stay: list[ImapRecord] = []
+        handled: list[tuple[int, str]] = []
+        moves: list[tuple[Fetched, ImapRecord]] = []
+        junk: list[int] = []
+        for m, result in zip(messages, results):
+            d = digest_bytes(m.raw)
+            if isinstance(result, Refusal):
+                self.summary.errors += 1
+                self._event("refused", folder, m.uid, result.reason)
+                handled.append((m.uid, d))
+                continue
+            assert isinstance(result, Verdict)
+            label = _LABELS[result.verdict]
+            setattr(self.summary, result.verdict, getattr(self.summary, result.verdict) + 1)
+            self._event("classified", folder, m.uid, f"{result.verdict} (log-odds {result.log_odds:+.2f})")
+            target = folder
+            if label == model.SPAM and a.spam_action != "report":
+                junk.append(m.uid)
+                if a.spam_action == "move":
+                    target = a.spam_folder
+            elif label == model.UNSURE and a.unsure_folder and a.spam_action == "move":
+                target = a.unsure_folder
+            record = ImapRecord(d, label, "filter", target, target != folder, result.log_odds)
+            if target == folder:
+                stay.append(record)
+                handled.append((m.uid, d))
+            else:
+                moves.append((m, record))
+        # Keywords first: a message that reaches the spam folder carries $Junk.
+        self._keywords(session, folder, junk, [JUNK], [])
+        self._commit(folder, stay, handled)
+        self._move(session, folder, moves)
+
+    def _keyword_feedback(self, session: ImapSession, folder: str) -> None:
+        """Train messages on which the user set $Junk or $NotJunk since the
+        last look. Only a change counts: a keyword that was there when the
+        message was first handled is not news, and two copies of one message
+        with different keywords do not make the label flip on every run."""
+        session.select(folder, readonly=self.dry_run)
+        junk = session.with_keyword(JUNK)
+        not_junk = session.with_keyword(NOT_JUNK)
+        with self.filter.store.begin(write=False) as tx:
+            handled = tx.imap_uids(self.account.name, folder)
+        now = {u: (u in junk) * _JUNK_BIT | (u in not_junk) * _NOT_JUNK_BIT for u in handled}
+        changed = {u: d for u, (d, before) in handled.items() if before is not None and before != now[u]}
+        records = self._records(list(set(changed.values())))
+        to_spam = [u for u, d in changed.items() if now[u] == _JUNK_BIT and _label(records.get(d)) != model.SPAM]
+        to_ham = [u for u, d in changed.items() if now[u] == _NOT_JUNK_BIT and _label(records.get(d)) != model.HAM]
+        moving = self.account.spam_action == "move"
+        for uids, is_spam in ((to_spam, True), (to_ham, False)):
+            messages = [m for chunk in session.fetch(sorted(uids), chunk_size=self.account.chunk_size, chunk_bytes=self.account.chunk_bytes) for m in chunk]
+            if not messages:
+                continue
+            label = model.SPAM if is_spam else model.HAM
+            self._train(is_spam, folder, messages, f"marked {JUNK if is_spam else NOT_JUNK}")
+            target = folder
+            if moving and is_spam and folder != self.account.spam_folder:
+                target = self.account.spam_folder
+            elif moving and not is_spam and folder == self.account.spam_folder:
+                target = self.inbox
+            records_now = [
+                ImapRecord(digest_bytes(m.raw), label, "user", target, target != folder, _log_odds(records.get(digest_bytes(m.raw))))
+                for m in messages
+            ]
+            if target == folder:
+                self._commit(folder, records_now)
+            else:
+                self._move(session, folder, list(zip(messages, records_now)))
+        if not self.dry_run:
+            with self.filter.store.begin() as tx:
+                tx.set_imap_keywords(self.account.name, folder, [(u, k) for u, k in now.items() if handled[u][1] != k])
+
+
+_JUNK_BIT = 1
+_NOT_JUNK_BIT = 2
+
+
+def _needs_training(record: ImapRecord | None, label: int) -> bool:
+    return record is None or record.label != label or record.origin == "filter"
+
+
+def _label(record: ImapRecord | None) -> int | None:
+    return None if record is None else record.label
+
+
+def _log_odds(record: ImapRecord | None) -> float | None:
+    return None if record is None else record.log_odds
+
+
+def _done(record: ImapRecord) -> ImapRecord:
+    return ImapRecord(record.digest, record.label, record.origin, record.folder, False, record.log_odds)
+
+
+def _message_id(raw: bytes) -> str | None:
+    head = raw.split(b"\r\n\r\n", 1)[0].split(b"\n\n", 1)[0]
+    for line in head.splitlines():
+        if line[:11].lower() == b"message-id:":
+            value = line[11:].strip().decode("ascii", "replace")
+            return value or None
+    return None
+
+
+def run_account(
+    spamfilter: Filter,
+    account: ImapAccount,
+    *,
+    dry_run: bool = False,
+    limit: int | None = None,
+    on_event: EventSink | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    use_move: bool = True,
+) -> RunSummary:
+    """One pass over ``account``, reconnecting after network errors.
+
+    Each pass is idempotent, so after a dropped connection the pass simply
+    starts again; after ``account.retries`` reconnects (1, 2, 4, ... seconds
+    apart) ``ImapUnavailable`` is raised. What was done before stays recorded.
+    A refused login (``ImapAuthError``) is not retried.
+    """
+    password = account_password(account)
+    summary = RunSummary()
+    attempt = 0
+    while True:
+        try:
+            with ImapSession.connect(account, password) as session:
+                run = ImapRun(spamfilter, account, summary, dry_run=dry_run, limit=limit, on_event=on_event, use_move=use_move)
+                return run.run(session)
+        except ImapUnavailable as exc:
+            if attempt >= account.retries:
+                tries = "1 attempt" if attempt == 0 else f"{attempt + 1} attempts"
+                raise ImapUnavailable(f"{exc} (gave up after {tries})") from None
+            sleep(2.0**attempt)
+            attempt += 1
+            summary.retries += 1

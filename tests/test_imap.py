@@ -1,0 +1,467 @@
+"""``spamfilter imap run`` against a real Dovecot on loopback (tests/dovecot.py).
+
+Every scenario gets its own IMAP user and its own SQLite database; mail comes
+from ../shared/corpora/spamassassin. Nothing of the IMAP protocol is mocked.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from dovecot import Dovecot, ImapUser, dovecot_server  # noqa: F401
+
+from spamfilter.config import Config, ImapAccount, config_from_dict
+from spamfilter.errors import ConfigError, ImapAuthError, ImapUnavailable
+from spamfilter.imapsync import RunSummary, run_account
+from spamfilter.mail import digest_bytes
+from spamfilter.service import Filter
+
+pytestmark = pytest.mark.corpus
+
+PASSWORD_ENV = "SPAMFILTER_TEST_IMAP_PASSWORD"
+
+
+@dataclass(frozen=True)
+class Sample:
+    train_spam: list[bytes]
+    train_ham: list[bytes]
+    inbox_spam: list[bytes]
+    inbox_ham: list[bytes]
+
+    @property
+    def inbox(self) -> list[bytes]:
+        return self.inbox_spam + self.inbox_ham
+
+
+@pytest.fixture(scope="module")
+def sample(corpora_dir: Path) -> Sample:
+    root = corpora_dir / "spamassassin"
+    rows = [line.split() for line in (root / "index").read_text().splitlines() if line.strip()]
+    random.Random(7).shuffle(rows)
+    spam = [(root / p).read_bytes() for label, p in rows if label == "spam"][:110]
+    ham = [(root / p).read_bytes() for label, p in rows if label == "ham"][:200]
+    # Distinct messages only: the corpus has a few exact duplicates.
+    spam = list({digest_bytes(m): m for m in spam}.values())
+    ham = list({digest_bytes(m): m for m in ham}.values())
+    return Sample(spam[:80], ham[:140], spam[80:105], ham[140:190])
+
+
+def account_config(server: Dovecot, user: ImapUser, **overrides: object) -> Config:
+    table: dict[str, object] = {
+        "host": server.host,
+        "port": server.tls_port,
+        "security": "tls",
+        "ca_file": str(server.ca_file),
+        "username": user.name,
+        "password_env": PASSWORD_ENV,
+        "train_spam_folder": "Train/Spam",
+        "train_ham_folder": "Train/Ham",
+        "chunk_size": 20,
+        "retries": 0,
+    }
+    table.update(overrides)
+    return config_from_dict({"imap": {"test": table}})
+
+
+def setup_mailbox(server: Dovecot, sample: Sample) -> ImapUser:
+    user = server.add_user()
+    server.append(user, "Train/Spam", sample.train_spam)
+    server.append(user, "Train/Ham", sample.train_ham)
+    server.append(user, "INBOX", sample.inbox)
+    return user
+
+
+def run(config: Config, db: str, monkeypatch: pytest.MonkeyPatch, user: ImapUser, **kwargs: object) -> RunSummary:
+    monkeypatch.setenv(PASSWORD_ENV, user.password)
+    with Filter.open(config, db) as f:
+        return run_account(f, config.imap[0], **kwargs)  # type: ignore[arg-type]
+
+
+def digests(server: Dovecot, user: ImapUser, folder: str) -> Counter[str]:
+    return Counter(digest_bytes(raw) for _, raw, _ in server.folder_messages(user, folder))
+
+
+def snapshot(server: Dovecot, user: ImapUser, folders: list[str]) -> dict[str, list[tuple[int, str, tuple[bytes, ...]]]]:
+    return {f: [(uid, digest_bytes(raw), tuple(sorted(flags))) for uid, raw, flags in server.folder_messages(user, f)] for f in folders}
+
+
+FOLDERS = ["INBOX", "Junk", "Train/Spam", "Train/Ham"]
+
+
+def test_classify_and_move_from_training_folders(dovecot_server: Dovecot, sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    user = setup_mailbox(dovecot_server, sample)
+    config = account_config(dovecot_server, user)
+    db = f"sqlite:///{tmp_path / 'sf.db'}"
+    summary = run(config, db, monkeypatch, user)
+
+    assert summary.trained_spam == len(sample.train_spam)
+    assert summary.trained_ham == len(sample.train_ham)
+    assert summary.classified == len(sample.inbox)
+    assert summary.created == ["Junk"]
+    junk = digests(dovecot_server, user, "Junk")
+    inbox = digests(dovecot_server, user, "INBOX")
+    spam = {digest_bytes(m) for m in sample.inbox_spam}
+    ham = {digest_bytes(m) for m in sample.inbox_ham}
+    assert summary.moved == summary.spam == sum(junk.values())
+    # Every message once, in one of the two folders.
+    assert sum(junk.values()) + sum(inbox.values()) == len(sample.inbox)
+    assert set(junk) | set(inbox) == spam | ham
+    # Exactly the messages the library calls spam with the same training.
+    with Filter.open(Config(), "sqlite://") as reference:
+        reference.train([(True, m) for m in _items(sample.train_spam)] + [(False, m) for m in _items(sample.train_ham)])
+        expected = {v.digest for v in reference.classify(_items(sample.inbox)) if getattr(v, "verdict", "") == "spam"}
+    assert set(junk) == expected
+    # With this small training set: most spam caught, at most 2 of 50 ham lost.
+    assert len(set(junk) & spam) >= 0.8 * len(spam)
+    assert len(set(junk) & ham) <= 2
+    # The spam carries $Junk; nothing was marked \Seen by the filter.
+    for folder in FOLDERS:
+        for _, _, flags in dovecot_server.folder_messages(user, folder):
+            assert b"\\Seen" not in flags
+            assert (b"$Junk" in flags) == (folder == "Junk")
+    # Training folders are left as they were ("leave" is the default).
+    assert sum(digests(dovecot_server, user, "Train/Spam").values()) == len(sample.train_spam)
+    with Filter.open(config, db) as f:
+        stats = f.stats()
+    assert (stats.spam_messages, stats.ham_messages) == (len(sample.train_spam), len(sample.train_ham))
+
+    # A second run finds nothing to do and changes nothing.
+    before = snapshot(dovecot_server, user, FOLDERS)
+    again = run(config, db, monkeypatch, user)
+    assert (again.classified, again.moved, again.flagged, again.trained_spam, again.trained_ham) == (0, 0, 0, 0, 0)
+    assert snapshot(dovecot_server, user, FOLDERS) == before
+
+
+def test_learns_from_what_the_user_moves(dovecot_server: Dovecot, sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    user = setup_mailbox(dovecot_server, sample)
+    config = account_config(dovecot_server, user)
+    db = f"sqlite:///{tmp_path / 'sf.db'}"
+    run(config, db, monkeypatch, user)
+
+    # The user drags one message from the inbox to Junk, and one back.
+    inbox = dovecot_server.folder_messages(user, "INBOX")
+    junk = dovecot_server.folder_messages(user, "Junk")
+    to_junk_uid, to_junk_raw, _ = inbox[0]
+    back_uid, back_raw, _ = junk[0]
+    with dovecot_server.client(user, "INBOX") as c:
+        c.move([to_junk_uid], "Junk")
+        c.select_folder("Junk")
+        c.move([back_uid], "INBOX")
+
+    summary = run(config, db, monkeypatch, user)
+    assert (summary.trained_spam, summary.trained_ham, summary.classified, summary.moved) == (1, 1, 0, 0)
+    with Filter.open(config, db) as f, f.store.begin(write=False) as tx:
+        labels = tx.trained_labels([digest_bytes(to_junk_raw), digest_bytes(back_raw)])
+    assert labels == {digest_bytes(to_junk_raw): 1, digest_bytes(back_raw): 0}
+    # The message moved back stays in the inbox, now marked $NotJunk.
+    flags = {digest_bytes(raw): fl for _, raw, fl in dovecot_server.folder_messages(user, "INBOX")}
+    assert b"$NotJunk" in flags[digest_bytes(back_raw)] and b"$Junk" not in flags[digest_bytes(back_raw)]
+    assert digest_bytes(to_junk_raw) in digests(dovecot_server, user, "Junk")
+
+    # The user changes their mind: back to Junk; the training follows.
+    with dovecot_server.client(user, "INBOX") as c:
+        uid = next(u for u, raw, _ in dovecot_server.folder_messages(user, "INBOX") if digest_bytes(raw) == digest_bytes(back_raw))
+        c.move([uid], "Junk")
+    summary = run(config, db, monkeypatch, user)
+    assert (summary.trained_spam, summary.trained_ham) == (1, 0)
+    with Filter.open(config, db) as f, f.store.begin(write=False) as tx:
+        assert tx.trained_labels([digest_bytes(back_raw)]) == {digest_bytes(back_raw): 1}
+        assert f.stats().spam_messages == len(sample.train_spam) + 2
+
+    quiet = run(config, db, monkeypatch, user)
+    assert (quiet.trained_spam, quiet.trained_ham, quiet.moved, quiet.flagged) == (0, 0, 0, 0)
+
+
+def test_keyword_mode_and_the_users_keywords(dovecot_server: Dovecot, sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    user = setup_mailbox(dovecot_server, sample)
+    config = account_config(dovecot_server, user, spam_action="keyword")
+    db = f"sqlite:///{tmp_path / 'sf.db'}"
+    summary = run(config, db, monkeypatch, user)
+    assert summary.moved == 0 and summary.spam > 0
+    inbox = dovecot_server.folder_messages(user, "INBOX")
+    assert len(inbox) == len(sample.inbox)
+    flagged = [(uid, raw) for uid, raw, fl in inbox if b"$Junk" in fl]
+    clean = [(uid, raw) for uid, raw, fl in inbox if b"$Junk" not in fl]
+    assert len(flagged) == summary.spam
+
+    # The mail client marks one spam "not junk" and one ham "junk".
+    with dovecot_server.client(user, "INBOX") as c:
+        c.remove_flags([flagged[0][0]], ["$Junk"])
+        c.add_flags([flagged[0][0]], ["$NotJunk"])
+        c.add_flags([clean[0][0]], ["$Junk"])
+    summary = run(config, db, monkeypatch, user)
+    assert (summary.trained_ham, summary.trained_spam, summary.moved) == (1, 1, 0)
+    with Filter.open(config, db) as f, f.store.begin(write=False) as tx:
+        labels = tx.trained_labels([digest_bytes(flagged[0][1]), digest_bytes(clean[0][1])])
+    assert labels == {digest_bytes(flagged[0][1]): 0, digest_bytes(clean[0][1]): 1}
+    quiet = run(config, db, monkeypatch, user)
+    assert (quiet.trained_spam, quiet.trained_ham, quiet.flagged) == (0, 0, 0)
+
+
+def test_trained_messages_can_be_filed(dovecot_server: Dovecot, sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    user = dovecot_server.add_user()
+    dovecot_server.append(user, "Train/Spam", sample.train_spam[:30])
+    dovecot_server.append(user, "Train/Ham", sample.train_ham[:40])
+    dovecot_server.append(user, "INBOX", sample.inbox_ham[:5])
+    config = account_config(dovecot_server, user, trained_action="move")
+    db = f"sqlite:///{tmp_path / 'sf.db'}"
+    summary = run(config, db, monkeypatch, user)
+    assert (summary.trained_spam, summary.trained_ham) == (30, 40)
+    # Trained ham is filed in the inbox but not classified as if it were new.
+    assert summary.classified == 5
+    assert sum(digests(dovecot_server, user, "Train/Spam").values()) == 0
+    assert sum(digests(dovecot_server, user, "Train/Ham").values()) == 0
+    junk = digests(dovecot_server, user, "Junk")
+    inbox = digests(dovecot_server, user, "INBOX")
+    assert {digest_bytes(m) for m in sample.train_spam[:30]} <= set(junk)
+    assert {digest_bytes(m) for m in sample.train_ham[:40]} <= set(inbox)
+    assert sum(junk.values()) == 30 + summary.spam and sum(inbox.values()) == 45 - summary.spam
+    quiet = run(config, db, monkeypatch, user)
+    assert (quiet.classified, quiet.moved, quiet.trained_spam, quiet.trained_ham) == (0, 0, 0, 0)
+
+
+def test_copy_fallback_expunges_only_the_moved_messages(dovecot_server: Dovecot, sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    user = setup_mailbox(dovecot_server, sample)
+    # Someone else's message, flagged \Deleted but not expunged, must survive.
+    bystander = b"From: a@example.org\r\nSubject: keep me\r\nMessage-ID: <keep@example.org>\r\n\r\nnot expunged by us\r\n"
+    dovecot_server.append(user, "INBOX", [bystander], flags=["\\Deleted"])
+    config = account_config(dovecot_server, user)
+    db = f"sqlite:///{tmp_path / 'sf.db'}"
+    summary = run(config, db, monkeypatch, user, use_move=False)
+    assert summary.moved == summary.spam > 0
+    inbox = digests(dovecot_server, user, "INBOX")
+    junk = digests(dovecot_server, user, "Junk")
+    assert digest_bytes(bystander) in inbox
+    assert sum(inbox.values()) + sum(junk.values()) == len(sample.inbox) + 1
+    assert max(junk.values()) == 1 and max(inbox.values()) == 1
+
+
+def test_uidvalidity_change_rereads_without_retraining(dovecot_server: Dovecot, sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    user = setup_mailbox(dovecot_server, sample)
+    config = account_config(dovecot_server, user)
+    db = f"sqlite:///{tmp_path / 'sf.db'}"
+    first = run(config, db, monkeypatch, user)
+    with dovecot_server.client(user) as c:
+        before = c.select_folder("INBOX")[b"UIDVALIDITY"]
+    # Dovecot renumbers a Maildir whose uid list and index are gone.
+    for name in os.listdir(user.maildir):
+        if name.startswith("dovecot-uidlist") or name.startswith("dovecot.index"):
+            os.remove(user.maildir / name)
+    with dovecot_server.client(user) as c:
+        assert c.select_folder("INBOX")[b"UIDVALIDITY"] != before
+    again = run(config, db, monkeypatch, user)
+    assert again.seen == first.ham + first.unsure  # the inbox is read again ...
+    assert (again.classified, again.moved, again.trained_spam, again.trained_ham) == (0, 0, 0, 0)  # ... and nothing else
+
+
+def test_dry_run_changes_nothing(dovecot_server: Dovecot, sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    user = setup_mailbox(dovecot_server, sample)
+    config = account_config(dovecot_server, user)
+    db = f"sqlite:///{tmp_path / 'sf.db'}"
+    # A model trained elsewhere, so the dry run can classify.
+    with Filter.open(config, db) as f:
+        f.train([(True, m) for m in _items(sample.train_spam)] + [(False, m) for m in _items(sample.train_ham)])
+    db_before = (tmp_path / "sf.db").read_bytes()
+    before = snapshot(dovecot_server, user, ["INBOX", "Train/Spam", "Train/Ham"])
+    events: list[object] = []
+    summary = run(config, db, monkeypatch, user, dry_run=True, on_event=events.append)
+    assert summary.classified == len(sample.inbox) and summary.moved == summary.spam > 0
+    assert any(getattr(e, "kind", "") == "moved" for e in events)
+    assert snapshot(dovecot_server, user, ["INBOX", "Train/Spam", "Train/Ham"]) == before
+    with dovecot_server.client(user) as c:
+        assert not c.folder_exists("Junk")
+    # The database file is byte for byte the same (after a checkpoint of both).
+    with Filter.open(config, db) as f:
+        f.store.engine.dispose()
+    assert (tmp_path / "sf.db").read_bytes() == db_before
+
+
+def _items(messages: list[bytes]) -> list[object]:
+    from spamfilter.mail import MailItem
+
+    return [MailItem(f"m{i}", m) for i, m in enumerate(messages)]
+
+
+# -- the command, as a process ------------------------------------------------
+
+
+def write_config(path: Path, server: Dovecot, user: ImapUser, **overrides: object) -> Path:
+    table: dict[str, object] = {
+        "host": server.host, "port": server.port, "security": "starttls", "ca_file": str(server.ca_file),
+        "username": user.name, "password_env": PASSWORD_ENV, "train_spam_folder": "Train/Spam",
+        "train_ham_folder": "Train/Ham", "chunk_size": 20, "retries": 0,
+    }
+    table.update(overrides)
+    lines = ["[imap.test]"] + [f"{k} = {_toml(v)}" for k, v in table.items()]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _toml(value: object) -> str:
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def spamfilter_cmd(config: Path, db: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", "spamfilter", "--config", str(config), "--db", db, "imap", "run", *args]
+
+
+def env_with(password: str) -> dict[str, str]:
+    return {**os.environ, PASSWORD_ENV: password}
+
+
+def test_wrong_password_and_unreachable_server_are_clear_errors(dovecot_server: Dovecot, tmp_path: Path) -> None:
+    user = dovecot_server.add_user(password="right-horse-battery")
+    config = write_config(tmp_path / "c.toml", dovecot_server, user)
+    db = f"sqlite:///{tmp_path / 'sf.db'}"
+    done = subprocess.run(spamfilter_cmd(config, db), env=env_with("wrong-password-xyz"), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 77, done.stderr
+    assert "refused the login" in done.stderr and "Traceback" not in done.stderr
+    assert "wrong-password-xyz" not in done.stderr + done.stdout
+
+    # Nothing listens on this port: retried with backoff, then exit 68.
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed_port = s.getsockname()[1]
+    config = write_config(tmp_path / "d.toml", dovecot_server, user, port=closed_port, retries=1)
+    started = time.monotonic()
+    done = subprocess.run(spamfilter_cmd(config, db), env=env_with(user.password), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 68, done.stderr
+    assert "connection refused" in done.stderr and "gave up after 2 attempts" in done.stderr
+    assert time.monotonic() - started >= 1.0  # one backoff pause
+    assert "Traceback" not in done.stderr
+
+
+def test_plain_text_to_a_remote_host_is_refused() -> None:
+    with pytest.raises(ConfigError, match="loopback"):
+        config_from_dict({"imap": {"x": {"host": "mail.example.org", "security": "none", "username": "u", "password_env": "P"}}})
+    config_from_dict({"imap": {"x": {"host": "127.0.0.1", "security": "none", "username": "u", "password_env": "P"}}})
+
+
+def test_library_errors(dovecot_server: Dovecot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    user = dovecot_server.add_user()
+    config = account_config(dovecot_server, user)
+    monkeypatch.setenv(PASSWORD_ENV, "nope")
+    with Filter.open(config, "sqlite://") as f, pytest.raises(ImapAuthError):
+        run_account(f, config.imap[0])
+    account = ImapAccount(name="x", host="127.0.0.1", port=1, security="none", username="u", password_env=PASSWORD_ENV, retries=2)
+    pauses: list[float] = []
+    with Filter.open(config, "sqlite://") as f, pytest.raises(ImapUnavailable, match="gave up after 3 attempts"):
+        run_account(f, account, sleep=pauses.append)
+    assert pauses == [1.0, 2.0]
+
+
+def test_killed_runs_end_like_one_clean_run(dovecot_server: Dovecot, sample: Sample, tmp_path: Path) -> None:
+    clean_user = setup_mailbox(dovecot_server, sample)
+    killed_user = setup_mailbox(dovecot_server, sample)
+    clean_cfg = write_config(tmp_path / "clean.toml", dovecot_server, clean_user, chunk_size=3)
+    killed_cfg = write_config(tmp_path / "killed.toml", dovecot_server, killed_user, chunk_size=2)
+    clean_db = f"sqlite:///{tmp_path / 'clean.db'}"
+    killed_db = f"sqlite:///{tmp_path / 'killed.db'}"
+    started = time.monotonic()
+    subprocess.run(spamfilter_cmd(clean_cfg, clean_db), env=env_with(clean_user.password), check=True, capture_output=True, timeout=300)
+    length = time.monotonic() - started
+
+    final = sum(digests(dovecot_server, clean_user, "Junk").values())
+    assert final >= 12
+
+    def start() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(spamfilter_cmd(killed_cfg, killed_db), env=env_with(killed_user.password), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def kill(proc: subprocess.Popen[bytes]) -> bool:
+        alive = proc.poll() is None
+        if alive:
+            proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+        return alive
+
+    # Kill -9 during training (a third into the clean run's length) ...
+    kills = 0
+    for fraction in (0.3, 0.4):
+        proc = start()
+        time.sleep(fraction * length)
+        kills += kill(proc)
+    # ... then in the middle of filing spam: as soon as the spam folder holds
+    # a given number of messages, while the run goes on moving more.
+    in_junk: list[int] = []
+    watcher = dovecot_server.client(killed_user)
+    try:
+        for target in (1, final // 3, 2 * final // 3):
+            proc = start()
+            deadline = time.monotonic() + 120
+            while proc.poll() is None and time.monotonic() < deadline:
+                if watcher.folder_exists("Junk") and watcher.folder_status("Junk", ["MESSAGES"])[b"MESSAGES"] >= target:
+                    break
+                time.sleep(0.01)
+            kills += kill(proc)
+            in_junk.append(watcher.folder_status("Junk", ["MESSAGES"])[b"MESSAGES"])
+    finally:
+        watcher.logout()
+    print(f"kills: {kills}; spam folder after each of the last three: {in_junk} of {final}")
+    assert kills >= 4, "the runs ended before they could be killed"
+    assert any(0 < n < final for n in in_junk), "no kill landed in the middle of filing spam"
+    subprocess.run(spamfilter_cmd(killed_cfg, killed_db), env=env_with(killed_user.password), check=True, capture_output=True, timeout=300)
+
+    for folder in FOLDERS:
+        assert digests(dovecot_server, killed_user, folder) == digests(dovecot_server, clean_user, folder), folder
+    every = sum((digests(dovecot_server, killed_user, f) for f in ("INBOX", "Junk")), Counter())
+    assert every == Counter({digest_bytes(m): 1 for m in sample.inbox})
+    # The same model as the clean run, too.
+    with Filter.open(Config(), killed_db) as a, Filter.open(Config(), clean_db) as b:
+        sa, sb = a.stats(), b.stats()
+    assert (sa.spam_messages, sa.ham_messages, sa.tokens) == (sb.spam_messages, sb.ham_messages, sb.tokens)
+    # And a further run does nothing.
+    done = subprocess.run(spamfilter_cmd(killed_cfg, killed_db, "--format", "json"), env=env_with(killed_user.password), check=True, capture_output=True, text=True, timeout=300)
+    assert '"classified": 0' in done.stdout and '"moved": 0' in done.stdout and '"trained_spam": 0' in done.stdout
+
+
+def _peak_rss_mb(cmd: list[str], env: dict[str, str]) -> tuple[float, float, str]:
+    """Run ``cmd``; (peak resident MB, seconds, stdout)."""
+    started = time.monotonic()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.monotonic() - started
+    out = proc.stdout.read().decode() if proc.stdout else ""
+    err = proc.stderr.read().decode() if proc.stderr else ""
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    assert proc.returncode == 0, err
+    return usage.ru_maxrss / 1024, seconds, out
+
+
+def test_a_folder_of_5000_messages_runs_in_bounded_memory(dovecot_server: Dovecot, sample: Sample, corpora_dir: Path, tmp_path: Path) -> None:
+    root = corpora_dir / "spamassassin"
+    trained = {digest_bytes(m) for m in sample.train_spam + sample.train_ham}
+    messages: dict[str, bytes] = {}
+    for line in (root / "index").read_text().splitlines():
+        raw = (root / line.split()[1]).read_bytes()
+        if digest_bytes(raw) not in trained:
+            messages.setdefault(digest_bytes(raw), raw)
+        if len(messages) == 5000:
+            break
+    assert len(messages) == 5000
+    bulk = list(messages.values())
+    peaks = {}
+    for n in (500, 5000):
+        user = dovecot_server.add_user()
+        dovecot_server.append(user, "Train/Spam", sample.train_spam)
+        dovecot_server.append(user, "Train/Ham", sample.train_ham)
+        dovecot_server.fill_maildir(user, "INBOX", bulk[:n])
+        config = write_config(tmp_path / f"c{n}.toml", dovecot_server, user, chunk_size=100)
+        peak, seconds, out = _peak_rss_mb(spamfilter_cmd(config, f"sqlite:///{tmp_path / f'{n}.db'}", "--format", "json"), env_with(user.password))
+        assert f'"classified": {n}' in out
+        peaks[n] = peak
+        print(f"{n} messages: peak RSS {peak:.0f} MB, {seconds:.1f} s ({n / seconds:.0f} messages/s with start-up and training)")
+    # Ten times the mail, (almost) the same memory: fetching is chunked.
+    assert peaks[5000] < peaks[500] + 40, peaks

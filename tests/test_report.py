@@ -1,0 +1,306 @@
+"""``spamfilter report``: one self-contained HTML page, checked as text and in
+a real browser (headless Chromium, the Debian package ``chromium``)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import struct
+import subprocess
+import sys
+from datetime import date, datetime, timezone
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from spamfilter.cli import app, exitcodes
+from spamfilter.cli.evaluate import write_scores
+from spamfilter.config import Config, ModelConfig
+from spamfilter.evaluation import Scored
+from spamfilter.mail import read_messages
+from spamfilter.report import SECTIONS, ReportData, ScoreSample, read_scores, render
+from spamfilter.service import Filter, Stats, TrainedDay, Verdict, WordScore
+
+REPO = Path(__file__).resolve().parents[1]
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+@pytest.fixture(scope="module")
+def sample_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("sample")
+    subprocess.run([sys.executable, str(REPO / "corpora" / "make_sample.py"), "--out", str(out)], check=True, capture_output=True)
+    return out
+
+
+@pytest.fixture(scope="module")
+def trained_db(sample_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
+    url = f"sqlite:///{tmp_path_factory.mktemp('db') / 'report.db'}"
+    result = CliRunner().invoke(
+        app, ["--db", url, "train", "--spam", str(sample_dir / "train-spam.mbox"), "--ham", str(sample_dir / "train-ham.mbox")]
+    )
+    assert result.exit_code == 0, result.output
+    return url
+
+
+@pytest.fixture(scope="module")
+def evaluate_out(trained_db: str, sample_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An ``evaluate --out`` file for the sample inbox, written by the command's own writer."""
+    truth = dict(line.split("\t") for line in (sample_dir / "inbox-truth.tsv").read_text().splitlines() if line.strip())
+    with Filter.open(Config(), trained_db) as f:
+        verdicts = [v for v in f.classify(read_messages([str(sample_dir / "inbox.mbox")])) if isinstance(v, Verdict)]
+    path = tmp_path_factory.mktemp("scores") / "scores.tsv"
+    write_scores(path, [Scored(v.source, truth[v.source.rsplit(":", 1)[1]] == "spam", v.score, v.log_odds, v.verdict) for v in verdicts])
+    return path
+
+
+class Page(HTMLParser):
+    """The tags and attributes of a page, and its text."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.text: list[str] = []
+        self.feed(text)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+    def ids(self) -> list[str]:
+        return [a["id"] or "" for _, a in self.tags if a.get("id")]
+
+    def images(self) -> list[tuple[int, int]]:
+        """Sizes of the embedded PNG images, in page order."""
+        sizes = []
+        for tag, attrs in self.tags:
+            if tag == "img":
+                src = attrs["src"] or ""
+                assert src.startswith("data:image/png;base64,")
+                png = base64.b64decode(src.split(",", 1)[1])
+                assert png[:8] == b"\x89PNG\r\n\x1a\n" and png[12:16] == b"IHDR"
+                sizes.append(struct.unpack(">II", png[16:24]))
+        return sizes
+
+
+def assert_self_contained(page: Page) -> None:
+    for tag, attrs in page.tags:
+        assert tag not in ("link", "iframe", "object", "embed", "base"), tag
+        if tag == "script":
+            assert "src" not in attrs
+        for name in ("src", "href"):
+            value = attrs.get(name)
+            if value is not None:
+                assert value.startswith(("data:", "#")), (tag, name, value)
+
+
+def run_report(args: list[str]) -> tuple[int, str]:
+    result = CliRunner().invoke(app, args)
+    return result.exit_code, result.stderr if result.exit_code else result.stdout
+
+
+def test_report_with_evaluation_scores_has_every_section_and_chart(trained_db: str, evaluate_out: Path, tmp_path: Path) -> None:
+    out = tmp_path / "report.html"
+    code, text = run_report(["--db", trained_db, "report", "--out", str(out), "--scores", str(evaluate_out)])
+    assert code == 0, text
+    assert text.strip() == f"wrote {out}"
+    page = Page(out.read_text(encoding="utf-8"))
+    assert [i for i in page.ids() if i in SECTIONS] == list(SECTIONS)
+    assert_self_contained(page)
+    # history 900x350, top words of 20 rows 1200x(150 + 25 * 20), histogram 900x400, ROC 600x600
+    assert page.images() == [(900, 350), (1200, 650), (900, 400), (600, 600)]
+    text = " ".join(page.text)
+    assert "The 60 spam and 60 ham in the model now were trained on" in text
+    assert "20 (10 spam, 10 ham)" in text and "1-ROCA" in text
+    assert "url:scheme:http" in text  # the strongest spam token of the sample
+
+
+def test_report_without_scores_says_so(trained_db: str, tmp_path: Path) -> None:
+    out = tmp_path / "report.html"
+    code, _ = run_report(["--db", trained_db, "report", "--out", str(out), "--n", "5"])
+    assert code == 0
+    page = Page(out.read_text(encoding="utf-8"))
+    text = " ".join(page.text)
+    assert "No scores file was given" in text and "No evaluation figures: no scores file was given" in text
+    assert page.images() == [(900, 350), (1200, 275)]
+
+
+def test_report_of_classify_jsonl_has_a_histogram_but_no_roc(trained_db: str, sample_dir: Path, tmp_path: Path) -> None:
+    verdicts = CliRunner().invoke(app, ["--db", trained_db, "classify", "--format", "jsonl", str(sample_dir / "inbox.mbox")])
+    scores = tmp_path / "verdicts.jsonl"
+    scores.write_text(verdicts.stdout)
+    out = tmp_path / "report.html"
+    code, _ = run_report(["--db", trained_db, "report", "--out", str(out), "--scores", str(scores)])
+    assert code == 0
+    page = Page(out.read_text(encoding="utf-8"))
+    assert page.images()[2:] == [(900, 400)]
+    assert "the scores file has no true labels" in " ".join(page.text)
+
+
+def test_an_untrained_database_still_gets_a_report(db_url: str, tmp_path: Path) -> None:
+    out = tmp_path / "report.html"
+    code, _ = run_report(["--db", db_url, "report", "--out", str(out)])
+    assert code == 0
+    text = " ".join(Page(out.read_text(encoding="utf-8")).text)
+    assert "No message is trained yet." in text
+    assert "No top words: the model needs at least one trained spam and one trained ham" in text
+
+
+def test_read_scores_reads_classify_and_evaluate_outputs(tmp_path: Path) -> None:
+    jsonl = tmp_path / "v.jsonl"
+    jsonl.write_text('{"source": "a", "score": 0.5, "log_odds": 0.0, "verdict": "unsure"}\n\n{"source": "b", "score": 1.0, "log_odds": 40.5, "verdict": "spam"}\n')
+    s = read_scores(jsonl)
+    assert s.log_odds.tolist() == [0.0, 40.5] and s.is_spam is None and s.verdicts == ("unsure", "spam")
+    tsv = tmp_path / "v.tsv"
+    tsv.write_text("source\tgold\tscore\tlog_odds\tverdict\nodd\tname\tspam\t1.0\t3.5\tspam\nb\tham\t0.0\t-7\tham\n")
+    s = read_scores(tsv)
+    assert s.log_odds.tolist() == [3.5, -7.0] and s.is_spam is not None and s.is_spam.tolist() == [True, False]
+    classify_tsv = tmp_path / "c.tsv"
+    classify_tsv.write_text("source\tscore\tlog_odds\tverdict\na\t0.5\t0.000000\tunsure\n")
+    assert read_scores(classify_tsv).is_spam is None
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "",
+        "verdict    score   log_odds  source\nham 0.1 -2.0 a\n",  # classify's table is for people
+        '{"source": "a", "score": 0.5}\n',
+        "source\tgold\tscore\tlog_odds\tverdict\na\tmaybe\t0.5\t0.0\tunsure\n",
+        "source\tscore\tlog_odds\tverdict\na\t0.5\tnan\tunsure\n",
+    ],
+)
+def test_a_file_that_is_not_scores_exits_65_with_one_line(trained_db: str, tmp_path: Path, content: str) -> None:
+    scores = tmp_path / "bad.txt"
+    scores.write_text(content)
+    result = CliRunner().invoke(app, ["--db", trained_db, "report", "--out", str(tmp_path / "r.html"), "--scores", str(scores)])
+    assert result.exit_code == exitcodes.DATA_ERROR
+    assert result.stderr.startswith(f"spamfilter: {scores}") and len(result.stderr.splitlines()) == 1
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_report_option_errors_are_usage_errors(trained_db: str, tmp_path: Path) -> None:
+    runner = CliRunner()
+    missing = runner.invoke(app, ["--db", trained_db, "report", "--out", str(tmp_path / "r.html"), "--scores", str(tmp_path / "none")])
+    assert missing.exit_code == exitcodes.USAGE
+    unwritable = runner.invoke(app, ["--db", trained_db, "report", "--out", str(tmp_path / "no" / "dir" / "r.html")])
+    assert unwritable.exit_code == exitcodes.USAGE and "cannot write" in unwritable.stderr
+    assert "Traceback" not in missing.output + unwritable.output
+
+
+HOSTILE = '<script>alert("x")</script>\x1b[2J"><img src=http://evil.example/x.png>'
+
+
+def hostile_report() -> str:
+    """A page whose tokens and paths are written to break out of the HTML."""
+    words = (WordScore(HOSTILE, 9, 0, 4.0), WordScore("$\\frac{1}{0}$ ^_^", 5, 1, 2.0))
+    return render(
+        ReportData(
+            generated=datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc),
+            stats=Stats(1, 2, 3, 2, 2, 10, 20, f"sqlite:///{HOSTILE}.db", None, "multinomial-binary", 0.1),
+            model=ModelConfig(),
+            thresholds=(-1.4, 3.9),
+            two_way_threshold=2.3,
+            history=(TrainedDay(date(2024, 4, 1), 1, 1), TrainedDay(date(2024, 4, 30), 0, 1)),
+            spam_words=words,
+            ham_words=(WordScore("\u202eevil", 0, 3, 1.0),),
+            min_count=5,
+            not_trained=None,
+            scores=ScoreSample(HOSTILE, np.array([-3.0, 0.5, 8.0]), np.array([False, False, True]), ("ham", "unsure", "spam")),
+        )
+    )
+
+
+def test_hostile_tokens_and_paths_are_escaped() -> None:
+    text = hostile_report()
+    page = Page(text)
+    assert "<script>alert" not in text and "\x1b" not in text and "\u202e" not in text
+    assert [tag for tag, _ in page.tags].count("script") == 1
+    assert_self_contained(page)
+    assert '<script>alert("x")</script>\\x1b[2J' in " ".join(page.text)
+
+
+# -- in a browser ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def chromium() -> Path:
+    if not CHROMIUM.exists():
+        reason = f"{CHROMIUM} not found (Debian package chromium)"
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return CHROMIUM
+
+
+def browse(chromium: Path, page: Path, tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            str(chromium), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+            "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0",
+            *extra, page.as_uri(),
+        ],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+
+
+def console_messages(stderr: str) -> list[str]:
+    """What the page wrote to the console (errors, CSP violations, uncaught exceptions)."""
+    return [line for line in stderr.splitlines() if ":CONSOLE" in line or "Uncaught" in line]
+
+
+def check_in_browser(chromium: Path, page: Path, tmp_path: Path) -> str:
+    """Load the page twice (DOM dump, screenshot); the DOM after its script ran."""
+    dom = browse(chromium, page, tmp_path, "--dump-dom")
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert console_messages(dom.stderr) == []
+    shot = tmp_path / "report.png"
+    screenshot = browse(chromium, page, tmp_path, f"--screenshot={shot}", "--window-size=1200,2000")
+    assert screenshot.returncode == 0, screenshot.stderr[-2000:]
+    assert console_messages(screenshot.stderr) == []
+    assert struct.unpack(">II", shot.read_bytes()[16:24]) == (1200, 2000)
+    return dom.stdout
+
+
+def test_the_report_loads_in_chromium_without_console_errors(chromium: Path, trained_db: str, evaluate_out: Path, tmp_path: Path) -> None:
+    out = tmp_path / "report.html"
+    code, text = run_report(["--db", trained_db, "report", "--out", str(out), "--scores", str(evaluate_out)])
+    assert code == 0, text
+    dom = check_in_browser(chromium, out, tmp_path)
+    assert 'data-ready="1"' in dom  # its script ran: the CSP hash matched
+    for section in SECTIONS:
+        assert f'<section id="{section}">' in dom
+    assert dom.count('src="data:image/png;base64,') == 4
+
+
+def test_the_hostile_report_loads_in_chromium_without_running_anything(chromium: Path, tmp_path: Path) -> None:
+    out = tmp_path / "hostile.html"
+    out.write_text(hostile_report(), encoding="utf-8")
+    dom = check_in_browser(chromium, out, tmp_path)
+    assert 'data-ready="1"' in dom
+    assert dom.count("<script>") == 1
+
+
+def test_the_browser_check_sees_console_errors_and_blocked_loads(chromium: Path, tmp_path: Path) -> None:
+    broken = tmp_path / "broken.html"
+    policy = "default-src 'none'; script-src 'unsafe-inline'"
+    broken.write_text(
+        f'<!DOCTYPE html><html><head><meta http-equiv="Content-Security-Policy" content="{policy}"></head>'
+        '<body><img src="https://example.com/x.png"><script>console.error("boom"); missingFunction();</script></body></html>'
+    )
+    messages = console_messages(browse(chromium, broken, tmp_path, "--dump-dom").stderr)
+    assert any("boom" in m for m in messages)
+    assert any("Uncaught ReferenceError" in m for m in messages)
+    assert any("Content Security Policy" in m for m in messages)
+
+
+def test_jsonl_file_round_trip(tmp_path: Path) -> None:
+    rows = [{"source": "x", "score": 0.25, "log_odds": -1.0986, "verdict": "ham"}]
+    path = tmp_path / "v.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    assert read_scores(path).log_odds.tolist() == [-1.0986]
