@@ -465,3 +465,17 @@ def test_a_folder_of_5000_messages_runs_in_bounded_memory(dovecot_server: Doveco
         print(f"{n} messages: peak RSS {peak:.0f} MB, {seconds:.1f} s ({n / seconds:.0f} messages/s with start-up and training)")
     # Ten times the mail, (almost) the same memory: fetching is chunked.
     assert peaks[5000] < peaks[500] + 40, peaks
+
+
+def test_password_from_a_command_and_its_failures(monkeypatch: pytest.MonkeyPatch) -> None:
+    from spamfilter.imap import account_password
+
+    account = ImapAccount(name="x", username="u", password_command="printf 'pa ss\\n'")
+    assert account_password(account) == "pa ss"
+    failing = ImapAccount(name="x", username="u", password_command="echo hunter2 >&2; exit 3")
+    with pytest.raises(ConfigError, match="exited with status 3") as info:
+        account_password(failing)
+    assert "hunter2" not in str(info.value)
+    monkeypatch.delenv(PASSWORD_ENV, raising=False)
+    with pytest.raises(ConfigError, match=PASSWORD_ENV):
+        account_password(ImapAccount(name="x", username="u", password_env=PASSWORD_ENV))
