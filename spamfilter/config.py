@@ -24,6 +24,8 @@ ImapSecurity = Literal["tls", "starttls", "none"]
 IMAP_SECURITY: tuple[str, ...] = get_args(ImapSecurity)
 SpamAction = Literal["move", "keyword", "report"]
 SPAM_ACTIONS: tuple[str, ...] = get_args(SpamAction)
+SharedModel = Literal["none", "fallback", "merge"]
+SHARED_MODELS: tuple[str, ...] = get_args(SharedModel)
 TrainedAction = Literal["leave", "move"]
 TRAINED_ACTIONS: tuple[str, ...] = get_args(TrainedAction)
 
@@ -36,11 +38,19 @@ class StoreConfig:
         (``$XDG_DATA_HOME/spamfilter/spamfilter.db``).
     busy_timeout: seconds a writer waits for a lock held by another process.
     batch_size: messages per training transaction and per scoring query.
+    user: whose model to use ("" = the default model, which is also the
+        shared model other users can fall back to or merge with).
+    shared_model: how a user's model uses the shared one: "none", "fallback"
+        (the shared model classifies until the user has trained
+        shared_min_messages of both spam and ham), or "merge" (counts added).
     """
 
     url: str = ""
     busy_timeout: float = 30.0
     batch_size: int = 500
+    user: str = ""
+    shared_model: SharedModel = "none"
+    shared_min_messages: int = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,6 +295,15 @@ def validate(config: Config, origin: str = "config") -> None:
     need(t.max_word_length <= 100, "tokenizer.max_word_length", "must be <= 100", t.max_word_length)
     need(s.busy_timeout >= 0, "store.busy_timeout", "must be >= 0", s.busy_timeout)
     need(s.batch_size >= 1, "store.batch_size", "must be >= 1", s.batch_size)
+    need(s.shared_model in SHARED_MODELS, "store.shared_model", f"must be one of {', '.join(SHARED_MODELS)}", s.shared_model)
+    need(s.shared_min_messages >= 0, "store.shared_min_messages", "must be >= 0", s.shared_min_messages)
+    need(
+        not (s.shared_model == "merge" and m.event_model == "bernoulli"),
+        "store.shared_model",
+        '"merge" needs a multinomial event model (the Bernoulli absent-token sum cannot be merged)',
+        s.shared_model,
+    )
+    need(len(s.user) <= 200 and s.user.isprintable(), "store.user", "must be printable, at most 200 characters", s.user)
     for a in config.imap:
         key = f"imap.{a.name}"
         need(bool(a.host), f"{key}.host", "must be set", a.host)

@@ -31,6 +31,11 @@ class StoreBusyError(StoreError):
     """The token database stayed locked by another process past the timeout."""
 
 
+class StoreConflict(StoreBusyError):
+    """A transaction lost a race with another process (deadlock, serialization
+    failure, the same message inserted twice); running it again will succeed."""
+
+
 class SchemaOutOfDate(StoreError):
     """The database schema is older than this version of spamfilter."""
 
@@ -57,3 +62,11 @@ class ImapUnavailable(ImapError):
 
 class ScoresFileError(EvaluationError):
     """A scores file (``classify`` or ``evaluate --out`` output) cannot be read or is not one."""
+
+
+class StoreInconsistent(StoreError):
+    """``spamfilter db check`` found counts that do not agree with each other."""
+
+
+class CountsFileError(SpamfilterError):
+    """A counts file for ``spamfilter db import`` cannot be read or is not one."""

@@ -26,6 +26,15 @@ of failing on a lock upgrade. Counts change only by ``count = count + delta``
 upserts whose RETURNING clause gives the new values; the histogram delta is
 derived from those, so it stays right even when other processes write the
 same tokens concurrently.
+
+Pruning (``prune_tokens``) and importing counts (``spamfilter db import``)
+change the counts without a ledger entry. What the ledger no longer accounts
+for is kept in ``untracked_totals`` (owner, label -> messages, terms,
+binary_terms): per class what the owner's totals differ by from the sums
+over the ledger (imported counts add, pruned counts subtract). ``class_totals =
+ledger sums + untracked`` then always holds; while ``untracked`` is not zero,
+token counts may differ from the ledger's, and untraining a message stops at
+zero for tokens that are gone (``add_counts_clipped``).
 """
 
 from __future__ import annotations
@@ -52,30 +61,33 @@ from sqlalchemy.pool import StaticPool
 if TYPE_CHECKING:
     from alembic.config import Config as AlembicConfig
 
-from spamfilter.errors import SchemaOutOfDate, StoreBusyError, StoreError
+from spamfilter.errors import SchemaOutOfDate, StoreBusyError, StoreConflict, StoreError
 
 IntArray = npt.NDArray[np.int64]
 
 #: The Alembic head this code reads and writes; tests check it is the
 #: migrations' head. Kept as a constant so opening a store needs no Alembic import.
-SCHEMA_REVISION = "0002"
+SCHEMA_REVISION = "0003"
 
 metadata = sa.MetaData()
 
 tokens = sa.Table(
     "tokens",
     metadata,
+    sa.Column("owner", sa.Text(), primary_key=True),
     sa.Column("token", sa.Text(), primary_key=True),
     sa.Column("ham_docs", sa.BigInteger(), nullable=False, server_default="0"),
     sa.Column("spam_docs", sa.BigInteger(), nullable=False, server_default="0"),
     sa.Column("ham_terms", sa.BigInteger(), nullable=False, server_default="0"),
     sa.Column("spam_terms", sa.BigInteger(), nullable=False, server_default="0"),
+    sa.Column("last_seen", sa.Date(), nullable=True),
     sqlite_with_rowid=False,
 )
 
 class_totals = sa.Table(
     "class_totals",
     metadata,
+    sa.Column("owner", sa.Text(), primary_key=True),
     sa.Column("label", sa.SmallInteger(), primary_key=True, autoincrement=False),
     sa.Column("messages", sa.BigInteger(), nullable=False, server_default="0"),
     sa.Column("terms", sa.BigInteger(), nullable=False, server_default="0"),
@@ -85,6 +97,7 @@ class_totals = sa.Table(
 doc_histogram = sa.Table(
     "doc_histogram",
     metadata,
+    sa.Column("owner", sa.Text(), primary_key=True),
     sa.Column("label", sa.SmallInteger(), primary_key=True, autoincrement=False),
     sa.Column("doc_count", sa.BigInteger(), primary_key=True, autoincrement=False),
     sa.Column("tokens", sa.BigInteger(), nullable=False),
@@ -93,10 +106,21 @@ doc_histogram = sa.Table(
 messages = sa.Table(
     "messages",
     metadata,
+    sa.Column("owner", sa.Text(), primary_key=True),
     sa.Column("digest", sa.String(32), primary_key=True),
     sa.Column("label", sa.SmallInteger(), nullable=False),
     sa.Column("trained_at", sa.DateTime(timezone=True), nullable=False),
     sa.Column("token_counts", sa.LargeBinary(), nullable=False),
+)
+
+untracked_totals = sa.Table(
+    "untracked_totals",
+    metadata,
+    sa.Column("owner", sa.Text(), primary_key=True),
+    sa.Column("label", sa.SmallInteger(), primary_key=True, autoincrement=False),
+    sa.Column("messages", sa.BigInteger(), nullable=False, server_default="0"),
+    sa.Column("terms", sa.BigInteger(), nullable=False, server_default="0"),
+    sa.Column("binary_terms", sa.BigInteger(), nullable=False, server_default="0"),
 )
 
 imap_folders = sa.Table(
@@ -269,8 +293,16 @@ def _make_engine(url: str, busy_timeout: float) -> Engine:
     return engine
 
 
+#: PostgreSQL SQLSTATEs of a transaction that lost a race and can simply be
+#: run again: deadlock detected, serialization failure, unique violation
+#: (two processes inserting the same new message into the ledger).
+_RETRYABLE_SQLSTATES = {"40P01", "40001", "23505"}
+
+
 def _store_error(exc: DBAPIError, what: str) -> StoreError:
     text = str(exc.orig) if exc.orig is not None else str(exc)
+    if getattr(exc.orig, "sqlstate", None) in _RETRYABLE_SQLSTATES:
+        return StoreConflict(f"{what}: lost a race with another process ({text.strip()})")
     if isinstance(exc, OperationalError) and "locked" in text:
         return StoreBusyError(f"{what}: the database stayed locked by another process ({text})")
     return StoreError(f"{what}: {text}")
@@ -278,24 +310,47 @@ def _store_error(exc: DBAPIError, what: str) -> StoreError:
 
 # The SQLite hot path (see StoreTransaction.__init__): plain SQL on the
 # sqlite3 cursor, same tables as above.
-_SQLITE_TOTALS = "SELECT label, messages, terms, binary_terms FROM class_totals"
-_SQLITE_HISTOGRAM = "SELECT label, doc_count, tokens FROM doc_histogram ORDER BY label, doc_count"
+_SQLITE_TOTALS = "SELECT label, messages, terms, binary_terms FROM class_totals WHERE owner = ?"
+_SQLITE_HISTOGRAM = "SELECT label, doc_count, tokens FROM doc_histogram WHERE owner = ? ORDER BY label, doc_count"
 _SQLITE_SET_TOKEN = (
-    "INSERT INTO tokens (token, ham_docs, spam_docs, ham_terms, spam_terms) VALUES (?, ?, ?, ?, ?) "
-    "ON CONFLICT (token) DO UPDATE SET ham_docs = excluded.ham_docs, spam_docs = excluded.spam_docs, "
-    "ham_terms = excluded.ham_terms, spam_terms = excluded.spam_terms"
+    "INSERT INTO tokens (owner, token, ham_docs, spam_docs, ham_terms, spam_terms, last_seen) VALUES (?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (owner, token) DO UPDATE SET ham_docs = excluded.ham_docs, spam_docs = excluded.spam_docs, "
+    "ham_terms = excluded.ham_terms, spam_terms = excluded.spam_terms, last_seen = excluded.last_seen"
 )
-_SQLITE_DELETE_TOKEN = "DELETE FROM tokens WHERE token = ?"
+_SQLITE_DELETE_TOKEN = "DELETE FROM tokens WHERE owner = ? AND token = ?"
 _SQLITE_ADD_HISTOGRAM = (
-    "INSERT INTO doc_histogram (label, doc_count, tokens) VALUES (?, ?, ?) "
-    "ON CONFLICT (label, doc_count) DO UPDATE SET tokens = tokens + excluded.tokens"
+    "INSERT INTO doc_histogram (owner, label, doc_count, tokens) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT (owner, label, doc_count) DO UPDATE SET tokens = tokens + excluded.tokens"
 )
-_SQLITE_PRUNE_HISTOGRAM = "DELETE FROM doc_histogram WHERE tokens = 0"
-_SQLITE_ADD_TOTALS = "UPDATE class_totals SET messages = messages + ?, terms = terms + ?, binary_terms = binary_terms + ? WHERE label = ?"
+_SQLITE_PRUNE_HISTOGRAM = "DELETE FROM doc_histogram WHERE owner = ? AND tokens = 0"
+_SQLITE_ADD_TOTALS = (
+    "INSERT INTO class_totals (owner, label, messages, terms, binary_terms) VALUES (?, ?, ?, ?, ?) "
+    "ON CONFLICT (owner, label) DO UPDATE SET messages = messages + excluded.messages, "
+    "terms = terms + excluded.terms, binary_terms = binary_terms + excluded.binary_terms"
+)
+
+
+_PG_UPSERT_TOKENS = (
+    "INSERT INTO tokens AS t (owner, token, ham_docs, spam_docs, ham_terms, spam_terms, last_seen) "
+    "SELECT %s, u.token, u.hd, u.sd, u.ht, u.st, %s "
+    "FROM unnest(%s::text[], %s::bigint[], %s::bigint[], %s::bigint[], %s::bigint[]) "
+    "WITH ORDINALITY AS u(token, hd, sd, ht, st, n) ORDER BY u.n "
+    "ON CONFLICT (owner, token) DO UPDATE SET ham_docs = t.ham_docs + excluded.ham_docs, "
+    "spam_docs = t.spam_docs + excluded.spam_docs, ham_terms = t.ham_terms + excluded.ham_terms, "
+    "spam_terms = t.spam_terms + excluded.spam_terms, last_seen = excluded.last_seen "
+    "RETURNING t.token, t.ham_docs, t.spam_docs, t.ham_terms, t.spam_terms"
+)
+_PG_SELECT_TOKENS = (
+    "SELECT token, ham_docs, spam_docs, ham_terms, spam_terms FROM tokens WHERE owner = %s AND token = ANY(%s::text[])"
+)
 
 
 def _sqlite_select_tokens(n: int) -> str:
-    return "SELECT token, ham_docs, spam_docs, ham_terms, spam_terms FROM tokens WHERE token IN (" + ",".join("?" * n) + ")"
+    return (
+        "SELECT token, ham_docs, spam_docs, ham_terms, spam_terms FROM tokens WHERE owner = ? AND token IN ("
+        + ",".join("?" * n)
+        + ")"
+    )
 
 
 class _Statements:
@@ -311,29 +366,34 @@ class _Statements:
         insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
         keys: sa.BindParameter[list[str]] = sa.bindparam("keys", expanding=True)
         counts = [tokens.c[name] for name in COUNT_COLUMNS]
+        own: sa.BindParameter[str] = sa.bindparam("own")
         self.class_totals = sa.select(
             class_totals.c.label, class_totals.c.messages, class_totals.c.terms, class_totals.c.binary_terms
+        ).where(class_totals.c.owner == own)
+        self.histogram = (
+            sa.select(doc_histogram.c.label, doc_histogram.c.doc_count, doc_histogram.c.tokens)
+            .where(doc_histogram.c.owner == own)
+            .order_by(doc_histogram.c.label, doc_histogram.c.doc_count)
         )
-        self.histogram = sa.select(doc_histogram.c.label, doc_histogram.c.doc_count, doc_histogram.c.tokens).order_by(
-            doc_histogram.c.label, doc_histogram.c.doc_count
+        self.token_counts = sa.select(tokens.c.token, *counts).where((tokens.c.owner == own) & tokens.c.token.in_(keys))
+        self.labels = sa.select(messages.c.digest, messages.c.label).where((messages.c.owner == own) & messages.c.digest.in_(keys))
+        self.ledger = sa.select(messages.c.digest, messages.c.label, messages.c.trained_at, messages.c.token_counts).where(
+            (messages.c.owner == own) & messages.c.digest.in_(keys)
         )
-        self.token_counts = sa.select(tokens.c.token, *counts).where(tokens.c.token.in_(keys))
-        self.labels = sa.select(messages.c.digest, messages.c.label).where(messages.c.digest.in_(keys))
-        self.ledger = sa.select(messages).where(messages.c.digest.in_(keys))
-        self.delete_ledger = sa.delete(messages).where(messages.c.digest.in_(keys))
+        self.delete_ledger = sa.delete(messages).where((messages.c.owner == own) & messages.c.digest.in_(keys))
         self.record = sa.insert(messages)
-        self.delete_tokens = sa.delete(tokens).where(tokens.c.token.in_(keys))
+        self.delete_tokens = sa.delete(tokens).where((tokens.c.owner == own) & tokens.c.token.in_(keys))
         upsert = insert(tokens)
         self.upsert_tokens = upsert.on_conflict_do_update(
-            index_elements=[tokens.c.token],
-            set_={name: tokens.c[name] + upsert.excluded[name] for name in COUNT_COLUMNS},
+            index_elements=[tokens.c.owner, tokens.c.token],
+            set_={**{name: tokens.c[name] + upsert.excluded[name] for name in COUNT_COLUMNS}, "last_seen": upsert.excluded.last_seen},
         ).returning(tokens.c.token, *counts)
         hist = insert(doc_histogram)
         self.upsert_histogram = hist.on_conflict_do_update(
-            index_elements=[doc_histogram.c.label, doc_histogram.c.doc_count],
+            index_elements=[doc_histogram.c.owner, doc_histogram.c.label, doc_histogram.c.doc_count],
             set_={"tokens": doc_histogram.c.tokens + hist.excluded.tokens},
         )
-        self.prune_histogram = sa.delete(doc_histogram).where(doc_histogram.c.tokens == 0)
+        self.prune_histogram = sa.delete(doc_histogram).where((doc_histogram.c.owner == own) & (doc_histogram.c.tokens == 0))
         where_folder = (imap_uids.c.account == sa.bindparam("acct")) & (imap_uids.c.folder == sa.bindparam("fold"))
         self.imap_validity = sa.select(imap_folders.c.uidvalidity).where(
             (imap_folders.c.account == sa.bindparam("acct")) & (imap_folders.c.folder == sa.bindparam("fold"))
@@ -364,27 +424,31 @@ class _Statements:
             index_elements=[imap_messages.c.account, imap_messages.c.digest],
             set_={c: record_row.excluded[c] for c in ("label", "origin", "folder", "pending", "log_odds", "updated_at")},
         )
-        self.add_totals = (
-            sa.update(class_totals)
-            .where(class_totals.c.label == sa.bindparam("lbl"))
-            .values(
-                messages=class_totals.c.messages + sa.bindparam("m"),
-                terms=class_totals.c.terms + sa.bindparam("t"),
-                binary_terms=class_totals.c.binary_terms + sa.bindparam("b"),
-            )
+        totals_row = insert(class_totals)
+        self.add_totals = totals_row.on_conflict_do_update(
+            index_elements=[class_totals.c.owner, class_totals.c.label],
+            set_={name: class_totals.c[name] + totals_row.excluded[name] for name in ("messages", "terms", "binary_terms")},
+        )
+        untracked_row = insert(untracked_totals)
+        self.add_untracked = untracked_row.on_conflict_do_update(
+            index_elements=[untracked_totals.c.owner, untracked_totals.c.label],
+            set_={name: untracked_totals.c[name] + untracked_row.excluded[name] for name in ("messages", "terms", "binary_terms")},
         )
 
 
 class Store:
     """A token store on one database. Open with ``Store.open(url)``."""
 
-    def __init__(self, engine: Engine, url: str) -> None:
+    def __init__(self, engine: Engine, url: str, owner: str = "") -> None:
         self.engine = engine
         self.url = url
+        self.owner = owner
+        dbapi = getattr(engine.dialect, "dbapi", None)
+        self._driver_error: type[Exception] = getattr(dbapi, "Error", DBAPIError)
         self.statements = _Statements(engine.dialect.name)
 
     @classmethod
-    def open(cls, url: str, *, busy_timeout: float = 30.0, upgrade_new: bool = True, check: bool = True) -> Store:
+    def open(cls, url: str, *, busy_timeout: float = 30.0, upgrade_new: bool = True, check: bool = True, owner: str = "") -> Store:
         """Connect, create the schema on a new (empty) database, check the revision.
 
         Raises ``SchemaOutOfDate`` for a database at an older revision, and
@@ -392,7 +456,7 @@ class Store:
         spamfilter. ``check=False`` skips both (for ``upgrade`` itself).
         """
         engine = _make_engine(url, busy_timeout)
-        store = cls(engine, url)
+        store = cls(engine, url, owner)
         if not check:
             return store
         try:
@@ -479,14 +543,24 @@ class Store:
     @contextmanager
     def begin(self, *, write: bool = True) -> Iterator[StoreTransaction]:
         """One transaction: committed when the block ends, rolled back on error."""
+        options = {"sqlite_begin": "IMMEDIATE"} if write and self.engine.dialect.name == "sqlite" else {}
+        with self._transaction(options) as tx:
+            yield tx
+
+    @contextmanager
+    def _transaction(self, options: dict[str, str]) -> Iterator[StoreTransaction]:
         try:
             with self.engine.connect() as conn:
-                if write and self.engine.dialect.name == "sqlite":
-                    conn = conn.execution_options(sqlite_begin="IMMEDIATE")
+                if options:
+                    conn = conn.execution_options(**options)
                 with conn.begin():
-                    yield StoreTransaction(conn, self.statements)
+                    yield StoreTransaction(conn, self.statements, self.owner)
         except DBAPIError as exc:
             raise _store_error(exc, f"database {self.display_url}") from None
+        except self._driver_error as exc:
+            # Raised by the raw driver cursors of the hot paths, which
+            # SQLAlchemy does not wrap.
+            raise _store_error(DBAPIError(None, None, exc), f"database {self.display_url}") from None
 
     def totals(self) -> Totals:
         """Shortcut: the aggregates in a read transaction of their own."""
@@ -501,19 +575,74 @@ class Store:
         wal = path.with_name(path.name + "-wal")
         return path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
 
+    # -- maintenance ----------------------------------------------------------
+
+    @contextmanager
+    def snapshot(self) -> Iterator[StoreTransaction]:
+        """A read transaction that sees one state of the database from start
+        to end (a SQLite WAL reader does; PostgreSQL needs REPEATABLE READ),
+        for checks and exports that read several tables while others write."""
+        options = {"isolation_level": "REPEATABLE READ"} if self.engine.dialect.name == "postgresql" else {}
+        with self._transaction(options) as tx:
+            yield tx
+
+    def integrity_check(self) -> list[str] | None:
+        """The problems SQLite's ``PRAGMA integrity_check`` finds in the file
+        ([] when it is sound); None on other databases."""
+        if self.engine.dialect.name != "sqlite":
+            return None
+        try:
+            with self.engine.connect() as conn:
+                rows = [str(row[0]) for row in conn.exec_driver_sql("PRAGMA integrity_check")]
+        except DBAPIError as exc:
+            raise _store_error(exc, f"cannot check {self.display_url}") from None
+        return [] if rows == ["ok"] else rows
+
+    def vacuum(self) -> None:
+        """Give the space of deleted rows back and refresh the planner's statistics.
+
+        SQLite: copy the WAL into the file, ``VACUUM`` (rewrites the file
+        without its free pages), then checkpoint again and truncate the WAL,
+        which VACUUM filled. PostgreSQL: ``VACUUM ANALYZE`` of the count
+        tables; the space becomes reusable, the files rarely shrink. Both run
+        outside a transaction, as they must.
+        """
+        try:
+            with self.engine.connect() as conn:
+                if self.engine.dialect.name == "sqlite":
+                    # The sqlite3 connection is in autocommit mode (see
+                    # _make_engine), and its cursor bypasses SQLAlchemy's
+                    # autobegin, so no BEGIN precedes the VACUUM.
+                    dbapi = conn.connection.dbapi_connection
+                    assert dbapi is not None
+                    cursor = dbapi.cursor()
+                    for statement in ("PRAGMA wal_checkpoint(TRUNCATE)", "VACUUM", "PRAGMA wal_checkpoint(TRUNCATE)"):
+                        cursor.execute(statement).fetchall()
+                    cursor.close()
+                elif self.engine.dialect.name == "postgresql":
+                    auto = conn.execution_options(isolation_level="AUTOCOMMIT")
+                    auto.exec_driver_sql("VACUUM ANALYZE tokens, class_totals, doc_histogram, messages")
+        except DBAPIError as exc:
+            raise _store_error(exc, f"cannot vacuum {self.display_url}") from None
+
 
 class StoreTransaction:
     """Reads and writes inside one open transaction (see ``Store.begin``)."""
 
-    def __init__(self, conn: Connection, statements: _Statements) -> None:
+    def __init__(self, conn: Connection, statements: _Statements, owner: str = "") -> None:
         self.conn = conn
         self.sql = statements
+        #: Whose model the counts are: "" is the default (and shared) model.
+        self.owner = owner
+        self.today = datetime.now(timezone.utc).date()
         # On SQLite the hot statements go straight to the sqlite3 cursor of
         # this same connection and transaction: SQLAlchemy's per-row
         # parameter processing cost more than SQLite itself (profiled: 7.5 ms
         # of 22 ms per online message in add_counts alone).
         dbapi = conn.connection.dbapi_connection
         self.raw = dbapi.cursor() if conn.dialect.name == "sqlite" and dbapi is not None else None
+        # On PostgreSQL the token upsert and lookups pass arrays (psycopg).
+        self.pg = dbapi.cursor() if conn.dialect.name == "postgresql" and dbapi is not None else None
         # The counts of the last token_counts() call, until add_counts()
         # changes the table: online learning scores a message and then
         # trains it in one transaction, and need not read its tokens twice.
@@ -521,17 +650,19 @@ class StoreTransaction:
 
     # -- reads --------------------------------------------------------------
 
-    def totals(self) -> Totals:
-        """Class totals, vocabulary size and the per-class count histograms."""
+    def totals(self, owner: str | None = None) -> Totals:
+        """Class totals, vocabulary size and the per-class count histograms
+        (of this transaction's owner, or of ``owner``)."""
+        own = self.owner if owner is None else owner
         msgs = np.zeros(2, dtype=np.int64)
         terms = np.zeros(2, dtype=np.int64)
         binary = np.zeros(2, dtype=np.int64)
         if self.raw is not None:
-            totals_rows = self.raw.execute(_SQLITE_TOTALS).fetchall()
-            histogram_rows = self.raw.execute(_SQLITE_HISTOGRAM).fetchall()
+            totals_rows = self.raw.execute(_SQLITE_TOTALS, (own,)).fetchall()
+            histogram_rows = self.raw.execute(_SQLITE_HISTOGRAM, (own,)).fetchall()
         else:
-            totals_rows = list(self.conn.execute(self.sql.class_totals))
-            histogram_rows = list(self.conn.execute(self.sql.histogram))
+            totals_rows = list(self.conn.execute(self.sql.class_totals, {"own": own}))
+            histogram_rows = list(self.conn.execute(self.sql.histogram, {"own": own}))
         for label, m, t, b in totals_rows:
             msgs[label], terms[label], binary[label] = m, t, b
         rows: list[list[tuple[int, int]]] = [[], []]
@@ -541,21 +672,32 @@ class StoreTransaction:
         vocabulary = int(hist[0][:, 1].sum())
         return Totals(msgs, terms, binary, vocabulary, (hist[0], hist[1]))
 
-    def token_counts(self, token_list: Sequence[str]) -> IntArray:
+    def vocabulary_size(self, owners: Sequence[str]) -> int:
+        """Distinct tokens over the models of ``owners`` together."""
+        inner = sa.select(tokens.c.token).where(tokens.c.owner.in_(list(owners))).distinct().subquery()
+        return int(self.conn.execute(sa.select(sa.func.count()).select_from(inner)).scalar_one())
+
+    def token_counts(self, token_list: Sequence[str], owner: str | None = None) -> IntArray:
         """Counts of the given tokens, shape (len(token_list), 4), columns
-        ham_docs, spam_docs, ham_terms, spam_terms; zeros for unknown tokens.
+        ham_docs, spam_docs, ham_terms, spam_terms; zeros for unknown tokens
+        (of this transaction's owner, or of ``owner``).
         """
+        own = self.owner if owner is None else owner
         out = np.zeros((len(token_list), 4), dtype=np.int64)
         position = {t: i for i, t in enumerate(token_list)}
         for start in range(0, len(token_list), _CHUNK):
             chunk = list(token_list[start : start + _CHUNK])
             if self.raw is not None:
-                found = self.raw.execute(_sqlite_select_tokens(len(chunk)), chunk).fetchall()
+                found = self.raw.execute(_sqlite_select_tokens(len(chunk)), [own, *chunk]).fetchall()
+            elif self.pg is not None:
+                self.pg.execute(_PG_SELECT_TOKENS, (own, chunk))
+                found = self.pg.fetchall()
             else:
-                found = list(self.conn.execute(self.sql.token_counts, {"keys": chunk}))
+                found = list(self.conn.execute(self.sql.token_counts, {"own": own, "keys": chunk}))
             for row in found:
                 out[position[row[0]]] = row[1:]
-        self._last_read = (position, out)
+        if own == self.owner:
+            self._last_read = (position, out)
         return out
 
     def trained_labels(self, digests: Sequence[str]) -> dict[str, int]:
@@ -563,7 +705,7 @@ class StoreTransaction:
         result: dict[str, int] = {}
         for start in range(0, len(digests), _CHUNK):
             chunk = list(digests[start : start + _CHUNK])
-            result.update({d: int(lbl) for d, lbl in self.conn.execute(self.sql.labels, {"keys": chunk})})
+            result.update({d: int(lbl) for d, lbl in self.conn.execute(self.sql.labels, {"own": self.owner, "keys": chunk})})
         return result
 
     def trained_messages(self, digests: Sequence[str]) -> list[TrainedMessage]:
@@ -571,7 +713,7 @@ class StoreTransaction:
         result: list[TrainedMessage] = []
         for start in range(0, len(digests), _CHUNK):
             chunk = list(digests[start : start + _CHUNK])
-            for d, lbl, when, blob in self.conn.execute(self.sql.ledger, {"keys": chunk}):
+            for d, lbl, when, blob in self.conn.execute(self.sql.ledger, {"own": self.owner, "keys": chunk}):
                 result.append(TrainedMessage(d, int(lbl), when, unpack_token_counts(blob)))
         return result
 
@@ -582,13 +724,16 @@ class StoreTransaction:
         if not rows:
             return
         when = when or datetime.now(timezone.utc)
-        values = [{"digest": d, "label": lbl, "trained_at": when, "token_counts": pack_token_counts(c)} for d, lbl, c in rows]
+        values = [
+            {"owner": self.owner, "digest": d, "label": lbl, "trained_at": when, "token_counts": pack_token_counts(c)}
+            for d, lbl, c in rows
+        ]
         self.conn.execute(self.sql.record, values)
 
     def delete_messages(self, digests: Sequence[str]) -> None:
         """Remove ledger rows."""
         for start in range(0, len(digests), _CHUNK):
-            self.conn.execute(self.sql.delete_ledger, {"keys": list(digests[start : start + _CHUNK])})
+            self.conn.execute(self.sql.delete_ledger, {"own": self.owner, "keys": list(digests[start : start + _CHUNK])})
 
     def add_counts(
         self,
@@ -614,14 +759,31 @@ class StoreTransaction:
             self._check_not_negative(token_list, new_counts)
             keep = (new_counts[:, 0] > 0) | (new_counts[:, 1] > 0)
             rows = new_counts.tolist()
-            self.raw.executemany(_SQLITE_SET_TOKEN, [(t, *rows[i]) for i, t in enumerate(token_list) if keep[i]])
+            own, today = self.owner, self.today
+            self.raw.executemany(_SQLITE_SET_TOKEN, [(own, t, *rows[i], today) for i, t in enumerate(token_list) if keep[i]])
         else:
             new_counts = np.zeros_like(delta)
+            # Rows in one order for every writer, so two transactions that
+            # upsert overlapping tokens queue on the row locks instead of
+            # deadlocking.
+            order = sorted(range(len(token_list)), key=token_list.__getitem__)
+            token_list = [token_list[i] for i in order]
+            delta = delta[order]
             position = {t: i for i, t in enumerate(token_list)}
-            values = [
-                {"token": t, "ham_docs": hd, "spam_docs": sd, "ham_terms": ht, "spam_terms": st}
-                for t, (hd, sd, ht, st) in zip(token_list, delta.tolist())
-            ]
+            if self.pg is not None and token_list:
+                # PostgreSQL: the whole delta as five arrays in one statement
+                # (unnest keeps their order), ten times faster than a
+                # multi-row VALUES with seven bound values per token.
+                columns = delta.T.tolist()
+                self.pg.execute(_PG_UPSERT_TOKENS, (self.owner, self.today, list(token_list), *columns))
+                for row in self.pg.fetchall():
+                    new_counts[position[row[0]]] = row[1:]
+                values = []
+            else:
+                values = [
+                    {"owner": self.owner, "token": t, "ham_docs": hd, "spam_docs": sd, "ham_terms": ht, "spam_terms": st, "last_seen": self.today}
+                    for t, (hd, sd, ht, st) in zip(token_list, delta.tolist())
+                ]
             if values:
                 # executemany with RETURNING: SQLAlchemy's "insertmanyvalues"
                 # packs the rows into multi-row statements; the returned new
@@ -643,17 +805,18 @@ class StoreTransaction:
         self._add_histogram({key: n for key, n in hist_delta.items() if n != 0})
         gone = [token_list[int(i)] for i in np.flatnonzero(~is_known)]
         if self.raw is not None:
-            self.raw.executemany(_SQLITE_DELETE_TOKEN, [(t,) for t in gone])
+            self.raw.executemany(_SQLITE_DELETE_TOKEN, [(self.owner, t) for t in gone])
         else:
             for start in range(0, len(gone), _CHUNK):
-                self.conn.execute(self.sql.delete_tokens, {"keys": gone[start : start + _CHUNK]})
+                self.conn.execute(self.sql.delete_tokens, {"own": self.owner, "keys": gone[start : start + _CHUNK]})
         for label in (0, 1):
             m, t, b = (int(x) for x in class_delta[:, label])
             if m or t or b:
                 if self.raw is not None:
-                    self.raw.execute(_SQLITE_ADD_TOTALS, (m, t, b, label))
+                    self.raw.execute(_SQLITE_ADD_TOTALS, (self.owner, label, m, t, b))
                 else:
-                    self.conn.execute(self.sql.add_totals, {"lbl": label, "m": m, "t": t, "b": b})
+                    total_row = {"owner": self.owner, "label": label, "messages": m, "terms": t, "binary_terms": b}
+                    self.conn.execute(self.sql.add_totals, [total_row])
 
     def _counts_before_write(self, token_list: Sequence[str]) -> IntArray:
         """token_counts(), served from the last read when it covers every token."""
@@ -677,14 +840,14 @@ class StoreTransaction:
         if not delta:
             return
         if self.raw is not None:
-            self.raw.executemany(_SQLITE_ADD_HISTOGRAM, [(lbl, k, n) for (lbl, k), n in sorted(delta.items())])
+            self.raw.executemany(_SQLITE_ADD_HISTOGRAM, [(self.owner, lbl, k, n) for (lbl, k), n in sorted(delta.items())])
             if any(n < 0 for n in delta.values()):
-                self.raw.execute(_SQLITE_PRUNE_HISTOGRAM)
+                self.raw.execute(_SQLITE_PRUNE_HISTOGRAM, (self.owner,))
             return
-        values = [{"label": lbl, "doc_count": k, "tokens": n} for (lbl, k), n in sorted(delta.items())]
+        values = [{"owner": self.owner, "label": lbl, "doc_count": k, "tokens": n} for (lbl, k), n in sorted(delta.items())]
         self.conn.execute(self.sql.upsert_histogram, values)
         if any(n < 0 for n in delta.values()):
-            self.conn.execute(self.sql.prune_histogram)
+            self.conn.execute(self.sql.prune_histogram, {"own": self.owner})
 
     # -- IMAP state ---------------------------------------------------------
 
@@ -760,7 +923,9 @@ class StoreTransaction:
             total = tokens.c.ham_terms + tokens.c.spam_terms
         else:
             total = tokens.c.ham_docs + tokens.c.spam_docs
-        query = sa.select(tokens.c.token, *(tokens.c[name] for name in COUNT_COLUMNS)).where(total >= min_count)
+        query = sa.select(tokens.c.token, *(tokens.c[name] for name in COUNT_COLUMNS)).where(
+            (tokens.c.owner == self.owner) & (total >= min_count)
+        )
         found: list[str] = []
         rows: list[tuple[int, int, int, int]] = []
         for token, *counts in self.conn.execute(query.order_by(tokens.c.token)):
@@ -776,6 +941,7 @@ class StoreTransaction:
         day = sa.func.date(messages.c.trained_at)
         query = (
             sa.select(day, messages.c.label, sa.func.count())
+            .where(messages.c.owner == self.owner)
             .group_by(day, messages.c.label)
             .order_by(day, messages.c.label)
         )
@@ -783,3 +949,133 @@ class StoreTransaction:
         for when, label, n in self.conn.execute(query):
             result.append((when if isinstance(when, date) else date.fromisoformat(str(when)), int(label), int(n)))
         return result
+
+    # -- maintenance ----------------------------------------------------------
+
+    def iter_tokens(self, chunk: int = 5000) -> Iterator[tuple[str, int, int, int, int, date | None]]:
+        """Every token of this owner as (token, ham_docs, spam_docs, ham_terms,
+        spam_terms, last_seen), in code point order of the token (the same
+        order as Python's ``sorted``), fetched ``chunk`` rows at a time (a
+        server-side cursor on PostgreSQL), so memory does not grow with the
+        vocabulary."""
+        column: sa.ColumnElement[str] = tokens.c.token
+        if self.conn.dialect.name == "postgresql":
+            # The default collation sorts by locale; "C" sorts UTF-8 bytes,
+            # i.e. code points, as SQLite's BINARY does.
+            column = tokens.c.token.collate("C")
+        query = (
+            sa.select(tokens.c.token, *(tokens.c[name] for name in COUNT_COLUMNS), tokens.c.last_seen)
+            .where(tokens.c.owner == self.owner)
+            .order_by(column)
+        )
+        result = self.conn.execute(query, execution_options={"stream_results": True, "yield_per": chunk})
+        for row in result:
+            yield str(row[0]), int(row[1]), int(row[2]), int(row[3]), int(row[4]), row[5]
+
+    def iter_ledger(self, chunk: int = 500) -> Iterator[tuple[int, dict[str, int]]]:
+        """(label, token_counts) of every message in this owner's ledger, streamed."""
+        query = sa.select(messages.c.label, messages.c.token_counts).where(messages.c.owner == self.owner)
+        for label, blob in self.conn.execute(query, execution_options={"stream_results": True, "yield_per": chunk}):
+            yield int(label), unpack_token_counts(blob)
+
+    def untracked(self) -> IntArray:
+        """What the ledger does not account for in this owner's class totals,
+        shape (3, 2), rows messages, terms, binary_terms (see the module
+        docstring): zeros for a store never pruned or imported into."""
+        out = np.zeros((3, 2), dtype=np.int64)
+        query = sa.select(
+            untracked_totals.c.label, untracked_totals.c.messages, untracked_totals.c.terms, untracked_totals.c.binary_terms
+        ).where(untracked_totals.c.owner == self.owner)
+        for label, m, t, b in self.conn.execute(query):
+            out[:, int(label)] = (m, t, b)
+        return out
+
+    def add_untracked(self, delta: IntArray) -> None:
+        """Add ``delta`` (3, 2) to ``untracked()``."""
+        for label in (0, 1):
+            m, t, b = (int(x) for x in delta[:, label])
+            if m or t or b:
+                row = {"owner": self.owner, "label": label, "messages": m, "terms": t, "binary_terms": b}
+                self.conn.execute(self.sql.add_untracked, [row])
+
+    def add_counts_clipped(self, token_list: Sequence[str], delta: IntArray, class_delta: IntArray) -> None:
+        """``add_counts``, except that in a store that was pruned or imported
+        into (``untracked()`` not zero) a subtraction stops at zero.
+
+        Untraining a message there can meet a token that pruning removed, or
+        whose count now comes from other messages. Per token and class the
+        new counts are clipped to docs >= 0 and terms >= docs, and terms = 0
+        where docs = 0; what the clipping saved is left in the class totals
+        (they stay the sums over the tokens) and added to ``untracked``
+        (class totals = ledger sums + untracked stays exact). A store never
+        pruned or imported into keeps ``add_counts``' strictness: a count
+        going negative there is an inconsistency, and raises ``StoreError``.
+        """
+        if not (delta < 0).any() or not self.untracked().any():
+            self.add_counts(token_list, delta, class_delta)
+            return
+        # On SQLite add_counts serves its read of the old counts from this one.
+        old = self.token_counts(token_list)
+        effective = delta.copy()
+        saved = np.zeros((3, 2), dtype=np.int64)
+        for label in (0, 1):
+            d, t = label, 2 + label
+            shrinking = (delta[:, d] < 0) | (delta[:, t] < 0)
+            docs = np.maximum(old[:, d] + delta[:, d], 0)
+            terms = np.where(docs == 0, 0, np.maximum(old[:, t] + delta[:, t], docs))
+            effective[:, d] = np.where(shrinking, docs - old[:, d], delta[:, d])
+            effective[:, t] = np.where(shrinking, terms - old[:, t], delta[:, t])
+            saved[1, label] = int((effective[:, t] - delta[:, t]).sum())
+            saved[2, label] = int((effective[:, d] - delta[:, d]).sum())
+        changed = effective.any(axis=1)
+        self.add_counts([token_list[int(i)] for i in np.flatnonzero(changed)], effective[changed], class_delta + saved)
+        if saved.any():
+            self.add_untracked(saved)
+
+    def prune_tokens(self, min_count: int, last_seen_by: date | None, *, dry_run: bool = False) -> tuple[int, IntArray]:
+        """Delete this owner's tokens that occur in fewer than ``min_count``
+        messages of both classes together and were last seen on or before
+        ``last_seen_by`` (None: whenever; a token without a date counts as
+        old). Returns how many tokens that is and their summed counts, shape
+        (4,): ham_docs, spam_docs, ham_terms, spam_terms; ``dry_run`` only
+        counts them.
+
+        The histogram loses the tokens' buckets, and the class totals their
+        occurrences (terms) and presences (binary_terms), so the totals stay
+        the sums over the tokens that are left; the messages counts do not
+        change. ``untracked`` records what was taken.
+        """
+        condition = (tokens.c.owner == self.owner) & ((tokens.c.ham_docs + tokens.c.spam_docs) < min_count)
+        if last_seen_by is not None:
+            condition = condition & (tokens.c.last_seen.is_(None) | (tokens.c.last_seen <= last_seen_by))
+        sums = [sa.func.coalesce(sa.func.sum(tokens.c[name]), 0) for name in COUNT_COLUMNS]
+        row = self.conn.execute(sa.select(sa.func.count(), *sums).where(condition)).one()
+        removed = int(row[0])
+        counts = np.array([int(x) for x in row[1:]], dtype=np.int64)
+        if dry_run or removed == 0:
+            return removed, counts
+        hist_delta: dict[tuple[int, int], int] = {}
+        for label, name in ((0, "ham_docs"), (1, "spam_docs")):
+            column = tokens.c[name]
+            for k, n in self.conn.execute(sa.select(column, sa.func.count()).where(condition).group_by(column)):
+                hist_delta[(label, int(k))] = -int(n)
+        self.conn.execute(sa.delete(tokens).where(condition))
+        self._add_histogram(hist_delta)
+        taken = np.zeros((3, 2), dtype=np.int64)
+        taken[1] = -counts[2:4]
+        taken[2] = -counts[0:2]
+        for label in (0, 1):
+            total_row = {"owner": self.owner, "label": label, "messages": 0, "terms": int(taken[1, label]), "binary_terms": int(taken[2, label])}
+            self.conn.execute(self.sql.add_totals, [total_row])
+        self.add_untracked(taken)
+        return removed, counts
+
+    def clear_model(self) -> None:
+        """Delete this owner's whole model: tokens, totals, histogram, ledger."""
+        own = self.owner
+        self.conn.execute(sa.delete(tokens).where(tokens.c.owner == own))
+        self.conn.execute(sa.delete(doc_histogram).where(doc_histogram.c.owner == own))
+        self.conn.execute(sa.delete(messages).where(messages.c.owner == own))
+        self.conn.execute(sa.delete(class_totals).where(class_totals.c.owner == own))
+        self.conn.execute(sa.delete(untracked_totals).where(untracked_totals.c.owner == own))
+        self._last_read = None

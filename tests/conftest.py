@@ -41,3 +41,59 @@ def store(db_url: str) -> Iterator[Store]:
     """A new token store on ``tmp_path``, at the current schema revision."""
     with Store.open(db_url) as opened:
         yield opened
+
+
+# -- PostgreSQL --------------------------------------------------------------
+
+#: A server where the tests may create a database (trust auth on this machine).
+POSTGRES_ADMIN_URL = os.environ.get("SPAMFILTER_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """URL of a database created for this test session on the PostgreSQL
+    server, dropped at the end. Fails in CI if the server cannot be reached
+    (elsewhere the test is skipped)."""
+    import secrets
+
+    import sqlalchemy as sa
+
+    admin = sa.create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    name = f"spamfilter_test_{os.getpid()}_{secrets.token_hex(3)}"
+    try:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    except sa.exc.OperationalError as exc:
+        admin.dispose()
+        reason = f"PostgreSQL at {POSTGRES_ADMIN_URL} is unreachable: {exc.orig}"
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    url = sa.engine.make_url(POSTGRES_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+    try:
+        yield url
+    finally:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.fixture
+def fresh_postgres_url(postgres_url: str) -> str:
+    """The session's PostgreSQL database, emptied (a new public schema)."""
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(postgres_url, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(sa.text("DROP SCHEMA public CASCADE"))
+        conn.execute(sa.text("CREATE SCHEMA public"))
+    engine.dispose()
+    return postgres_url
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def any_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A new, empty database on each backend in turn."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'spamfilter.db'}"
+    return str(request.getfixturevalue("fresh_postgres_url"))

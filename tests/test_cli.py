@@ -224,8 +224,8 @@ def test_old_schema_exits_76_and_db_upgrade_fixes_it(runner: CliRunner, trained:
     engine.dispose()
     result = runner.invoke(app, ["--db", trained, "db", "upgrade"])
     assert result.exit_code == 0
-    assert result.stdout.strip() == "schema upgraded from empty to revision 0002"
-    assert runner.invoke(app, ["--db", trained, "db", "upgrade"]).stdout.strip() == "schema already at revision 0002"
+    assert result.stdout.strip() == "schema upgraded from empty to revision 0003"
+    assert runner.invoke(app, ["--db", trained, "db", "upgrade"]).stdout.strip() == "schema already at revision 0003"
 
 
 def test_unreachable_database_exits_74(runner: CliRunner) -> None:
@@ -236,7 +236,7 @@ def test_unreachable_database_exits_74(runner: CliRunner) -> None:
 
 def test_every_command_has_help_and_is_in_the_readme(runner: CliRunner) -> None:
     readme = (REPO / "README.md").read_text()
-    commands = ["train", "forget", "mark", "classify", "filter", "stats", "evaluate", "tune", "db upgrade", "imap run", "top-words", "explain", "report"]
+    commands = ["train", "forget", "mark", "classify", "filter", "stats", "evaluate", "tune", "db upgrade", "db check", "db prune", "db vacuum", "db export", "db import", "imap run", "top-words", "explain", "report"]
     for command in commands:
         result = runner.invoke(app, [*command.split(), "--help"])
         assert result.exit_code == 0, command

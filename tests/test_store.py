@@ -1,10 +1,15 @@
-"""Tests of spamfilter.store on a SQLite file: schema, counts, histogram, ledger blobs."""
+"""Tests of spamfilter.store: schema, counts, histogram, ledger blobs.
+
+Every test that takes ``db_url`` or ``store`` runs twice: on a SQLite file and
+on a fresh PostgreSQL database (see ``any_db_url`` in conftest.py).
+"""
 
 from __future__ import annotations
 
 import os
 import stat
 import zlib
+from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +27,12 @@ from spamfilter.vectorizer import term_counts
 MIGRATIONS = Path(__file__).resolve().parents[1] / "migrations"
 
 Rows = list[tuple[object, ...]]
+
+
+@pytest.fixture
+def db_url(any_db_url: str) -> str:
+    """This module's stores: on both backends."""
+    return any_db_url
 
 
 def query(store: Store, sql: str) -> Rows:
@@ -67,15 +78,16 @@ def test_new_database_gets_schema_at_head_wal_and_owner_only_mode(store: Store) 
     assert store.schema_revision() == SCHEMA_REVISION
     assert query(store, "SELECT version_num FROM alembic_version") == [(SCHEMA_REVISION,)]
     tables = set(sa.inspect(store.engine).get_table_names())
-    assert tables == {"alembic_version", "tokens", "class_totals", "doc_histogram", "messages", "imap_folders", "imap_uids", "imap_messages"}
-    assert query(store, "PRAGMA journal_mode") == [("wal",)]
+    assert tables == {"alembic_version", "tokens", "class_totals", "doc_histogram", "messages", "untracked_totals", "imap_folders", "imap_uids", "imap_messages"}
     assert query(store, "SELECT label, messages, terms, binary_terms FROM class_totals ORDER BY label") == [
         (0, 0, 0, 0),
         (1, 0, 0, 0),
     ]
-    path = sqlite_path(store.url)
-    assert path is not None
-    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    if store.engine.dialect.name == "sqlite":
+        assert query(store, "PRAGMA journal_mode") == [("wal",)]
+        path = sqlite_path(store.url)
+        assert path is not None
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
 
 
 def test_reopening_a_database_keeps_it(db_url: str) -> None:
@@ -261,13 +273,20 @@ def test_tokens_from_folded_headers_survive_the_ledger() -> None:
     assert unpack_token_counts(pack_token_counts(counts)) == counts
 
 
-def test_upgrade_from_0001_keeps_the_counts(tmp_path: Path) -> None:
-    """A database made by revision 0001 upgrades to the head with its counts intact."""
-    url = f"sqlite:///{tmp_path / 'old.db'}"
+def test_upgrade_from_0001_keeps_the_counts(db_url: str) -> None:
+    """A database made by revision 0001 (one model, no owners) upgrades to the
+    head with its counts intact: they become the default owner's model."""
+    url = db_url
     old = Store.open(url, upgrade_new=False, check=False)
     old.upgrade("0001")
-    with old.begin() as tx:
-        tx.add_counts(["free", "meeting"], np.array([[0, 2, 0, 3], [1, 0, 1, 0]], dtype=np.int64), np.array([[1, 2], [1, 3], [1, 1]], dtype=np.int64))
+    with old.engine.begin() as conn:
+        conn.execute(sa.text("INSERT INTO tokens VALUES ('free', 0, 2, 0, 3), ('meeting', 1, 0, 1, 0)"))
+        conn.execute(sa.text("UPDATE class_totals SET messages = 1, terms = label + 1, binary_terms = 1"))
+        conn.execute(sa.text("INSERT INTO doc_histogram VALUES (0, 0, 1), (0, 1, 1), (1, 0, 1), (1, 2, 1)"))
+        conn.execute(
+            sa.text("INSERT INTO messages VALUES ('d1', 1, :when, :blob)"),
+            {"when": datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc), "blob": b"\x00"},
+        )
     assert old.schema_revision() == "0001"
     old.close()
     with pytest.raises(SchemaOutOfDate):
@@ -279,5 +298,9 @@ def test_upgrade_from_0001_keeps_the_counts(tmp_path: Path) -> None:
     assert store.schema_revision() == SCHEMA_REVISION
     with store.begin(write=False) as tx:
         assert tx.token_counts(["free", "meeting"]).tolist() == [[0, 2, 0, 3], [1, 0, 1, 0]]
+        totals = tx.totals()
+        assert totals.messages.tolist() == [1, 1] and totals.terms.tolist() == [1, 2] and totals.vocabulary_size == 2
+        assert tx.trained_labels(["d1"]) == {"d1": 1}
         assert tx.imap_records("acct", ["x"]) == {}
+        assert tx.token_counts(["free"], owner="alice").tolist() == [[0, 0, 0, 0]]
     store.close()

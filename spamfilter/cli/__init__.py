@@ -83,6 +83,7 @@ class AppState:
     config: Config
     db_url: str | None
     config_path: Path | None = None
+    user: str | None = None
 
 
 def fail(message: str, code: int) -> None:
@@ -115,6 +116,10 @@ def root(
         Path | None,
         typer.Option("--config", metavar="FILE", help="Config file (default: $SPAMFILTER_CONFIG or ~/.config/spamfilter/config.toml)."),
     ] = None,
+    user: Annotated[
+        str | None,
+        typer.Option("--user", metavar="NAME", help="Use NAME's model (each user's counts are kept apart; default: store.user in the config, else the shared model)."),
+    ] = None,
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
 ) -> None:
     """Train on your spam and ham, then classify or filter mail.
@@ -125,7 +130,7 @@ def root(
         cfg = load_config(config)
     except SpamfilterError as exc:
         fail(str(exc), exitcodes.for_error(exc))
-    ctx.obj = AppState(config=cfg, db_url=db, config_path=config)
+    ctx.obj = AppState(config=cfg, db_url=db, config_path=config, user=user)
 
 
 # Register the commands (each module adds its own to `app`).

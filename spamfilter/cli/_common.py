@@ -29,7 +29,7 @@ class TableOrJson(str, Enum):
 def open_filter(ctx: typer.Context) -> Iterator[Filter]:
     """The filter on the database chosen by --db / config / default."""
     s = state(ctx)
-    with Filter.open(s.config, s.db_url) as f:
+    with Filter.open(s.config, s.db_url, s.user) as f:
         yield f
 
 

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import io
 import json
+import os
+import sys
 from dataclasses import asdict
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from spamfilter.cli import app, state
-from spamfilter.cli._common import TableOrJson, open_filter
+from spamfilter.cli import app, exitcodes, fail, state
+from spamfilter.cli._common import TableOrJson, is_tty_stdin, open_filter
 from spamfilter.config import default_db_url
+from spamfilter.errors import StoreInconsistent
 from spamfilter.service import upgrade_database
 
 
@@ -38,7 +43,7 @@ def stats(
     for name, a, b in rows:
         typer.echo(f"{name:<18} {a:>12} {b:>12}")
     typer.echo(f"{'vocabulary':<18} {s.tokens:>12}")
-    typer.echo(f"{'model':<18} {s.event_model}, alpha={s.alpha:g}")
+    typer.echo(f"{'model':<18} {s.event_model}, alpha={s.alpha:g}" + (f", user {s.user}" if s.user else ""))
     typer.echo(f"{'database':<18} {s.database} ({size})")
 
 
@@ -59,3 +64,169 @@ def upgrade(ctx: typer.Context) -> None:
         typer.echo(f"schema already at revision {after}")
     else:
         typer.echo(f"schema upgraded from {before or 'empty'} to revision {after}")
+
+
+def _size(n: int | None) -> str:
+    return "-" if n is None else f"{n / 1e6:.1f} MB"
+
+
+def _whose(user: str) -> str:
+    return f"user {user}" if user else "the default user"
+
+
+@db_app.command()
+def check(
+    ctx: typer.Context,
+    fmt: Annotated[TableOrJson, typer.Option("--format", help="table or json.")] = TableOrJson.table,
+) -> None:
+    """Verify that the stored counts of the model (--user) agree with each other.
+
+    Compares the class totals and the count histogram with sums over the
+    tokens, and every token's counts with the trained-message ledger (skipped
+    after `db prune` or `db import`, which leave counts the ledger does not
+    hold), and runs SQLite's integrity check. Prints each problem; exits 0
+    when there is none, 73 otherwise.
+
+    Example: spamfilter --user alice db check --format json
+    """
+    with open_filter(ctx) as f:
+        report = f.check()
+    if fmt is TableOrJson.json:
+        items = [{"name": i.name, "status": i.status, "problems": list(i.problems)} for i in report.items]
+        typer.echo(json.dumps({"user": report.user, "database": report.database, "ok": report.ok, "checks": items}))
+    else:
+        for item in report.items:
+            status, _, why = item.status.partition(" ")
+            typer.echo(f"{status.upper() if status == 'failed' else status:<8} {item.name}" + (f" {why}" if why else ""))
+            for problem in item.problems:
+                typer.echo(f"{'':<8} {problem}")
+    if not report.ok:
+        failed = sum(item.status == "failed" for item in report.items)
+        raise StoreInconsistent(f"{failed} check(s) failed for the model of {_whose(report.user)} in {report.database}")
+
+
+@db_app.command()
+def prune(
+    ctx: typer.Context,
+    min_count: Annotated[int, typer.Option("--min-count", metavar="N", min=0, help="Prune tokens in fewer than N messages (spam and ham together).")],
+    older_than: Annotated[int, typer.Option("--older-than", metavar="DAYS", min=0, help="... that were last trained DAYS or more days ago (0: any day; a token without a date counts as old).")],
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Count what would be pruned; change nothing.")] = False,
+) -> None:
+    """Delete rare tokens that training has not seen for a while, in one transaction.
+
+    The class totals lose the pruned tokens' occurrences, so the model stays
+    consistent (`db check` passes); forgetting a message later subtracts
+    what is left of its tokens. The file keeps the freed pages for reuse;
+    `spamfilter db vacuum` gives them back.
+
+    Example: spamfilter db prune --min-count 2 --older-than 90 --dry-run
+    """
+    with open_filter(ctx) as f:
+        s = f.prune(min_count, older_than, dry_run=dry_run)
+    verb = "would prune" if s.dry_run else "pruned"
+    typer.echo(
+        f"{verb} {s.tokens_removed} of {s.tokens_before} tokens of {_whose(s.user)} "
+        f"(in fewer than {min_count} messages, last trained {older_than} or more days ago)"
+    )
+    if not s.dry_run and s.size_before is not None:
+        typer.echo(f"database {_size(s.size_before)} before, {_size(s.size_after)} after; `spamfilter db vacuum` gives the free space back")
+
+
+@db_app.command()
+def vacuum(ctx: typer.Context) -> None:
+    """Give the space of deleted rows back to the file system (SQLite VACUUM;
+    PostgreSQL VACUUM ANALYZE), for every user's model.
+
+    Example: spamfilter db vacuum
+    """
+    with open_filter(ctx) as f:
+        s = f.vacuum()
+    if s.size_before is None:
+        typer.echo(f"vacuumed {s.database}")
+    else:
+        typer.echo(f"vacuumed {s.database}: {_size(s.size_before)} before, {_size(s.size_after)} after")
+
+
+@db_app.command(name="export")
+def export_counts(
+    ctx: typer.Context,
+    path: Annotated[str, typer.Argument(metavar="[FILE|-]", help="Where to write (default: - for stdout).")] = "-",
+) -> None:
+    """Write the model's counts (--user) as UTF-8 text: a header, the class
+    totals, then one line per token: token, ham_docs, spam_docs, ham_terms,
+    spam_terms, separated by tabs, sorted by token (backslash, tab and
+    newline in tokens escaped). The trained-message ledger is not written:
+    imported counts cannot be forgotten message by message.
+
+    Example: spamfilter db export counts.tsv
+    """
+    with open_filter(ctx) as f:
+        if path == "-":
+            sys.stdout.flush()
+            out = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", newline="\n")
+            try:
+                n = f.export_counts(out)
+                out.flush()
+            finally:
+                out.detach()
+            typer.echo(f"exported {n} tokens of {_whose(f.store.owner)}", err=True)
+            return
+        part = f"{path}.part"
+        try:
+            # The counts say a lot about someone's mail: owner-only file.
+            fh = os.fdopen(os.open(part, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600), "w", encoding="utf-8", newline="\n")
+        except OSError as exc:
+            fail(f"cannot write {path}: {exc.strerror}", exitcodes.USAGE)
+        try:
+            with fh:
+                n = f.export_counts(fh)
+            os.replace(part, path)
+        except BaseException:
+            Path(part).unlink(missing_ok=True)
+            raise
+    typer.echo(f"exported {n} tokens of {_whose(f.store.owner)} to {path}")
+
+
+@db_app.command(name="import")
+def import_counts(
+    ctx: typer.Context,
+    path: Annotated[str, typer.Argument(metavar="FILE|-", help="A file written by `db export`, or - for stdin.")],
+    replace: Annotated[
+        bool | None,
+        typer.Option("--replace/--add", help="Replace the model (tokens, totals and ledger), or add the counts to it; needed when the model is not empty."),
+    ] = None,
+) -> None:
+    """Read counts written by `db export` into the model (--user), in one
+    transaction. The file is checked first to last (a truncated file fails
+    and changes nothing); imported counts have no ledger, so they cannot be
+    forgotten message by message.
+
+    Example: spamfilter --db sqlite:///new.db db import --replace counts.tsv
+    """
+    if path == "-" and is_tty_stdin():
+        fail("db import - reads the counts from standard input, which is a terminal: pipe them in or give a file", exitcodes.USAGE)
+    with open_filter(ctx) as f:
+        if replace is None:
+            s = f.stats()
+            if s.ham_messages or s.spam_messages or s.tokens:
+                fail(f"the model of {_whose(s.user)} is not empty: give --replace or --add", exitcodes.USAGE)
+        try:
+            fh = (
+                io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", newline="\n")
+                if path == "-"
+                else open(path, encoding="utf-8", newline="\n")  # noqa: SIM115 - closed below
+            )
+        except OSError as exc:
+            fail(f"cannot read {path}: {exc.strerror}", exitcodes.NO_INPUT)
+        try:
+            result = f.import_counts(fh, replace=bool(replace))
+        finally:
+            if path == "-":
+                fh.detach()
+            else:
+                fh.close()
+    how = "replacing it" if result.replaced else "added"
+    typer.echo(
+        f"imported {result.tokens} tokens, {result.spam_messages} spam and {result.ham_messages} ham messages "
+        f"into the model of {_whose(result.user)} ({how})"
+    )

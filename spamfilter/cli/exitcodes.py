@@ -12,12 +12,14 @@ that sees 75 (temporary failure) queues the message and retries.
        2  `filter`: the message is unsure
       64  usage error: unknown option, missing or bad argument
       65  a message could not be read as mail (the others were processed), or
-          the labelled mail cannot support the evaluation asked for
+          the labelled mail cannot support the evaluation asked for, or a
+          counts file for `db import` is not one
       66  a mail source (file, folder, index) does not exist or is unreadable
       68  the IMAP server cannot be reached (after retries), or the connection broke
       69  the model is not trained yet (needs a spam and a ham)
       70  internal error: a bug in spamfilter, please report it
       71  the IMAP server refused an operation
+      73  `db check` found the stored counts inconsistent
       74  the database cannot be opened, read or written
       75  the database stayed locked by another process: try again later
       76  the database schema is out of date: run `spamfilter db upgrade`
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 from spamfilter.errors import (
     ConfigError,
+    CountsFileError,
     EvaluationError,
     ImapAuthError,
     ImapError,
@@ -41,6 +44,7 @@ from spamfilter.errors import (
     SpamfilterError,
     StoreBusyError,
     StoreError,
+    StoreInconsistent,
 )
 
 OK = 0
@@ -54,6 +58,7 @@ IMAP_UNREACHABLE = 68
 NOT_TRAINED = 69
 INTERNAL = 70
 IMAP_ERROR = 71
+STORE_INCONSISTENT = 73
 STORE_ERROR = 74
 STORE_BUSY = 75
 SCHEMA_OUT_OF_DATE = 76
@@ -67,9 +72,11 @@ _BY_ERROR: tuple[tuple[type[SpamfilterError], int], ...] = (
     (MailSourceError, NO_INPUT),
     (MailParseError, DATA_ERROR),
     (EvaluationError, DATA_ERROR),
+    (CountsFileError, DATA_ERROR),
     (NotTrainedError, NOT_TRAINED),
     (SchemaOutOfDate, SCHEMA_OUT_OF_DATE),
     (StoreBusyError, STORE_BUSY),
+    (StoreInconsistent, STORE_INCONSISTENT),
     (StoreError, STORE_ERROR),
     (ImapAuthError, IMAP_LOGIN),
     (ImapUnavailable, IMAP_UNREACHABLE),

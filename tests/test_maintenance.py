@@ -1,0 +1,404 @@
+"""``spamfilter db check | prune | vacuum | export | import``: the store stays
+consistent, pruning removes exactly the rare old tokens, forgetting still
+works after it, and counts survive a round trip through the text format."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+from dataclasses import replace
+from datetime import date
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from typer.testing import CliRunner
+
+from spamfilter.cli import app, exitcodes
+from spamfilter.config import Config, ModelConfig
+from spamfilter.errors import CountsFileError, StoreError
+from spamfilter.mail import MailItem
+from spamfilter.service import CheckReport, Filter, Verdict, escape_token, unescape_token
+
+pytestmark = pytest.mark.corpus
+
+Rows = list[tuple[object, ...]]
+
+LEDGER_CHECK = "token counts = sums over the ledger's messages"
+
+
+@pytest.fixture(scope="module")
+def mail(corpora_dir: Path) -> dict[str, list[MailItem]]:
+    """From the head of the spamassassin index (its first 400 lines hold
+    46 ham): 40 spam and 40 ham to train, 6 of each to classify."""
+    root = corpora_dir / "spamassassin"
+    rows = [line.split(maxsplit=1) for line in (root / "index").read_text().splitlines()[:400]]
+    spam = [MailItem(p, (root / p).read_bytes()) for label, p in rows if label == "spam"]
+    ham = [MailItem(p, (root / p).read_bytes()) for label, p in rows if label == "ham"]
+    return {"spam": spam[:40], "ham": ham[:40], "unseen": spam[40:46] + ham[40:46]}
+
+
+def labelled(mail: dict[str, list[MailItem]]) -> list[tuple[bool, MailItem]]:
+    return [(True, m) for m in mail["spam"]] + [(False, m) for m in mail["ham"]]
+
+
+@pytest.fixture(scope="module")
+def trained_file(tmp_path_factory: pytest.TempPathFactory, mail: dict[str, list[MailItem]]) -> Path:
+    """A SQLite file trained on the 80 messages once; tests work on copies."""
+    path = tmp_path_factory.mktemp("trained") / "trained.db"
+    with Filter.open(Config(), f"sqlite:///{path}") as f:
+        f.train(labelled(mail))
+    return path
+
+
+@pytest.fixture
+def trained_url(trained_file: Path, tmp_path: Path) -> str:
+    copy = tmp_path / "model.db"
+    shutil.copy(trained_file, copy)
+    return f"sqlite:///{copy}"
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    return CliRunner()
+
+
+def query(f: Filter, sql: str) -> Rows:
+    with f.store.engine.connect() as conn:
+        return [tuple(row) for row in conn.execute(sa.text(sql))]
+
+
+def execute(f: Filter, sql: str) -> None:
+    with f.store.engine.begin() as conn:
+        conn.execute(sa.text(sql))
+
+
+def statuses(report: CheckReport) -> dict[str, str]:
+    return {item.name: item.status for item in report.items}
+
+
+def failed(report: CheckReport) -> set[str]:
+    return {item.name for item in report.items if item.status == "failed"}
+
+
+def log_odds(f: Filter, items: list[MailItem]) -> list[float]:
+    results = list(f.classify(items))
+    assert all(isinstance(r, Verdict) for r in results)
+    return [r.log_odds for r in results if isinstance(r, Verdict)]
+
+
+def export_text(f: Filter) -> str:
+    out = io.StringIO()
+    f.export_counts(out)
+    return out.getvalue()
+
+
+def token_rows(f: Filter) -> Rows:
+    return query(f, "SELECT token, ham_docs, spam_docs, ham_terms, spam_terms FROM tokens WHERE owner = '' ORDER BY token")
+
+
+# -- check -----------------------------------------------------------------------
+
+
+def test_check_passes_on_a_trained_store(trained_url: str) -> None:
+    with Filter.open(Config(), trained_url) as f:
+        report = f.check()
+    assert report.ok
+    assert set(statuses(report).values()) == {"ok"}
+    assert len(report.items) == 8
+
+
+A_SPAM_TOKEN = "(SELECT token FROM tokens WHERE spam_docs > 0 ORDER BY token LIMIT 1)"
+A_HAM_ONLY_TOKEN = "(SELECT token FROM tokens WHERE ham_docs > 0 AND spam_docs = 0 ORDER BY token LIMIT 1)"
+
+
+@pytest.mark.parametrize(
+    ("corruption", "expected"),
+    [
+        (
+            "UPDATE class_totals SET terms = terms + 1 WHERE owner = '' AND label = 1",
+            {"class totals (terms, binary_terms) = sums over the tokens", "class totals = sums over the ledger"},
+        ),
+        ("UPDATE class_totals SET messages = messages + 1 WHERE owner = '' AND label = 0", {"class totals = sums over the ledger"}),
+        (
+            f"UPDATE tokens SET spam_terms = spam_terms + 1 WHERE token = {A_SPAM_TOKEN}",
+            {"class totals (terms, binary_terms) = sums over the tokens", LEDGER_CHECK},
+        ),
+        (
+            "UPDATE doc_histogram SET tokens = tokens + 1 WHERE owner = '' AND label = 0 AND doc_count = 1",
+            {"doc_histogram = recount from the tokens"},
+        ),
+        (
+            f"UPDATE tokens SET spam_docs = -1 WHERE token = {A_HAM_ONLY_TOKEN}",
+            {"no count is negative", "doc_histogram = recount from the tokens", LEDGER_CHECK},
+        ),
+        (
+            f"UPDATE tokens SET spam_docs = 0, ham_docs = 0 WHERE token = {A_SPAM_TOKEN}",
+            {"every stored token is in a message", LEDGER_CHECK},
+        ),
+        (f"DELETE FROM tokens WHERE token = {A_SPAM_TOKEN}", {"class totals (terms, binary_terms) = sums over the tokens", LEDGER_CHECK}),
+    ],
+    ids=["class-terms", "class-messages", "token-count", "histogram", "negative", "token-in-no-message", "token-deleted"],
+)
+def test_check_reports_each_kind_of_corruption(trained_url: str, corruption: str, expected: set[str], runner: CliRunner) -> None:
+    with Filter.open(Config(), trained_url) as f:
+        execute(f, corruption)
+        report = f.check()
+    assert not report.ok
+    assert expected <= failed(report)
+    assert all(item.problems for item in report.items if item.status == "failed")
+    result = runner.invoke(app, ["--db", trained_url, "db", "check"])
+    assert result.exit_code == exitcodes.STORE_INCONSISTENT == 73
+    assert "FAILED" in result.stdout
+    assert "check(s) failed" in result.stderr
+
+
+def test_check_exits_0_and_json_says_ok(trained_url: str, runner: CliRunner) -> None:
+    result = runner.invoke(app, ["--db", trained_url, "db", "check", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["ok"] is True and data["user"] == ""
+    assert {c["status"] for c in data["checks"]} == {"ok"}
+
+
+# -- prune -----------------------------------------------------------------------
+
+HAND_MADE = """# spamfilter counts v1 owner=
+# totals ham_messages=3 spam_messages=3 ham_terms=9 spam_terms=13 ham_binary_terms=6 spam_binary_terms=8
+a\t1\t0\t1\t0
+b\t0\t1\t0\t4
+c\t1\t1\t2\t1
+d\t0\t1\t0\t1
+e\t3\t2\t5\t3
+f\t1\t0\t1\t0
+g\t0\t3\t0\t4
+"""
+# last trained: a, b, c, e, g long ago; d recently; f has no date.
+DATES = {"a": "2024-01-01", "b": "2024-03-01", "c": "2024-01-01", "d": "2024-06-20", "e": "2024-01-01", "g": "2024-05-31"}
+TODAY = date(2024, 6, 30)
+
+
+@pytest.fixture
+def hand_made(db_url: str) -> Filter:
+    f = Filter.open(Config(), db_url)
+    f.import_counts(HAND_MADE.splitlines(keepends=True), replace=True)
+    for token, day in DATES.items():
+        execute(f, f"UPDATE tokens SET last_seen = '{day}' WHERE token = '{token}'")
+    execute(f, "UPDATE tokens SET last_seen = NULL WHERE token = 'f'")
+    return f
+
+
+def test_prune_removes_exactly_the_rare_old_tokens_and_keeps_the_store_consistent(hand_made: Filter) -> None:
+    with hand_made as f:
+        assert f.check().ok
+        # fewer than 2 messages and last trained 30 or more days ago (on or
+        # before 2024-05-31): a, b and f (no date); not d (recent), not c, e, g (2+ messages)
+        summary = f.prune(2, 30, today=TODAY)
+        assert (summary.tokens_before, summary.tokens_removed) == (7, 3)
+        assert (summary.ham_terms_removed, summary.spam_terms_removed) == (2, 4)
+        assert token_rows(f) == [("c", 1, 1, 2, 1), ("d", 0, 1, 0, 1), ("e", 3, 2, 5, 3), ("g", 0, 3, 0, 4)]
+        totals = f.store.totals()
+        assert totals.messages.tolist() == [3, 3]
+        assert totals.terms.tolist() == [9 - 2, 13 - 4]
+        assert totals.binary_terms.tolist() == [6 - 2, 8 - 1]
+        assert [h.tolist() for h in totals.histogram] == [[[0, 2], [1, 1], [3, 1]], [[1, 2], [2, 1], [3, 1]]]
+        report = f.check()
+        assert report.ok
+        assert statuses(report)[LEDGER_CHECK] == "skipped (imported)"
+        # 0 days: whenever last trained; g is kept on its 3 messages
+        assert f.prune(2, 0, today=TODAY).tokens_removed == 1
+        assert [r[0] for r in token_rows(f)] == ["c", "e", "g"]
+        assert f.check().ok
+
+
+def test_prune_dry_run_counts_and_changes_nothing(hand_made: Filter) -> None:
+    with hand_made as f:
+        before = export_text(f)
+        summary = f.prune(2, 30, dry_run=True, today=TODAY)
+        assert summary.dry_run and summary.tokens_removed == 3
+        assert export_text(f) == before
+
+
+def test_forget_and_mark_work_after_prune_and_forgetting_everything_empties_the_store(
+    trained_url: str, mail: dict[str, list[MailItem]]
+) -> None:
+    with Filter.open(Config(), trained_url) as f:
+        summary = f.prune(2, 0)
+        assert 0 < summary.tokens_removed < summary.tokens_before
+        report = f.check()
+        assert report.ok and statuses(report)[LEDGER_CHECK] == "skipped (pruned)"
+        assert f.forget(mail["spam"][:10]).forgotten == 10
+        assert f.mark([(True, m) for m in mail["ham"][:5]]).relabelled == 5
+        assert f.check().ok
+        assert f.forget([m for _, m in labelled(mail)]).forgotten == 70  # 10 were forgotten above
+        # Every count is gone again, so the ledger accounts for all of it once more.
+        assert token_rows(f) == []
+        assert query(f, "SELECT messages, terms, binary_terms FROM class_totals WHERE owner = '' ORDER BY label") == [(0, 0, 0), (0, 0, 0)]
+        report = f.check()
+        assert report.ok and statuses(report)[LEDGER_CHECK] == "ok"
+        # and it learns as a new store would
+        f.train(labelled(mail))
+        assert f.check().ok and statuses(f.check())[LEDGER_CHECK] == "ok"
+
+
+def test_forget_on_a_store_never_pruned_still_refuses_inconsistent_counts(trained_url: str, mail: dict[str, list[MailItem]]) -> None:
+    with Filter.open(Config(), trained_url) as f:
+        execute(f, f"DELETE FROM tokens WHERE token = {A_SPAM_TOKEN}")
+        with pytest.raises(StoreError, match="would go negative"):
+            f.forget(mail["spam"])
+
+
+# -- vacuum ----------------------------------------------------------------------
+
+
+def test_vacuum_shrinks_the_file_after_forgetting_most_messages(trained_url: str, mail: dict[str, list[MailItem]], runner: CliRunner) -> None:
+    with Filter.open(Config(), trained_url) as f:
+        f.forget(mail["spam"][:35] + mail["ham"][:35])
+        before = f.store.size_bytes()
+        summary = f.vacuum()
+        assert summary.size_before == before
+        assert summary.size_after is not None and before is not None
+        assert summary.size_after < before / 2
+        assert f.check().ok
+    result = runner.invoke(app, ["--db", trained_url, "db", "vacuum"])
+    assert result.exit_code == 0 and result.stdout.startswith("vacuumed sqlite:///")
+
+
+# -- export / import -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("event_model", ["multinomial-binary", "multinomial", "bernoulli"])
+def test_export_import_round_trip_classifies_identically(
+    trained_url: str, tmp_path: Path, mail: dict[str, list[MailItem]], event_model: str
+) -> None:
+    config = replace(Config(), model=replace(ModelConfig(), event_model=event_model))  # type: ignore[arg-type]
+    with Filter.open(config, trained_url) as f:
+        text = export_text(f)
+        expected = log_odds(f, mail["unseen"])
+    with Filter.open(config, f"sqlite:///{tmp_path / 'imported.db'}") as g:
+        summary = g.import_counts(io.StringIO(text), replace=False)
+        assert (summary.spam_messages, summary.ham_messages) == (40, 40)
+        assert log_odds(g, mail["unseen"]) == expected
+        assert export_text(g) == text
+        report = g.check()
+        assert report.ok and statuses(report)[LEDGER_CHECK] == "skipped (imported)"
+
+
+def test_export_format_is_sorted_tab_separated_text(trained_url: str) -> None:
+    with Filter.open(Config(), trained_url) as f:
+        lines = export_text(f).splitlines()
+        rows = token_rows(f)
+    assert lines[0] == "# spamfilter counts v1 owner="
+    assert lines[1].startswith("# totals ham_messages=40 spam_messages=40 ham_terms=")
+    body = [line.split("\t") for line in lines[3:]]
+    assert [b[0] for b in body] == sorted(b[0] for b in body)
+    assert [(unescape_token(b[0]), *map(int, b[1:])) for b in body] == sorted(rows, key=lambda r: str(r[0]))
+
+
+def test_tokens_with_tabs_newlines_backslashes_and_hashes_survive(db_url: str) -> None:
+    odd = ["#hash", "tab\there", "new\nline", "back\\slash\\n", "cr\r", "", "naïve 中文"]
+    for token in odd:
+        assert unescape_token(escape_token(token)) == token
+        assert "\t" not in escape_token(token) and "\n" not in escape_token(token)
+    lines = ["# spamfilter counts v1 owner=x\n", f"# totals ham_messages={len(odd)} spam_messages=0 ham_terms={len(odd)} "
+             f"spam_terms=0 ham_binary_terms={len(odd)} spam_binary_terms=0\n"]
+    lines += [f"{escape_token(t)}\t1\t0\t1\t0\n" for t in sorted(odd)]
+    with Filter.open(Config(), db_url) as f:
+        f.import_counts(lines, replace=True)
+        assert sorted(r[0] for r in token_rows(f)) == sorted(odd)
+        assert export_text(f).splitlines(keepends=True)[3:] == lines[2:]
+        assert f.check().ok
+
+
+def test_import_add_adds_and_replace_replaces(trained_url: str, tmp_path: Path) -> None:
+    with Filter.open(Config(), trained_url) as f:
+        text = export_text(f)
+        rows = token_rows(f)
+        f.import_counts(io.StringIO(text), replace=False)
+        assert token_rows(f) == [(t, *(2 * int(str(x)) for x in counts)) for t, *counts in rows]
+        assert f.store.totals().messages.tolist() == [80, 80]
+        assert f.check().ok
+        f.import_counts(io.StringIO(text), replace=True)
+        assert token_rows(f) == rows
+        assert query(f, "SELECT count(*) FROM messages WHERE owner = ''") == [(0,)]
+        assert f.check().ok
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("hello\n", "not a spamfilter counts file"),
+        ("", "empty"),
+        ("# spamfilter counts v1 owner=\na\t1\t0\t1\t0\n", "before the '# totals' line"),
+        (HAND_MADE.replace("e\t3\t2\t5\t3", "e\t3\t2\t2\t3"), "3 messages but 2 occurrences"),
+        (HAND_MADE.replace("a\t1\t0\t1\t0", "a\t1\t0\t1\t-1"), "negative"),
+        (HAND_MADE.replace("a\t1\t0\t1\t0", "a\t1\t0\t1"), "4 fields"),
+        (HAND_MADE.replace("a\t1\t0\t1\t0", "a\\q\t1\t0\t1\t0"), "unknown escape"),
+        (HAND_MADE.rsplit("\n", 3)[0] + "\n", "truncated"),
+    ],
+    ids=["not-counts", "empty", "no-totals", "docs-above-terms", "negative", "fields", "escape", "truncated"],
+)
+def test_import_refuses_a_bad_file_and_changes_nothing(trained_url: str, text: str, message: str) -> None:
+    with Filter.open(Config(), trained_url) as f:
+        before = export_text(f)
+        with pytest.raises(CountsFileError, match=message):
+            f.import_counts(io.StringIO(text), replace=True)
+        assert export_text(f) == before
+        assert f.check().ok
+
+
+def test_export_and_import_through_the_command_line(trained_url: str, tmp_path: Path, runner: CliRunner) -> None:
+    out = tmp_path / "counts.tsv"
+    result = runner.invoke(app, ["--db", trained_url, "db", "export", str(out)])
+    assert result.exit_code == 0, result.output
+    assert (out.stat().st_mode & 0o777) == 0o600
+    stdout = runner.invoke(app, ["--db", trained_url, "db", "export"])
+    assert stdout.exit_code == 0 and stdout.stdout == out.read_text(encoding="utf-8")
+    fresh = f"sqlite:///{tmp_path / 'fresh.db'}"
+    result = runner.invoke(app, ["--db", fresh, "--user", "bob", "db", "import", "-"], input=out.read_bytes())
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("imported ") and "40 spam and 40 ham messages into the model of user bob" in result.stdout
+    assert runner.invoke(app, ["--db", fresh, "--user", "bob", "db", "check"]).exit_code == 0
+    # bob's model is not empty now: the command wants to know what to do
+    again = runner.invoke(app, ["--db", fresh, "--user", "bob", "db", "import", str(out)])
+    assert again.exit_code == exitcodes.USAGE and "--replace or --add" in again.stderr
+    assert runner.invoke(app, ["--db", fresh, "--user", "bob", "db", "import", "--replace", str(out)]).exit_code == 0
+    # the default model of that database was left alone
+    with Filter.open(Config(), fresh) as f:
+        assert token_rows(f) == []
+    missing = runner.invoke(app, ["--db", fresh, "db", "import", str(tmp_path / "missing.tsv")])
+    assert missing.exit_code == exitcodes.NO_INPUT
+    broken = tmp_path / "broken.tsv"
+    broken.write_text("not counts\n")
+    assert runner.invoke(app, ["--db", fresh, "db", "import", str(broken)]).exit_code == exitcodes.DATA_ERROR
+
+
+def test_prune_through_the_command_line(trained_url: str, runner: CliRunner) -> None:
+    dry = runner.invoke(app, ["--db", trained_url, "db", "prune", "--min-count", "2", "--older-than", "0", "--dry-run"])
+    assert dry.exit_code == 0 and dry.stdout.startswith("would prune ")
+    result = runner.invoke(app, ["--db", trained_url, "db", "prune", "--min-count", "2", "--older-than", "0"])
+    assert result.exit_code == 0 and result.stdout.startswith("pruned ")
+    assert dry.stdout.split()[2:5] == result.stdout.split()[1:4]  # the same "N of M"
+    assert "db vacuum" in result.stdout
+    assert runner.invoke(app, ["--db", trained_url, "db", "check"]).exit_code == 0
+    assert runner.invoke(app, ["--db", trained_url, "db", "prune", "--min-count", "2"]).exit_code == exitcodes.USAGE
+
+
+# -- both backends -----------------------------------------------------------------
+
+
+def test_check_prune_export_import_on_each_backend(any_db_url: str, trained_url: str, mail: dict[str, list[MailItem]]) -> None:
+    with Filter.open(Config(), trained_url) as f:
+        text = export_text(f)
+        expected = log_odds(f, mail["unseen"])
+    with Filter.open(Config(), any_db_url) as g:
+        g.import_counts(io.StringIO(text), replace=True)
+        assert export_text(g) == text
+        assert log_odds(g, mail["unseen"]) == expected
+        assert g.check().ok
+        g.train(labelled(mail)[:10])
+        g.prune(2, 0)
+        assert g.forget([m for _, m in labelled(mail)[:10]]).forgotten == 10
+        assert g.check().ok
+        g.vacuum()

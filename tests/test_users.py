@@ -1,0 +1,140 @@
+"""Per-user models in one database, and the shared model they can use."""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from spamfilter.cli import app
+from spamfilter.config import Config, StoreConfig, config_from_dict
+from spamfilter.errors import ConfigError
+from spamfilter.mail import MailItem
+from spamfilter.service import Filter, Verdict
+
+pytestmark = pytest.mark.corpus
+
+
+@pytest.fixture(scope="module")
+def mail(corpora_dir: Path) -> dict[str, list[MailItem]]:
+    root = corpora_dir / "spamassassin"
+    rows = [line.split() for line in (root / "index").read_text().splitlines() if line.strip()]
+    random.Random(3).shuffle(rows)
+    spam = [MailItem(p, (root / p).read_bytes()) for label, p in rows if label == "spam"][:90]
+    ham = [MailItem(p, (root / p).read_bytes()) for label, p in rows if label == "ham"][:90]
+    return {
+        "shared": [*spam[:40], *ham[:40]],
+        "alice": [*spam[40:70], *ham[40:70]],
+        "probe": [*spam[70:90], *ham[70:90]],
+        "spam": spam,
+    }
+
+
+def labelled(items: list[MailItem], spam: list[MailItem]) -> list[tuple[bool, MailItem]]:
+    ids = {id(m) for m in spam}
+    return [(id(m) in ids, m) for m in items]
+
+
+def odds(f: Filter, items: list[MailItem]) -> list[float]:
+    out = []
+    for v in f.classify(items):
+        assert isinstance(v, Verdict)
+        out.append(v.log_odds)
+    return out
+
+
+def with_store(**store: object) -> Config:
+    return replace(Config(), store=replace(StoreConfig(), **store))  # type: ignore[arg-type]
+
+
+def test_users_models_are_kept_apart(tmp_path: Path, mail: dict[str, list[MailItem]]) -> None:
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    with Filter.open(Config(), url) as shared:
+        shared.train(labelled(mail["shared"], mail["spam"]))
+    with Filter.open(Config(), url, user="alice") as alice:
+        alice.train(labelled(mail["alice"], mail["spam"]))
+        a = alice.stats()
+    with Filter.open(Config(), url) as shared:
+        s = shared.stats()
+    with Filter.open(Config(), url, user="bob") as bob:
+        b = bob.stats()
+    assert (a.spam_messages, a.ham_messages, a.user) == (30, 30, "alice")
+    assert (s.spam_messages, s.ham_messages, s.user) == (40, 40, "")
+    assert (b.spam_messages, b.ham_messages, b.tokens) == (0, 0, 0)
+    # Alice's model is exactly a model trained on her mail alone.
+    with Filter.open(Config(), "sqlite://") as alone:
+        alone.train(labelled(mail["alice"], mail["spam"]))
+        expected = odds(alone, mail["probe"])
+        assert alone.stats().tokens == a.tokens
+    with Filter.open(Config(), url, user="alice") as alice:
+        assert odds(alice, mail["probe"]) == pytest.approx(expected, abs=1e-9)
+        # Forgetting in Alice's model leaves the shared one alone.
+        alice.forget(mail["alice"][:10])
+    with Filter.open(Config(), url) as shared:
+        assert shared.stats() == s
+
+
+def test_fallback_uses_the_shared_model_until_the_user_has_trained_enough(tmp_path: Path, mail: dict[str, list[MailItem]]) -> None:
+    url = f"sqlite:///{tmp_path / 'fallback.db'}"
+    config = with_store(shared_model="fallback", shared_min_messages=25)
+    with Filter.open(Config(), url) as shared:
+        shared.train(labelled(mail["shared"], mail["spam"]))
+        shared_odds = odds(shared, mail["probe"])
+    with Filter.open(config, url, user="carol") as carol:
+        # Nothing trained: the shared model answers.
+        assert odds(carol, mail["probe"]) == pytest.approx(shared_odds, abs=1e-9)
+        some = labelled(mail["alice"], mail["spam"])
+        carol.train([x for x in some if x[0]][:25] + [x for x in some if not x[0]][:24])
+        # 25 spam, 24 ham: still not enough.
+        assert odds(carol, mail["probe"]) == pytest.approx(shared_odds, abs=1e-9)
+        carol.train([x for x in some if not x[0]][24:25])
+        own = odds(carol, mail["probe"])
+    with Filter.open(Config(), url, user="carol") as carol_alone:
+        assert own == pytest.approx(odds(carol_alone, mail["probe"]), abs=1e-9)
+    assert own != pytest.approx(shared_odds, abs=1e-3)
+
+
+def test_merge_equals_one_model_trained_on_both(tmp_path: Path, mail: dict[str, list[MailItem]]) -> None:
+    url = f"sqlite:///{tmp_path / 'merge.db'}"
+    config = with_store(shared_model="merge")
+    with Filter.open(Config(), url) as shared:
+        shared.train(labelled(mail["shared"], mail["spam"]))
+    with Filter.open(config, url, user="dave") as dave:
+        dave.train(labelled(mail["alice"], mail["spam"]))
+        merged = odds(dave, mail["probe"])
+    with Filter.open(Config(), "sqlite://") as union:
+        union.train(labelled(mail["shared"] + mail["alice"], mail["spam"]))
+        assert merged == pytest.approx(odds(union, mail["probe"]), abs=1e-9)
+
+
+def test_merge_refuses_the_bernoulli_model() -> None:
+    with pytest.raises(ConfigError, match="merge"):
+        config_from_dict({"store": {"shared_model": "merge"}, "model": {"event_model": "bernoulli"}})
+
+
+def test_cli_user_option(tmp_path: Path, mail: dict[str, list[MailItem]]) -> None:
+    spam_dir, ham_dir = tmp_path / "spam", tmp_path / "ham"
+    spam_dir.mkdir()
+    ham_dir.mkdir()
+    for i, (is_spam, m) in enumerate(labelled(mail["alice"], mail["spam"])):
+        ((spam_dir if is_spam else ham_dir) / f"{i}.eml").write_bytes(m.raw)
+    db = f"sqlite:///{tmp_path / 'cli.db'}"
+    runner = CliRunner()
+    result = runner.invoke(app, ["--db", db, "--user", "erin", "train", "--spam", str(spam_dir), "--ham", str(ham_dir)])
+    assert result.exit_code == 0, result.output
+    erin = json.loads(runner.invoke(app, ["--db", db, "--user", "erin", "stats", "--format", "json"]).stdout)
+    default = json.loads(runner.invoke(app, ["--db", db, "stats", "--format", "json"]).stdout)
+    assert (erin["spam_messages"], erin["ham_messages"], erin["user"]) == (30, 30, "erin")
+    assert (default["spam_messages"], default["ham_messages"], default["tokens"]) == (0, 0, 0)
+
+
+def test_a_database_password_never_reaches_the_output() -> None:
+    runner = CliRunner()
+    for url in ("postgresql+psycopg://u:s3cret-pw@127.0.0.1:1/x", "postgresql+psycopg://nosuchrole:s3cret-pw@127.0.0.1:5432/test"):
+        result = runner.invoke(app, ["--db", url, "stats"])
+        assert result.exit_code == 74
+        assert "s3cret-pw" not in result.output and "***" in result.output
