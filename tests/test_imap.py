@@ -479,3 +479,17 @@ def test_password_from_a_command_and_its_failures(monkeypatch: pytest.MonkeyPatc
     monkeypatch.delenv(PASSWORD_ENV, raising=False)
     with pytest.raises(ConfigError, match=PASSWORD_ENV):
         account_password(ImapAccount(name="x", username="u", password_env=PASSWORD_ENV))
+
+
+def test_an_unknown_certificate_is_refused(dovecot_server: Dovecot, tmp_path: Path) -> None:
+    user = dovecot_server.add_user()
+    # No ca_file: the test server's self-signed certificate is not trusted.
+    config = write_config(tmp_path / "c.toml", dovecot_server, user, port=dovecot_server.tls_port, security="tls", ca_file="")
+    db = f"sqlite:///{tmp_path / 'sf.db'}"
+    done = subprocess.run(spamfilter_cmd(config, db), env=env_with(user.password), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 71, done.stderr
+    assert "certificate was not accepted" in done.stderr and "Traceback" not in done.stderr
+    # verify = false is the explicit way out.
+    config = write_config(tmp_path / "d.toml", dovecot_server, user, port=dovecot_server.tls_port, security="tls", ca_file="", verify=False)
+    done = subprocess.run(spamfilter_cmd(config, db, "--dry-run"), env=env_with(user.password), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
