@@ -23,6 +23,12 @@ _DROP_OPEN = re.compile(r"<(script|style|head|title)\b|<!--", re.IGNORECASE | re
 # 40,000 blanks took 22 s (each split of the blanks between them was tried).
 _TAG = re.compile(r"<\s*+(/?)\s*+([a-zA-Z][a-zA-Z0-9]{0,15})([^<>]{0,4000})>")
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+# html.unescape converts a decimal character reference with int(), and "&#"
+# followed by more than 4,300 digits raised ValueError (Python's limit on
+# decimal string conversion). Long references are shortened first: leading
+# zeros dropped ("&#000000065;" is still "A"), and more than 8 digits cut to
+# 8, still past U+10FFFF, which unescape turns into U+FFFD either way.
+_LONG_DECIMAL_REF = re.compile(r"&#(\d{9,})")
 _LINK_ATTR = re.compile(r"""\b(?:href|src|action|background)\s*=\s*(?:"([^"]{0,2000})"|'([^']{0,2000})'|([^\s>]{1,2000}))""", re.IGNORECASE)
 
 # Tags whose presence is a clue; a whitelist keeps made-up tag names (a spam
@@ -59,11 +65,18 @@ def extract(markup: str) -> HtmlText:
         attrs = m.group(3)
         if attrs and "=" in attrs:
             for lm in _LINK_ATTR.finditer(attrs):
-                links.append(html.unescape(lm.group(1) or lm.group(2) or lm.group(3) or ""))
+                links.append(_unescape(lm.group(1) or lm.group(2) or lm.group(3) or ""))
         return " " if name in _BREAKING_TAGS else ""
 
     text = _TAG.sub(replace, body)
-    return HtmlText(html.unescape(text), tuple(sorted(tags)), tuple(links))
+    return HtmlText(_unescape(text), tuple(sorted(tags)), tuple(links))
+
+
+def _unescape(text: str) -> str:
+    """``html.unescape`` without its failure on very long decimal references."""
+    if "&#" in text:
+        text = _LONG_DECIMAL_REF.sub(_shorten_reference, text)
+    return html.unescape(text)
 
 
 def _drop_blocks(markup: str) -> str:
@@ -97,3 +110,7 @@ def _drop_blocks(markup: str) -> str:
         pos = len(markup) if gt < 0 else gt + 1
         pieces.append(" ")
     return "".join(pieces)
+
+
+def _shorten_reference(m: re.Match[str]) -> str:
+    return "&#" + (m.group(1).lstrip("0")[:8] or "0")
