@@ -156,6 +156,8 @@ class ImapSession:
         """Select ``folder`` (EXAMINE when ``readonly``); its UIDVALIDITY."""
         info = self._call(f"SELECT {folder}", self.client.select_folder, folder, readonly=readonly)
         self.folder, self.readonly = folder, readonly
+        if b"UIDVALIDITY" not in info:
+            raise ImapError(f"{self.account.host}: SELECT {folder}: the server gave no UIDVALIDITY")
         return int(info[b"UIDVALIDITY"])
 
     # -- reading ------------------------------------------------------------
@@ -195,8 +197,8 @@ class ImapSession:
         out = []
         for uid in uids:
             item = data.get(uid)
-            if item is None or b"BODY[]" not in item:
-                continue
+            if item is None or not isinstance(item.get(b"BODY[]"), (bytes, bytearray)):
+                continue  # deleted meanwhile, or the server sent NIL
             flags = frozenset(_decode(f) for f in item.get(b"FLAGS", ()))
             out.append(Fetched(uid, bytes(item[b"BODY[]"]), flags))
         return out

@@ -19,21 +19,28 @@ UIDVALIDITY (table ``imap_uids``). What the filter decided about each message
 is kept by digest (table ``imap_messages``), so a message is recognised
 wherever it moves, and a UIDVALIDITY change costs a re-read, not a retraining.
 
-Crash safety: a move is recorded as pending (in its own committed
-transaction) before it is sent, and a message's UID is recorded as handled
-only once nothing more is to be done with it there. A run killed at any
-point leaves either the message in place with a pending record (the next run
-finishes the move; it does not classify again) or the message moved (the next
-run sees it in the target folder and confirms it). Messages are never
-expunged except by the COPY fallback of a move, which expunges exactly the
-copied UIDs.
+Crash safety: a move is recorded as pending, with the folder it starts
+from, in its own committed transaction before it is sent, and as done after.
+A run killed (or cut off) at any point leaves either the message in its
+source folder with a pending record, and the next pass over that folder
+finishes the move without classifying again, or the message moved, and the
+pending record is closed: by the target folder's pass when moves are atomic
+(RFC 6851 MOVE), else by the source folder's pass, which first looks for the
+copy in the target (by digest, then Message-ID) so that it is not copied
+twice. Messages are never expunged except by the COPY fallback of a move,
+which expunges exactly the copied UIDs.
+
+A message recorded as filed in the spam or unsure folder that shows up in a
+classify folder while a copy is still in the spam or unsure folder is a
+second copy (a label, a Sieve ``:copy``), classified like new mail; only when
+the spam folder no longer holds it was it moved back by the user.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from spamfilter import model
 from spamfilter.config import ImapAccount
@@ -76,6 +83,8 @@ class RunSummary:
     errors: int = 0
     retries: int = 0
     created: list[str] = field(default_factory=list)
+    #: --limit: how many more messages this run may classify (None: no limit).
+    limit_left: int | None = None
 
     @property
     def classified(self) -> int:
@@ -105,7 +114,6 @@ class ImapRun:
         summary: RunSummary,
         *,
         dry_run: bool = False,
-        limit: int | None = None,
         on_event: EventSink | None = None,
         use_move: bool = True,
     ) -> None:
@@ -113,7 +121,6 @@ class ImapRun:
         self.account = account
         self.summary = summary
         self.dry_run = dry_run
-        self.remaining = limit
         self.on_event = on_event
         self.use_move = use_move
         self.inbox = account.classify_folders[0]
@@ -139,8 +146,9 @@ class ImapRun:
             tx.put_imap_records(self.account.name, records)
             tx.add_imap_uids(self.account.name, folder, handled)
 
-    def _new(self, session: ImapSession, folder: str, limit: int | None = None) -> Iterator[list[Fetched]]:
-        """Select ``folder`` and yield its unhandled messages in chunks."""
+    def _new(self, session: ImapSession, folder: str) -> Iterator[list[Fetched]]:
+        """Select ``folder``, finish the moves out of it that a broken run
+        left pending, and yield its unhandled messages in chunks."""
         validity = session.select(folder, readonly=self.dry_run)
         name = self.account.name
         with self.filter.store.begin(write=not self.dry_run) as tx:
@@ -158,12 +166,43 @@ class ImapRun:
         if gone and not self.dry_run:
             with self.filter.store.begin() as tx:
                 tx.delete_imap_uids(name, folder, gone)
+        handled = {u: d for u, d in handled.items() if u in present}
+        self._finish_pending(session, folder, handled)
         new = [u for u in uids if u not in handled]
-        if limit is not None:
-            new = new[:limit]
         for chunk in session.fetch(new, chunk_size=self.account.chunk_size, chunk_bytes=self.account.chunk_bytes):
             self.summary.seen += len(chunk)
             yield chunk
+
+    def _finish_pending(self, session: ImapSession, folder: str, handled: dict[int, str]) -> None:
+        """Moves out of ``folder`` recorded as started but not as done (the run
+        doing them was killed or lost its connection): the messages still
+        here are moved now; for the others the move is closed."""
+        if self.dry_run:
+            return
+        with self.filter.store.begin(write=False) as tx:
+            pending = tx.imap_pending(self.account.name, folder)
+        if not pending:
+            return
+        here: dict[str, list[int]] = {}
+        for uid, digest in handled.items():
+            here.setdefault(digest, []).append(uid)
+        again = {uid: r for r in pending for uid in here.get(r.digest, [])}
+        finished = [_done(r) for r in pending if r.digest not in here]
+        if finished:
+            self._commit(folder, finished)
+        if again:
+            messages = [m for chunk in self._fetch(session, sorted(again)) for m in chunk]
+            self._move(session, folder, [(m, again[m.uid]) for m in messages], redo=True)
+
+    def _fetch(self, session: ImapSession, uids: Sequence[int]) -> Iterator[list[Fetched]]:
+        return session.fetch(uids, chunk_size=self.account.chunk_size, chunk_bytes=self.account.chunk_bytes)
+
+    def _folder_digests(self, folder: str) -> set[str]:
+        """Digests of the messages handled in ``folder`` (as last seen)."""
+        if not folder:
+            return set()
+        with self.filter.store.begin(write=False) as tx:
+            return {d for d, _ in tx.imap_uids(self.account.name, folder).values()}
 
     def _train(self, is_spam: bool, folder: str, messages: Sequence[Fetched], why: str) -> None:
         for m in messages:
@@ -192,10 +231,13 @@ class ImapRun:
 
     def _move(self, session: ImapSession, folder: str, moves: Sequence[tuple[Fetched, ImapRecord]], *, redo: bool = False) -> None:
         """Move messages of the selected ``folder`` to their records' folders:
-        record the moves as pending, move, then record them done."""
+        record the moves as pending (their UIDs here as handled, so a rerun
+        finds them through ``_finish_pending``), move, then record them done.
+        ``redo``: finishing a move a broken run started."""
         if not moves:
             return
-        self._commit(folder, [r for _, r in moves])
+        moves = [(m, replace(r, pending=True, source=folder)) for m, r in moves]
+        self._commit(folder, [r for _, r in moves], [(m.uid, r.digest) for m, r in moves])
         by_target: dict[str, list[Fetched]] = {}
         for m, r in moves:
             by_target.setdefault(r.folder, []).append(m)
@@ -207,36 +249,44 @@ class ImapRun:
             self.summary.moved += len(uids)
             if self.dry_run:
                 continue
-            if redo and not (self.use_move and session.has("MOVE")):
+            if redo and not self._atomic_moves(session):
                 uids = self._not_yet_copied(session, folder, target, messages)
             moved = session.move(uids, target, use_move=self.use_move)
             if moved is not None:
                 arrivals.append((target, moved, messages))
         if self.dry_run:
             return
+        name = self.account.name
         with self.filter.store.begin() as tx:
-            tx.put_imap_records(self.account.name, [_done(r) for _, r in moves])
+            tx.put_imap_records(name, [_done(r) for _, r in moves])
+            tx.delete_imap_uids(name, folder, [m.uid for m, _ in moves])
             # The moved messages' new UIDs, when the server said what they
             # are and the folder's UIDVALIDITY is the one recorded: the next
             # run need not fetch them to recognise them.
             for target, moved, arrived in arrivals:
-                if tx.imap_uidvalidity(self.account.name, target) == moved.uidvalidity:
+                if tx.imap_uidvalidity(name, target) == moved.uidvalidity:
                     rows = [(moved.uids[m.uid], digest_bytes(m.raw)) for m in arrived if m.uid in moved.uids]
-                    tx.add_imap_uids(self.account.name, target, rows)
+                    tx.add_imap_uids(name, target, rows)
+
+    def _atomic_moves(self, session: ImapSession) -> bool:
+        """Whether moves are RFC 6851 MOVEs: a message is then never in both folders."""
+        return self.use_move and session.has("MOVE")
 
     def _not_yet_copied(self, session: ImapSession, folder: str, target: str, messages: Sequence[Fetched]) -> list[int]:
         """For the COPY fallback finishing an interrupted move: the UIDs whose
-        copy is not already in ``target``; the others are only expunged here."""
-        session.select(target)
-        copied: list[int] = []
-        for m in messages:  # only after a crash, so rarely more than a chunk
-            message_id = _message_id(m.raw)
-            if message_id is None:
-                continue
-            found = session.search_message_id(message_id)
-            if found and any(f.raw and digest_bytes(f.raw) == digest_bytes(m.raw) for chunk in session.fetch(found, chunk_size=20, chunk_bytes=self.account.chunk_bytes) for f in chunk):
-                copied.append(m.uid)
-        session.select(folder)
+        copy is not already in ``target`` (known there by digest, or found by
+        Message-ID); the others are only expunged here."""
+        in_target = self._folder_digests(target)
+        copied = [m.uid for m in messages if digest_bytes(m.raw) in in_target]
+        unsure = [m for m in messages if m.uid not in copied]
+        if unsure:
+            session.select(target)
+            for m in unsure:  # only after a crash, so rarely more than a chunk
+                message_id = _message_id(m.raw)
+                found = session.search_message_id(message_id) if message_id else []
+                if found and any(digest_bytes(f.raw) == digest_bytes(m.raw) for chunk in self._fetch(session, found) for f in chunk):
+                    copied.append(m.uid)
+            session.select(folder)
         if copied:
             session.expunge(copied)
         return [m.uid for m in messages if m.uid not in copied]
@@ -247,23 +297,27 @@ class ImapRun:
         """Train, learn from the spam folder, classify, read keywords."""
         a = self.account
         folders = [a.spam_folder, a.unsure_folder, a.train_spam_folder, a.train_ham_folder, *a.classify_folders]
-        for folder in filter(None, folders):
-            if not session.exists(folder):
+        exists = {folder: session.exists(folder) for folder in filter(None, folders)}
+        for folder, there in exists.items():
+            if not there:
                 self.summary.created.append(folder)
                 self._event("created", folder, 0, "folder")
                 if not self.dry_run:
                     session.ensure_folder(folder)
+        # In a dry run a folder that does not exist yet holds nothing to read.
+        usable = {folder for folder, there in exists.items() if there or not self.dry_run}
         for folder, is_spam in ((a.train_spam_folder, True), (a.train_ham_folder, False)):
-            if folder and (session.exists(folder) or not self.dry_run):
+            if folder in usable:
                 self._training_folder(session, folder, is_spam)
-        if session.exists(a.spam_folder) or not self.dry_run:
-            self._spam_folder(session)
-        if a.unsure_folder and (session.exists(a.unsure_folder) or not self.dry_run):
-            self._unsure_folder(session)
+        if a.spam_folder in usable:
+            self._target_folder(session, a.spam_folder, learn=True)
+        if a.unsure_folder in usable:
+            self._target_folder(session, a.unsure_folder, learn=False)
         for folder in a.classify_folders:
-            self._classify_folder(session, folder)
+            if folder in usable:
+                self._classify_folder(session, folder)
         for folder in (*a.classify_folders, a.spam_folder):
-            if session.exists(folder):
+            if exists.get(folder):
                 self._keyword_feedback(session, folder)
         return self.summary
 
@@ -277,14 +331,17 @@ class ImapRun:
             self._train(is_spam, folder, fresh, f"in {folder}")
             if is_spam and moving:
                 self._keywords(session, folder, [m.uid for m in chunk], [JUNK], [NOT_JUNK])
-            new_records = [ImapRecord(digest_bytes(m.raw), label, "train", target, pending=moving) for m in chunk]
+            new_records = [ImapRecord(digest_bytes(m.raw), label, "train", target) for m in chunk]
             if moving:
                 self._move(session, folder, list(zip(chunk, new_records)))
             else:
                 self._commit(folder, new_records, [(m.uid, digest_bytes(m.raw)) for m in chunk])
 
-    def _spam_folder(self, session: ImapSession) -> None:
-        folder = self.account.spam_folder
+    def _target_folder(self, session: ImapSession, folder: str, *, learn: bool) -> None:
+        """The spam (``learn``) or unsure folder: a message the filter put
+        here is recognised; one the user put in the spam folder is trained
+        as spam."""
+        atomic = self._atomic_moves(session) if not self.dry_run else True
         for chunk in self._new(session, folder):
             digests = [digest_bytes(m.raw) for m in chunk]
             records = self._records(digests)
@@ -292,9 +349,17 @@ class ImapRun:
             updates: list[ImapRecord] = []
             for m, d in zip(chunk, digests):
                 r = records.get(d)
-                if r is not None and (r.folder == folder or (r.label == model.SPAM and r.origin != "filter")):
-                    if r.pending or r.folder != folder:
-                        updates.append(ImapRecord(d, r.label, r.origin, folder, False, r.log_odds))
+                if r is not None and r.folder == folder:
+                    # Moved here by a run. If that run broke off before it
+                    # recorded the move as done, a MOVE is known to be
+                    # complete; after a COPY the original may still be in
+                    # the source folder, whose pass finishes the move.
+                    if r.pending and atomic:
+                        updates.append(_done(r))
+                elif not learn:
+                    continue
+                elif r is not None and r.label == model.SPAM and r.origin != "filter":
+                    updates.append(replace(r, folder=folder, pending=False))
                 else:
                     by_user.append(m)
                     updates.append(ImapRecord(d, model.SPAM, "user", folder, False, r.log_odds if r else None))
@@ -302,50 +367,47 @@ class ImapRun:
             self._keywords(session, folder, [m.uid for m in by_user], [JUNK], [NOT_JUNK])
             self._commit(folder, updates, list(zip([m.uid for m in chunk], digests)))
 
-    def _unsure_folder(self, session: ImapSession) -> None:
-        folder = self.account.unsure_folder
-        for chunk in self._new(session, folder):
-            digests = [digest_bytes(m.raw) for m in chunk]
-            records = self._records(digests)
-            updates = [_done(r) for r in records.values() if r.folder == folder and r.pending]
-            self._commit(folder, updates, list(zip([m.uid for m in chunk], digests)))
-
     def _classify_folder(self, session: ImapSession, folder: str) -> None:
         a = self.account
         returned_to = {a.spam_folder, a.unsure_folder} - {""}
-        for chunk in self._new(session, folder, self.remaining):
+        # What the spam and unsure folders hold now (their passes ran first):
+        # a message recorded as filed there that is also still there is a
+        # second copy (a mail client's label, a Sieve :copy), not one the
+        # user moved back.
+        filed = self._folder_digests(a.spam_folder) | self._folder_digests(a.unsure_folder)
+        for chunk in self._new(session, folder):
+            if self.summary.limit_left is not None and self.summary.limit_left <= 0:
+                break
             digests = [digest_bytes(m.raw) for m in chunk]
             records = self._records(digests)
             unknown: list[Fetched] = []
             handled: list[tuple[int, str]] = []
             updates: list[ImapRecord] = []
-            redo: list[tuple[Fetched, ImapRecord]] = []
             moved_back: list[Fetched] = []
             for m, d in zip(chunk, digests):
                 r = records.get(d)
-                if r is None:
+                if r is None or (r.folder in returned_to and d in filed):
                     unknown.append(m)
                 elif r.folder == folder:
                     handled.append((m.uid, d))
-                    if r.pending:
-                        updates.append(_done(r))
-                elif r.pending:
-                    redo.append((m, r))
-                elif r.folder in returned_to:
+                elif r.folder in returned_to and not r.pending:
                     moved_back.append(m)
                     handled.append((m.uid, d))
                     updates.append(ImapRecord(d, model.HAM, "user", folder, False, r.log_odds))
                 else:
+                    # Moved here by the user from another classify folder, or
+                    # a copy of a message whose move is still pending elsewhere.
                     handled.append((m.uid, d))
-                    updates.append(ImapRecord(d, r.label, r.origin, folder, False, r.log_odds))
-            if redo:
-                self._move(session, folder, redo, redo=True)
+                    if not r.pending:
+                        updates.append(replace(r, folder=folder))
             self._train(False, folder, moved_back, f"moved back to {folder}")
             self._keywords(session, folder, [m.uid for m in moved_back], [NOT_JUNK], [JUNK])
             self._commit(folder, updates, handled)
+            if self.summary.limit_left is not None:
+                # --limit counts the messages classified, not those recognised.
+                unknown = unknown[: self.summary.limit_left]
+                self.summary.limit_left -= len(unknown)
             if unknown:
-                if self.remaining is not None:
-                    self.remaining -= len(unknown)
                 self._act(session, folder, unknown)
 
     def _act(self, session: ImapSession, folder: str, messages: list[Fetched]) -> None:
@@ -396,37 +458,43 @@ class ImapRun:
         """Train messages on which the user set $Junk or $NotJunk since the
         last look. Only a change counts: a keyword that was there when the
         message was first handled is not news, and two copies of one message
-        with different keywords do not make the label flip on every run."""
-        session.select(folder, readonly=self.dry_run)
+        with different keywords do not make the label flip on every run. A
+        newly set $NotJunk wins over a $Junk left in place."""
+        validity = session.select(folder, readonly=self.dry_run)
         junk = session.with_keyword(JUNK)
         not_junk = session.with_keyword(NOT_JUNK)
         with self.filter.store.begin(write=False) as tx:
+            if tx.imap_uidvalidity(self.account.name, folder) != validity:
+                return  # renumbered since its pass: next run
             handled = tx.imap_uids(self.account.name, folder)
         now = {u: (u in junk) * _JUNK_BIT | (u in not_junk) * _NOT_JUNK_BIT for u in handled}
-        changed = {u: d for u, (d, before) in handled.items() if before is not None and before != now[u]}
+        gained = {u: now[u] & ~before for u, (_, before) in handled.items() if before is not None}
+        changed = {u: handled[u][0] for u, bits in gained.items() if bits}
         records = self._records(list(set(changed.values())))
-        to_spam = [u for u, d in changed.items() if now[u] == _JUNK_BIT and _label(records.get(d)) != model.SPAM]
-        to_ham = [u for u, d in changed.items() if now[u] == _NOT_JUNK_BIT and _label(records.get(d)) != model.HAM]
+        to_ham = [u for u, d in changed.items() if gained[u] & _NOT_JUNK_BIT and _label(records.get(d)) != model.HAM]
+        to_spam = [u for u, d in changed.items() if gained[u] == _JUNK_BIT and _label(records.get(d)) != model.SPAM]
         moving = self.account.spam_action == "move"
         for uids, is_spam in ((to_spam, True), (to_ham, False)):
-            messages = [m for chunk in session.fetch(sorted(uids), chunk_size=self.account.chunk_size, chunk_bytes=self.account.chunk_bytes) for m in chunk]
-            if not messages:
-                continue
             label = model.SPAM if is_spam else model.HAM
-            self._train(is_spam, folder, messages, f"marked {JUNK if is_spam else NOT_JUNK}")
             target = folder
             if moving and is_spam and folder != self.account.spam_folder:
                 target = self.account.spam_folder
             elif moving and not is_spam and folder == self.account.spam_folder:
                 target = self.inbox
-            records_now = [
-                ImapRecord(digest_bytes(m.raw), label, "user", target, target != folder, _log_odds(records.get(digest_bytes(m.raw))))
-                for m in messages
-            ]
-            if target == folder:
-                self._commit(folder, records_now)
-            else:
-                self._move(session, folder, list(zip(messages, records_now)))
+            for messages in self._fetch(session, sorted(uids)):
+                self._train(is_spam, folder, messages, f"marked {JUNK if is_spam else NOT_JUNK}")
+                # The other keyword goes, so the message says one thing.
+                self._keywords(session, folder, [m.uid for m in messages], [], [NOT_JUNK if is_spam else JUNK])
+                for m in messages:
+                    now[m.uid] &= ~(_NOT_JUNK_BIT if is_spam else _JUNK_BIT)
+                new = [
+                    (m, ImapRecord(digest_bytes(m.raw), label, "user", target, False, _log_odds(records.get(digest_bytes(m.raw)))))
+                    for m in messages
+                ]
+                if target == folder:
+                    self._commit(folder, [r for _, r in new])
+                else:
+                    self._move(session, folder, new)
         if not self.dry_run:
             with self.filter.store.begin() as tx:
                 tx.set_imap_keywords(self.account.name, folder, [(u, k) for u, k in now.items() if handled[u][1] != k])
@@ -479,12 +547,12 @@ def run_account(
     A refused login (``ImapAuthError``) is not retried.
     """
     password = account_password(account)
-    summary = RunSummary()
+    summary = RunSummary(limit_left=limit)
     attempt = 0
     while True:
         try:
             with ImapSession.connect(account, password) as session:
-                run = ImapRun(spamfilter, account, summary, dry_run=dry_run, limit=limit, on_event=on_event, use_move=use_move)
+                run = ImapRun(spamfilter, account, summary, dry_run=dry_run, on_event=on_event, use_move=use_move)
                 return run.run(session)
         except ImapUnavailable as exc:
             if attempt >= account.retries:

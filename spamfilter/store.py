@@ -152,6 +152,7 @@ imap_messages = sa.Table(
     sa.Column("pending", sa.Boolean(), nullable=False),
     sa.Column("log_odds", sa.Float(), nullable=True),
     sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("source", sa.Text(), nullable=True),
 )
 
 COUNT_COLUMNS = ("ham_docs", "spam_docs", "ham_terms", "spam_terms")
@@ -194,8 +195,8 @@ class ImapRecord:
     label: 0 ham, 1 spam, 2 unsure (the filter's verdict, or the user's word).
     origin: "filter" (classified), "train" (from a training folder) or
         "user" (learnt from the user moving or flagging it).
-    folder: where the message belongs; pending: a move there was started
-        and not yet seen to be done.
+    folder: where the message belongs; pending: a move there from the
+        folder ``source`` was started and not yet seen to be done.
     """
 
     digest: str
@@ -204,6 +205,7 @@ class ImapRecord:
     folder: str
     pending: bool = False
     log_odds: float | None = None
+    source: str = ""
 
 
 # A token is free text to the store: escape backslash and newline so one
@@ -422,7 +424,12 @@ class _Statements:
         record_row = insert(imap_messages)
         self.put_imap_records = record_row.on_conflict_do_update(
             index_elements=[imap_messages.c.account, imap_messages.c.digest],
-            set_={c: record_row.excluded[c] for c in ("label", "origin", "folder", "pending", "log_odds", "updated_at")},
+            set_={c: record_row.excluded[c] for c in ("label", "origin", "folder", "pending", "log_odds", "updated_at", "source")},
+        )
+        self.imap_pending = sa.select(imap_messages).where(
+            (imap_messages.c.account == sa.bindparam("acct"))
+            & imap_messages.c.pending
+            & (imap_messages.c.source == sa.bindparam("src"))
         )
         totals_row = insert(class_totals)
         self.add_totals = totals_row.on_conflict_do_update(
@@ -893,10 +900,12 @@ class StoreTransaction:
         for start in range(0, len(digests), _CHUNK):
             params = {"acct": account, "keys": digests[start : start + _CHUNK]}
             for row in self.conn.execute(self.sql.imap_records, params).mappings():
-                result[row["digest"]] = ImapRecord(
-                    row["digest"], int(row["label"]), row["origin"], row["folder"], bool(row["pending"]), row["log_odds"]
-                )
+                result[row["digest"]] = _imap_record(row)
         return result
+
+    def imap_pending(self, account: str, source: str) -> list[ImapRecord]:
+        """The records of moves out of ``source`` not yet seen to be done."""
+        return [_imap_record(row) for row in self.conn.execute(self.sql.imap_pending, {"acct": account, "src": source}).mappings()]
 
     def put_imap_records(self, account: str, records: Sequence[ImapRecord]) -> None:
         """Insert or replace records."""
@@ -907,6 +916,7 @@ class StoreTransaction:
             {
                 "account": account, "digest": r.digest, "label": r.label, "origin": r.origin,
                 "folder": r.folder, "pending": r.pending, "log_odds": r.log_odds, "updated_at": now,
+                "source": r.source or None,
             }
             for r in records
         ]
@@ -1079,3 +1089,9 @@ class StoreTransaction:
         self.conn.execute(sa.delete(class_totals).where(class_totals.c.owner == own))
         self.conn.execute(sa.delete(untracked_totals).where(untracked_totals.c.owner == own))
         self._last_read = None
+
+
+def _imap_record(row: sa.RowMapping) -> ImapRecord:
+    return ImapRecord(
+        row["digest"], int(row["label"]), row["origin"], row["folder"], bool(row["pending"]), row["log_odds"], row["source"] or ""
+    )

@@ -493,3 +493,92 @@ def test_an_unknown_certificate_is_refused(dovecot_server: Dovecot, tmp_path: Pa
     config = write_config(tmp_path / "d.toml", dovecot_server, user, port=dovecot_server.tls_port, security="tls", ca_file="", verify=False)
     done = subprocess.run(spamfilter_cmd(config, db, "--dry-run"), env=env_with(user.password), capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+def test_a_second_copy_of_filed_spam_is_not_taken_for_a_move_back(dovecot_server: Dovecot, sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The same spam in two classify folders (a mail client's labels, Sieve :copy).
+    user = dovecot_server.add_user()
+    dovecot_server.append(user, "Train/Spam", sample.train_spam)
+    dovecot_server.append(user, "Train/Ham", sample.train_ham)
+    dovecot_server.append(user, "INBOX", sample.inbox_spam)
+    dovecot_server.append(user, "Lists", sample.inbox_spam)
+    config = account_config(dovecot_server, user, classify_folders=["INBOX", "Lists"])
+    db = f"sqlite:///{tmp_path / 'sf.db'}"
+    summary = run(config, db, monkeypatch, user)
+    assert summary.trained_ham == len(sample.train_ham)  # no spam trained as ham
+    junk = digests(dovecot_server, user, "Junk")
+    caught = {d for d in junk}
+    assert caught and all(n == 2 for n in junk.values())  # both copies filed
+    for folder in ("INBOX", "Lists"):
+        assert not caught & set(digests(dovecot_server, user, folder))
+    quiet = run(config, db, monkeypatch, user)
+    assert (quiet.classified, quiet.moved, quiet.trained_spam, quiet.trained_ham) == (0, 0, 0, 0)
+
+
+def test_limit_counts_classified_messages_only(dovecot_server: Dovecot, sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    user = setup_mailbox(dovecot_server, sample)
+    config = account_config(dovecot_server, user)
+    db = f"sqlite:///{tmp_path / 'sf.db'}"
+    first = run(config, db, monkeypatch, user, limit=10)
+    assert first.classified == 10
+    second = run(config, db, monkeypatch, user, limit=10)
+    assert second.classified == 10
+    rest = run(config, db, monkeypatch, user)
+    assert first.classified + second.classified + rest.classified == len(sample.inbox)
+
+
+def _drop_once(monkeypatch: pytest.MonkeyPatch, method: str, when: object = None) -> list[int]:
+    """Make ImapSession.<method> lose the connection once (a real network
+    failure at that point), after the real call when ``when == "after"``."""
+    from spamfilter import imap as imap_module
+
+    original = getattr(imap_module.ImapSession, method)
+    calls: list[int] = []
+
+    def failing(self: object, *args: object, **kwargs: object) -> object:
+        calls.append(1)
+        if len(calls) == 1:
+            if when == "after":
+                original(self, *args, **kwargs)
+            raise ImapUnavailable("connection lost (injected)")
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(imap_module.ImapSession, method, failing)
+    return calls
+
+
+def test_copy_fallback_broken_between_copy_and_expunge(dovecot_server: Dovecot, sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    user = setup_mailbox(dovecot_server, sample)
+    config = account_config(dovecot_server, user, retries=2)
+    db = f"sqlite:///{tmp_path / 'sf.db'}"
+    # The first expunge never happens: the copies are in Junk, the originals
+    # still in the inbox, and the pass starts again after a reconnect.
+    calls = _drop_once(monkeypatch, "expunge")
+    summary = run(config, db, monkeypatch, user, use_move=False, sleep=lambda s: None)
+    assert summary.retries == 1 and len(calls) >= 2
+    assert summary.trained_ham == len(sample.train_ham)  # nothing trained as ham by mistake
+    junk = digests(dovecot_server, user, "Junk")
+    inbox = digests(dovecot_server, user, "INBOX")
+    assert max(junk.values()) == 1 and max(inbox.values()) == 1
+    assert not set(junk) & set(inbox)
+    assert sum(junk.values()) + sum(inbox.values()) == len(sample.inbox)
+    quiet = run(config, db, monkeypatch, user, use_move=False)
+    assert (quiet.classified, quiet.moved, quiet.trained_spam, quiet.trained_ham) == (0, 0, 0, 0)
+
+
+def test_a_move_asked_for_by_a_keyword_is_finished_after_a_break(dovecot_server: Dovecot, sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    user = setup_mailbox(dovecot_server, sample)
+    config = account_config(dovecot_server, user, retries=2)
+    db = f"sqlite:///{tmp_path / 'sf.db'}"
+    run(config, db, monkeypatch, user)
+    uid, raw, _ = dovecot_server.folder_messages(user, "INBOX")[0]
+    with dovecot_server.client(user, "INBOX") as c:
+        c.add_flags([uid], ["$Junk"])
+    calls = _drop_once(monkeypatch, "move")
+    summary = run(config, db, monkeypatch, user, sleep=lambda s: None)
+    assert summary.retries == 1 and len(calls) >= 2
+    assert digest_bytes(raw) in digests(dovecot_server, user, "Junk")
+    assert digest_bytes(raw) not in digests(dovecot_server, user, "INBOX")
+    with Filter.open(config, db) as f, f.store.begin(write=False) as tx:
+        assert tx.trained_labels([digest_bytes(raw)]) == {digest_bytes(raw): 1}
+        assert not tx.imap_pending("test", "INBOX")

@@ -1,4 +1,4 @@
-"""Per-user models: an owner column in every count table; a last-seen date per token; untracked totals.
+"""Per-user models: an owner column in every count table; a last-seen date per token; untracked totals; the source folder of pending IMAP moves.
 
 The existing counts become the model of owner "" (the default, shared model).
 ``untracked_totals`` keeps, per owner and class, how far the class totals
@@ -74,6 +74,9 @@ def upgrade() -> None:
         ],
         ["digest", "label", "trained_at", "token_counts"],
     )
+    # Where a pending IMAP move started, so the run that finds the message
+    # still there can finish it (and one that does not can close it).
+    op.add_column("imap_messages", sa.Column("source", sa.Text(), nullable=True))
     op.create_table(
         "untracked_totals",
         sa.Column("owner", sa.Text(), primary_key=True),
