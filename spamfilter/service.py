@@ -406,16 +406,25 @@ class Filter:
     def _read_model(self, reader: StoreTransaction, token_list: Sequence[str]) -> tuple[Totals, IntArray]:
         """Totals and token counts of the model that classifies this user's
         mail: the user's own, the shared one (fallback), or both added (merge)."""
+        totals, owners = self._model_of(reader)
+        counts = reader.token_counts(token_list, owner=owners[0])
+        for other in owners[1:]:
+            counts = counts + reader.token_counts(token_list, owner=other)
+        return totals, counts
+
+    def _model_of(self, reader: StoreTransaction) -> tuple[Totals, tuple[str, ...]]:
+        """The totals of the model that classifies this user's mail, and whose
+        counts it adds up: the user's own, the shared model's (fallback), or
+        both (merge)."""
         s = self.config.store
         mine = reader.totals()
         if reader.owner == "" or s.shared_model == "none":
-            return mine, reader.token_counts(token_list)
+            return mine, (reader.owner,)
         if s.shared_model == "fallback":
             if int(mine.messages.min()) >= s.shared_min_messages:
-                return mine, reader.token_counts(token_list)
-            return reader.totals(owner=""), reader.token_counts(token_list, owner="")
+                return mine, (reader.owner,)
+            return reader.totals(owner=""), ("",)
         shared = reader.totals(owner="")
-        counts = reader.token_counts(token_list) + reader.token_counts(token_list, owner="")
         merged = Totals(
             mine.messages + shared.messages,
             mine.terms + shared.terms,
@@ -423,7 +432,7 @@ class Filter:
             reader.vocabulary_size([reader.owner, ""]),
             mine.histogram,  # not used by the multinomial models "merge" allows
         )
-        return merged, counts
+        return merged, (reader.owner, "")
 
     def _score(self, analysed: Sequence[_Analysed], tx: StoreTransaction | None = None) -> list[Verdict]:
         fitted = self._fit([a.counts for a in analysed], tx)
@@ -519,8 +528,8 @@ class Filter:
         """
         m = self.config.model
         with self.store.begin(write=False) as reader:
-            totals = reader.totals()
-            tokens, rows = reader.frequent_tokens(min_count, occurrences=m.event_model == "multinomial")
+            totals, owners = self._model_of(reader)
+            tokens, rows = reader.frequent_tokens(min_count, occurrences=m.event_model == "multinomial", owners=owners)
         stats = model.ClassStats(totals.messages, totals.terms, totals.binary_terms, totals.vocabulary_size, totals.histogram)
         model.log_prior(stats)
         counts = model.TokenCounts(doc_count=rows[:, 0:2].T.copy(), term_count=rows[:, 2:4].T.copy())

@@ -924,21 +924,32 @@ class StoreTransaction:
 
     # -- insight --------------------------------------------------------------
 
-    def frequent_tokens(self, min_count: int, *, occurrences: bool = False) -> tuple[list[str], IntArray]:
+    def frequent_tokens(
+        self, min_count: int, *, occurrences: bool = False, owners: Sequence[str] | None = None
+    ) -> tuple[list[str], IntArray]:
         """Tokens whose total count over both classes is at least ``min_count``,
         and their counts, shape (k, 4), columns ham_docs, spam_docs, ham_terms,
-        spam_terms. The total is of messages containing the token, or with
-        ``occurrences`` of its occurrences."""
+        spam_terms, sorted by token (code points). The total is of messages
+        containing the token, or with ``occurrences`` of its occurrences.
+        ``owners``: the models whose counts are added (default: this owner's)."""
+        sums = [sa.func.sum(tokens.c[name]).label(name) for name in COUNT_COLUMNS]
         if occurrences:
-            total = tokens.c.ham_terms + tokens.c.spam_terms
+            total = sa.func.sum(tokens.c.ham_terms + tokens.c.spam_terms)
         else:
-            total = tokens.c.ham_docs + tokens.c.spam_docs
-        query = sa.select(tokens.c.token, *(tokens.c[name] for name in COUNT_COLUMNS)).where(
-            (tokens.c.owner == self.owner) & (total >= min_count)
+            total = sa.func.sum(tokens.c.ham_docs + tokens.c.spam_docs)
+        column: sa.ColumnElement[str] = tokens.c.token
+        if self.conn.dialect.name == "postgresql":
+            column = tokens.c.token.collate("C")
+        query = (
+            sa.select(tokens.c.token, *sums)
+            .where(tokens.c.owner.in_(list(owners) if owners is not None else [self.owner]))
+            .group_by(tokens.c.token)
+            .having(total >= min_count)
+            .order_by(column)
         )
         found: list[str] = []
         rows: list[tuple[int, int, int, int]] = []
-        for token, *counts in self.conn.execute(query.order_by(tokens.c.token)):
+        for token, *counts in self.conn.execute(query):
             found.append(token)
             rows.append((int(counts[0]), int(counts[1]), int(counts[2]), int(counts[3])))
         return found, np.array(rows, dtype=np.int64).reshape(-1, 4)

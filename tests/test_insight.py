@@ -407,3 +407,13 @@ def test_insight_commands_have_help_with_an_example_and_are_in_the_readme(runner
     assert result.exit_code == 0
     assert "Example: spamfilter " + command in " ".join(result.stdout.split())
     assert f"spamfilter {command}" in (REPO / "README.md").read_text()
+
+
+def test_top_words_csv_keeps_control_characters_and_newlines(tmp_path: Path) -> None:
+    from spamfilter.cli.insight import WordsFormat, render_words
+    from spamfilter.service import WordScore
+
+    words = [WordScore("charset:\x1b[31m", 3, 0, 2.5), WordScore("a\nb\x1cc", 2, 1, 1.25)]
+    text = "\n".join(render_words(words, WordsFormat.csv))
+    rows = list(csv.reader(io.StringIO(text)))
+    assert [r[0] for r in rows[1:]] == ["charset:\x1b[31m", "a\nb\x1cc"]

@@ -138,3 +138,26 @@ def test_a_database_password_never_reaches_the_output() -> None:
         result = runner.invoke(app, ["--db", url, "stats"])
         assert result.exit_code == 74
         assert "s3cret-pw" not in result.output and "***" in result.output
+
+
+def test_top_words_and_explain_describe_the_model_that_classifies(tmp_path: Path, mail: dict[str, list[MailItem]]) -> None:
+    url = f"sqlite:///{tmp_path / 'insight.db'}"
+    with Filter.open(Config(), url) as shared:
+        shared.train(labelled(mail["shared"], mail["spam"]))
+        shared_words = shared.top_words(10, min_count=3)
+    fallback = with_store(shared_model="fallback", shared_min_messages=25)
+    with Filter.open(fallback, url, user="gina") as gina:
+        # Gina has trained nothing: the shared model classifies, and describes.
+        assert gina.top_words(10, min_count=3) == shared_words
+        probe = mail["probe"][0]
+        verdict = next(iter(gina.classify([probe])))
+        assert isinstance(verdict, Verdict)
+        explanation = gina.explain(probe)
+        assert explanation.log_odds == pytest.approx(verdict.log_odds, abs=1e-9)
+    merge = with_store(shared_model="merge")
+    with Filter.open(merge, url, user="hal") as hal:
+        hal.train(labelled(mail["alice"], mail["spam"]))
+        merged_words = hal.top_words(10, min_count=3)
+    with Filter.open(Config(), "sqlite://") as union:
+        union.train(labelled(mail["shared"] + mail["alice"], mail["spam"]))
+        assert merged_words == union.top_words(10, min_count=3)

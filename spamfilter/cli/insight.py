@@ -62,7 +62,9 @@ def render_words(words: list[WordScore], fmt: WordsFormat) -> list[str]:
         writer = csv.writer(buffer, lineterminator="\n")
         writer.writerow(["token", "spam_count", "ham_count", "score"])
         writer.writerows([w.token, w.spam_count, w.ham_count, repr(w.score)] for w in words)
-        return buffer.getvalue().splitlines()
+        # One piece: a token may hold a newline (quoted by csv) or other
+        # characters str.splitlines() would split at.
+        return [buffer.getvalue().removesuffix("\n")]
     shown = [printable(w.token) for w in words]
     width = min(max([len("token"), *(len(t) for t in shown)]), 48)
     lines = [f"{'token':<{width}} {'spam_count':>10} {'ham_count':>10} {'score':>8}"]
@@ -91,7 +93,10 @@ def top_words(
         words = f.top_words(n, spam=is_spam, min_count=min_count)
         other = f.top_words(n, spam=not is_spam, min_count=min_count) if plot is not None else []
     for line in render_words(words, fmt):
-        typer.echo(line)
+        # color=True: the machine formats go out byte for byte (click would
+        # strip what looks like an ANSI sequence from a token); the table
+        # shows control characters escaped.
+        typer.echo(line, color=fmt is not WordsFormat.table)
     if plot is not None:
         from spamfilter import plots
 
