@@ -31,7 +31,7 @@ import scipy.sparse as sp
 
 from spamfilter import model
 from spamfilter.config import Config, default_db_url
-from spamfilter.errors import CountsFileError, MailParseError, NotTrainedError, StoreBusyError
+from spamfilter.errors import CountsFileError, MailParseError, NotTrainedError, StoreConflict
 from spamfilter.mail import MailItem, parse_message
 from spamfilter.store import IntArray, Store, StoreTransaction, Totals
 from spamfilter.tokenizer import Tokenizer
@@ -336,11 +336,10 @@ class Filter:
                 conflicts += 1
         # A relabelled message is untrained with exactly the counts recorded
         # when it was trained, then trained afresh with its new label.
-        removed = tx.trained_messages(moving)
+        removed = tx.take_messages(moving)
         delta = _Delta()
         for old in removed:
             delta.add(old.label, old.token_counts, -1)
-        tx.delete_messages(moving)
         for label, counts in add.values():
             delta.add(label, counts, +1)
         delta.apply(tx)
@@ -364,12 +363,14 @@ class Filter:
 
             def step(digests: list[str] = digests) -> int:
                 with self.store.begin() as tx:
-                    removed = tx.trained_messages(digests)
+                    # Taken out of the ledger first (DELETE ... RETURNING):
+                    # a second process forgetting the same message at once
+                    # gets nothing back and subtracts nothing.
+                    removed = tx.take_messages(digests)
                     delta = _Delta()
                     for old in removed:
                         delta.add(old.label, old.token_counts, -1)
                     delta.apply(tx)
-                    tx.delete_messages([m.digest for m in removed])
                     return len(removed)
 
             forgotten = _retrying(step)
@@ -667,7 +668,8 @@ class Filter:
         items = [
             negative.item("no count is negative"),
             empty.item("every stored token is in a message"),
-            uneven.item("occurrences >= messages >= 1 per class, and no more messages than the class has"),
+            uneven.item("occurrences >= messages >= 1 per class"),
+            beyond.item("no token is in more messages than its class has"),
             _compare_item(
                 "class totals (terms, binary_terms) = sums over the tokens",
                 stored[1:], token_sums, "the tokens add up to", names=_TOTAL_NAMES[1:],
@@ -798,12 +800,13 @@ class Filter:
 def _retrying(step: Callable[[], T], attempts: int = 8) -> T:
     """Run one transaction, again after a lost race with another process
     (``StoreConflict``: deadlock, serialization failure, a message inserted
-    twice) or a lock that outlasted the busy timeout, with a short random
-    backoff; the last failure is raised."""
+    twice), with a short random backoff; the last failure is raised. A lock
+    held past the busy timeout (``StoreBusyError``) is not retried: the
+    timeout is already the wait the user chose."""
     for attempt in range(attempts):
         try:
             return step()
-        except StoreBusyError:
+        except StoreConflict:
             if attempt == attempts - 1:
                 raise
             time.sleep(random.uniform(0.0, 0.05 * 2**attempt))

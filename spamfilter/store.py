@@ -13,7 +13,8 @@ Tables (created and changed only by the Alembic revisions in ``migrations/``):
                    own token counts, zlib-packed) so forgetting or relabelling
                    subtracts exactly what training added, whatever the
                    tokenizer settings are by then
-    imap_folders   (account, folder) -> uidvalidity
+    imap_folders   (account, folder) -> uidvalidity (the account column is the
+                   owner's: see StoreTransaction._imap_key)
     imap_uids      (account, folder, uid) -> digest, keywords: the UIDs already
                    handled, and which junk keywords they had when last looked at
     imap_messages  (account, digest) -> label, origin, folder, pending: what
@@ -255,8 +256,12 @@ def _make_engine(url: str, busy_timeout: float) -> Engine:
     except sa.exc.ArgumentError:
         raise StoreError(f"not a database URL: {url!r}") from None
     if parsed.get_backend_name() != "sqlite":
+        connect_args: dict[str, object] = {}
+        if parsed.get_backend_name() == "postgresql":
+            # The busy timeout bounds lock waits here too (then 55P03).
+            connect_args["options"] = f"-c lock_timeout={int(busy_timeout * 1000)}"
         try:
-            return sa.create_engine(parsed, pool_pre_ping=True)
+            return sa.create_engine(parsed, pool_pre_ping=True, connect_args=connect_args)
         except (ImportError, SQLAlchemyError) as exc:
             raise StoreError(f"cannot use database {parsed.render_as_string(hide_password=True)}: {exc}") from None
     path = sqlite_path(url)
@@ -303,8 +308,11 @@ _RETRYABLE_SQLSTATES = {"40P01", "40001", "23505"}
 
 def _store_error(exc: DBAPIError, what: str) -> StoreError:
     text = str(exc.orig) if exc.orig is not None else str(exc)
-    if getattr(exc.orig, "sqlstate", None) in _RETRYABLE_SQLSTATES:
+    sqlstate = getattr(exc.orig, "sqlstate", None)
+    if sqlstate in _RETRYABLE_SQLSTATES:
         return StoreConflict(f"{what}: lost a race with another process ({text.strip()})")
+    if sqlstate == "55P03":
+        return StoreBusyError(f"{what}: a lock stayed held by another process past the busy timeout ({text.strip()})")
     if isinstance(exc, OperationalError) and "locked" in text:
         return StoreBusyError(f"{what}: the database stayed locked by another process ({text})")
     return StoreError(f"{what}: {text}")
@@ -345,6 +353,7 @@ _PG_UPSERT_TOKENS = (
 _PG_SELECT_TOKENS = (
     "SELECT token, ham_docs, spam_docs, ham_terms, spam_terms FROM tokens WHERE owner = %s AND token = ANY(%s::text[])"
 )
+_PG_LOCK_TOKENS = _PG_SELECT_TOKENS + " ORDER BY token COLLATE \"C\" FOR UPDATE"
 
 
 def _sqlite_select_tokens(n: int) -> str:
@@ -383,6 +392,9 @@ class _Statements:
             (messages.c.owner == own) & messages.c.digest.in_(keys)
         )
         self.delete_ledger = sa.delete(messages).where((messages.c.owner == own) & messages.c.digest.in_(keys))
+        self.take_ledger = self.delete_ledger.returning(
+            messages.c.digest, messages.c.label, messages.c.trained_at, messages.c.token_counts
+        )
         self.record = sa.insert(messages)
         self.delete_tokens = sa.delete(tokens).where((tokens.c.owner == own) & tokens.c.token.in_(keys))
         upsert = insert(tokens)
@@ -567,7 +579,9 @@ class Store:
         except self._driver_error as exc:
             # Raised by the raw driver cursors of the hot paths, which
             # SQLAlchemy does not wrap.
-            raise _store_error(DBAPIError(None, None, exc), f"database {self.display_url}") from None
+            wrapped = DBAPIError.instance(None, None, exc, self._driver_error)
+            assert isinstance(wrapped, DBAPIError)
+            raise _store_error(wrapped, f"database {self.display_url}") from None
 
     def totals(self) -> Totals:
         """Shortcut: the aggregates in a read transaction of their own."""
@@ -684,7 +698,7 @@ class StoreTransaction:
         inner = sa.select(tokens.c.token).where(tokens.c.owner.in_(list(owners))).distinct().subquery()
         return int(self.conn.execute(sa.select(sa.func.count()).select_from(inner)).scalar_one())
 
-    def token_counts(self, token_list: Sequence[str], owner: str | None = None) -> IntArray:
+    def token_counts(self, token_list: Sequence[str], owner: str | None = None, *, for_update: bool = False) -> IntArray:
         """Counts of the given tokens, shape (len(token_list), 4), columns
         ham_docs, spam_docs, ham_terms, spam_terms; zeros for unknown tokens
         (of this transaction's owner, or of ``owner``).
@@ -697,7 +711,7 @@ class StoreTransaction:
             if self.raw is not None:
                 found = self.raw.execute(_sqlite_select_tokens(len(chunk)), [own, *chunk]).fetchall()
             elif self.pg is not None:
-                self.pg.execute(_PG_SELECT_TOKENS, (own, chunk))
+                self.pg.execute(_PG_LOCK_TOKENS if for_update else _PG_SELECT_TOKENS, (own, sorted(chunk)))
                 found = self.pg.fetchall()
             else:
                 found = list(self.conn.execute(self.sql.token_counts, {"own": own, "keys": chunk}))
@@ -736,6 +750,17 @@ class StoreTransaction:
             for d, lbl, c in rows
         ]
         self.conn.execute(self.sql.record, values)
+
+    def take_messages(self, digests: Sequence[str]) -> list[TrainedMessage]:
+        """Delete the ledger rows of ``digests`` and return what they held, in
+        one statement per chunk (DELETE ... RETURNING): of two transactions
+        taking the same message, only one gets it."""
+        result: list[TrainedMessage] = []
+        for start in range(0, len(digests), _CHUNK):
+            chunk = list(digests[start : start + _CHUNK])
+            for d, lbl, when, blob in self.conn.execute(self.sql.take_ledger, {"own": self.owner, "keys": chunk}):
+                result.append(TrainedMessage(d, int(lbl), when, unpack_token_counts(blob)))
+        return result
 
     def delete_messages(self, digests: Sequence[str]) -> None:
         """Remove ledger rows."""
@@ -858,39 +883,46 @@ class StoreTransaction:
 
     # -- IMAP state ---------------------------------------------------------
 
+    def _imap_key(self, account: str) -> str:
+        """The ``account`` column of this owner's IMAP state: the account's
+        name, prefixed by the owner's name and a unit separator for a user
+        other than the default (user names are printable, so two users'
+        accounts of the same name never share a key)."""
+        return account if not self.owner else f"{self.owner}\x1f{account}"
+
     def imap_uidvalidity(self, account: str, folder: str) -> int | None:
         """The UIDVALIDITY recorded for the folder, or None if never seen."""
-        row = self.conn.execute(self.sql.imap_validity, {"acct": account, "fold": folder}).first()
+        row = self.conn.execute(self.sql.imap_validity, {"acct": self._imap_key(account), "fold": folder}).first()
         return None if row is None else int(row[0])
 
     def set_imap_uidvalidity(self, account: str, folder: str, uidvalidity: int) -> None:
         """Record a folder's UIDVALIDITY; the UIDs handled under the old one are dropped."""
-        self.conn.execute(self.sql.clear_imap_uids, {"acct": account, "fold": folder})
-        self.conn.execute(self.sql.set_imap_validity, [{"account": account, "folder": folder, "uidvalidity": uidvalidity}])
+        self.conn.execute(self.sql.clear_imap_uids, {"acct": self._imap_key(account), "fold": folder})
+        self.conn.execute(self.sql.set_imap_validity, [{"account": self._imap_key(account), "folder": folder, "uidvalidity": uidvalidity}])
 
     def imap_uids(self, account: str, folder: str) -> dict[int, tuple[str, int | None]]:
         """UID -> (digest, keywords) of the folder's messages already handled;
         keywords is what ``set_imap_keywords`` last recorded, or None."""
-        rows = self.conn.execute(self.sql.imap_uids, {"acct": account, "fold": folder})
+        rows = self.conn.execute(self.sql.imap_uids, {"acct": self._imap_key(account), "fold": folder})
         return {int(uid): (str(d), None if k is None else int(k)) for uid, d, k in rows}
 
     def set_imap_keywords(self, account: str, folder: str, rows: Sequence[tuple[int, int]]) -> None:
         """Record (uid, keywords) of handled messages (keywords: a bit set the caller defines)."""
         if rows:
-            params = [{"acct": account, "fold": folder, "u": uid, "k": k} for uid, k in rows]
+            params = [{"acct": self._imap_key(account), "fold": folder, "u": uid, "k": k} for uid, k in rows]
             self.conn.execute(self.sql.set_imap_keywords, params)
 
     def add_imap_uids(self, account: str, folder: str, rows: Sequence[tuple[int, str]]) -> None:
         """Mark (uid, digest) pairs of the folder as handled."""
         if rows:
-            values = [{"account": account, "folder": folder, "uid": uid, "digest": d} for uid, d in rows]
+            values = [{"account": self._imap_key(account), "folder": folder, "uid": uid, "digest": d} for uid, d in rows]
             self.conn.execute(self.sql.add_imap_uids, values)
 
     def delete_imap_uids(self, account: str, folder: str, uids: Sequence[int]) -> None:
         """Forget UIDs that are no longer in the folder."""
         uids = list(uids)
         for start in range(0, len(uids), _CHUNK):
-            params = {"acct": account, "fold": folder, "keys": uids[start : start + _CHUNK]}
+            params = {"acct": self._imap_key(account), "fold": folder, "keys": uids[start : start + _CHUNK]}
             self.conn.execute(self.sql.delete_imap_uids, params)
 
     def imap_records(self, account: str, digests: Sequence[str]) -> dict[str, ImapRecord]:
@@ -898,14 +930,14 @@ class StoreTransaction:
         result: dict[str, ImapRecord] = {}
         digests = list(digests)
         for start in range(0, len(digests), _CHUNK):
-            params = {"acct": account, "keys": digests[start : start + _CHUNK]}
+            params = {"acct": self._imap_key(account), "keys": digests[start : start + _CHUNK]}
             for row in self.conn.execute(self.sql.imap_records, params).mappings():
                 result[row["digest"]] = _imap_record(row)
         return result
 
     def imap_pending(self, account: str, source: str) -> list[ImapRecord]:
         """The records of moves out of ``source`` not yet seen to be done."""
-        return [_imap_record(row) for row in self.conn.execute(self.sql.imap_pending, {"acct": account, "src": source}).mappings()]
+        return [_imap_record(row) for row in self.conn.execute(self.sql.imap_pending, {"acct": self._imap_key(account), "src": source}).mappings()]
 
     def put_imap_records(self, account: str, records: Sequence[ImapRecord]) -> None:
         """Insert or replace records."""
@@ -914,7 +946,7 @@ class StoreTransaction:
         now = datetime.now(timezone.utc)
         values = [
             {
-                "account": account, "digest": r.digest, "label": r.label, "origin": r.origin,
+                "account": self._imap_key(account), "digest": r.digest, "label": r.label, "origin": r.origin,
                 "folder": r.folder, "pending": r.pending, "log_odds": r.log_odds, "updated_at": now,
                 "source": r.source or None,
             }
@@ -1035,8 +1067,10 @@ class StoreTransaction:
         if not (delta < 0).any() or not self.untracked().any():
             self.add_counts(token_list, delta, class_delta)
             return
-        # On SQLite add_counts serves its read of the old counts from this one.
-        old = self.token_counts(token_list)
+        # On SQLite add_counts serves its read of the old counts from this one;
+        # on PostgreSQL the rows are locked, so the clipping works on the
+        # counts it then changes.
+        old = self.token_counts(token_list, for_update=True)
         effective = delta.copy()
         saved = np.zeros((3, 2), dtype=np.int64)
         for label in (0, 1):
@@ -1066,6 +1100,11 @@ class StoreTransaction:
         the sums over the tokens that are left; the messages counts do not
         change. ``untracked`` records what was taken.
         """
+        if self.conn.dialect.name == "postgresql" and not dry_run:
+            # The count, the histogram buckets and the delete below are three
+            # statements: keep writers out until the transaction ends, so all
+            # three see the same tokens (SQLite's BEGIN IMMEDIATE does this).
+            self.conn.execute(sa.text("LOCK TABLE tokens IN SHARE ROW EXCLUSIVE MODE"))
         condition = (tokens.c.owner == self.owner) & ((tokens.c.ham_docs + tokens.c.spam_docs) < min_count)
         if last_seen_by is not None:
             condition = condition & (tokens.c.last_seen.is_(None) | (tokens.c.last_seen <= last_seen_by))

@@ -106,7 +106,7 @@ def test_check_passes_on_a_trained_store(trained_url: str) -> None:
         report = f.check()
     assert report.ok
     assert set(statuses(report).values()) == {"ok"}
-    assert len(report.items) == 8
+    assert len(report.items) == 9
 
 
 A_SPAM_TOKEN = "(SELECT token FROM tokens WHERE spam_docs > 0 ORDER BY token LIMIT 1)"
@@ -138,8 +138,12 @@ A_HAM_ONLY_TOKEN = "(SELECT token FROM tokens WHERE ham_docs > 0 AND spam_docs =
             {"every stored token is in a message", LEDGER_CHECK},
         ),
         (f"DELETE FROM tokens WHERE token = {A_SPAM_TOKEN}", {"class totals (terms, binary_terms) = sums over the tokens", LEDGER_CHECK}),
+        (
+            f"UPDATE tokens SET ham_docs = 100000, ham_terms = 100000 WHERE token = {A_HAM_ONLY_TOKEN}",
+            {"no token is in more messages than its class has", LEDGER_CHECK},
+        ),
     ],
-    ids=["class-terms", "class-messages", "token-count", "histogram", "negative", "token-in-no-message", "token-deleted"],
+    ids=["class-terms", "class-messages", "token-count", "histogram", "negative", "token-in-no-message", "token-deleted", "beyond-class"],
 )
 def test_check_reports_each_kind_of_corruption(trained_url: str, corruption: str, expected: set[str], runner: CliRunner) -> None:
     with Filter.open(Config(), trained_url) as f:

@@ -161,3 +161,47 @@ def test_top_words_and_explain_describe_the_model_that_classifies(tmp_path: Path
     with Filter.open(Config(), "sqlite://") as union:
         union.train(labelled(mail["shared"] + mail["alice"], mail["spam"]))
         assert merged_words == union.top_words(10, min_count=3)
+
+
+def test_taking_one_ledger_row_from_two_transactions_at_once(any_db_url: str, mail: dict[str, list[MailItem]]) -> None:
+    """Of two writers forgetting (or relabelling) the same message at once,
+    only one gets its ledger row, so its counts are subtracted once."""
+    import threading
+    import time
+
+    from spamfilter.store import Store
+
+    with Filter.open(Config(), any_db_url) as f:
+        f.train(labelled(mail["alice"], mail["spam"]))
+    digest = mail["alice"][0].digest
+    got: dict[str, int] = {}
+
+    def take(name: str, hold: float) -> None:
+        with Store.open(any_db_url) as store, store.begin() as tx:
+            got[name] = len(tx.take_messages([digest]))
+            time.sleep(hold)
+
+    first = threading.Thread(target=take, args=("first", 0.5))
+    first.start()
+    time.sleep(0.2)  # the first holds the row (or SQLite's write lock)
+    take("second", 0.0)
+    first.join()
+    assert got == {"first": 1, "second": 0}
+
+
+def test_imap_state_is_kept_per_user(any_db_url: str) -> None:
+    from spamfilter.store import ImapRecord, Store
+
+    with Store.open(any_db_url, owner="ann") as ann, Store.open(any_db_url, owner="bo") as bo:
+        with ann.begin() as tx:
+            tx.set_imap_uidvalidity("mail", "INBOX", 7)
+            tx.add_imap_uids("mail", "INBOX", [(1, "d1")])
+            tx.put_imap_records("mail", [ImapRecord("d1", 1, "filter", "Junk")])
+        with bo.begin() as tx:
+            assert tx.imap_uidvalidity("mail", "INBOX") is None
+            assert tx.imap_uids("mail", "INBOX") == {}
+            assert tx.imap_records("mail", ["d1"]) == {}
+            tx.set_imap_uidvalidity("mail", "INBOX", 9)
+        with ann.begin(write=False) as tx:
+            assert tx.imap_uidvalidity("mail", "INBOX") == 7
+            assert tx.imap_uids("mail", "INBOX") == {1: ("d1", None)}

@@ -77,6 +77,10 @@ def upgrade() -> None:
     # Where a pending IMAP move started, so the run that finds the message
     # still there can finish it (and one that does not can close it).
     op.add_column("imap_messages", sa.Column("source", sa.Text(), nullable=True))
+    # A move left pending by an older run has no source to finish it from:
+    # close it (the message is in one of the two folders, and the next run
+    # takes it as it finds it).
+    op.execute(sa.text("UPDATE imap_messages SET pending = :no WHERE source IS NULL").bindparams(no=False))
     op.create_table(
         "untracked_totals",
         sa.Column("owner", sa.Text(), primary_key=True),
