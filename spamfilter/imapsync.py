@@ -58,7 +58,10 @@ _LABELS = {"ham": model.HAM, "spam": model.SPAM, "unsure": model.UNSURE}
 class Event:
     """One thing a run did (or, in a dry run, would do) to one message.
 
-    kind: "classified", "moved", "flagged", "trained", "refused" or "created".
+    kind: "classified", "moved", "flagged", "trained", "refused" or
+    "created" for what was done to a message or folder; "scanned" (detail:
+    how many new messages the folder has) and "fetched" (detail: how many
+    came in one chunk) for progress.
     """
 
     kind: str
@@ -169,8 +172,10 @@ class ImapRun:
         handled = {u: d for u, d in handled.items() if u in present}
         self._finish_pending(session, folder, handled)
         new = [u for u in uids if u not in handled]
+        self._event("scanned", folder, 0, str(len(new)))
         for chunk in session.fetch(new, chunk_size=self.account.chunk_size, chunk_bytes=self.account.chunk_bytes):
             self.summary.seen += len(chunk)
+            self._event("fetched", folder, 0, str(len(chunk)))
             yield chunk
 
     def _finish_pending(self, session: ImapSession, folder: str, handled: dict[int, str]) -> None:

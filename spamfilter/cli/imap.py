@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from spamfilter.cli import app, exitcodes, state
 from spamfilter.cli._common import TableOrJson, open_filter
@@ -19,30 +20,48 @@ app.add_typer(imap_app, name="imap")
 
 
 class _Display:
-    """Prints events (always in a dry run, else with --verbose) and keeps a
-    live count on a terminal's stderr."""
+    """Prints events (always in a dry run, else with --verbose) and, on a
+    terminal, shows a progress bar per folder with the counts so far."""
+
+    _PROGRESS = ("scanned", "fetched")
 
     def __init__(self, verbose: bool, dry_run: bool) -> None:
         self.verbose = verbose or dry_run
-        self.console = Console(stderr=True)
-        self.status = None
+        console = Console(stderr=True)
         self.counts: dict[str, int] = {}
-        if self.console.is_terminal:
-            self.status = self.console.status("connecting")
-            self.status.start()
+        self.bar: Progress | None = None
+        self.tasks: dict[str, TaskID] = {}
+        if console.is_terminal:
+            self.bar = Progress(
+                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[counts]}"),
+                TimeElapsedColumn(), console=console, transient=True,
+            )
+            self.bar.start()
 
     def __call__(self, event: Event) -> None:
-        self.counts[event.kind] = self.counts.get(event.kind, 0) + 1
-        if self.verbose:
-            prefix = "would be " if event.dry_run and event.kind not in ("classified",) else ""
-            uid = f" uid {event.uid}" if event.uid else ""
-            typer.echo(f"{event.folder}{uid}: {prefix}{event.kind} {event.detail}")
-        if self.status is not None:
-            self.status.update(", ".join(f"{n} {kind}" for kind, n in sorted(self.counts.items())))
+        if event.kind not in self._PROGRESS:
+            self.counts[event.kind] = self.counts.get(event.kind, 0) + 1
+            if self.verbose:
+                prefix = "would be " if event.dry_run and event.kind not in ("classified",) else ""
+                uid = f" uid {event.uid}" if event.uid else ""
+                typer.echo(f"{event.folder}{uid}: {prefix}{event.kind} {event.detail}")
+        if self.bar is None:
+            return
+        if event.kind == "scanned":
+            task = self.tasks.get(event.folder)
+            if task is None:
+                self.tasks[event.folder] = self.bar.add_task(event.folder, total=int(event.detail), counts="")
+            else:
+                self.bar.update(task, total=int(event.detail), completed=0)
+        elif event.kind == "fetched" and event.folder in self.tasks:
+            self.bar.advance(self.tasks[event.folder], int(event.detail))
+        counts = ", ".join(f"{n} {kind}" for kind, n in sorted(self.counts.items()))
+        for task in self.tasks.values():
+            self.bar.update(task, counts=counts)
 
     def stop(self) -> None:
-        if self.status is not None:
-            self.status.stop()
+        if self.bar is not None:
+            self.bar.stop()
 
 
 def _render(summary: RunSummary, account: str, fmt: TableOrJson, dry_run: bool) -> None:
