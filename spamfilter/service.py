@@ -528,21 +528,35 @@ class Filter:
         Raises ``NotTrainedError`` without a trained spam and ham.
         """
         m = self.config.model
+        n = max(n, 0)
+        best_tokens: list[str] = []
+        best_rows = np.zeros((0, 4), dtype=np.int64)
+        best_scores = np.zeros(0)
         with self.store.begin(write=False) as reader:
             totals, owners = self._model_of(reader)
-            tokens, rows = reader.frequent_tokens(min_count, occurrences=m.event_model == "multinomial", owners=owners)
-        stats = model.ClassStats(totals.messages, totals.terms, totals.binary_terms, totals.vocabulary_size, totals.histogram)
-        model.log_prior(stats)
-        counts = model.TokenCounts(doc_count=rows[:, 0:2].T.copy(), term_count=rows[:, 2:4].T.copy())
-        log_theta = model.token_log_likelihood(m.event_model, counts, stats, m.alpha)
-        score = log_theta[model.SPAM] - log_theta[model.HAM]
-        if not spam:
-            score = -score
+            stats = model.ClassStats(totals.messages, totals.terms, totals.binary_terms, totals.vocabulary_size, totals.histogram)
+            model.log_prior(stats)  # NotTrainedError without both classes
+            # The vocabulary streams by in token order, a chunk at a time;
+            # only the best n so far are kept, so memory stays small.
+            chunks = reader.iter_frequent_tokens(min_count, occurrences=m.event_model == "multinomial", owners=owners)
+            for token_list, rows in chunks:
+                counts = model.TokenCounts(doc_count=rows[:, 0:2].T.copy(), term_count=rows[:, 2:4].T.copy())
+                log_theta = model.token_log_likelihood(m.event_model, counts, stats, m.alpha)
+                score = log_theta[model.SPAM] - log_theta[model.HAM]
+                tokens_now = best_tokens + token_list
+                rows_now = np.concatenate([best_rows, rows])
+                scores_now = np.concatenate([best_scores, score if spam else -score])
+                # The kept ones precede the chunk in token order, so the
+                # stable sort breaks ties by token.
+                keep = np.argsort(-scores_now, kind="stable")[:n]
+                keep.sort()  # back to token order for the next round
+                best_tokens = [tokens_now[j] for j in keep.tolist()]
+                best_rows, best_scores = rows_now[keep], scores_now[keep]
+        counts = model.TokenCounts(doc_count=best_rows[:, 0:2].T.copy(), term_count=best_rows[:, 2:4].T.copy())
         shown = self._shown_counts(counts)
-        # tokens come sorted, so the stable sort breaks ties by token
-        order = np.argsort(-score, kind="stable")[: max(n, 0)]
+        order = np.argsort(-best_scores, kind="stable")
         return [
-            WordScore(tokens[j], int(shown[model.SPAM, j]), int(shown[model.HAM, j]), float(score[j]))
+            WordScore(best_tokens[j], int(shown[model.SPAM, j]), int(shown[model.HAM, j]), float(best_scores[j]))
             for j in order.tolist()
         ]
 

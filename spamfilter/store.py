@@ -964,6 +964,14 @@ class StoreTransaction:
         spam_terms, sorted by token (code points). The total is of messages
         containing the token, or with ``occurrences`` of its occurrences.
         ``owners``: the models whose counts are added (default: this owner's)."""
+        found: list[str] = []
+        parts: list[IntArray] = [np.zeros((0, 4), dtype=np.int64)]
+        for token_list, counts in self.iter_frequent_tokens(min_count, occurrences=occurrences, owners=owners):
+            found.extend(token_list)
+            parts.append(counts)
+        return found, np.concatenate(parts)
+
+    def _frequent_query(self, min_count: int, occurrences: bool, owners: Sequence[str] | None) -> sa.Select[tuple[object, ...]]:
         sums = [sa.func.sum(tokens.c[name]).label(name) for name in COUNT_COLUMNS]
         if occurrences:
             total = sa.func.sum(tokens.c.ham_terms + tokens.c.spam_terms)
@@ -972,19 +980,25 @@ class StoreTransaction:
         column: sa.ColumnElement[str] = tokens.c.token
         if self.conn.dialect.name == "postgresql":
             column = tokens.c.token.collate("C")
-        query = (
+        return (
             sa.select(tokens.c.token, *sums)
             .where(tokens.c.owner.in_(list(owners) if owners is not None else [self.owner]))
             .group_by(tokens.c.token)
             .having(total >= min_count)
             .order_by(column)
         )
-        found: list[str] = []
-        rows: list[tuple[int, int, int, int]] = []
-        for token, *counts in self.conn.execute(query):
-            found.append(token)
-            rows.append((int(counts[0]), int(counts[1]), int(counts[2]), int(counts[3])))
-        return found, np.array(rows, dtype=np.int64).reshape(-1, 4)
+
+    def iter_frequent_tokens(
+        self, min_count: int, *, occurrences: bool = False, owners: Sequence[str] | None = None, chunk: int = 20000
+    ) -> Iterator[tuple[list[str], IntArray]]:
+        """``frequent_tokens`` a chunk at a time (a server-side cursor on
+        PostgreSQL), so memory does not grow with the vocabulary."""
+        yield from self._chunks(self._frequent_query(min_count, occurrences, owners), chunk)
+
+    def _chunks(self, query: sa.Select[tuple[object, ...]], chunk: int) -> Iterator[tuple[list[str], IntArray]]:
+        result = self.conn.execute(query, execution_options={"stream_results": True, "yield_per": chunk})
+        for part in result.partitions(chunk):
+            yield [str(row[0]) for row in part], np.array([row[1:5] for row in part], dtype=np.int64).reshape(-1, 4)
 
     def trained_per_day(self) -> list[tuple[date, int, int]]:
         """(day, label, messages) rows from the ledger: how many of the

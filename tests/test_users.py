@@ -205,3 +205,29 @@ def test_imap_state_is_kept_per_user(any_db_url: str) -> None:
         with ann.begin(write=False) as tx:
             assert tx.imap_uidvalidity("mail", "INBOX") == 7
             assert tx.imap_uids("mail", "INBOX") == {1: ("d1", None)}
+
+
+@pytest.mark.parametrize("event_model", ["multinomial-binary", "multinomial", "bernoulli"])
+def test_top_words_streams_the_vocabulary_and_keeps_the_exact_order(tmp_path: Path, mail: dict[str, list[MailItem]], event_model: str) -> None:
+    """top-words keeps only the best n while the vocabulary streams by in
+    chunks of 20,000: the result equals ranking the whole vocabulary at once."""
+    import numpy as np
+
+    from spamfilter import model
+
+    config = replace(Config(), model=replace(Config().model, event_model=event_model))  # type: ignore[arg-type]
+    with Filter.open(config, f"sqlite:///{tmp_path / 'words.db'}") as f:
+        f.train(labelled(mail["shared"] + mail["alice"], mail["spam"]))
+        with f.store.begin(write=False) as tx:
+            totals = tx.totals()
+            tokens, rows = tx.frequent_tokens(1, occurrences=event_model == "multinomial")
+        assert len(tokens) > 20000  # more than one chunk
+        stats = model.ClassStats(totals.messages, totals.terms, totals.binary_terms, totals.vocabulary_size, totals.histogram)
+        counts = model.TokenCounts(doc_count=rows[:, 0:2].T.copy(), term_count=rows[:, 2:4].T.copy())
+        theta = model.token_log_likelihood(event_model, counts, stats, config.model.alpha)
+        for spam in (True, False):
+            score = (theta[1] - theta[0]) * (1 if spam else -1)
+            order = np.argsort(-score, kind="stable")[:50]
+            expected = [(tokens[j], float(score[j])) for j in order.tolist()]
+            got = [(w.token, w.score) for w in f.top_words(50, spam=spam, min_count=1)]
+            assert got == expected
