@@ -272,6 +272,10 @@ def _summary(d: ReportData) -> str:
         ),
         ("database", s.database),
     ]
+    if s.user:
+        # The counts above are the user's own; the top words below are of
+        # the model that classifies the user's mail (see store.shared_model).
+        facts.insert(0, ("user", s.user))
     fact_rows = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in facts)
     fact_rows += f"<tr><th>size</th><td>{size}</td></tr>"
     return (

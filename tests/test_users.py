@@ -231,3 +231,20 @@ def test_top_words_streams_the_vocabulary_and_keeps_the_exact_order(tmp_path: Pa
             expected = [(tokens[j], float(score[j])) for j in order.tolist()]
             got = [(w.token, w.score) for w in f.top_words(50, spam=spam, min_count=1)]
             assert got == expected
+
+
+def test_the_report_names_the_user(tmp_path: Path, mail: dict[str, list[MailItem]]) -> None:
+    spam_dir = tmp_path / "spam"
+    ham_dir = tmp_path / "ham"
+    spam_dir.mkdir()
+    ham_dir.mkdir()
+    for i, (is_spam, m) in enumerate(labelled(mail["alice"], mail["spam"])):
+        ((spam_dir if is_spam else ham_dir) / f"{i}.eml").write_bytes(m.raw)
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    runner = CliRunner()
+    assert runner.invoke(app, ["--db", db, "--user", "ivy<b>", "train", "--spam", str(spam_dir), "--ham", str(ham_dir)]).exit_code == 0
+    out = tmp_path / "r.html"
+    result = runner.invoke(app, ["--db", db, "--user", "ivy<b>", "report", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    html = out.read_text()
+    assert "<th>user</th><td>ivy&lt;b&gt;</td>" in html
