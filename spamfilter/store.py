@@ -85,15 +85,19 @@ tokens = sa.Table(
     sqlite_with_rowid=False,
 )
 
-class_totals = sa.Table(
-    "class_totals",
-    metadata,
-    sa.Column("owner", sa.Text(), primary_key=True),
-    sa.Column("label", sa.SmallInteger(), primary_key=True, autoincrement=False),
-    sa.Column("messages", sa.BigInteger(), nullable=False, server_default="0"),
-    sa.Column("terms", sa.BigInteger(), nullable=False, server_default="0"),
-    sa.Column("binary_terms", sa.BigInteger(), nullable=False, server_default="0"),
-)
+def _class_total_columns() -> list[sa.Column[object]]:
+    """(owner, label) -> messages, terms, binary_terms: the class totals and
+    the untracked totals have the same shape."""
+    return [
+        sa.Column("owner", sa.Text(), primary_key=True),
+        sa.Column("label", sa.SmallInteger(), primary_key=True, autoincrement=False),
+        sa.Column("messages", sa.BigInteger(), nullable=False, server_default="0"),
+        sa.Column("terms", sa.BigInteger(), nullable=False, server_default="0"),
+        sa.Column("binary_terms", sa.BigInteger(), nullable=False, server_default="0"),
+    ]
+
+
+class_totals = sa.Table("class_totals", metadata, *_class_total_columns())
 
 doc_histogram = sa.Table(
     "doc_histogram",
@@ -114,15 +118,7 @@ messages = sa.Table(
     sa.Column("token_counts", sa.LargeBinary(), nullable=False),
 )
 
-untracked_totals = sa.Table(
-    "untracked_totals",
-    metadata,
-    sa.Column("owner", sa.Text(), primary_key=True),
-    sa.Column("label", sa.SmallInteger(), primary_key=True, autoincrement=False),
-    sa.Column("messages", sa.BigInteger(), nullable=False, server_default="0"),
-    sa.Column("terms", sa.BigInteger(), nullable=False, server_default="0"),
-    sa.Column("binary_terms", sa.BigInteger(), nullable=False, server_default="0"),
-)
+untracked_totals = sa.Table("untracked_totals", metadata, *_class_total_columns())
 
 imap_folders = sa.Table(
     "imap_folders",
@@ -388,12 +384,10 @@ class _Statements:
         )
         self.token_counts = sa.select(tokens.c.token, *counts).where((tokens.c.owner == own) & tokens.c.token.in_(keys))
         self.labels = sa.select(messages.c.digest, messages.c.label).where((messages.c.owner == own) & messages.c.digest.in_(keys))
-        self.ledger = sa.select(messages.c.digest, messages.c.label, messages.c.trained_at, messages.c.token_counts).where(
-            (messages.c.owner == own) & messages.c.digest.in_(keys)
-        )
-        self.delete_ledger = sa.delete(messages).where((messages.c.owner == own) & messages.c.digest.in_(keys))
-        self.take_ledger = self.delete_ledger.returning(
-            messages.c.digest, messages.c.label, messages.c.trained_at, messages.c.token_counts
+        self.take_ledger = (
+            sa.delete(messages)
+            .where((messages.c.owner == own) & messages.c.digest.in_(keys))
+            .returning(messages.c.digest, messages.c.label, messages.c.trained_at, messages.c.token_counts)
         )
         self.record = sa.insert(messages)
         self.delete_tokens = sa.delete(tokens).where((tokens.c.owner == own) & tokens.c.token.in_(keys))
@@ -711,7 +705,7 @@ class StoreTransaction:
             if self.raw is not None:
                 found = self.raw.execute(_sqlite_select_tokens(len(chunk)), [own, *chunk]).fetchall()
             elif self.pg is not None:
-                self.pg.execute(_PG_LOCK_TOKENS if for_update else _PG_SELECT_TOKENS, (own, sorted(chunk)))
+                self.pg.execute(_PG_LOCK_TOKENS if for_update else _PG_SELECT_TOKENS, (own, chunk))
                 found = self.pg.fetchall()
             else:
                 found = list(self.conn.execute(self.sql.token_counts, {"own": own, "keys": chunk}))
@@ -727,15 +721,6 @@ class StoreTransaction:
         for start in range(0, len(digests), _CHUNK):
             chunk = list(digests[start : start + _CHUNK])
             result.update({d: int(lbl) for d, lbl in self.conn.execute(self.sql.labels, {"own": self.owner, "keys": chunk})})
-        return result
-
-    def trained_messages(self, digests: Sequence[str]) -> list[TrainedMessage]:
-        """Ledger rows, with their token counts, for the digests that have one."""
-        result: list[TrainedMessage] = []
-        for start in range(0, len(digests), _CHUNK):
-            chunk = list(digests[start : start + _CHUNK])
-            for d, lbl, when, blob in self.conn.execute(self.sql.ledger, {"own": self.owner, "keys": chunk}):
-                result.append(TrainedMessage(d, int(lbl), when, unpack_token_counts(blob)))
         return result
 
     # -- writes -------------------------------------------------------------
@@ -761,11 +746,6 @@ class StoreTransaction:
             for d, lbl, when, blob in self.conn.execute(self.sql.take_ledger, {"own": self.owner, "keys": chunk}):
                 result.append(TrainedMessage(d, int(lbl), when, unpack_token_counts(blob)))
         return result
-
-    def delete_messages(self, digests: Sequence[str]) -> None:
-        """Remove ledger rows."""
-        for start in range(0, len(digests), _CHUNK):
-            self.conn.execute(self.sql.delete_ledger, {"own": self.owner, "keys": list(digests[start : start + _CHUNK])})
 
     def add_counts(
         self,
@@ -956,21 +936,6 @@ class StoreTransaction:
 
     # -- insight --------------------------------------------------------------
 
-    def frequent_tokens(
-        self, min_count: int, *, occurrences: bool = False, owners: Sequence[str] | None = None
-    ) -> tuple[list[str], IntArray]:
-        """Tokens whose total count over both classes is at least ``min_count``,
-        and their counts, shape (k, 4), columns ham_docs, spam_docs, ham_terms,
-        spam_terms, sorted by token (code points). The total is of messages
-        containing the token, or with ``occurrences`` of its occurrences.
-        ``owners``: the models whose counts are added (default: this owner's)."""
-        found: list[str] = []
-        parts: list[IntArray] = [np.zeros((0, 4), dtype=np.int64)]
-        for token_list, counts in self.iter_frequent_tokens(min_count, occurrences=occurrences, owners=owners):
-            found.extend(token_list)
-            parts.append(counts)
-        return found, np.concatenate(parts)
-
     def _frequent_query(self, min_count: int, occurrences: bool, owners: Sequence[str] | None) -> sa.Select[tuple[object, ...]]:
         sums = [sa.func.sum(tokens.c[name]).label(name) for name in COUNT_COLUMNS]
         if occurrences:
@@ -991,8 +956,13 @@ class StoreTransaction:
     def iter_frequent_tokens(
         self, min_count: int, *, occurrences: bool = False, owners: Sequence[str] | None = None, chunk: int = 20000
     ) -> Iterator[tuple[list[str], IntArray]]:
-        """``frequent_tokens`` a chunk at a time (a server-side cursor on
-        PostgreSQL), so memory does not grow with the vocabulary."""
+        """Tokens whose total count over both classes is at least ``min_count``,
+        with their counts, shape (k, 4), columns ham_docs, spam_docs,
+        ham_terms, spam_terms, in token (code point) order, ``chunk`` tokens
+        at a time (a server-side cursor on PostgreSQL), so memory does not
+        grow with the vocabulary. The total is of messages containing the
+        token, or with ``occurrences`` of its occurrences. ``owners``: the
+        models whose counts are added (default: this owner's)."""
         yield from self._chunks(self._frequent_query(min_count, occurrences, owners), chunk)
 
     def _chunks(self, query: sa.Select[tuple[object, ...]], chunk: int) -> Iterator[tuple[list[str], IntArray]]:

@@ -39,6 +39,16 @@ def labelled(items: list[MailItem], spam: list[MailItem]) -> list[tuple[bool, Ma
     return [(id(m) in ids, m) for m in items]
 
 
+def write_folders(where: Path, messages: list[tuple[bool, MailItem]]) -> tuple[Path, Path]:
+    """The messages as files in where/spam and where/ham."""
+    spam_dir, ham_dir = where / "spam", where / "ham"
+    spam_dir.mkdir()
+    ham_dir.mkdir()
+    for i, (is_spam, m) in enumerate(messages):
+        ((spam_dir if is_spam else ham_dir) / f"{i}.eml").write_bytes(m.raw)
+    return spam_dir, ham_dir
+
+
 def odds(f: Filter, items: list[MailItem]) -> list[float]:
     out = []
     for v in f.classify(items):
@@ -117,11 +127,7 @@ def test_merge_refuses_the_bernoulli_model() -> None:
 
 
 def test_cli_user_option(tmp_path: Path, mail: dict[str, list[MailItem]]) -> None:
-    spam_dir, ham_dir = tmp_path / "spam", tmp_path / "ham"
-    spam_dir.mkdir()
-    ham_dir.mkdir()
-    for i, (is_spam, m) in enumerate(labelled(mail["alice"], mail["spam"])):
-        ((spam_dir if is_spam else ham_dir) / f"{i}.eml").write_bytes(m.raw)
+    spam_dir, ham_dir = write_folders(tmp_path, labelled(mail["alice"], mail["spam"]))
     db = f"sqlite:///{tmp_path / 'cli.db'}"
     runner = CliRunner()
     result = runner.invoke(app, ["--db", db, "--user", "erin", "train", "--spam", str(spam_dir), "--ham", str(ham_dir)])
@@ -212,6 +218,7 @@ def test_top_words_streams_the_vocabulary_and_keeps_the_exact_order(tmp_path: Pa
     """top-words keeps only the best n while the vocabulary streams by in
     chunks of 20,000: the result equals ranking the whole vocabulary at once."""
     import numpy as np
+    import sqlalchemy as sa
 
     from spamfilter import model
 
@@ -220,7 +227,10 @@ def test_top_words_streams_the_vocabulary_and_keeps_the_exact_order(tmp_path: Pa
         f.train(labelled(mail["shared"] + mail["alice"], mail["spam"]))
         with f.store.begin(write=False) as tx:
             totals = tx.totals()
-            tokens, rows = tx.frequent_tokens(1, occurrences=event_model == "multinomial")
+            # The reference: the whole table at once, in code point order.
+            table = sorted(tx.conn.execute(sa.text("SELECT token, ham_docs, spam_docs, ham_terms, spam_terms FROM tokens WHERE owner = ''")))
+        tokens = [row[0] for row in table]
+        rows = np.array([row[1:] for row in table], dtype=np.int64)
         assert len(tokens) > 20000  # more than one chunk
         stats = model.ClassStats(totals.messages, totals.terms, totals.binary_terms, totals.vocabulary_size, totals.histogram)
         counts = model.TokenCounts(doc_count=rows[:, 0:2].T.copy(), term_count=rows[:, 2:4].T.copy())
@@ -234,12 +244,7 @@ def test_top_words_streams_the_vocabulary_and_keeps_the_exact_order(tmp_path: Pa
 
 
 def test_the_report_names_the_user(tmp_path: Path, mail: dict[str, list[MailItem]]) -> None:
-    spam_dir = tmp_path / "spam"
-    ham_dir = tmp_path / "ham"
-    spam_dir.mkdir()
-    ham_dir.mkdir()
-    for i, (is_spam, m) in enumerate(labelled(mail["alice"], mail["spam"])):
-        ((spam_dir if is_spam else ham_dir) / f"{i}.eml").write_bytes(m.raw)
+    spam_dir, ham_dir = write_folders(tmp_path, labelled(mail["alice"], mail["spam"]))
     db = f"sqlite:///{tmp_path / 'r.db'}"
     runner = CliRunner()
     assert runner.invoke(app, ["--db", db, "--user", "ivy<b>", "train", "--spam", str(spam_dir), "--ham", str(ham_dir)]).exit_code == 0
