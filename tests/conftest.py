@@ -97,3 +97,33 @@ def any_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'spamfilter.db'}"
     return str(request.getfixturevalue("fresh_postgres_url"))
+
+
+# -- the generated sample mail -------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def sample(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The generated sample mail (corpora/make_sample.py), once per session.
+    Read only: tests that change mail copy it first."""
+    import subprocess
+    import sys
+
+    out = tmp_path_factory.mktemp("sample")
+    script = Path(__file__).resolve().parents[1] / "corpora" / "make_sample.py"
+    subprocess.run([sys.executable, str(script), "--out", str(out)], check=True, capture_output=True)
+    return out
+
+
+@pytest.fixture(scope="session")
+def sample_db(sample: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A SQLite database trained on the sample's training mailboxes through
+    the command line, once per session. Read only."""
+    from typer.testing import CliRunner
+
+    from spamfilter.cli import app
+
+    url = f"sqlite:///{tmp_path_factory.mktemp('db') / 'sample.db'}"
+    result = CliRunner().invoke(app, ["--db", url, "train", "--spam", str(sample / "train-spam.mbox"), "--ham", str(sample / "train-ham.mbox")])
+    assert result.exit_code == 0, result.output
+    return url

@@ -16,14 +16,6 @@ from spamfilter.cli import app, exitcodes
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="session")
-def sample(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The generated sample mail (corpora/make_sample.py), once per session."""
-    out = tmp_path_factory.mktemp("sample")
-    subprocess.run([sys.executable, str(REPO / "corpora" / "make_sample.py"), "--out", str(out)], check=True, capture_output=True)
-    return out
-
-
 @pytest.fixture
 def runner() -> CliRunner:
     return CliRunner()

@@ -62,15 +62,6 @@ def small_batches(tmp_path: Path) -> Path:
     return config
 
 
-def _has_schema(url: str) -> bool:
-    engine = sa.create_engine(url)
-    try:
-        with engine.connect() as conn:
-            return bool(sa.inspect(conn).has_table("messages"))
-    finally:
-        engine.dispose()
-
-
 def dump(url: str) -> dict[str, list[tuple[object, ...]]]:
     """The model's tables, without timestamps."""
     engine = sa.create_engine(url)
@@ -189,13 +180,9 @@ def test_killed_training_keeps_whole_batches_and_resumes(backend: str, kills: in
             proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=60)
         if backend == "sqlite":
-            if not killed_path.exists():
-                continue
             # The database opens and passes SQLite's own check.
             with sqlite3.connect(killed_path) as conn:
                 assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
-        if not _has_schema(killed):
-            continue
         # Its counts are exactly the sums of the messages in its ledger.
         trained_after_kill.append(assert_consistent(killed))
         # Start again from nothing once a run got through, so the kills keep

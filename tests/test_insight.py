@@ -29,8 +29,6 @@ import io
 import json
 import math
 import struct
-import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -172,17 +170,10 @@ def test_top_words_needs_both_classes() -> None:
 
 
 @pytest.fixture(scope="module")
-def sample_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("sample")
-    subprocess.run([sys.executable, str(REPO / "corpora" / "make_sample.py"), "--out", str(out)], check=True, capture_output=True)
-    return out
-
-
-@pytest.fixture(scope="module")
-def sample_filter(sample_dir: Path) -> Iterator[Filter]:
+def sample_filter(sample: Path) -> Iterator[Filter]:
     with Filter.open(Config(store=StoreConfig(url="sqlite://"))) as f:
-        spam = read_messages([str(sample_dir / "train-spam.mbox")])
-        ham = read_messages([str(sample_dir / "train-ham.mbox")])
+        spam = read_messages([str(sample / "train-spam.mbox")])
+        ham = read_messages([str(sample / "train-ham.mbox")])
         f.train([(True, m) for m in spam] + [(False, m) for m in ham])
         yield f
 
@@ -198,11 +189,11 @@ SETTINGS = [
 @pytest.mark.parametrize("settings", SETTINGS, ids=lambda s: ",".join(f"{k}={v:g}" for k, v in s.items()))
 @pytest.mark.parametrize("event_model", EVENT_MODELS)
 def test_explanation_adds_up_to_the_classifiers_log_odds(
-    sample_filter: Filter, sample_dir: Path, event_model: str, settings: dict[str, float]
+    sample_filter: Filter, sample: Path, event_model: str, settings: dict[str, float]
 ) -> None:
     config = sample_filter.config
     f = Filter(sample_filter.store, replace(config, model=replace(config.model, event_model=event_model, **settings)))  # type: ignore[arg-type]
-    items = list(read_messages([str(sample_dir / "inbox.mbox")])) + list(read_messages([str(sample_dir / "train-spam.mbox")]))[:5]
+    items = list(read_messages([str(sample / "inbox.mbox")])) + list(read_messages([str(sample / "train-spam.mbox")]))[:5]
     items.append(MailItem("novel", b"Subject: zyzzyva quux\n\nfrobnicate the zyzzyva\n"))
     verdicts = list(f.classify(items))
     ignored = 0
@@ -260,16 +251,6 @@ def test_bernoulli_absent_term_by_hand(tiny: Filter) -> None:
 # -- the command line ---------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def trained_db(sample_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
-    url = f"sqlite:///{tmp_path_factory.mktemp('db') / 'insight.db'}"
-    result = CliRunner().invoke(
-        app, ["--db", url, "train", "--spam", str(sample_dir / "train-spam.mbox"), "--ham", str(sample_dir / "train-ham.mbox")]
-    )
-    assert result.exit_code == 0, result.output
-    return url
-
-
 @pytest.fixture
 def runner() -> CliRunner:
     return CliRunner()
@@ -283,8 +264,8 @@ def png_size(data: bytes) -> tuple[int, int]:
     return width, height
 
 
-def test_top_words_jsonl_rows_sorted_by_score(runner: CliRunner, trained_db: str) -> None:
-    result = runner.invoke(app, ["--db", trained_db, "top-words", "--n", "12", "--format", "jsonl"])
+def test_top_words_jsonl_rows_sorted_by_score(runner: CliRunner, sample_db: str) -> None:
+    result = runner.invoke(app, ["--db", sample_db, "top-words", "--n", "12", "--format", "jsonl"])
     assert result.exit_code == 0, result.output
     rows = [json.loads(line) for line in result.stdout.splitlines()]
     assert len(rows) == 12
@@ -292,37 +273,37 @@ def test_top_words_jsonl_rows_sorted_by_score(runner: CliRunner, trained_db: str
     scores = [r["score"] for r in rows]
     assert scores == sorted(scores, reverse=True) and scores[-1] > 0
     assert all(r["spam_count"] + r["ham_count"] >= 5 for r in rows)
-    ham = runner.invoke(app, ["--db", trained_db, "top-words", "--n", "5", "--class", "ham", "--min-count", "10", "--format", "jsonl"])
+    ham = runner.invoke(app, ["--db", sample_db, "top-words", "--n", "5", "--class", "ham", "--min-count", "10", "--format", "jsonl"])
     ham_rows = [json.loads(line) for line in ham.stdout.splitlines()]
     assert len(ham_rows) == 5 and all(r["ham_count"] > r["spam_count"] for r in ham_rows)
     assert all(r["spam_count"] + r["ham_count"] >= 10 for r in ham_rows)
 
 
-def test_top_words_csv_and_table_carry_the_same_rows(runner: CliRunner, trained_db: str) -> None:
-    jsonl = runner.invoke(app, ["--db", trained_db, "top-words", "--n", "7", "--format", "jsonl"]).stdout
+def test_top_words_csv_and_table_carry_the_same_rows(runner: CliRunner, sample_db: str) -> None:
+    jsonl = runner.invoke(app, ["--db", sample_db, "top-words", "--n", "7", "--format", "jsonl"]).stdout
     as_json = [json.loads(line) for line in jsonl.splitlines()]
-    result = runner.invoke(app, ["--db", trained_db, "top-words", "--n", "7", "--format", "csv"])
+    result = runner.invoke(app, ["--db", sample_db, "top-words", "--n", "7", "--format", "csv"])
     assert result.exit_code == 0
     rows = list(csv.reader(io.StringIO(result.stdout)))
     assert rows[0] == ["token", "spam_count", "ham_count", "score"]
     assert [[r[0], int(r[1]), int(r[2]), float(r[3])] for r in rows[1:]] == [list(r.values()) for r in as_json]
-    table = runner.invoke(app, ["--db", trained_db, "top-words", "--n", "7"]).stdout.splitlines()
+    table = runner.invoke(app, ["--db", sample_db, "top-words", "--n", "7"]).stdout.splitlines()
     assert table[0].split() == ["token", "spam_count", "ham_count", "score"]
     assert [line.split()[0] for line in table[1:]] == [r["token"] for r in as_json]
 
 
-def test_top_words_plot_is_a_png_of_the_expected_size(runner: CliRunner, trained_db: str, tmp_path: Path) -> None:
+def test_top_words_plot_is_a_png_of_the_expected_size(runner: CliRunner, sample_db: str, tmp_path: Path) -> None:
     plot = tmp_path / "top.png"
-    result = runner.invoke(app, ["--db", trained_db, "top-words", "--n", "3", "--format", "jsonl", "--plot", str(plot)])
+    result = runner.invoke(app, ["--db", sample_db, "top-words", "--n", "3", "--format", "jsonl", "--plot", str(plot)])
     assert result.exit_code == 0, result.output
     # 1200 wide; 150 + 25 pixels per bar row, 3 rows
     assert png_size(plot.read_bytes()) == (1200, 225)
-    result = runner.invoke(app, ["--db", trained_db, "top-words", "--n", "20", "--plot", str(plot)])
+    result = runner.invoke(app, ["--db", sample_db, "top-words", "--n", "20", "--plot", str(plot)])
     assert png_size(plot.read_bytes()) == (1200, 650)
 
 
-def test_top_words_plot_into_a_missing_folder_is_a_usage_error(runner: CliRunner, trained_db: str, tmp_path: Path) -> None:
-    result = runner.invoke(app, ["--db", trained_db, "top-words", "--plot", str(tmp_path / "no" / "such.png")])
+def test_top_words_plot_into_a_missing_folder_is_a_usage_error(runner: CliRunner, sample_db: str, tmp_path: Path) -> None:
+    result = runner.invoke(app, ["--db", sample_db, "top-words", "--plot", str(tmp_path / "no" / "such.png")])
     assert result.exit_code == exitcodes.USAGE
     assert "Traceback" not in result.output and "cannot write" in result.stderr
 
@@ -332,33 +313,33 @@ def test_top_words_before_training_exits_69(runner: CliRunner, db_url: str) -> N
     assert result.exit_code == exitcodes.NOT_TRAINED
 
 
-def first_inbox_message(sample_dir: Path, tmp_path: Path, n: int = 1) -> Path:
-    item = list(read_messages([str(sample_dir / "inbox.mbox")]))[n - 1]
+def first_inbox_message(sample: Path, tmp_path: Path, n: int = 1) -> Path:
+    item = list(read_messages([str(sample / "inbox.mbox")]))[n - 1]
     path = tmp_path / f"inbox-{n}.eml"
     path.write_bytes(item.raw)
     return path
 
 
 @pytest.mark.parametrize("n", [1, 2])
-def test_explain_json_adds_up_to_what_classify_says(runner: CliRunner, trained_db: str, sample_dir: Path, tmp_path: Path, n: int) -> None:
-    message = first_inbox_message(sample_dir, tmp_path, n)
-    result = runner.invoke(app, ["--db", trained_db, "explain", "--format", "json", str(message)])
+def test_explain_json_adds_up_to_what_classify_says(runner: CliRunner, sample_db: str, sample: Path, tmp_path: Path, n: int) -> None:
+    message = first_inbox_message(sample, tmp_path, n)
+    result = runner.invoke(app, ["--db", sample_db, "explain", "--format", "json", str(message)])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert list(data) == ["verdict", "score", "log_odds", "prior", "tokens"]
     assert all(list(t) == ["token", "contribution", "spam_count", "ham_count"] for t in data["tokens"])
     assert math.isclose(data["prior"] + math.fsum(t["contribution"] for t in data["tokens"]), data["log_odds"], abs_tol=1e-9)
-    classified = json.loads(runner.invoke(app, ["--db", trained_db, "classify", "--format", "jsonl", str(message)]).stdout)
+    classified = json.loads(runner.invoke(app, ["--db", sample_db, "classify", "--format", "jsonl", str(message)]).stdout)
     assert math.isclose(classified["log_odds"], data["log_odds"], abs_tol=1e-9)
     assert classified["verdict"] == data["verdict"]
     # stdin gives the same answer
-    piped = runner.invoke(app, ["--db", trained_db, "explain", "--format", "json", "-"], input=message.read_bytes())
+    piped = runner.invoke(app, ["--db", sample_db, "explain", "--format", "json", "-"], input=message.read_bytes())
     assert json.loads(piped.stdout) == data
 
 
-def test_explain_table_is_plain_text_off_a_terminal(runner: CliRunner, trained_db: str, sample_dir: Path, tmp_path: Path) -> None:
-    message = first_inbox_message(sample_dir, tmp_path)
-    result = runner.invoke(app, ["--db", trained_db, "explain", str(message)])
+def test_explain_table_is_plain_text_off_a_terminal(runner: CliRunner, sample_db: str, sample: Path, tmp_path: Path) -> None:
+    message = first_inbox_message(sample, tmp_path)
+    result = runner.invoke(app, ["--db", sample_db, "explain", str(message)])
     assert result.exit_code == 0
     lines = result.stdout.splitlines()
     assert "\x1b[" not in result.stdout
@@ -369,8 +350,8 @@ def test_explain_table_is_plain_text_off_a_terminal(runner: CliRunner, trained_d
     assert len(contributions) > 20 and sum(c < 0 for c in contributions) > sum(c > 0 for c in contributions)
 
 
-def test_explain_table_colours_the_direction_on_a_terminal(sample_filter: Filter, sample_dir: Path) -> None:
-    item = list(read_messages([str(sample_dir / "inbox.mbox")]))[1]
+def test_explain_table_colours_the_direction_on_a_terminal(sample_filter: Filter, sample: Path) -> None:
+    item = list(read_messages([str(sample / "inbox.mbox")]))[1]
     e = sample_filter.explain(item)
     coloured = explanation_lines(e, colour=True)
     assert e.verdict == "spam"
@@ -384,20 +365,20 @@ def test_hostile_tokens_cannot_reach_the_terminal() -> None:
     assert printable("a\x1b[31mb\u202ec\x00") == "a\\x1b[31mb\\u202ec\\x00"
 
 
-def test_explain_errors_exit_with_documented_codes(runner: CliRunner, trained_db: str, db_url: str, sample_dir: Path, tmp_path: Path) -> None:
+def test_explain_errors_exit_with_documented_codes(runner: CliRunner, sample_db: str, db_url: str, sample: Path, tmp_path: Path) -> None:
     empty = tmp_path / "empty.eml"
     empty.write_bytes(b"")
     cases = [
-        (["--db", trained_db, "explain", str(tmp_path / "missing.eml")], exitcodes.NO_INPUT),
-        (["--db", trained_db, "explain", str(empty)], exitcodes.DATA_ERROR),
-        (["--db", trained_db, "explain", str(sample_dir / "inbox.mbox")], exitcodes.USAGE),
-        (["--db", db_url, "explain", str(first_inbox_message(sample_dir, tmp_path))], exitcodes.NOT_TRAINED),
+        (["--db", sample_db, "explain", str(tmp_path / "missing.eml")], exitcodes.NO_INPUT),
+        (["--db", sample_db, "explain", str(empty)], exitcodes.DATA_ERROR),
+        (["--db", sample_db, "explain", str(sample / "inbox.mbox")], exitcodes.USAGE),
+        (["--db", db_url, "explain", str(first_inbox_message(sample, tmp_path))], exitcodes.NOT_TRAINED),
     ]
     for args, code in cases:
         result = runner.invoke(app, args)
         assert result.exit_code == code, (args, result.output)
         assert result.stderr.startswith("spamfilter: ") and len(result.stderr.splitlines()) == 1, result.stderr
-    result = runner.invoke(app, ["--db", trained_db, "explain"])
+    result = runner.invoke(app, ["--db", sample_db, "explain"])
     assert result.exit_code == exitcodes.USAGE and "Traceback" not in result.output
 
 

@@ -8,7 +8,6 @@ import json
 import os
 import struct
 import subprocess
-import sys
 from datetime import date, datetime, timezone
 from html.parser import HTMLParser
 from pathlib import Path
@@ -25,33 +24,15 @@ from spamfilter.mail import read_messages
 from spamfilter.report import SECTIONS, ReportData, ScoreSample, read_scores, render
 from spamfilter.service import Filter, Stats, TrainedDay, Verdict, WordScore
 
-REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
 
 
 @pytest.fixture(scope="module")
-def sample_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("sample")
-    subprocess.run([sys.executable, str(REPO / "corpora" / "make_sample.py"), "--out", str(out)], check=True, capture_output=True)
-    return out
-
-
-@pytest.fixture(scope="module")
-def trained_db(sample_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
-    url = f"sqlite:///{tmp_path_factory.mktemp('db') / 'report.db'}"
-    result = CliRunner().invoke(
-        app, ["--db", url, "train", "--spam", str(sample_dir / "train-spam.mbox"), "--ham", str(sample_dir / "train-ham.mbox")]
-    )
-    assert result.exit_code == 0, result.output
-    return url
-
-
-@pytest.fixture(scope="module")
-def evaluate_out(trained_db: str, sample_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def evaluate_out(sample_db: str, sample: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An ``evaluate --out`` file for the sample inbox, written by the command's own writer."""
-    truth = dict(line.split("\t") for line in (sample_dir / "inbox-truth.tsv").read_text().splitlines() if line.strip())
-    with Filter.open(Config(), trained_db) as f:
-        verdicts = [v for v in f.classify(read_messages([str(sample_dir / "inbox.mbox")])) if isinstance(v, Verdict)]
+    truth = dict(line.split("\t") for line in (sample / "inbox-truth.tsv").read_text().splitlines() if line.strip())
+    with Filter.open(Config(), sample_db) as f:
+        verdicts = [v for v in f.classify(read_messages([str(sample / "inbox.mbox")])) if isinstance(v, Verdict)]
     path = tmp_path_factory.mktemp("scores") / "scores.tsv"
     write_scores(path, [Scored(v.source, truth[v.source.rsplit(":", 1)[1]] == "spam", v.score, v.log_odds, v.verdict) for v in verdicts])
     return path
@@ -104,9 +85,9 @@ def run_report(args: list[str]) -> tuple[int, str]:
     return result.exit_code, result.stderr if result.exit_code else result.stdout
 
 
-def test_report_with_evaluation_scores_has_every_section_and_chart(trained_db: str, evaluate_out: Path, tmp_path: Path) -> None:
+def test_report_with_evaluation_scores_has_every_section_and_chart(sample_db: str, evaluate_out: Path, tmp_path: Path) -> None:
     out = tmp_path / "report.html"
-    code, text = run_report(["--db", trained_db, "report", "--out", str(out), "--scores", str(evaluate_out)])
+    code, text = run_report(["--db", sample_db, "report", "--out", str(out), "--scores", str(evaluate_out)])
     assert code == 0, text
     assert text.strip() == f"wrote {out}"
     page = Page(out.read_text(encoding="utf-8"))
@@ -120,9 +101,9 @@ def test_report_with_evaluation_scores_has_every_section_and_chart(trained_db: s
     assert "url:scheme:http" in text  # the strongest spam token of the sample
 
 
-def test_report_without_scores_says_so(trained_db: str, tmp_path: Path) -> None:
+def test_report_without_scores_says_so(sample_db: str, tmp_path: Path) -> None:
     out = tmp_path / "report.html"
-    code, _ = run_report(["--db", trained_db, "report", "--out", str(out), "--n", "5"])
+    code, _ = run_report(["--db", sample_db, "report", "--out", str(out), "--n", "5"])
     assert code == 0
     page = Page(out.read_text(encoding="utf-8"))
     text = " ".join(page.text)
@@ -130,12 +111,12 @@ def test_report_without_scores_says_so(trained_db: str, tmp_path: Path) -> None:
     assert page.images() == [(900, 350), (1200, 275)]
 
 
-def test_report_of_classify_jsonl_has_a_histogram_but_no_roc(trained_db: str, sample_dir: Path, tmp_path: Path) -> None:
-    verdicts = CliRunner().invoke(app, ["--db", trained_db, "classify", "--format", "jsonl", str(sample_dir / "inbox.mbox")])
+def test_report_of_classify_jsonl_has_a_histogram_but_no_roc(sample_db: str, sample: Path, tmp_path: Path) -> None:
+    verdicts = CliRunner().invoke(app, ["--db", sample_db, "classify", "--format", "jsonl", str(sample / "inbox.mbox")])
     scores = tmp_path / "verdicts.jsonl"
     scores.write_text(verdicts.stdout)
     out = tmp_path / "report.html"
-    code, _ = run_report(["--db", trained_db, "report", "--out", str(out), "--scores", str(scores)])
+    code, _ = run_report(["--db", sample_db, "report", "--out", str(out), "--scores", str(scores)])
     assert code == 0
     page = Page(out.read_text(encoding="utf-8"))
     assert page.images()[2:] == [(900, 400)]
@@ -175,20 +156,20 @@ def test_read_scores_reads_classify_and_evaluate_outputs(tmp_path: Path) -> None
         "source\tscore\tlog_odds\tverdict\na\t0.5\tnan\tunsure\n",
     ],
 )
-def test_a_file_that_is_not_scores_exits_65_with_one_line(trained_db: str, tmp_path: Path, content: str) -> None:
+def test_a_file_that_is_not_scores_exits_65_with_one_line(sample_db: str, tmp_path: Path, content: str) -> None:
     scores = tmp_path / "bad.txt"
     scores.write_text(content)
-    result = CliRunner().invoke(app, ["--db", trained_db, "report", "--out", str(tmp_path / "r.html"), "--scores", str(scores)])
+    result = CliRunner().invoke(app, ["--db", sample_db, "report", "--out", str(tmp_path / "r.html"), "--scores", str(scores)])
     assert result.exit_code == exitcodes.DATA_ERROR
     assert result.stderr.startswith(f"spamfilter: {scores}") and len(result.stderr.splitlines()) == 1
     assert not (tmp_path / "r.html").exists()
 
 
-def test_report_option_errors_are_usage_errors(trained_db: str, tmp_path: Path) -> None:
+def test_report_option_errors_are_usage_errors(sample_db: str, tmp_path: Path) -> None:
     runner = CliRunner()
-    missing = runner.invoke(app, ["--db", trained_db, "report", "--out", str(tmp_path / "r.html"), "--scores", str(tmp_path / "none")])
+    missing = runner.invoke(app, ["--db", sample_db, "report", "--out", str(tmp_path / "r.html"), "--scores", str(tmp_path / "none")])
     assert missing.exit_code == exitcodes.USAGE
-    unwritable = runner.invoke(app, ["--db", trained_db, "report", "--out", str(tmp_path / "no" / "dir" / "r.html")])
+    unwritable = runner.invoke(app, ["--db", sample_db, "report", "--out", str(tmp_path / "no" / "dir" / "r.html")])
     assert unwritable.exit_code == exitcodes.USAGE and "cannot write" in unwritable.stderr
     assert "Traceback" not in missing.output + unwritable.output
 
@@ -267,9 +248,9 @@ def check_in_browser(chromium: Path, page: Path, tmp_path: Path) -> str:
     return dom.stdout
 
 
-def test_the_report_loads_in_chromium_without_console_errors(chromium: Path, trained_db: str, evaluate_out: Path, tmp_path: Path) -> None:
+def test_the_report_loads_in_chromium_without_console_errors(chromium: Path, sample_db: str, evaluate_out: Path, tmp_path: Path) -> None:
     out = tmp_path / "report.html"
-    code, text = run_report(["--db", trained_db, "report", "--out", str(out), "--scores", str(evaluate_out)])
+    code, text = run_report(["--db", sample_db, "report", "--out", str(out), "--scores", str(evaluate_out)])
     assert code == 0, text
     dom = check_in_browser(chromium, out, tmp_path)
     assert 'data-ready="1"' in dom  # its script ran: the CSP hash matched
