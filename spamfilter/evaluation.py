@@ -19,6 +19,7 @@ from scipy.stats import rankdata
 
 from spamfilter import model as nb
 from spamfilter.config import Config
+from spamfilter.counts import ClassCounts
 from spamfilter.errors import EvaluationError, MailParseError
 from spamfilter.mail import MailItem, parse_message
 from spamfilter.service import Filter, Verdict
@@ -439,10 +440,12 @@ def tune_settings(
     for c in (0, 1):
         k, n = np.unique(doc_count[c], return_counts=True)
         histogram.append(np.stack([k, n], axis=1).astype(np.int64))
-    stats = nb.ClassStats(
-        messages=np.array([int((~train_y).sum()), int(train_y.sum())], dtype=np.int64),
-        terms=term_count.sum(axis=1),
-        binary_terms=doc_count.sum(axis=1),
+    stats = nb.Totals(
+        ClassCounts(
+            messages=np.array([int((~train_y).sum()), int(train_y.sum())], dtype=np.int64),
+            terms=term_count.sum(axis=1),
+            binary_terms=doc_count.sum(axis=1),
+        ),
         vocabulary_size=len(vocabulary),
         histogram=(histogram[0], histogram[1]),
     )

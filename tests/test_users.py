@@ -232,9 +232,8 @@ def test_top_words_streams_the_vocabulary_and_keeps_the_exact_order(tmp_path: Pa
         tokens = [row[0] for row in table]
         rows = np.array([row[1:] for row in table], dtype=np.int64)
         assert len(tokens) > 20000  # more than one chunk
-        stats = model.ClassStats(totals.messages, totals.terms, totals.binary_terms, totals.vocabulary_size, totals.histogram)
         counts = model.TokenCounts(doc_count=rows[:, 0:2].T.copy(), term_count=rows[:, 2:4].T.copy())
-        theta = model.token_log_likelihood(event_model, counts, stats, config.model.alpha)
+        theta = model.token_log_likelihood(event_model, counts, totals, config.model.alpha)
         for spam in (True, False):
             score = (theta[1] - theta[0]) * (1 if spam else -1)
             order = np.argsort(-score, kind="stable")[:50]

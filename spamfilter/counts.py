@@ -1,0 +1,181 @@
+"""The counts that cross from the store to the model: one shape, named fields.
+
+Only raw integer counts are ever stored; everything the model estimates is
+derived from these values when it scores. Every per-class array has the class
+on its first axis, indexed by ``Label`` (``HAM = 0``, ``SPAM = 1``).
+
+    TokenCounts   per token j of a list of m tokens, each (2, m):
+                  doc_count[c, j]  = D[c,j], class-c messages containing j
+                  term_count[c, j] = N[c,j], occurrences of j in class c
+    ClassCounts   per class, each (2,):
+                  messages     = D[c], trained messages
+                  terms        = N[c], token occurrences (sum_j N[c,j])
+                  binary_terms = distinct tokens summed over messages (sum_j D[c,j])
+    Totals        a model's ClassCounts, its vocabulary size V and the
+                  per-class histogram H[c,k] of how many tokens occur in
+                  exactly k class-c messages (for the exact Bernoulli
+                  absent-token sum, see ``spamfilter.model``)
+
+Deltas (what a training step adds, negative to untrain) have the same types.
+This module is the base layer under both ``store`` and ``model``: it imports
+nothing from the package.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+import numpy as np
+import numpy.typing as npt
+
+IntArray = npt.NDArray[np.int64]
+
+
+class Label(IntEnum):
+    """A message's class; its value indexes the first axis of every count array."""
+
+    HAM = 0
+    SPAM = 1
+
+    @classmethod
+    def of(cls, is_spam: bool) -> Label:
+        return cls.SPAM if is_spam else cls.HAM
+
+
+HAM = Label.HAM
+SPAM = Label.SPAM
+
+
+def _pair(values: npt.ArrayLike | None = None) -> IntArray:
+    array = np.zeros(2, dtype=np.int64) if values is None else np.asarray(values, dtype=np.int64)
+    if array.shape != (2,):
+        raise ValueError(f"a per-class count needs shape (2,), not {array.shape}")
+    return array
+
+
+@dataclass(frozen=True, slots=True)
+class ClassCounts:
+    """Per-class totals (or their change), each field shape (2,): messages,
+    terms (token occurrences) and binary_terms (distinct tokens per message,
+    summed)."""
+
+    messages: IntArray
+    terms: IntArray
+    binary_terms: IntArray
+
+    @classmethod
+    def zeros(cls) -> ClassCounts:
+        return cls(_pair(), _pair(), _pair())
+
+    @classmethod
+    def of_message(cls, label: Label, counts: dict[str, int], sign: int = 1) -> ClassCounts:
+        """What training (sign +1) or untraining (-1) one message adds."""
+        out = cls.zeros()
+        out.messages[label] = sign
+        out.terms[label] = sign * sum(counts.values())
+        out.binary_terms[label] = sign * len(counts)
+        return out
+
+    def __add__(self, other: ClassCounts) -> ClassCounts:
+        return ClassCounts(self.messages + other.messages, self.terms + other.terms, self.binary_terms + other.binary_terms)
+
+    def __sub__(self, other: ClassCounts) -> ClassCounts:
+        return ClassCounts(self.messages - other.messages, self.terms - other.terms, self.binary_terms - other.binary_terms)
+
+    def __neg__(self) -> ClassCounts:
+        return ClassCounts(-self.messages, -self.terms, -self.binary_terms)
+
+    @classmethod
+    def from_table(cls, table: npt.ArrayLike) -> ClassCounts:
+        """From a (3, 2) table with rows messages, terms, binary_terms."""
+        rows = np.asarray(table, dtype=np.int64)
+        if rows.shape != (3, 2):
+            raise ValueError(f"a class-count table needs shape (3, 2), not {rows.shape}")
+        return cls(rows[0].copy(), rows[1].copy(), rows[2].copy())
+
+    def table(self) -> IntArray:
+        """The counts as a (3, 2) table, rows messages, terms, binary_terms,
+        for reports that compare them field by field."""
+        return np.stack([self.messages, self.terms, self.binary_terms])
+
+    def any(self) -> bool:
+        """Whether any count is non-zero."""
+        return bool(self.messages.any() or self.terms.any() or self.binary_terms.any())
+
+    def of_class(self, label: int) -> tuple[int, int, int]:
+        """(messages, terms, binary_terms) of one class, as Python ints."""
+        return int(self.messages[label]), int(self.terms[label]), int(self.binary_terms[label])
+
+
+@dataclass(frozen=True, slots=True)
+class TokenCounts:
+    """Counts of m tokens (columns), each field shape (2, m): doc_count
+    D[c,j] (messages containing token j) and term_count N[c,j] (its
+    occurrences)."""
+
+    doc_count: IntArray
+    term_count: IntArray
+
+    @classmethod
+    def zeros(cls, m: int) -> TokenCounts:
+        return cls(np.zeros((2, m), dtype=np.int64), np.zeros((2, m), dtype=np.int64))
+
+    def __len__(self) -> int:
+        return int(self.doc_count.shape[1])
+
+    def __add__(self, other: TokenCounts) -> TokenCounts:
+        return TokenCounts(self.doc_count + other.doc_count, self.term_count + other.term_count)
+
+    def __sub__(self, other: TokenCounts) -> TokenCounts:
+        return TokenCounts(self.doc_count - other.doc_count, self.term_count - other.term_count)
+
+    def take(self, columns: npt.ArrayLike) -> TokenCounts:
+        """The counts of the given columns (indices or a boolean mask), in that order."""
+        index = np.asarray(columns)
+        return TokenCounts(self.doc_count[:, index], self.term_count[:, index])
+
+    def known(self) -> npt.NDArray[np.bool_]:
+        """(m,) whether each token is in some message: D[0,j] + D[1,j] > 0."""
+        result: npt.NDArray[np.bool_] = (self.doc_count[HAM] + self.doc_count[SPAM]) > 0
+        return result
+
+    def any_negative(self) -> int | None:
+        """The first column with a negative count, or None."""
+        bad = np.flatnonzero((self.doc_count < 0).any(axis=0) | (self.term_count < 0).any(axis=0))
+        return int(bad[0]) if bad.size else None
+
+    def sums(self) -> ClassCounts:
+        """Per class, the summed occurrences (terms) and presences
+        (binary_terms) of these tokens; messages is 0."""
+        return ClassCounts(_pair(), self.term_count.sum(axis=1), self.doc_count.sum(axis=1))
+
+
+@dataclass(frozen=True, slots=True)
+class Totals:
+    """A whole model's aggregates, read once per scoring call.
+
+    classes: the per-class ClassCounts D[c], N[c] and binary N[c].
+    vocabulary_size: V, tokens with a non-zero message count in either class.
+    histogram: per class c an (K_c, 2) array of rows (k, H[c,k]): how many
+        vocabulary tokens occur in exactly k class-c messages (k = 0 included).
+    """
+
+    classes: ClassCounts
+    vocabulary_size: int
+    histogram: tuple[IntArray, IntArray]
+
+    @property
+    def messages(self) -> IntArray:
+        """D[c], shape (2,)."""
+        return self.classes.messages
+
+    @property
+    def terms(self) -> IntArray:
+        """N[c] of the ``multinomial`` model, shape (2,)."""
+        return self.classes.terms
+
+    @property
+    def binary_terms(self) -> IntArray:
+        """N[c] of the ``multinomial-binary`` model, shape (2,)."""
+        return self.classes.binary_terms

@@ -1,0 +1,155 @@
+"""Scoring from memory: the filter's CountCache gives exactly the log-odds of
+reading every count from the store, reads each token once per model version,
+and follows training (its own, exactly; another process's, by dropping)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from spamfilter import model
+from spamfilter.cache import CountCache, ModelView
+from spamfilter.config import Config
+from spamfilter.counts import ClassCounts, TokenCounts, Totals
+from spamfilter.mail import MailItem, read_index
+from spamfilter.service import Filter, Refusal, Verdict
+from spamfilter.store import StoreTransaction
+from spamfilter.vectorizer import Vocabulary, batch_vocabulary, count_matrix, term_counts
+
+pytestmark = pytest.mark.corpus
+
+EVENT_MODELS = ["multinomial-binary", "multinomial", "bernoulli"]
+
+
+@pytest.fixture(scope="module")
+def stream(corpora_dir: Path) -> list[tuple[bool, MailItem]]:
+    return list(read_index(str(corpora_dir / "spamassassin" / "index")))[:700]
+
+
+def config_for(event_model: str, **model_options: object) -> Config:
+    c = Config()
+    return replace(c, model=replace(c.model, event_model=event_model, **model_options))  # type: ignore[arg-type]
+
+
+def reference_odds(f: Filter, items: list[MailItem]) -> list[float]:
+    """The log-odds the filter gave before the cache: one batch, its own
+    vocabulary, every token's counts read from the store, X from
+    ``count_matrix`` over the known tokens in first-seen order."""
+    docs = [term_counts(f.tokens(item)) for item in items]
+    vocabulary = batch_vocabulary(docs)
+    with f.store.begin(write=False) as tx:
+        totals = tx.totals()
+        counts = tx.token_counts(vocabulary.tokens)
+    known = counts.known()
+    columns = Vocabulary(t for t, k in zip(vocabulary.tokens, known) if k)
+    m = f.config.model
+    params = model.estimate(m.event_model, counts.take(known), totals, m.alpha)
+    X = count_matrix(docs, columns, binary=params.binary)
+    return model.log_odds(model.joint_log_likelihood(X, params, m.tempering, m.min_evidence)).tolist()
+
+
+def odds(f: Filter, items: list[MailItem]) -> list[float]:
+    out = []
+    for r in f.classify(items):
+        assert isinstance(r, Verdict), r
+        out.append(r.log_odds)
+    return out
+
+
+class Reads:
+    """Counts the token counts a filter reads from its store."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.tokens = 0
+        self.calls = 0
+        original = StoreTransaction.token_counts
+
+        def counting(tx: StoreTransaction, token_list: list[str], owner: str | None = None) -> TokenCounts:
+            self.calls += 1
+            self.tokens += len(token_list)
+            return original(tx, token_list, owner)
+
+        monkeypatch.setattr(StoreTransaction, "token_counts", counting)
+
+
+@pytest.mark.parametrize("event_model", EVENT_MODELS)
+@pytest.mark.parametrize("options", [{}, {"min_evidence": 3.0}, {"tempering": 0.0}])
+def test_cached_scores_are_bit_identical_to_reading_every_count(
+    tmp_path: Path, stream: list[tuple[bool, MailItem]], event_model: str, options: dict[str, object]
+) -> None:
+    config = config_for(event_model, **options)
+    config = replace(config, store=replace(config.store, batch_size=50))
+    with Filter.open(config, f"sqlite:///{tmp_path / 'c.db'}") as f:
+        f.train(stream[:400])
+        probe = [item for _, item in stream[400:700]]
+        probe = [item for item, r in zip(probe, f.classify(probe)) if not isinstance(r, Refusal)]
+        got = odds(f, probe)  # six batches through one cache, read twice
+        assert odds(f, probe) == got
+        assert got == reference_odds(f, probe)
+
+
+def test_a_second_pass_reads_no_token_counts(tmp_path: Path, stream: list[tuple[bool, MailItem]], monkeypatch: pytest.MonkeyPatch) -> None:
+    config = replace(Config(), store=replace(Config().store, batch_size=40))
+    with Filter.open(config, f"sqlite:///{tmp_path / 'c.db'}") as f:
+        f.train(stream[:300])
+        probe = [item for _, item in stream[300:500]]
+        reads = Reads(monkeypatch)
+        first = odds(f, probe)
+        distinct = len(f.cache)
+        assert reads.tokens == distinct > 1000  # each token read once, unknown ones included
+        assert reads.calls == 5  # one query a batch, for the tokens new to the cache
+        assert odds(f, probe) == first
+        assert reads.tokens == distinct and reads.calls == 5
+
+
+def test_training_by_another_process_drops_the_copy(tmp_path: Path, stream: list[tuple[bool, MailItem]]) -> None:
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    probe = [item for _, item in stream[500:600]]
+    with Filter.open(Config(), url) as reader, Filter.open(Config(), url) as writer:
+        writer.train(stream[:250])
+        before = odds(reader, probe)
+        writer.train(stream[250:500])
+        after = odds(reader, probe)
+        with Filter.open(Config(), url) as fresh:
+            assert after == odds(fresh, probe)
+        assert after != before
+
+
+@pytest.mark.parametrize("event_model", EVENT_MODELS)
+def test_online_learning_keeps_the_copy_exact(
+    tmp_path: Path, stream: list[tuple[bool, MailItem]], event_model: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = config_for(event_model)
+    with Filter.open(config, f"sqlite:///{tmp_path / 'a.db'}") as cached, Filter.open(config, f"sqlite:///{tmp_path / 'b.db'}") as cold:
+        cached.train(stream[:60])
+        cold.train(stream[:60])
+        reads = Reads(monkeypatch)
+        steps = stream[60:160]
+        warm = [s.result.log_odds for s in cached.learn_online(steps) if isinstance(s.result, Verdict)]
+        warm_reads = reads.tokens
+        cold_odds = []
+        for step in steps:
+            cold.cache.clear()  # every message scored from the store
+            result = next(iter(cold.learn_online([step]))).result
+            if isinstance(result, Verdict):
+                cold_odds.append(result.log_odds)
+        assert warm == cold_odds
+        # The copy was kept across the training steps: no token was read
+        # twice, where reading afresh read the common ones at every step.
+        distinct = set().union(*(cached.tokens(item) for _, item in steps if not isinstance(cached._analyse([item])[0], Refusal)))
+        assert warm_reads <= len(distinct) < reads.tokens - warm_reads
+
+
+def test_the_copy_is_bounded() -> None:
+    totals = Totals(ClassCounts.zeros(), 0, (np.zeros((0, 2), np.int64), np.zeros((0, 2), np.int64)))
+    cache = CountCache(max_tokens=10)
+    key = (("",), (1,))
+    cache.reset(key, ModelView(totals, ("",)))
+    cache.add([f"t{i}" for i in range(8)], TokenCounts.zeros(8))
+    assert len(cache) == 8
+    cache.add(["x", "y", "z"], TokenCounts(np.ones((2, 3), np.int64), np.ones((2, 3), np.int64)))
+    assert len(cache) == 3 and cache.tokens == ["x", "y", "z"] and cache.valid_for(key)
+    assert cache.rows().doc_count.tolist() == [[1, 1, 1], [1, 1, 1]]
