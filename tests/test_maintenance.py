@@ -19,7 +19,8 @@ from spamfilter.cli import app, exitcodes
 from spamfilter.config import Config, ModelConfig
 from spamfilter.errors import CountsFileError, StoreError
 from spamfilter.mail import MailItem
-from spamfilter.service import CheckReport, Filter, Verdict, escape_token, unescape_token
+from spamfilter.maintenance import CheckReport, Maintenance, escape_token, unescape_token
+from spamfilter.service import Filter, Verdict
 
 pytestmark = pytest.mark.corpus
 
@@ -90,7 +91,7 @@ def log_odds(f: Filter, items: list[MailItem]) -> list[float]:
 
 def export_text(f: Filter) -> str:
     out = io.StringIO()
-    f.export_counts(out)
+    Maintenance(f.store).export_counts(out)
     return out.getvalue()
 
 
@@ -103,7 +104,7 @@ def token_rows(f: Filter) -> Rows:
 
 def test_check_passes_on_a_trained_store(trained_url: str) -> None:
     with Filter.open(Config(), trained_url) as f:
-        report = f.check()
+        report = Maintenance(f.store).check()
     assert report.ok
     assert set(statuses(report).values()) == {"ok"}
     assert len(report.items) == 9
@@ -148,7 +149,7 @@ A_HAM_ONLY_TOKEN = "(SELECT token FROM tokens WHERE ham_docs > 0 AND spam_docs =
 def test_check_reports_each_kind_of_corruption(trained_url: str, corruption: str, expected: set[str], runner: CliRunner) -> None:
     with Filter.open(Config(), trained_url) as f:
         execute(f, corruption)
-        report = f.check()
+        report = Maintenance(f.store).check()
     assert not report.ok
     assert expected <= failed(report)
     assert all(item.problems for item in report.items if item.status == "failed")
@@ -186,7 +187,7 @@ TODAY = date(2024, 6, 30)
 @pytest.fixture
 def hand_made(db_url: str) -> Filter:
     f = Filter.open(Config(), db_url)
-    f.import_counts(HAND_MADE.splitlines(keepends=True), replace=True)
+    Maintenance(f.store).import_counts(HAND_MADE.splitlines(keepends=True), replace=True)
     for token, day in DATES.items():
         execute(f, f"UPDATE tokens SET last_seen = '{day}' WHERE token = '{token}'")
     execute(f, "UPDATE tokens SET last_seen = NULL WHERE token = 'f'")
@@ -195,10 +196,10 @@ def hand_made(db_url: str) -> Filter:
 
 def test_prune_removes_exactly_the_rare_old_tokens_and_keeps_the_store_consistent(hand_made: Filter) -> None:
     with hand_made as f:
-        assert f.check().ok
+        assert Maintenance(f.store).check().ok
         # fewer than 2 messages and last trained 30 or more days ago (on or
         # before 2024-05-31): a, b and f (no date); not d (recent), not c, e, g (2+ messages)
-        summary = f.prune(2, 30, today=TODAY)
+        summary = Maintenance(f.store).prune(2, 30, today=TODAY)
         assert (summary.tokens_before, summary.tokens_removed) == (7, 3)
         assert (summary.ham_terms_removed, summary.spam_terms_removed) == (2, 4)
         assert token_rows(f) == [("c", 1, 1, 2, 1), ("d", 0, 1, 0, 1), ("e", 3, 2, 5, 3), ("g", 0, 3, 0, 4)]
@@ -207,19 +208,19 @@ def test_prune_removes_exactly_the_rare_old_tokens_and_keeps_the_store_consisten
         assert totals.terms.tolist() == [9 - 2, 13 - 4]
         assert totals.binary_terms.tolist() == [6 - 2, 8 - 1]
         assert [h.tolist() for h in totals.histogram] == [[[0, 2], [1, 1], [3, 1]], [[1, 2], [2, 1], [3, 1]]]
-        report = f.check()
+        report = Maintenance(f.store).check()
         assert report.ok
         assert statuses(report)[LEDGER_CHECK] == "skipped (imported)"
         # 0 days: whenever last trained; g is kept on its 3 messages
-        assert f.prune(2, 0, today=TODAY).tokens_removed == 1
+        assert Maintenance(f.store).prune(2, 0, today=TODAY).tokens_removed == 1
         assert [r[0] for r in token_rows(f)] == ["c", "e", "g"]
-        assert f.check().ok
+        assert Maintenance(f.store).check().ok
 
 
 def test_prune_dry_run_counts_and_changes_nothing(hand_made: Filter) -> None:
     with hand_made as f:
         before = export_text(f)
-        summary = f.prune(2, 30, dry_run=True, today=TODAY)
+        summary = Maintenance(f.store).prune(2, 30, dry_run=True, today=TODAY)
         assert summary.dry_run and summary.tokens_removed == 3
         assert export_text(f) == before
 
@@ -228,22 +229,22 @@ def test_forget_and_mark_work_after_prune_and_forgetting_everything_empties_the_
     trained_url: str, mail: dict[str, list[MailItem]]
 ) -> None:
     with Filter.open(Config(), trained_url) as f:
-        summary = f.prune(2, 0)
+        summary = Maintenance(f.store).prune(2, 0)
         assert 0 < summary.tokens_removed < summary.tokens_before
-        report = f.check()
+        report = Maintenance(f.store).check()
         assert report.ok and statuses(report)[LEDGER_CHECK] == "skipped (pruned)"
         assert f.forget(mail["spam"][:10]).forgotten == 10
         assert f.mark([(True, m) for m in mail["ham"][:5]]).relabelled == 5
-        assert f.check().ok
+        assert Maintenance(f.store).check().ok
         assert f.forget([m for _, m in labelled(mail)]).forgotten == 70  # 10 were forgotten above
         # Every count is gone again, so the ledger accounts for all of it once more.
         assert token_rows(f) == []
         assert query(f, "SELECT messages, terms, binary_terms FROM class_totals WHERE owner = '' ORDER BY label") == [(0, 0, 0), (0, 0, 0)]
-        report = f.check()
+        report = Maintenance(f.store).check()
         assert report.ok and statuses(report)[LEDGER_CHECK] == "ok"
         # and it learns as a new store would
         f.train(labelled(mail))
-        assert f.check().ok and statuses(f.check())[LEDGER_CHECK] == "ok"
+        assert Maintenance(f.store).check().ok and statuses(Maintenance(f.store).check())[LEDGER_CHECK] == "ok"
 
 
 def test_forget_on_a_store_never_pruned_still_refuses_inconsistent_counts(trained_url: str, mail: dict[str, list[MailItem]]) -> None:
@@ -260,11 +261,11 @@ def test_vacuum_shrinks_the_file_after_forgetting_most_messages(trained_url: str
     with Filter.open(Config(), trained_url) as f:
         f.forget(mail["spam"][:35] + mail["ham"][:35])
         before = f.store.size_bytes()
-        summary = f.vacuum()
+        summary = Maintenance(f.store).vacuum()
         assert summary.size_before == before
         assert summary.size_after is not None and before is not None
         assert summary.size_after < before / 2
-        assert f.check().ok
+        assert Maintenance(f.store).check().ok
     result = runner.invoke(app, ["--db", trained_url, "db", "vacuum"])
     assert result.exit_code == 0 and result.stdout.startswith("vacuumed sqlite:///")
 
@@ -281,11 +282,11 @@ def test_export_import_round_trip_classifies_identically(
         text = export_text(f)
         expected = log_odds(f, mail["unseen"])
     with Filter.open(config, f"sqlite:///{tmp_path / 'imported.db'}") as g:
-        summary = g.import_counts(io.StringIO(text), replace=False)
+        summary = Maintenance(g.store).import_counts(io.StringIO(text), replace=False)
         assert (summary.spam_messages, summary.ham_messages) == (40, 40)
         assert log_odds(g, mail["unseen"]) == expected
         assert export_text(g) == text
-        report = g.check()
+        report = Maintenance(g.store).check()
         assert report.ok and statuses(report)[LEDGER_CHECK] == "skipped (imported)"
 
 
@@ -309,24 +310,24 @@ def test_tokens_with_tabs_newlines_backslashes_and_hashes_survive(db_url: str) -
              f"spam_terms=0 ham_binary_terms={len(odd)} spam_binary_terms=0\n"]
     lines += [f"{escape_token(t)}\t1\t0\t1\t0\n" for t in sorted(odd)]
     with Filter.open(Config(), db_url) as f:
-        f.import_counts(lines, replace=True)
+        Maintenance(f.store).import_counts(lines, replace=True)
         assert sorted(r[0] for r in token_rows(f)) == sorted(odd)
         assert export_text(f).splitlines(keepends=True)[3:] == lines[2:]
-        assert f.check().ok
+        assert Maintenance(f.store).check().ok
 
 
 def test_import_add_adds_and_replace_replaces(trained_url: str, tmp_path: Path) -> None:
     with Filter.open(Config(), trained_url) as f:
         text = export_text(f)
         rows = token_rows(f)
-        f.import_counts(io.StringIO(text), replace=False)
+        Maintenance(f.store).import_counts(io.StringIO(text), replace=False)
         assert token_rows(f) == [(t, *(2 * int(str(x)) for x in counts)) for t, *counts in rows]
         assert f.store.totals().messages.tolist() == [80, 80]
-        assert f.check().ok
-        f.import_counts(io.StringIO(text), replace=True)
+        assert Maintenance(f.store).check().ok
+        Maintenance(f.store).import_counts(io.StringIO(text), replace=True)
         assert token_rows(f) == rows
         assert query(f, "SELECT count(*) FROM messages WHERE owner = ''") == [(0,)]
-        assert f.check().ok
+        assert Maintenance(f.store).check().ok
 
 
 @pytest.mark.parametrize(
@@ -347,9 +348,9 @@ def test_import_refuses_a_bad_file_and_changes_nothing(trained_url: str, text: s
     with Filter.open(Config(), trained_url) as f:
         before = export_text(f)
         with pytest.raises(CountsFileError, match=message):
-            f.import_counts(io.StringIO(text), replace=True)
+            Maintenance(f.store).import_counts(io.StringIO(text), replace=True)
         assert export_text(f) == before
-        assert f.check().ok
+        assert Maintenance(f.store).check().ok
 
 
 def test_export_and_import_through_the_command_line(trained_url: str, tmp_path: Path, runner: CliRunner) -> None:
@@ -397,12 +398,12 @@ def test_check_prune_export_import_on_each_backend(any_db_url: str, trained_url:
         text = export_text(f)
         expected = log_odds(f, mail["unseen"])
     with Filter.open(Config(), any_db_url) as g:
-        g.import_counts(io.StringIO(text), replace=True)
+        Maintenance(g.store).import_counts(io.StringIO(text), replace=True)
         assert export_text(g) == text
         assert log_odds(g, mail["unseen"]) == expected
-        assert g.check().ok
+        assert Maintenance(g.store).check().ok
         g.train(labelled(mail)[:10])
-        g.prune(2, 0)
+        Maintenance(g.store).prune(2, 0)
         assert g.forget([m for _, m in labelled(mail)[:10]]).forgotten == 10
-        assert g.check().ok
-        g.vacuum()
+        assert Maintenance(g.store).check().ok
+        Maintenance(g.store).vacuum()

@@ -16,6 +16,7 @@ from spamfilter.cli import app, exitcodes, fail, state
 from spamfilter.cli._common import TableOrJson, is_tty_stdin, open_filter
 from spamfilter.config import default_db_url
 from spamfilter.errors import StoreInconsistent
+from spamfilter.maintenance import Maintenance
 from spamfilter.service import upgrade_database
 
 
@@ -90,7 +91,7 @@ def check(
     Example: spamfilter --user alice db check --format json
     """
     with open_filter(ctx) as f:
-        report = f.check()
+        report = Maintenance(f.store).check()
     if fmt is TableOrJson.json:
         items = [{"name": i.name, "status": i.status, "problems": list(i.problems)} for i in report.items]
         typer.echo(json.dumps({"user": report.user, "database": report.database, "ok": report.ok, "checks": items}))
@@ -122,7 +123,7 @@ def prune(
     Example: spamfilter db prune --min-count 2 --older-than 90 --dry-run
     """
     with open_filter(ctx) as f:
-        s = f.prune(min_count, older_than, dry_run=dry_run)
+        s = Maintenance(f.store).prune(min_count, older_than, dry_run=dry_run)
     verb = "would prune" if s.dry_run else "pruned"
     typer.echo(
         f"{verb} {s.tokens_removed} of {s.tokens_before} tokens of {_whose(s.user)} "
@@ -140,7 +141,7 @@ def vacuum(ctx: typer.Context) -> None:
     Example: spamfilter db vacuum
     """
     with open_filter(ctx) as f:
-        s = f.vacuum()
+        s = Maintenance(f.store).vacuum()
     if s.size_before is None:
         typer.echo(f"vacuumed {s.database}")
     else:
@@ -165,7 +166,7 @@ def export_counts(
             sys.stdout.flush()
             out = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", newline="\n")
             try:
-                n = f.export_counts(out)
+                n = Maintenance(f.store).export_counts(out)
                 out.flush()
             finally:
                 out.detach()
@@ -179,7 +180,7 @@ def export_counts(
             fail(f"cannot write {path}: {exc.strerror}", exitcodes.USAGE)
         try:
             with fh:
-                n = f.export_counts(fh)
+                n = Maintenance(f.store).export_counts(fh)
             os.replace(part, path)
         except BaseException:
             Path(part).unlink(missing_ok=True)
@@ -219,7 +220,7 @@ def import_counts(
         except OSError as exc:
             fail(f"cannot read {path}: {exc.strerror}", exitcodes.NO_INPUT)
         try:
-            result = f.import_counts(fh, replace=bool(replace))
+            result = Maintenance(f.store).import_counts(fh, replace=bool(replace))
         finally:
             if path == "-":
                 fh.detach()
