@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import zlib
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -246,6 +247,40 @@ def sqlite_path(url: str) -> Path | None:
     return Path(parsed.database)
 
 
+def _sidecars_follow(path: Path) -> None:
+    """Give the SQLite file's -wal and -shm the file's own permissions again.
+
+    SQLite creates them with the file's mode; a reader of a file made
+    read-only (0400) leaves a 0400 -shm behind, and once the file is
+    writable again every write fails ("attempt to write a readonly
+    database") until the -shm is deleted. A sidecar not ours to change is
+    left as it is (SQLite then reports the error)."""
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except OSError:
+        return
+    for sidecar in (path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        try:
+            st = sidecar.lstat()
+            if stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) != mode:
+                sidecar.chmod(mode)
+        except OSError:
+            pass
+
+
+def _make_owner_only(path: Path) -> None:
+    """Take group and other permissions off a database file about to receive
+    the schema (an empty file created beforehand with the umask's 0644),
+    and off its sidecars."""
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+        if mode & 0o077:
+            path.chmod(mode & 0o700)
+    except OSError:
+        return
+    _sidecars_follow(path)
+
+
 def _make_engine(url: str, busy_timeout: float) -> Engine:
     try:
         parsed = sa.engine.make_url(url)
@@ -272,6 +307,8 @@ def _make_engine(url: str, busy_timeout: float) -> Engine:
                 os.close(fd)
             except OSError as exc:
                 raise StoreError(f"cannot create database {path}: {exc.strerror}") from None
+        else:
+            _sidecars_follow(path)
         engine = sa.create_engine(parsed, connect_args={"timeout": busy_timeout})
 
     @event.listens_for(engine, "connect")
@@ -544,7 +581,11 @@ class Store:
         from alembic import command
 
         cfg = self._alembic_config()
+        path = sqlite_path(self.url)
         try:
+            if path is not None and not self._has_tables():
+                # The counts say a lot about someone's mail: owner-only file.
+                _make_owner_only(path)
             with self.engine.begin() as conn:
                 cfg.attributes["connection"] = conn
                 command.upgrade(cfg, revision)

@@ -6,6 +6,7 @@ import io
 import json
 import os
 import sys
+import tempfile
 from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
@@ -172,16 +173,19 @@ def export_counts(
                 out.detach()
             typer.echo(f"exported {n} tokens of {_whose(f.store.owner)}", err=True)
             return
-        part = f"{path}.part"
+        target = Path(path)
         try:
-            # The counts say a lot about someone's mail: owner-only file.
-            fh = os.fdopen(os.open(part, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600), "w", encoding="utf-8", newline="\n")
+            # A new file of a name no one else can have chosen (O_EXCL, so a
+            # link planted in the folder is never followed), owner-only (the
+            # counts say a lot about someone's mail), then renamed over
+            # FILE: a link at FILE is replaced, not written through.
+            fd, part = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
         except OSError as exc:
             fail(f"cannot write {path}: {exc.strerror}", exitcodes.USAGE)
         try:
-            with fh:
+            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
                 n = Maintenance(f.store).export_counts(fh)
-            os.replace(part, path)
+            os.replace(part, target)
         except BaseException:
             Path(part).unlink(missing_ok=True)
             raise
