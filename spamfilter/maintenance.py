@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
-from typing import TextIO
+from typing import BinaryIO, TextIO
 
 import numpy as np
 
@@ -213,13 +213,22 @@ class Maintenance:
         is checked as it is read: counts are whole numbers >= 0 with
         occurrences >= messages >= 1 in some class and no more messages
         than the totals line gives, and the token lines must add up to its
-        terms and binary_terms (a truncated file fails). Raises
-        ``CountsFileError`` naming the line; nothing is written then.
+        terms and binary_terms (a truncated file fails). Each token comes
+        once, in code point order (as ``export_counts`` writes them), holds
+        no NUL and at most ``MAX_TOKEN_BYTES`` of UTF-8, and no count or sum
+        goes past what a 64-bit column holds (the model's totals included,
+        when adding): every backend takes what passes. Each line is checked
+        before its counts are written; raises ``CountsFileError`` naming the
+        line, and the transaction leaves the model as it was. Read a file
+        with ``read_counts_lines``, which bounds the line length.
         """
         reader = _CountsReader(lines)
         tokens = 0
         with self.store.begin() as tx:
-            if replace:
+            if not replace:
+                have = tx.totals()
+                reader.room = MAX_COUNT - np.stack([have.messages, have.terms, have.binary_terms])
+            else:
                 tx.clear_model()
             for chunk in reader.chunks(5000):
                 token_list = list(chunk)
@@ -241,6 +250,15 @@ _TOTAL_NAMES = ("messages", "terms", "binary_terms")
 COUNTS_HEADER = "# spamfilter counts v1"
 _TOTALS_KEYS = ("ham_messages", "spam_messages", "ham_terms", "spam_terms", "ham_binary_terms", "spam_binary_terms")
 _ESCAPES = {"\\": "\\", "t": "\t", "n": "\n", "r": "\r", "#": "#"}
+#: The largest count a 64-bit signed column (SQLite INTEGER, PostgreSQL bigint) holds.
+MAX_COUNT = 2**63 - 1
+#: A token's longest UTF-8 form in a counts file: far above the tokenizer's
+#: (about 200 characters) and below PostgreSQL's limit for a B-tree index
+#: entry (2,704 bytes, the token sharing it with the owner).
+MAX_TOKEN_BYTES = 1000
+#: A counts file's longest line: a longest token with every byte escaped
+#: and four counts of 19 digits fit.
+MAX_LINE_BYTES = 4096
 _ESCAPED = re.compile(r"\\(.?)", re.DOTALL)
 
 
@@ -371,13 +389,33 @@ def unescape_token(text: str) -> str:
     return _ESCAPED.sub(one, text)
 
 
+def read_counts_lines(stream: BinaryIO) -> Iterator[str]:
+    """The lines of a counts file read from bytes, for ``import_counts``:
+    each decoded on its own, so a UTF-8 error names its line, and none
+    longer than ``MAX_LINE_BYTES``, so one huge line cannot fill the memory.
+    Raises ``CountsFileError``."""
+    number = 0
+    while line := stream.readline(MAX_LINE_BYTES + 2):
+        number += 1
+        if len(line.rstrip(b"\n").rstrip(b"\r")) > MAX_LINE_BYTES:
+            raise CountsFileError(f"counts file, line {number}: longer than {MAX_LINE_BYTES} bytes")
+        try:
+            yield line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise CountsFileError(f"counts file, line {number}: not UTF-8 ({exc.reason})") from None
+
+
 class _CountsReader:
     """Parses and checks a counts file line by line (``Maintenance.import_counts``)."""
 
     def __init__(self, lines: Iterable[str]) -> None:
         self.lines = lines
         self.totals: IntArray | None = None
-        self.sums = np.zeros((2, 2), dtype=np.int64)  # rows terms, binary_terms
+        #: How far each total may still grow: (3, 2) like ``totals``.
+        self.room: IntArray = np.full((3, 2), MAX_COUNT, dtype=np.int64)
+        # Python ints: a sum past 2**63 must not wrap round to a valid total.
+        self.sums = [[0, 0], [0, 0]]  # rows terms, binary_terms
+        self.previous: tuple[str, int] | None = None  # the last token and its line
         self.where = "line 1"
 
     def fail(self, reason: str) -> CountsFileError:
@@ -385,7 +423,7 @@ class _CountsReader:
 
     def chunks(self, size: int) -> Iterator[dict[str, list[int]]]:
         """Token -> [ham_docs, spam_docs, ham_terms, spam_terms], ``size``
-        tokens at a time (a token given twice in one chunk adds up)."""
+        tokens at a time."""
         chunk: dict[str, list[int]] = {}
         number = 0
         try:
@@ -398,16 +436,20 @@ class _CountsReader:
                         raise self.fail(f"not a spamfilter counts file (the first line is not {COUNTS_HEADER!r} ...)")
                     continue
                 if line.startswith("# totals "):
+                    if self.totals is not None:
+                        raise self.fail("a second '# totals' line")
                     self.totals = self._totals(line)
                     continue
                 if not line or line.startswith("#"):
                     continue
                 token, counts = self._token_line(line)
-                row = chunk.get(token)
-                if row is None:
-                    chunk[token] = counts
-                else:
-                    chunk[token] = [a + b for a, b in zip(row, counts)]
+                if self.previous is not None and token <= self.previous[0]:
+                    raise self.fail(
+                        f"the token {token!r} is given again (line {self.previous[1]})" if token == self.previous[0]
+                        else f"the token {token!r} comes after {self.previous[0]!r}: the tokens must be in code point order, as `db export` writes them"
+                    )
+                self.previous = (token, number)
+                chunk[token] = counts
                 if len(chunk) >= size:
                     yield chunk
                     chunk = {}
@@ -426,6 +468,9 @@ class _CountsReader:
             raise self.fail(f"the totals line needs whole numbers for {', '.join(_TOTALS_KEYS)}") from None
         if min(values) < 0:
             raise self.fail("a total is negative")
+        for value, key, room in zip(values, _TOTALS_KEYS, self.room.ravel().tolist()):
+            if value > room:
+                raise self.fail(f"{key}={value} is more than the database holds (at most {room}{'' if room == MAX_COUNT else ' more'})")
         return np.array(values, dtype=np.int64).reshape(3, 2)
 
     def _token_line(self, line: str) -> tuple[str, list[int]]:
@@ -441,6 +486,12 @@ class _CountsReader:
             raise self.fail(str(exc)) from None
         if min(counts) < 0:
             raise self.fail("a count is negative")
+        if max(counts) > MAX_COUNT:
+            raise self.fail(f"a count is above {MAX_COUNT}")
+        if "\x00" in token:
+            raise self.fail("the token holds a NUL character")
+        if len(token.encode("utf-8")) > MAX_TOKEN_BYTES:
+            raise self.fail(f"the token is longer than {MAX_TOKEN_BYTES} bytes")
         for c in (0, 1):
             docs, terms = counts[c], counts[2 + c]
             if docs > terms or (docs == 0) != (terms == 0):
@@ -449,8 +500,9 @@ class _CountsReader:
                 raise self.fail(f"the token is in {docs} {_CLASS[c]} messages, the totals line has {int(self.totals[0, c])}")
         if counts[0] == 0 and counts[1] == 0:
             raise self.fail("the token is in no message")
-        self.sums[0] += counts[2:4]
-        self.sums[1] += counts[0:2]
+        for c in (0, 1):
+            self.sums[0][c] += counts[2 + c]
+            self.sums[1][c] += counts[c]
         return token, counts
 
     def finish(self) -> IntArray:
@@ -461,9 +513,9 @@ class _CountsReader:
             raise self.fail("no '# totals' line")
         for i, name in ((1, "terms"), (2, "binary_terms")):
             for c in (0, 1):
-                if self.sums[i - 1, c] != self.totals[i, c]:
+                if self.sums[i - 1][c] != self.totals[i, c]:
                     raise self.fail(
-                        f"the token lines add up to {int(self.sums[i - 1, c])} {_CLASS[c]} {name}, the totals line says "
+                        f"the token lines add up to {self.sums[i - 1][c]} {_CLASS[c]} {name}, the totals line says "
                         f"{int(self.totals[i, c])} (a truncated or edited file)"
                     )
         return self.totals

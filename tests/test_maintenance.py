@@ -4,6 +4,7 @@ works after it, and counts survive a round trip through the text format."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import shutil
@@ -19,7 +20,7 @@ from spamfilter.cli import app, exitcodes
 from spamfilter.config import Config, ModelConfig
 from spamfilter.errors import CountsFileError, StoreError
 from spamfilter.mail import MailItem
-from spamfilter.maintenance import CheckReport, Maintenance, escape_token, unescape_token
+from spamfilter.maintenance import MAX_LINE_BYTES, CheckReport, Maintenance, escape_token, read_counts_lines, unescape_token
 from spamfilter.service import Filter, Verdict
 
 pytestmark = pytest.mark.corpus
@@ -407,3 +408,83 @@ def test_check_prune_export_import_on_each_backend(any_db_url: str, trained_url:
         assert g.forget([m for _, m in labelled(mail)[:10]]).forgotten == 10
         assert Maintenance(g.store).check().ok
         Maintenance(g.store).vacuum()
+
+
+# -- import: what no backend could hold is refused, at its line -----------------------------
+
+BIG = 2**63
+HAND_MADE_LINES = HAND_MADE.splitlines(keepends=True)  # line 3 is token a, line 9 token g
+UNCOMPRESSIBLE = "".join(hashlib.sha256(str(i).encode()).hexdigest() for i in range(47))  # 3,008 bytes
+
+
+def edited(line: int, text: str, *, totals: str | None = None) -> bytes:
+    """HAND_MADE with ``text`` for its line ``line`` (a lone surrogate
+    becomes the byte it stands for: not UTF-8)."""
+    lines = list(HAND_MADE_LINES)
+    lines[line - 1] = text
+    if totals is not None:
+        lines[1] = totals
+    return "".join(lines).encode("utf-8", "surrogateescape")
+
+
+WRAPPED = (
+    "# spamfilter counts v1 owner=\n"
+    "# totals ham_messages=1 spam_messages=0 ham_terms=0 spam_terms=0 ham_binary_terms=4 spam_binary_terms=0\n"
+    + "".join(f"t{i}\t1\t0\t{2**62}\t0\n" for i in range(4))
+).encode()
+
+
+@pytest.mark.parametrize(
+    ("content", "where"),
+    [
+        (edited(9, f"g\t0\t3\t0\t{BIG}\n"), f"line 9: a count is above {BIG - 1}"),
+        (edited(2, HAND_MADE_LINES[1].replace("spam_terms=13", f"spam_terms={BIG}")), "line 2: spam_terms"),
+        (
+            edited(4, HAND_MADE_LINES[2] + HAND_MADE_LINES[2] + HAND_MADE_LINES[3],
+                   totals=HAND_MADE_LINES[1].replace("ham_terms=9", "ham_terms=11").replace("ham_binary_terms=6", "ham_binary_terms=8")),
+            "line 4: the token 'a' is given again (line 3)",
+        ),
+        (
+            "".join([*HAND_MADE_LINES[:2], HAND_MADE_LINES[3], HAND_MADE_LINES[2], *HAND_MADE_LINES[4:]]).encode(),
+            "line 4: the token 'a' comes after 'b'",
+        ),
+        (WRAPPED, "end of file: the token lines add up to 18446744073709551616 ham terms"),
+        (edited(5, "c\x00\t1\t1\t2\t1\n"), "line 5: the token holds a NUL character"),
+        (edited(5, f"c{UNCOMPRESSIBLE}\t1\t1\t2\t1\n"), "line 5: the token is longer than 1000 bytes"),
+        (edited(5, "c" * 5000 + "\t1\t1\t2\t1\n"), "line 5: longer than 4096 bytes"),
+        (edited(3, "a\udcff\t1\t0\t1\t0\n"), "line 3: not UTF-8"),
+    ],
+    ids=["count-2^63", "total-2^63", "repeated", "unordered", "wrapped-sum", "nul", "long-token", "long-line", "utf8"],
+)
+def test_import_refuses_what_a_backend_cannot_hold_at_its_line_and_changes_nothing(
+    any_db_url: str, tmp_path: Path, runner: CliRunner, content: bytes, where: str
+) -> None:
+    with Filter.open(Config(), any_db_url) as f:
+        Maintenance(f.store).import_counts(HAND_MADE_LINES, replace=True)
+        before = export_text(f)
+    path = tmp_path / "bad.tsv"
+    path.write_bytes(content)
+    for how in ("--add", "--replace"):
+        result = runner.invoke(app, ["--db", any_db_url, "db", "import", how, str(path)])
+        assert result.exit_code == exitcodes.DATA_ERROR, result.output
+        assert f"counts file, {where}" in result.stderr
+    with Filter.open(Config(), any_db_url) as f:
+        assert export_text(f) == before
+
+
+def test_adding_counts_that_would_overflow_the_totals_is_refused(db_url: str) -> None:
+    nearly_full = HAND_MADE.replace("spam_messages=3", f"spam_messages={BIG - 2}")
+    with Filter.open(Config(), db_url) as f:
+        Maintenance(f.store).import_counts(io.StringIO(nearly_full), replace=True)
+        with pytest.raises(CountsFileError, match="line 2: spam_messages=3 is more than the database holds \\(at most 1 more\\)"):
+            Maintenance(f.store).import_counts(io.StringIO(HAND_MADE), replace=False)
+        assert Maintenance(f.store).import_counts(io.StringIO(HAND_MADE), replace=True).spam_messages == 3
+
+
+def test_a_huge_line_is_refused_after_reading_a_bounded_part_of_it() -> None:
+    stream = io.BytesIO(HAND_MADE_LINES[0].encode() + b"x" * 5_000_000 + b"\n")
+    lines = read_counts_lines(stream)
+    assert next(lines) == HAND_MADE_LINES[0]
+    with pytest.raises(CountsFileError, match=f"line 2: longer than {MAX_LINE_BYTES} bytes"):
+        next(lines)
+    assert stream.tell() == len(HAND_MADE_LINES[0]) + MAX_LINE_BYTES + 2

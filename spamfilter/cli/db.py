@@ -17,7 +17,7 @@ from spamfilter.cli import app, exitcodes, fail, state
 from spamfilter.cli._common import TableOrJson, is_tty_stdin, open_filter
 from spamfilter.config import default_db_url
 from spamfilter.errors import StoreInconsistent
-from spamfilter.maintenance import Maintenance
+from spamfilter.maintenance import Maintenance, read_counts_lines
 from spamfilter.service import upgrade_database
 
 
@@ -202,8 +202,10 @@ def import_counts(
     ] = None,
 ) -> None:
     """Read counts written by `db export` into the model (--user), in one
-    transaction. The file is checked first to last (a truncated file fails
-    and changes nothing); imported counts have no ledger, so they cannot be
+    transaction. Each line is checked before its counts are written (a bad
+    or truncated file exits 65 naming the line, and changes nothing): tokens
+    once each, in the export's order, without NUL, at most 1,000 bytes;
+    counts below 2^63. Imported counts have no ledger, so they cannot be
     forgotten message by message.
 
     Example: spamfilter --db sqlite:///new.db db import --replace counts.tsv
@@ -216,19 +218,13 @@ def import_counts(
             if s.ham_messages or s.spam_messages or s.tokens:
                 fail(f"the model of {_whose(s.user)} is not empty: give --replace or --add", exitcodes.USAGE)
         try:
-            fh = (
-                io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", newline="\n")
-                if path == "-"
-                else open(path, encoding="utf-8", newline="\n")  # noqa: SIM115 - closed below
-            )
+            fh = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115 - closed below
         except OSError as exc:
             fail(f"cannot read {path}: {exc.strerror}", exitcodes.NO_INPUT)
         try:
-            result = Maintenance(f.store).import_counts(fh, replace=bool(replace))
+            result = Maintenance(f.store).import_counts(read_counts_lines(fh), replace=bool(replace))
         finally:
-            if path == "-":
-                fh.detach()
-            else:
+            if path != "-":
                 fh.close()
     how = "replacing it" if result.replaced else "added"
     typer.echo(
