@@ -145,10 +145,14 @@ class Maintenance:
         if min_count < 0 or older_than_days < 0:
             raise ValueError("min_count and older_than_days must be >= 0")
         today = today or datetime.now(timezone.utc).date()
+        # The sizes are of the file with its WAL copied in where readers let
+        # it be: the deletes fill the WAL, which would count twice.
+        checkpointed = dry_run or self.store.checkpoint()
         size_before = self.store.size_bytes()
         with self.store.begin() as tx:
             before = tx.totals().vocabulary_size
             removed, counts = tx.prune_tokens(min_count, today - timedelta(days=older_than_days), dry_run=dry_run)
+        checkpointed = dry_run or (self.store.checkpoint() and checkpointed)
         return PruneSummary(
             user=self.store.owner,
             tokens_before=before,
@@ -158,6 +162,7 @@ class Maintenance:
             size_before=size_before,
             size_after=self.store.size_bytes(),
             dry_run=dry_run,
+            checkpointed=checkpointed,
         )
 
     def vacuum(self) -> VacuumSummary:
@@ -289,7 +294,9 @@ class CheckReport:
 @dataclass(frozen=True, slots=True)
 class PruneSummary:
     """What ``Maintenance.prune`` removed (or would remove, ``dry_run``); the
-    sizes are of a SQLite file and its WAL, None on other databases."""
+    sizes are of a SQLite file and its WAL, None on other databases. The WAL
+    is copied into the file before each size is taken; ``checkpointed`` is
+    False when readers kept part of it there (the sizes then include it)."""
 
     user: str
     tokens_before: int
@@ -299,6 +306,7 @@ class PruneSummary:
     size_before: int | None
     size_after: int | None
     dry_run: bool
+    checkpointed: bool = True
 
 
 @dataclass(frozen=True, slots=True)

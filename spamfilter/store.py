@@ -612,11 +612,14 @@ class Store:
         except DBAPIError as exc:
             raise _store_error(exc, f"database {self.display_url}") from None
         except self._driver_error as exc:
-            # Raised by the raw driver cursors of the hot paths, which
-            # SQLAlchemy does not wrap.
-            wrapped = DBAPIError.instance(None, None, exc, self._driver_error)
-            assert isinstance(wrapped, DBAPIError)
-            raise _store_error(wrapped, f"database {self.display_url}") from None
+            # Raised by the raw driver cursors of the hot paths.
+            raise self._driver_failure(exc, f"database {self.display_url}") from None
+
+    def _driver_failure(self, exc: Exception, what: str) -> StoreError:
+        """The error for one the raw driver cursors raised (SQLAlchemy does not wrap those)."""
+        wrapped = DBAPIError.instance(None, None, exc, self._driver_error)
+        assert isinstance(wrapped, DBAPIError)
+        return _store_error(wrapped, what)
 
     def totals(self) -> Totals:
         """Shortcut: the aggregates in a read transaction of their own."""
@@ -632,6 +635,27 @@ class Store:
         return path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
 
     # -- maintenance ----------------------------------------------------------
+
+    def checkpoint(self) -> bool:
+        """Copy a SQLite WAL into the file and truncate it, so ``size_bytes``
+        is the file's own size; False when a reader kept part of it (which
+        then still counts). True at once on other databases."""
+        if self.engine.dialect.name != "sqlite":
+            return True
+        try:
+            with self.engine.connect() as conn:
+                # The raw cursor of the autocommit connection: no BEGIN, as
+                # a checkpoint inside a read transaction cannot truncate.
+                dbapi = conn.connection.dbapi_connection
+                assert dbapi is not None
+                cursor = dbapi.cursor()
+                busy = cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+                cursor.close()
+        except DBAPIError as exc:
+            raise _store_error(exc, f"cannot checkpoint {self.display_url}") from None
+        except self._driver_error as exc:
+            raise self._driver_failure(exc, f"cannot checkpoint {self.display_url}") from None
+        return int(busy) == 0
 
     @contextmanager
     def snapshot(self) -> Iterator[StoreTransaction]:

@@ -255,6 +255,23 @@ def test_forget_on_a_store_never_pruned_still_refuses_inconsistent_counts(traine
             f.forget(mail["spam"])
 
 
+def test_prune_reports_the_file_size_with_the_wal_copied_in(trained_url: str, runner: CliRunner) -> None:
+    path = Path(trained_url.removeprefix("sqlite:///"))
+    wal = path.with_name(path.name + "-wal")
+    with Filter.open(Config(), trained_url) as f:
+        summary = Maintenance(f.store).prune(2, 0)
+        assert summary.tokens_removed > 1000 and summary.checkpointed
+        # The deletes went through the WAL; the figure is the file alone, and
+        # pruning frees pages inside it without growing it.
+        assert summary.size_after == path.stat().st_size
+        assert not wal.exists() or wal.stat().st_size == 0
+        assert summary.size_after == summary.size_before
+    result = runner.invoke(app, ["--db", trained_url, "db", "prune", "--min-count", "3", "--older-than", "0"])
+    assert result.exit_code == 0
+    size = f"{path.stat().st_size / 1e6:.1f} MB"
+    assert f"database file {size} before, {size} after; the freed pages stay in the file" in result.stdout
+
+
 # -- vacuum ----------------------------------------------------------------------
 
 

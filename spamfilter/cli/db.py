@@ -131,7 +131,11 @@ def prune(
         f"(in fewer than {min_count} messages, last trained {older_than} or more days ago)"
     )
     if not s.dry_run and s.size_before is not None:
-        typer.echo(f"database {_size(s.size_before)} before, {_size(s.size_after)} after; `spamfilter db vacuum` gives the free space back")
+        wal = "" if s.checkpointed else " (with a write-ahead log that readers kept from being copied in)"
+        typer.echo(
+            f"database file {_size(s.size_before)} before, {_size(s.size_after)} after{wal}; "
+            "the freed pages stay in the file until `spamfilter db vacuum` gives them back"
+        )
 
 
 @db_app.command()
