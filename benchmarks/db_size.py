@@ -31,6 +31,7 @@ import numpy as np
 from spamfilter.config import Config
 from spamfilter.evaluation import roc_area
 from spamfilter.mail import MailItem, read_index
+from spamfilter.maintenance import Maintenance
 from spamfilter.service import Filter, Verdict
 
 CORPORA = Path(__file__).resolve().parents[1].parent / "shared" / "corpora"
@@ -81,10 +82,10 @@ def table_bytes(path: Path) -> dict[str, int]:
 
 def measure(f: Filter, path: Path, held: dict[str, list[tuple[bool, MailItem]]], label: str) -> dict[str, object]:
     start = time.perf_counter()
-    vacuum = f.vacuum()
+    vacuum = Maintenance(f.store).vacuum()
     vacuum_seconds = time.perf_counter() - start
     start = time.perf_counter()
-    report = f.check()
+    report = Maintenance(f.store).check()
     check_seconds = time.perf_counter() - start
     tables = table_bytes(path)
     stats = f.stats()
@@ -117,7 +118,7 @@ def run(min_counts: list[int]) -> dict[str, object]:
             stages.append(measure(f, path, held, "trained"))
             for n in min_counts:
                 start = time.perf_counter()
-                pruned = f.prune(n, 0)
+                pruned = Maintenance(f.store).prune(n, 0)
                 stage = measure(f, path, held, f"db prune --min-count {n} --older-than 0")
                 stage["prune_seconds"] = time.perf_counter() - start - float(str(stage["vacuum_seconds"])) - float(str(stage["check_seconds"]))
                 stage["tokens_removed"] = pruned.tokens_removed

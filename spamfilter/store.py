@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import zlib
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -62,10 +63,9 @@ from sqlalchemy.pool import StaticPool
 if TYPE_CHECKING:
     from alembic.config import Config as AlembicConfig
 
-from spamfilter.counts import HAM, SPAM, ClassCounts, TokenCounts, Totals
+from spamfilter.counts import HAM, SPAM, ClassCounts, IntArray, TokenCounts, Totals
 from spamfilter.errors import SchemaOutOfDate, StoreBusyError, StoreConflict, StoreError
 
-IntArray = npt.NDArray[np.int64]
 
 #: The Alembic head this code reads and writes; tests check it is the
 #: migrations' head. Kept as a constant so opening a store needs no Alembic import.
@@ -274,6 +274,40 @@ def sqlite_path(url: str) -> Path | None:
     return Path(parsed.database)
 
 
+def _sidecars_follow(path: Path) -> None:
+    """Give the SQLite file's -wal and -shm the file's own permissions again.
+
+    SQLite creates them with the file's mode; a reader of a file made
+    read-only (0400) leaves a 0400 -shm behind, and once the file is
+    writable again every write fails ("attempt to write a readonly
+    database") until the -shm is deleted. A sidecar not ours to change is
+    left as it is (SQLite then reports the error)."""
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except OSError:
+        return
+    for sidecar in (path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        try:
+            st = sidecar.lstat()
+            if stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) != mode:
+                sidecar.chmod(mode)
+        except OSError:
+            pass
+
+
+def _make_owner_only(path: Path) -> None:
+    """Take group and other permissions off a database file about to receive
+    the schema (an empty file created beforehand with the umask's 0644),
+    and off its sidecars."""
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+        if mode & 0o077:
+            path.chmod(mode & 0o700)
+    except OSError:
+        return
+    _sidecars_follow(path)
+
+
 def _make_engine(url: str, busy_timeout: float) -> Engine:
     try:
         parsed = sa.engine.make_url(url)
@@ -300,6 +334,8 @@ def _make_engine(url: str, busy_timeout: float) -> Engine:
                 os.close(fd)
             except OSError as exc:
                 raise StoreError(f"cannot create database {path}: {exc.strerror}") from None
+        else:
+            _sidecars_follow(path)
         engine = sa.create_engine(parsed, connect_args={"timeout": busy_timeout})
 
     @event.listens_for(engine, "connect")
@@ -684,7 +720,11 @@ class Store:
         from alembic import command
 
         cfg = self._alembic_config()
+        path = sqlite_path(self.url)
         try:
+            if path is not None and not self._has_tables():
+                # The counts say a lot about someone's mail: owner-only file.
+                _make_owner_only(path)
             with self.engine.begin() as conn:
                 cfg.attributes["connection"] = conn
                 command.upgrade(cfg, revision)
@@ -711,11 +751,14 @@ class Store:
         except DBAPIError as exc:
             raise _store_error(exc, f"database {self.display_url}") from None
         except self._driver_error as exc:
-            # Raised by the raw driver cursors of the hot paths, which
-            # SQLAlchemy does not wrap.
-            wrapped = DBAPIError.instance(None, None, exc, self._driver_error)
-            assert isinstance(wrapped, DBAPIError)
-            raise _store_error(wrapped, f"database {self.display_url}") from None
+            # Raised by the raw driver cursors of the hot paths.
+            raise self._driver_failure(exc, f"database {self.display_url}") from None
+
+    def _driver_failure(self, exc: Exception, what: str) -> StoreError:
+        """The error for one the raw driver cursors raised (SQLAlchemy does not wrap those)."""
+        wrapped = DBAPIError.instance(None, None, exc, self._driver_error)
+        assert isinstance(wrapped, DBAPIError)
+        return _store_error(wrapped, what)
 
     def totals(self) -> Totals:
         """Shortcut: the aggregates in a read transaction of their own."""
@@ -731,6 +774,27 @@ class Store:
         return path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
 
     # -- maintenance ----------------------------------------------------------
+
+    def checkpoint(self) -> bool:
+        """Copy a SQLite WAL into the file and truncate it, so ``size_bytes``
+        is the file's own size; False when a reader kept part of it (which
+        then still counts). True at once on other databases."""
+        if self.engine.dialect.name != "sqlite":
+            return True
+        try:
+            with self.engine.connect() as conn:
+                # The raw cursor of the autocommit connection: no BEGIN, as
+                # a checkpoint inside a read transaction cannot truncate.
+                dbapi = conn.connection.dbapi_connection
+                assert dbapi is not None
+                cursor = dbapi.cursor()
+                busy = cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+                cursor.close()
+        except DBAPIError as exc:
+            raise _store_error(exc, f"cannot checkpoint {self.display_url}") from None
+        except self._driver_error as exc:
+            raise self._driver_failure(exc, f"cannot checkpoint {self.display_url}") from None
+        return int(busy) == 0
 
     @contextmanager
     def snapshot(self) -> Iterator[StoreTransaction]:

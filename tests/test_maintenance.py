@@ -4,6 +4,7 @@ works after it, and counts survive a round trip through the text format."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import shutil
@@ -19,7 +20,8 @@ from spamfilter.cli import app, exitcodes
 from spamfilter.config import Config, ModelConfig
 from spamfilter.errors import CountsFileError, StoreError
 from spamfilter.mail import MailItem
-from spamfilter.service import CheckReport, Filter, Verdict, escape_token, unescape_token
+from spamfilter.maintenance import MAX_LINE_BYTES, CheckReport, Maintenance, escape_token, read_counts_lines, unescape_token
+from spamfilter.service import Filter, Verdict
 
 pytestmark = pytest.mark.corpus
 
@@ -90,7 +92,7 @@ def log_odds(f: Filter, items: list[MailItem]) -> list[float]:
 
 def export_text(f: Filter) -> str:
     out = io.StringIO()
-    f.export_counts(out)
+    Maintenance(f.store).export_counts(out)
     return out.getvalue()
 
 
@@ -103,7 +105,7 @@ def token_rows(f: Filter) -> Rows:
 
 def test_check_passes_on_a_trained_store(trained_url: str) -> None:
     with Filter.open(Config(), trained_url) as f:
-        report = f.check()
+        report = Maintenance(f.store).check()
     assert report.ok
     assert set(statuses(report).values()) == {"ok"}
     assert len(report.items) == 9
@@ -148,7 +150,7 @@ A_HAM_ONLY_TOKEN = "(SELECT token FROM tokens WHERE ham_docs > 0 AND spam_docs =
 def test_check_reports_each_kind_of_corruption(trained_url: str, corruption: str, expected: set[str], runner: CliRunner) -> None:
     with Filter.open(Config(), trained_url) as f:
         execute(f, corruption)
-        report = f.check()
+        report = Maintenance(f.store).check()
     assert not report.ok
     assert expected <= failed(report)
     assert all(item.problems for item in report.items if item.status == "failed")
@@ -186,7 +188,7 @@ TODAY = date(2024, 6, 30)
 @pytest.fixture
 def hand_made(db_url: str) -> Filter:
     f = Filter.open(Config(), db_url)
-    f.import_counts(HAND_MADE.splitlines(keepends=True), replace=True)
+    Maintenance(f.store).import_counts(HAND_MADE.splitlines(keepends=True), replace=True)
     for token, day in DATES.items():
         execute(f, f"UPDATE tokens SET last_seen = '{day}' WHERE token = '{token}'")
     execute(f, "UPDATE tokens SET last_seen = NULL WHERE token = 'f'")
@@ -195,10 +197,10 @@ def hand_made(db_url: str) -> Filter:
 
 def test_prune_removes_exactly_the_rare_old_tokens_and_keeps_the_store_consistent(hand_made: Filter) -> None:
     with hand_made as f:
-        assert f.check().ok
+        assert Maintenance(f.store).check().ok
         # fewer than 2 messages and last trained 30 or more days ago (on or
         # before 2024-05-31): a, b and f (no date); not d (recent), not c, e, g (2+ messages)
-        summary = f.prune(2, 30, today=TODAY)
+        summary = Maintenance(f.store).prune(2, 30, today=TODAY)
         assert (summary.tokens_before, summary.tokens_removed) == (7, 3)
         assert (summary.ham_terms_removed, summary.spam_terms_removed) == (2, 4)
         assert token_rows(f) == [("c", 1, 1, 2, 1), ("d", 0, 1, 0, 1), ("e", 3, 2, 5, 3), ("g", 0, 3, 0, 4)]
@@ -207,19 +209,19 @@ def test_prune_removes_exactly_the_rare_old_tokens_and_keeps_the_store_consisten
         assert totals.terms.tolist() == [9 - 2, 13 - 4]
         assert totals.binary_terms.tolist() == [6 - 2, 8 - 1]
         assert [h.tolist() for h in totals.histogram] == [[[0, 2], [1, 1], [3, 1]], [[1, 2], [2, 1], [3, 1]]]
-        report = f.check()
+        report = Maintenance(f.store).check()
         assert report.ok
         assert statuses(report)[LEDGER_CHECK] == "skipped (imported)"
         # 0 days: whenever last trained; g is kept on its 3 messages
-        assert f.prune(2, 0, today=TODAY).tokens_removed == 1
+        assert Maintenance(f.store).prune(2, 0, today=TODAY).tokens_removed == 1
         assert [r[0] for r in token_rows(f)] == ["c", "e", "g"]
-        assert f.check().ok
+        assert Maintenance(f.store).check().ok
 
 
 def test_prune_dry_run_counts_and_changes_nothing(hand_made: Filter) -> None:
     with hand_made as f:
         before = export_text(f)
-        summary = f.prune(2, 30, dry_run=True, today=TODAY)
+        summary = Maintenance(f.store).prune(2, 30, dry_run=True, today=TODAY)
         assert summary.dry_run and summary.tokens_removed == 3
         assert export_text(f) == before
 
@@ -228,22 +230,22 @@ def test_forget_and_mark_work_after_prune_and_forgetting_everything_empties_the_
     trained_url: str, mail: dict[str, list[MailItem]]
 ) -> None:
     with Filter.open(Config(), trained_url) as f:
-        summary = f.prune(2, 0)
+        summary = Maintenance(f.store).prune(2, 0)
         assert 0 < summary.tokens_removed < summary.tokens_before
-        report = f.check()
+        report = Maintenance(f.store).check()
         assert report.ok and statuses(report)[LEDGER_CHECK] == "skipped (pruned)"
         assert f.forget(mail["spam"][:10]).forgotten == 10
         assert f.mark([(True, m) for m in mail["ham"][:5]]).relabelled == 5
-        assert f.check().ok
+        assert Maintenance(f.store).check().ok
         assert f.forget([m for _, m in labelled(mail)]).forgotten == 70  # 10 were forgotten above
         # Every count is gone again, so the ledger accounts for all of it once more.
         assert token_rows(f) == []
         assert query(f, "SELECT messages, terms, binary_terms FROM class_totals WHERE owner = '' ORDER BY label") == [(0, 0, 0), (0, 0, 0)]
-        report = f.check()
+        report = Maintenance(f.store).check()
         assert report.ok and statuses(report)[LEDGER_CHECK] == "ok"
         # and it learns as a new store would
         f.train(labelled(mail))
-        assert f.check().ok and statuses(f.check())[LEDGER_CHECK] == "ok"
+        assert Maintenance(f.store).check().ok and statuses(Maintenance(f.store).check())[LEDGER_CHECK] == "ok"
 
 
 def test_forget_on_a_store_never_pruned_still_refuses_inconsistent_counts(trained_url: str, mail: dict[str, list[MailItem]]) -> None:
@@ -253,6 +255,23 @@ def test_forget_on_a_store_never_pruned_still_refuses_inconsistent_counts(traine
             f.forget(mail["spam"])
 
 
+def test_prune_reports_the_file_size_with_the_wal_copied_in(trained_url: str, runner: CliRunner) -> None:
+    path = Path(trained_url.removeprefix("sqlite:///"))
+    wal = path.with_name(path.name + "-wal")
+    with Filter.open(Config(), trained_url) as f:
+        summary = Maintenance(f.store).prune(2, 0)
+        assert summary.tokens_removed > 1000 and summary.checkpointed
+        # The deletes went through the WAL; the figure is the file alone, and
+        # pruning frees pages inside it without growing it.
+        assert summary.size_after == path.stat().st_size
+        assert not wal.exists() or wal.stat().st_size == 0
+        assert summary.size_after == summary.size_before
+    result = runner.invoke(app, ["--db", trained_url, "db", "prune", "--min-count", "3", "--older-than", "0"])
+    assert result.exit_code == 0
+    size = f"{path.stat().st_size / 1e6:.1f} MB"
+    assert f"database file {size} before, {size} after; the freed pages stay in the file" in result.stdout
+
+
 # -- vacuum ----------------------------------------------------------------------
 
 
@@ -260,11 +279,11 @@ def test_vacuum_shrinks_the_file_after_forgetting_most_messages(trained_url: str
     with Filter.open(Config(), trained_url) as f:
         f.forget(mail["spam"][:35] + mail["ham"][:35])
         before = f.store.size_bytes()
-        summary = f.vacuum()
+        summary = Maintenance(f.store).vacuum()
         assert summary.size_before == before
         assert summary.size_after is not None and before is not None
         assert summary.size_after < before / 2
-        assert f.check().ok
+        assert Maintenance(f.store).check().ok
     result = runner.invoke(app, ["--db", trained_url, "db", "vacuum"])
     assert result.exit_code == 0 and result.stdout.startswith("vacuumed sqlite:///")
 
@@ -281,11 +300,11 @@ def test_export_import_round_trip_classifies_identically(
         text = export_text(f)
         expected = log_odds(f, mail["unseen"])
     with Filter.open(config, f"sqlite:///{tmp_path / 'imported.db'}") as g:
-        summary = g.import_counts(io.StringIO(text), replace=False)
+        summary = Maintenance(g.store).import_counts(io.StringIO(text), replace=False)
         assert (summary.spam_messages, summary.ham_messages) == (40, 40)
         assert log_odds(g, mail["unseen"]) == expected
         assert export_text(g) == text
-        report = g.check()
+        report = Maintenance(g.store).check()
         assert report.ok and statuses(report)[LEDGER_CHECK] == "skipped (imported)"
 
 
@@ -309,24 +328,24 @@ def test_tokens_with_tabs_newlines_backslashes_and_hashes_survive(db_url: str) -
              f"spam_terms=0 ham_binary_terms={len(odd)} spam_binary_terms=0\n"]
     lines += [f"{escape_token(t)}\t1\t0\t1\t0\n" for t in sorted(odd)]
     with Filter.open(Config(), db_url) as f:
-        f.import_counts(lines, replace=True)
+        Maintenance(f.store).import_counts(lines, replace=True)
         assert sorted(r[0] for r in token_rows(f)) == sorted(odd)
         assert export_text(f).splitlines(keepends=True)[3:] == lines[2:]
-        assert f.check().ok
+        assert Maintenance(f.store).check().ok
 
 
 def test_import_add_adds_and_replace_replaces(trained_url: str, tmp_path: Path) -> None:
     with Filter.open(Config(), trained_url) as f:
         text = export_text(f)
         rows = token_rows(f)
-        f.import_counts(io.StringIO(text), replace=False)
+        Maintenance(f.store).import_counts(io.StringIO(text), replace=False)
         assert token_rows(f) == [(t, *(2 * int(str(x)) for x in counts)) for t, *counts in rows]
         assert f.store.totals().messages.tolist() == [80, 80]
-        assert f.check().ok
-        f.import_counts(io.StringIO(text), replace=True)
+        assert Maintenance(f.store).check().ok
+        Maintenance(f.store).import_counts(io.StringIO(text), replace=True)
         assert token_rows(f) == rows
         assert query(f, "SELECT count(*) FROM messages WHERE owner = ''") == [(0,)]
-        assert f.check().ok
+        assert Maintenance(f.store).check().ok
 
 
 @pytest.mark.parametrize(
@@ -347,9 +366,9 @@ def test_import_refuses_a_bad_file_and_changes_nothing(trained_url: str, text: s
     with Filter.open(Config(), trained_url) as f:
         before = export_text(f)
         with pytest.raises(CountsFileError, match=message):
-            f.import_counts(io.StringIO(text), replace=True)
+            Maintenance(f.store).import_counts(io.StringIO(text), replace=True)
         assert export_text(f) == before
-        assert f.check().ok
+        assert Maintenance(f.store).check().ok
 
 
 def test_export_and_import_through_the_command_line(trained_url: str, tmp_path: Path, runner: CliRunner) -> None:
@@ -397,12 +416,92 @@ def test_check_prune_export_import_on_each_backend(any_db_url: str, trained_url:
         text = export_text(f)
         expected = log_odds(f, mail["unseen"])
     with Filter.open(Config(), any_db_url) as g:
-        g.import_counts(io.StringIO(text), replace=True)
+        Maintenance(g.store).import_counts(io.StringIO(text), replace=True)
         assert export_text(g) == text
         assert log_odds(g, mail["unseen"]) == expected
-        assert g.check().ok
+        assert Maintenance(g.store).check().ok
         g.train(labelled(mail)[:10])
-        g.prune(2, 0)
+        Maintenance(g.store).prune(2, 0)
         assert g.forget([m for _, m in labelled(mail)[:10]]).forgotten == 10
-        assert g.check().ok
-        g.vacuum()
+        assert Maintenance(g.store).check().ok
+        Maintenance(g.store).vacuum()
+
+
+# -- import: what no backend could hold is refused, at its line -----------------------------
+
+BIG = 2**63
+HAND_MADE_LINES = HAND_MADE.splitlines(keepends=True)  # line 3 is token a, line 9 token g
+UNCOMPRESSIBLE = "".join(hashlib.sha256(str(i).encode()).hexdigest() for i in range(47))  # 3,008 bytes
+
+
+def edited(line: int, text: str, *, totals: str | None = None) -> bytes:
+    """HAND_MADE with ``text`` for its line ``line`` (a lone surrogate
+    becomes the byte it stands for: not UTF-8)."""
+    lines = list(HAND_MADE_LINES)
+    lines[line - 1] = text
+    if totals is not None:
+        lines[1] = totals
+    return "".join(lines).encode("utf-8", "surrogateescape")
+
+
+WRAPPED = (
+    "# spamfilter counts v1 owner=\n"
+    "# totals ham_messages=1 spam_messages=0 ham_terms=0 spam_terms=0 ham_binary_terms=4 spam_binary_terms=0\n"
+    + "".join(f"t{i}\t1\t0\t{2**62}\t0\n" for i in range(4))
+).encode()
+
+
+@pytest.mark.parametrize(
+    ("content", "where"),
+    [
+        (edited(9, f"g\t0\t3\t0\t{BIG}\n"), f"line 9: a count is above {BIG - 1}"),
+        (edited(2, HAND_MADE_LINES[1].replace("spam_terms=13", f"spam_terms={BIG}")), "line 2: spam_terms"),
+        (
+            edited(4, HAND_MADE_LINES[2] + HAND_MADE_LINES[2] + HAND_MADE_LINES[3],
+                   totals=HAND_MADE_LINES[1].replace("ham_terms=9", "ham_terms=11").replace("ham_binary_terms=6", "ham_binary_terms=8")),
+            "line 4: the token 'a' is given again (line 3)",
+        ),
+        (
+            "".join([*HAND_MADE_LINES[:2], HAND_MADE_LINES[3], HAND_MADE_LINES[2], *HAND_MADE_LINES[4:]]).encode(),
+            "line 4: the token 'a' comes after 'b'",
+        ),
+        (WRAPPED, "end of file: the token lines add up to 18446744073709551616 ham terms"),
+        (edited(5, "c\x00\t1\t1\t2\t1\n"), "line 5: the token holds a NUL character"),
+        (edited(5, f"c{UNCOMPRESSIBLE}\t1\t1\t2\t1\n"), "line 5: the token is longer than 1000 bytes"),
+        (edited(5, "c" * 5000 + "\t1\t1\t2\t1\n"), "line 5: longer than 4096 bytes"),
+        (edited(3, "a\udcff\t1\t0\t1\t0\n"), "line 3: not UTF-8"),
+    ],
+    ids=["count-2^63", "total-2^63", "repeated", "unordered", "wrapped-sum", "nul", "long-token", "long-line", "utf8"],
+)
+def test_import_refuses_what_a_backend_cannot_hold_at_its_line_and_changes_nothing(
+    any_db_url: str, tmp_path: Path, runner: CliRunner, content: bytes, where: str
+) -> None:
+    with Filter.open(Config(), any_db_url) as f:
+        Maintenance(f.store).import_counts(HAND_MADE_LINES, replace=True)
+        before = export_text(f)
+    path = tmp_path / "bad.tsv"
+    path.write_bytes(content)
+    for how in ("--add", "--replace"):
+        result = runner.invoke(app, ["--db", any_db_url, "db", "import", how, str(path)])
+        assert result.exit_code == exitcodes.DATA_ERROR, result.output
+        assert f"counts file, {where}" in result.stderr
+    with Filter.open(Config(), any_db_url) as f:
+        assert export_text(f) == before
+
+
+def test_adding_counts_that_would_overflow_the_totals_is_refused(db_url: str) -> None:
+    nearly_full = HAND_MADE.replace("spam_messages=3", f"spam_messages={BIG - 2}")
+    with Filter.open(Config(), db_url) as f:
+        Maintenance(f.store).import_counts(io.StringIO(nearly_full), replace=True)
+        with pytest.raises(CountsFileError, match="line 2: spam_messages=3 is more than the database holds \\(at most 1 more\\)"):
+            Maintenance(f.store).import_counts(io.StringIO(HAND_MADE), replace=False)
+        assert Maintenance(f.store).import_counts(io.StringIO(HAND_MADE), replace=True).spam_messages == 3
+
+
+def test_a_huge_line_is_refused_after_reading_a_bounded_part_of_it() -> None:
+    stream = io.BytesIO(HAND_MADE_LINES[0].encode() + b"x" * 5_000_000 + b"\n")
+    lines = read_counts_lines(stream)
+    assert next(lines) == HAND_MADE_LINES[0]
+    with pytest.raises(CountsFileError, match=f"line 2: longer than {MAX_LINE_BYTES} bytes"):
+        next(lines)
+    assert stream.tell() == len(HAND_MADE_LINES[0]) + MAX_LINE_BYTES + 2

@@ -6,6 +6,7 @@ import io
 import json
 import os
 import sys
+import tempfile
 from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
@@ -16,6 +17,7 @@ from spamfilter.cli import app, exitcodes, fail, state
 from spamfilter.cli._common import TableOrJson, is_tty_stdin, open_filter
 from spamfilter.config import default_db_url
 from spamfilter.errors import StoreInconsistent
+from spamfilter.maintenance import Maintenance, read_counts_lines
 from spamfilter.service import upgrade_database
 
 
@@ -90,7 +92,7 @@ def check(
     Example: spamfilter --user alice db check --format json
     """
     with open_filter(ctx) as f:
-        report = f.check()
+        report = Maintenance(f.store).check()
     if fmt is TableOrJson.json:
         items = [{"name": i.name, "status": i.status, "problems": list(i.problems)} for i in report.items]
         typer.echo(json.dumps({"user": report.user, "database": report.database, "ok": report.ok, "checks": items}))
@@ -122,14 +124,18 @@ def prune(
     Example: spamfilter db prune --min-count 2 --older-than 90 --dry-run
     """
     with open_filter(ctx) as f:
-        s = f.prune(min_count, older_than, dry_run=dry_run)
+        s = Maintenance(f.store).prune(min_count, older_than, dry_run=dry_run)
     verb = "would prune" if s.dry_run else "pruned"
     typer.echo(
         f"{verb} {s.tokens_removed} of {s.tokens_before} tokens of {_whose(s.user)} "
         f"(in fewer than {min_count} messages, last trained {older_than} or more days ago)"
     )
     if not s.dry_run and s.size_before is not None:
-        typer.echo(f"database {_size(s.size_before)} before, {_size(s.size_after)} after; `spamfilter db vacuum` gives the free space back")
+        wal = "" if s.checkpointed else " (with a write-ahead log that readers kept from being copied in)"
+        typer.echo(
+            f"database file {_size(s.size_before)} before, {_size(s.size_after)} after{wal}; "
+            "the freed pages stay in the file until `spamfilter db vacuum` gives them back"
+        )
 
 
 @db_app.command()
@@ -140,7 +146,7 @@ def vacuum(ctx: typer.Context) -> None:
     Example: spamfilter db vacuum
     """
     with open_filter(ctx) as f:
-        s = f.vacuum()
+        s = Maintenance(f.store).vacuum()
     if s.size_before is None:
         typer.echo(f"vacuumed {s.database}")
     else:
@@ -165,22 +171,25 @@ def export_counts(
             sys.stdout.flush()
             out = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", newline="\n")
             try:
-                n = f.export_counts(out)
+                n = Maintenance(f.store).export_counts(out)
                 out.flush()
             finally:
                 out.detach()
             typer.echo(f"exported {n} tokens of {_whose(f.store.owner)}", err=True)
             return
-        part = f"{path}.part"
+        target = Path(path)
         try:
-            # The counts say a lot about someone's mail: owner-only file.
-            fh = os.fdopen(os.open(part, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600), "w", encoding="utf-8", newline="\n")
+            # A new file of a name no one else can have chosen (O_EXCL, so a
+            # link planted in the folder is never followed), owner-only (the
+            # counts say a lot about someone's mail), then renamed over
+            # FILE: a link at FILE is replaced, not written through.
+            fd, part = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
         except OSError as exc:
             fail(f"cannot write {path}: {exc.strerror}", exitcodes.USAGE)
         try:
-            with fh:
-                n = f.export_counts(fh)
-            os.replace(part, path)
+            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+                n = Maintenance(f.store).export_counts(fh)
+            os.replace(part, target)
         except BaseException:
             Path(part).unlink(missing_ok=True)
             raise
@@ -197,8 +206,10 @@ def import_counts(
     ] = None,
 ) -> None:
     """Read counts written by `db export` into the model (--user), in one
-    transaction. The file is checked first to last (a truncated file fails
-    and changes nothing); imported counts have no ledger, so they cannot be
+    transaction. Each line is checked before its counts are written (a bad
+    or truncated file exits 65 naming the line, and changes nothing): tokens
+    once each, in the export's order, without NUL, at most 1,000 bytes;
+    counts below 2^63. Imported counts have no ledger, so they cannot be
     forgotten message by message.
 
     Example: spamfilter --db sqlite:///new.db db import --replace counts.tsv
@@ -211,19 +222,13 @@ def import_counts(
             if s.ham_messages or s.spam_messages or s.tokens:
                 fail(f"the model of {_whose(s.user)} is not empty: give --replace or --add", exitcodes.USAGE)
         try:
-            fh = (
-                io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", newline="\n")
-                if path == "-"
-                else open(path, encoding="utf-8", newline="\n")  # noqa: SIM115 - closed below
-            )
+            fh = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115 - closed below
         except OSError as exc:
             fail(f"cannot read {path}: {exc.strerror}", exitcodes.NO_INPUT)
         try:
-            result = f.import_counts(fh, replace=bool(replace))
+            result = Maintenance(f.store).import_counts(read_counts_lines(fh), replace=bool(replace))
         finally:
-            if path == "-":
-                fh.detach()
-            else:
+            if path != "-":
                 fh.close()
     how = "replacing it" if result.replaced else "added"
     typer.echo(

@@ -1,0 +1,530 @@
+"""Maintenance of a user's model: ``check``, ``prune``, ``vacuum``, and the
+counts file (``export_counts`` / ``import_counts``), over the store a
+``Filter`` uses (``spamfilter db check | prune | vacuum | export | import``).
+
+    from spamfilter.config import load_config
+    from spamfilter.maintenance import Maintenance
+    from spamfilter.service import Filter
+
+    with Filter.open(load_config()) as f:
+        report = Maintenance(f.store).check()
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta, timezone
+from typing import BinaryIO, TextIO
+
+import numpy as np
+
+from spamfilter import model
+from spamfilter.counts import ClassCounts, IntArray, TokenCounts
+from spamfilter.errors import CountsFileError
+from spamfilter.store import Store
+
+
+class Maintenance:
+    """Checks, prunes, vacuums, exports and imports the model of one store's owner."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def check(self) -> CheckReport:
+        """Verify that the stored counts of this user's model agree with each
+        other, in one read snapshot (``spamfilter db check``).
+
+        With the ledger's per-message token counts L and the token table T:
+
+            class_totals.messages[c]     = ledger rows of class c + untracked
+            class_totals.terms[c]        = sum_j T.terms[c,j]   (= sum of L's counts + untracked)
+            class_totals.binary_terms[c] = sum_j T.docs[c,j]    (= sum of L's sizes + untracked)
+            doc_histogram[c,k]           = #{j : T.docs[c,j] = k}, k = 0 included
+            T[j]                         = sum over the ledger's messages of L[j]
+
+        plus no negative count, no token in no message, terms >= docs and
+        docs <= messages per class, and SQLite's integrity check. The last
+        equation is the strongest; it is skipped for a store that was pruned or
+        imported into (``untracked`` not zero), whose ledger no longer holds
+        every count.
+        """
+        store = self.store
+        with store.snapshot() as tx:
+            totals = tx.totals()
+            untracked = tx.untracked().table()
+            exact = not untracked.any()
+            ledger_rows = np.zeros((3, 2), dtype=np.int64)
+            per_token: dict[str, list[int]] = {}
+            for label, counts in tx.iter_ledger():
+                ledger_rows[:, label] += (1, sum(counts.values()), len(counts))
+                if exact:
+                    for token, n in counts.items():
+                        row = per_token.get(token)
+                        if row is None:
+                            row = per_token[token] = [0, 0, 0, 0]
+                        row[label] += 1
+                        row[2 + label] += n
+            negative, empty, uneven, beyond, differ = (_Findings() for _ in range(5))
+            sums = [0, 0, 0, 0]
+            histogram: tuple[Counter[int], Counter[int]] = (Counter(), Counter())
+            messages = totals.messages.tolist()
+            for token, hd, sd, ht, st, _ in tx.iter_tokens():
+                row = [hd, sd, ht, st]
+                for i in range(4):
+                    sums[i] += row[i]
+                histogram[0][hd] += 1
+                histogram[1][sd] += 1
+                if min(row) < 0:
+                    negative.add(f"token {token!r} has counts {row}")
+                if hd <= 0 and sd <= 0:
+                    empty.add(f"token {token!r} is in no message")
+                for label in (model.HAM, model.SPAM):
+                    docs, terms = row[label], row[2 + label]
+                    if docs > terms or (docs == 0) != (terms == 0):
+                        uneven.add(f"token {token!r}: {_CLASS[label]} messages {docs}, occurrences {terms}")
+                    if docs > messages[label]:
+                        beyond.add(f"token {token!r} is in {docs} {_CLASS[label]} messages of {messages[label]}")
+                if exact:
+                    expected = per_token.pop(token, None)
+                    if expected != row:
+                        differ.add(f"token {token!r}: stored {row}, ledger {expected or [0, 0, 0, 0]}")
+            for token, expected in sorted(per_token.items()):
+                differ.add(f"token {token!r}: not stored, ledger {expected}")
+        stored = np.stack([totals.messages, totals.terms, totals.binary_terms])
+        negative.extend(
+            f"class_totals {_CLASS[c]} {name} is {int(stored[i, c])}"
+            for i, name in enumerate(_TOTAL_NAMES) for c in (0, 1) if stored[i, c] < 0
+        )
+        for c in (0, 1):
+            negative.extend(f"doc_histogram {_CLASS[c]} count {k} has {n} tokens" for k, n in totals.histogram[c].tolist() if n < 0)
+        token_sums = np.array([[sums[2], sums[3]], [sums[0], sums[1]]], dtype=np.int64)
+        items = [
+            negative.item("no count is negative"),
+            empty.item("every stored token is in a message"),
+            uneven.item("occurrences >= messages >= 1 per class"),
+            beyond.item("no token is in more messages than its class has"),
+            _compare_item(
+                "class totals (terms, binary_terms) = sums over the tokens",
+                stored[1:], token_sums, "the tokens add up to", names=_TOTAL_NAMES[1:],
+            ),
+            _histogram_item(totals.histogram, histogram),
+            _compare_item(
+                "class totals = sums over the ledger" + (" + untracked" if not exact else ""),
+                stored, ledger_rows + untracked, "the ledger" + (" + untracked" if not exact else "") + " gives", names=_TOTAL_NAMES,
+            ),
+        ]
+        if exact:
+            items.append(differ.item("token counts = sums over the ledger's messages"))
+        else:
+            why = [w for w, flag in (("pruned", (untracked[1:] < 0).any()), ("imported", (untracked > 0).any())) if flag]
+            items.append(CheckItem("token counts = sums over the ledger's messages", f"skipped ({', '.join(why) or 'pruned'})"))
+        problems = store.integrity_check()
+        if problems is None:
+            items.append(CheckItem("SQLite integrity_check", "skipped (not SQLite)"))
+        else:
+            items.append(CheckItem("SQLite integrity_check", "failed" if problems else "ok", tuple(problems)))
+        return CheckReport(store.owner, store.display_url, tuple(items))
+
+    def prune(self, min_count: int, older_than_days: int, *, dry_run: bool = False, today: date | None = None) -> PruneSummary:
+        """Delete this user's tokens in fewer than ``min_count`` messages (spam
+        and ham together) that were last trained ``older_than_days`` or more
+        days ago (0: any day; a token without a date counts as old), in one
+        transaction (``spamfilter db prune``).
+
+        The class totals lose the pruned tokens' occurrences, so
+        N[c] = sum_j N[c,j] over the tokens left and the multinomial estimates
+        theta[c,j] = (N[c,j] + alpha) / (N[c] + alpha*V) still sum to 1 over
+        the vocabulary left; message counts (priors, Bernoulli denominators)
+        do not change. The ledger keeps each message's full counts, so
+        forgetting a message later subtracts what is still there and stops
+        at zero for the tokens that are gone. SQLite keeps the freed pages
+        for reuse; ``vacuum`` gives them back to the file system.
+        """
+        if min_count < 0 or older_than_days < 0:
+            raise ValueError("min_count and older_than_days must be >= 0")
+        today = today or datetime.now(timezone.utc).date()
+        # The sizes are of the file with its WAL copied in where readers let
+        # it be: the deletes fill the WAL, which would count twice.
+        checkpointed = dry_run or self.store.checkpoint()
+        size_before = self.store.size_bytes()
+        with self.store.begin() as tx:
+            before = tx.totals().vocabulary_size
+            removed, counts = tx.prune_tokens(min_count, today - timedelta(days=older_than_days), dry_run=dry_run)
+        checkpointed = dry_run or (self.store.checkpoint() and checkpointed)
+        return PruneSummary(
+            user=self.store.owner,
+            tokens_before=before,
+            tokens_removed=removed,
+            ham_terms_removed=int(counts.terms[model.HAM]),
+            spam_terms_removed=int(counts.terms[model.SPAM]),
+            size_before=size_before,
+            size_after=self.store.size_bytes(),
+            dry_run=dry_run,
+            checkpointed=checkpointed,
+        )
+
+    def vacuum(self) -> VacuumSummary:
+        """Give the database's free space back (``spamfilter db vacuum``);
+        the sizes are of a SQLite file and its WAL (None elsewhere)."""
+        before = self.store.size_bytes()
+        self.store.vacuum()
+        return VacuumSummary(self.store.display_url, before, self.store.size_bytes())
+
+    def export_counts(self, out: TextIO) -> int:
+        """Write this user's counts to ``out`` in the counts format v1
+        (``spamfilter db export``), from one read snapshot, streamed; returns
+        the number of tokens written.
+
+            # spamfilter counts v1 owner=<owner>
+            # totals ham_messages=M0 spam_messages=M1 ham_terms=N0 spam_terms=N1 ham_binary_terms=B0 spam_binary_terms=B1
+            # token<TAB>ham_docs<TAB>spam_docs<TAB>ham_terms<TAB>spam_terms
+            <token><TAB><ham_docs><TAB><spam_docs><TAB><ham_terms><TAB><spam_terms>
+            ...
+
+        UTF-8, one token a line in code point order; in tokens and the owner
+        a backslash, tab, newline and carriage return are written as \\\\,
+        \\t, \\n and \\r, and a leading "#" as \\#. The ledger is not
+        exported: imported counts cannot be forgotten message by message.
+        """
+        written = 0
+        with self.store.snapshot() as tx:
+            t = tx.totals()
+            out.write(f"{COUNTS_HEADER} owner={escape_token(self.store.owner)}\n")
+            values = (*t.messages.tolist(), *t.terms.tolist(), *t.binary_terms.tolist())
+            out.write("# totals " + " ".join(f"{key}={v}" for key, v in zip(_TOTALS_KEYS, values)) + "\n")
+            out.write("# token\tham_docs\tspam_docs\tham_terms\tspam_terms\n")
+            lines: list[str] = []
+            for token, hd, sd, ht, st, _ in tx.iter_tokens():
+                lines.append(f"{escape_token(token)}\t{hd}\t{sd}\t{ht}\t{st}\n")
+                if len(lines) == 1000:
+                    out.write("".join(lines))
+                    written += len(lines)
+                    lines = []
+            out.write("".join(lines))
+            written += len(lines)
+        return written
+
+    def import_counts(self, lines: Iterable[str], *, replace: bool) -> ImportSummary:
+        """Read counts in the format ``export_counts`` writes into this user's
+        model, in one transaction (``spamfilter db import``).
+
+        ``replace`` first deletes the user's model (tokens, totals,
+        histogram and ledger); otherwise the counts are added to it. The
+        histogram is kept in step token by token, the imported tokens' last
+        seen day is today, and the imported totals are recorded as untracked
+        (no ledger: they cannot be forgotten message by message). The file
+        is checked as it is read: counts are whole numbers >= 0 with
+        occurrences >= messages >= 1 in some class and no more messages
+        than the totals line gives, and the token lines must add up to its
+        terms and binary_terms (a truncated file fails). Each token comes
+        once, in code point order (as ``export_counts`` writes them), holds
+        no NUL and at most ``MAX_TOKEN_BYTES`` of UTF-8, and no count or sum
+        goes past what a 64-bit column holds (the model's totals included,
+        when adding): every backend takes what passes. Each line is checked
+        before its counts are written; raises ``CountsFileError`` naming the
+        line, and the transaction leaves the model as it was. Read a file
+        with ``read_counts_lines``, which bounds the line length.
+        """
+        reader = _CountsReader(lines)
+        tokens = 0
+        with self.store.begin() as tx:
+            if not replace:
+                have = tx.totals()
+                reader.room = MAX_COUNT - have.classes.table()
+            else:
+                tx.clear_model()
+            for chunk in reader.chunks(5000):
+                token_list = list(chunk)
+                table = np.array([chunk[t] for t in token_list], dtype=np.int64).reshape(-1, 4).T
+                tx.add_counts(token_list, TokenCounts(table[0:2].copy(), table[2:4].copy()), ClassCounts.zeros())
+                tokens += len(token_list)
+            imported = ClassCounts.from_table(reader.finish())
+            tx.add_counts([], TokenCounts.zeros(0), imported)
+            tx.add_untracked(imported)
+        return ImportSummary(self.store.owner, tokens, int(imported.messages[model.HAM]), int(imported.messages[model.SPAM]), replace)
+
+
+# -- check results, the counts file format --------------------------------------
+
+_CLASS: dict[int, str] = {model.HAM: "ham", model.SPAM: "spam"}
+_TOTAL_NAMES = ("messages", "terms", "binary_terms")
+
+#: First line of a counts file (``Maintenance.export_counts``); "v1" is the format version.
+COUNTS_HEADER = "# spamfilter counts v1"
+_TOTALS_KEYS = ("ham_messages", "spam_messages", "ham_terms", "spam_terms", "ham_binary_terms", "spam_binary_terms")
+_ESCAPES = {"\\": "\\", "t": "\t", "n": "\n", "r": "\r", "#": "#"}
+#: The largest count a 64-bit signed column (SQLite INTEGER, PostgreSQL bigint) holds.
+MAX_COUNT = 2**63 - 1
+#: A token's longest UTF-8 form in a counts file: far above the tokenizer's
+#: (about 200 characters) and below PostgreSQL's limit for a B-tree index
+#: entry (2,704 bytes, the token sharing it with the owner).
+MAX_TOKEN_BYTES = 1000
+#: A counts file's longest line: a longest token with every byte escaped
+#: and four counts of 19 digits fit.
+MAX_LINE_BYTES = 4096
+_ESCAPED = re.compile(r"\\(.?)", re.DOTALL)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckItem:
+    """One comparison of ``Maintenance.check``: what was compared, its status
+    ("ok", "failed" or "skipped (why)") and the problems found."""
+
+    name: str
+    status: str
+    problems: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CheckReport:
+    """What ``Maintenance.check`` found for one user's model."""
+
+    user: str
+    database: str
+    items: tuple[CheckItem, ...]
+
+    @property
+    def ok(self) -> bool:
+        """No comparison failed."""
+        return all(item.status != "failed" for item in self.items)
+
+
+@dataclass(frozen=True, slots=True)
+class PruneSummary:
+    """What ``Maintenance.prune`` removed (or would remove, ``dry_run``); the
+    sizes are of a SQLite file and its WAL, None on other databases. The WAL
+    is copied into the file before each size is taken; ``checkpointed`` is
+    False when readers kept part of it there (the sizes then include it)."""
+
+    user: str
+    tokens_before: int
+    tokens_removed: int
+    ham_terms_removed: int
+    spam_terms_removed: int
+    size_before: int | None
+    size_after: int | None
+    dry_run: bool
+    checkpointed: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class VacuumSummary:
+    """Database size before and after ``Maintenance.vacuum`` (None unless SQLite)."""
+
+    database: str
+    size_before: int | None
+    size_after: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ImportSummary:
+    """What ``Maintenance.import_counts`` read: the tokens and the messages of
+    the totals line; ``replaced``: the model was emptied first."""
+
+    user: str
+    tokens: int
+    ham_messages: int
+    spam_messages: int
+    replaced: bool
+
+
+class _Findings:
+    """Problems of one kind: how many, and the first few to show."""
+
+    SHOWN = 10
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.examples: list[str] = []
+
+    def add(self, problem: str) -> None:
+        self.count += 1
+        if len(self.examples) < self.SHOWN:
+            self.examples.append(problem)
+
+    def extend(self, problems: Iterable[str]) -> None:
+        for problem in problems:
+            self.add(problem)
+
+    def item(self, name: str) -> CheckItem:
+        shown = list(self.examples)
+        if self.count > len(shown):
+            shown.append(f"... and {self.count - len(shown)} more")
+        return CheckItem(name, "failed" if self.count else "ok", tuple(shown))
+
+
+def _compare_item(name: str, stored: IntArray, expected: IntArray, what: str, *, names: Sequence[str]) -> CheckItem:
+    """Compare (k, 2) stored class totals with what they should be."""
+    problems = tuple(
+        f"{_CLASS[c]} {row}: stored {int(stored[i, c])}, {what} {int(expected[i, c])}"
+        for i, row in enumerate(names) for c in (0, 1) if stored[i, c] != expected[i, c]
+    )
+    return CheckItem(name, "failed" if problems else "ok", problems)
+
+
+def _histogram_item(stored: tuple[IntArray, IntArray], counted: tuple[Counter[int], Counter[int]]) -> CheckItem:
+    """Compare doc_histogram with the recount from the tokens (empty buckets ignored)."""
+    problems = []
+    for c in (0, 1):
+        have = {int(k): int(n) for k, n in stored[c].tolist() if n != 0}
+        for k in sorted(set(have) | set(counted[c])):
+            if have.get(k, 0) != counted[c].get(k, 0):
+                problems.append(f"{_CLASS[c]}, tokens in {k} messages: stored {have.get(k, 0)}, counted {counted[c].get(k, 0)}")
+    findings = _Findings()
+    findings.extend(problems)
+    return findings.item("doc_histogram = recount from the tokens")
+
+
+def escape_token(text: str) -> str:
+    """A token (or owner) as written in a counts file: backslash, tab, newline
+    and carriage return escaped, and a leading "#" (which would read as a comment)."""
+    out = text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+    return "\\" + out if out.startswith("#") else out
+
+
+def unescape_token(text: str) -> str:
+    """Inverse of ``escape_token``; raises ``ValueError`` for an unknown escape."""
+    if "\\" not in text:
+        return text
+
+    def one(m: re.Match[str]) -> str:
+        if m.group(1) not in _ESCAPES:
+            raise ValueError(f"unknown escape \\{m.group(1)}")
+        return _ESCAPES[m.group(1)]
+
+    return _ESCAPED.sub(one, text)
+
+
+def read_counts_lines(stream: BinaryIO) -> Iterator[str]:
+    """The lines of a counts file read from bytes, for ``import_counts``:
+    each decoded on its own, so a UTF-8 error names its line, and none
+    longer than ``MAX_LINE_BYTES``, so one huge line cannot fill the memory.
+    Raises ``CountsFileError``."""
+    number = 0
+    while line := stream.readline(MAX_LINE_BYTES + 2):
+        number += 1
+        if len(line.rstrip(b"\n").rstrip(b"\r")) > MAX_LINE_BYTES:
+            raise CountsFileError(f"counts file, line {number}: longer than {MAX_LINE_BYTES} bytes")
+        try:
+            yield line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise CountsFileError(f"counts file, line {number}: not UTF-8 ({exc.reason})") from None
+
+
+class _CountsReader:
+    """Parses and checks a counts file line by line (``Maintenance.import_counts``)."""
+
+    def __init__(self, lines: Iterable[str]) -> None:
+        self.lines = lines
+        self.totals: IntArray | None = None
+        #: How far each total may still grow: (3, 2) like ``totals``.
+        self.room: IntArray = np.full((3, 2), MAX_COUNT, dtype=np.int64)
+        # Python ints: a sum past 2**63 must not wrap round to a valid total.
+        self.sums = [[0, 0], [0, 0]]  # rows terms, binary_terms
+        self.previous: tuple[str, int] | None = None  # the last token and its line
+        self.where = "line 1"
+
+    def fail(self, reason: str) -> CountsFileError:
+        return CountsFileError(f"counts file, {self.where}: {reason}")
+
+    def chunks(self, size: int) -> Iterator[dict[str, list[int]]]:
+        """Token -> [ham_docs, spam_docs, ham_terms, spam_terms], ``size``
+        tokens at a time."""
+        chunk: dict[str, list[int]] = {}
+        number = 0
+        try:
+            for number, line in enumerate(self.lines, start=1):
+                self.where = f"line {number}"
+                line = line[:-1] if line.endswith("\n") else line
+                line = line[:-1] if line.endswith("\r") else line
+                if number == 1:
+                    if not (line == COUNTS_HEADER or line.startswith(COUNTS_HEADER + " ")):
+                        raise self.fail(f"not a spamfilter counts file (the first line is not {COUNTS_HEADER!r} ...)")
+                    continue
+                if line.startswith("# totals "):
+                    if self.totals is not None:
+                        raise self.fail("a second '# totals' line")
+                    self.totals = self._totals(line)
+                    continue
+                if not line or line.startswith("#"):
+                    continue
+                token, counts = self._token_line(line)
+                if self.previous is not None and token <= self.previous[0]:
+                    raise self.fail(
+                        f"the token {token!r} is given again (line {self.previous[1]})" if token == self.previous[0]
+                        else f"the token {token!r} comes after {self.previous[0]!r}: the tokens must be in code point order, as `db export` writes them"
+                    )
+                self.previous = (token, number)
+                chunk[token] = counts
+                if len(chunk) >= size:
+                    yield chunk
+                    chunk = {}
+        except UnicodeDecodeError as exc:
+            raise CountsFileError(f"counts file, after line {number}: not UTF-8 ({exc.reason})") from None
+        if number == 0:
+            raise self.fail("the file is empty")
+        if chunk:
+            yield chunk
+
+    def _totals(self, line: str) -> IntArray:
+        fields = dict(part.partition("=")[::2] for part in line[len("# totals ") :].split())
+        try:
+            values = [int(fields[key]) for key in _TOTALS_KEYS]
+        except (KeyError, ValueError):
+            raise self.fail(f"the totals line needs whole numbers for {', '.join(_TOTALS_KEYS)}") from None
+        if min(values) < 0:
+            raise self.fail("a total is negative")
+        for value, key, room in zip(values, _TOTALS_KEYS, self.room.ravel().tolist()):
+            if value > room:
+                raise self.fail(f"{key}={value} is more than the database holds (at most {room}{'' if room == MAX_COUNT else ' more'})")
+        return np.array(values, dtype=np.int64).reshape(3, 2)
+
+    def _token_line(self, line: str) -> tuple[str, list[int]]:
+        if self.totals is None:
+            raise self.fail("a token line comes before the '# totals' line")
+        parts = line.split("\t")
+        if len(parts) != 5:
+            raise self.fail(f"expected token and 4 counts separated by tabs, found {len(parts)} fields")
+        try:
+            token = unescape_token(parts[0])
+            counts = [int(p) for p in parts[1:]]
+        except ValueError as exc:
+            raise self.fail(str(exc)) from None
+        if min(counts) < 0:
+            raise self.fail("a count is negative")
+        if max(counts) > MAX_COUNT:
+            raise self.fail(f"a count is above {MAX_COUNT}")
+        if "\x00" in token:
+            raise self.fail("the token holds a NUL character")
+        if len(token.encode("utf-8")) > MAX_TOKEN_BYTES:
+            raise self.fail(f"the token is longer than {MAX_TOKEN_BYTES} bytes")
+        for c in (0, 1):
+            docs, terms = counts[c], counts[2 + c]
+            if docs > terms or (docs == 0) != (terms == 0):
+                raise self.fail(f"{_CLASS[c]}: {docs} messages but {terms} occurrences")
+            if docs > self.totals[0, c]:
+                raise self.fail(f"the token is in {docs} {_CLASS[c]} messages, the totals line has {int(self.totals[0, c])}")
+        if counts[0] == 0 and counts[1] == 0:
+            raise self.fail("the token is in no message")
+        for c in (0, 1):
+            self.sums[0][c] += counts[2 + c]
+            self.sums[1][c] += counts[c]
+        return token, counts
+
+    def finish(self) -> IntArray:
+        """The totals to add, (3, 2) rows messages, terms, binary_terms,
+        once the token lines were seen to add up to them."""
+        self.where = "end of file"
+        if self.totals is None:
+            raise self.fail("no '# totals' line")
+        for i, name in ((1, "terms"), (2, "binary_terms")):
+            for c in (0, 1):
+                if self.sums[i - 1][c] != self.totals[i, c]:
+                    raise self.fail(
+                        f"the token lines add up to {self.sums[i - 1][c]} {_CLASS[c]} {name}, the totals line says "
+                        f"{int(self.totals[i, c])} (a truncated or edited file)"
+                    )
+        return self.totals

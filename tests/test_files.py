@@ -1,0 +1,103 @@
+"""Files spamfilter writes beside the user's: `db export` never writes
+through a planted link, a database file it fills is owner-only, and a
+database made read-only for a while is writable again once its mode is."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from spamfilter.cli import app, exitcodes
+
+HEADER = "# spamfilter counts v1"
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.lstat().st_mode)
+
+
+def test_export_never_writes_through_a_link_at_the_temporary_or_at_file(sample_db: str, tmp_path: Path) -> None:
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me\n")
+    victim.chmod(0o644)
+    out = tmp_path / "out.tsv"
+    # The name the temporary used to have, and FILE itself, as links.
+    (tmp_path / "out.tsv.part").symlink_to(victim)
+    for _ in range(2):
+        result = CliRunner().invoke(app, ["--db", sample_db, "db", "export", str(out)])
+        assert result.exit_code == 0, result.output
+        assert victim.read_text() == "keep me\n" and mode(victim) == 0o644
+        assert not out.is_symlink() and out.read_text(encoding="utf-8").startswith(HEADER)
+        assert mode(out) == 0o600
+        out.unlink()
+        out.symlink_to(victim)
+    # No temporary is left behind; the planted links are untouched.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.tsv", "out.tsv.part", "victim.txt"]
+    assert (tmp_path / "out.tsv.part").is_symlink()
+
+
+def test_export_into_a_missing_folder_is_a_usage_error(sample_db: str, tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["--db", sample_db, "db", "export", str(tmp_path / "no" / "out.tsv")])
+    assert result.exit_code == exitcodes.USAGE
+    assert not (tmp_path / "no").exists()
+
+
+def test_an_empty_file_given_as_the_database_becomes_owner_only(sample: Path, tmp_path: Path) -> None:
+    db = tmp_path / "given.db"
+    db.touch()
+    db.chmod(0o644)
+    result = CliRunner().invoke(app, ["--db", f"sqlite:///{db}", "train", "--spam", str(sample / "train-spam.mbox")])
+    assert result.exit_code == 0, result.output
+    assert mode(db) == 0o600
+    for sidecar in (tmp_path / "given.db-wal", tmp_path / "given.db-shm"):
+        assert not sidecar.exists() or mode(sidecar) == 0o600
+
+
+def test_a_database_the_user_made_0644_keeps_its_mode(sample_db: str, tmp_path: Path) -> None:
+    db = tmp_path / "shared.db"
+    shutil.copy(sample_db.removeprefix("sqlite:///"), db)
+    db.chmod(0o644)
+    assert CliRunner().invoke(app, ["--db", f"sqlite:///{db}", "stats"]).exit_code == 0
+    assert mode(db) == 0o644
+
+
+def without_root_privileges() -> list[str]:
+    """A command prefix under which file permissions apply: as root, drop
+    the capabilities that bypass them (root would write a 0400 file)."""
+    if os.geteuid() != 0:
+        return []
+    if shutil.which("setpriv") is None:
+        pytest.skip("running as root without setpriv: file permissions cannot be tested")
+    return ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--"]
+
+
+def test_train_works_again_once_a_database_read_while_0400_is_0600_again(sample_db: str, sample: Path, tmp_path: Path) -> None:
+    db = tmp_path / "model.db"
+    shutil.copy(sample_db.removeprefix("sqlite:///"), db)
+    url = f"sqlite:///{db}"
+    message = (sample / "train-spam.mbox").read_bytes().split(b"\nFrom ")[0]
+    spamfilter = [*without_root_privileges(), sys.executable, "-m", "spamfilter", "--db", url]
+
+    def run(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run([*spamfilter, *args], input=stdin, capture_output=True, timeout=60)
+
+    db.chmod(0o400)
+    filtered = run("filter", "--always-zero", stdin=message)
+    assert filtered.returncode == 0, filtered.stderr
+    assert b"X-Spam-Status:" in filtered.stdout
+    # What the read left: SQLite gives -wal and -shm the file's mode.
+    assert mode(tmp_path / "model.db-shm") == 0o400
+    db.chmod(0o600)
+    for _ in range(2):
+        trained = run("train", "--ham", "-", stdin=b"From: a@example.org\nSubject: lunch\n\nSee you at noon " + os.urandom(4).hex().encode() + b"\n")
+        assert trained.returncode == 0, trained.stderr
+        assert trained.stdout.startswith(b"trained 0 spam, 1 ham"), trained.stdout
+    shm = tmp_path / "model.db-shm"
+    assert not shm.exists() or mode(shm) == 0o600
