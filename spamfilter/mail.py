@@ -86,15 +86,25 @@ _BLANK_LINES: Final = (b"\n", b"\r\n")
 _UW_IMAP_RE: Final = re.compile(rb"^X-IMAP(?:base)?:", re.MULTILINE)
 _UW_IMAP_SUBJECT_RE: Final = re.compile(rb"^Subject:[^\n]*FOLDER INTERNAL DATA", re.MULTILINE)
 
-# One header field (with its folded continuation lines) whose name is in
-# FILTER_HEADERS. Applied to the header block only, which holds no empty line,
-# so a continuation can never run into the body.
+_FILTER_NAMES: Final = b"|".join(re.escape(name.encode("ascii")) for name in FILTER_HEADERS)
+
+# One header field whose name is in FILTER_HEADERS, matched at a line start:
+# the field's line, its folded continuation lines and the line break after
+# them (group 1). CR, LF and CRLF all end a line here, as they do for
+# Python's email parser: "Subject: hi\rX-Spam-Flag: NO" holds two fields
+# for it, one for procmail, which only splits at LF.
 _FILTER_FIELD_RE: Final = re.compile(
-    rb"^(?:"
-    + b"|".join(re.escape(name.encode("ascii")) for name in FILTER_HEADERS)
-    + rb")[ \t]*:[^\n]*(?:\n[ \t][^\n]*)*(?:\n|\Z)",
-    re.IGNORECASE | re.MULTILINE,
+    rb"(?:" + _FILTER_NAMES + rb")[ \t]*:[^\r\n]*(?:(?:\r\n|\r|\n)[ \t][^\r\n]*)*(\r\n|\r|\n|\Z)",
+    re.IGNORECASE,
 )
+# Where such a field may start: at the very beginning, or after a CR or LF.
+_FILTER_FIELD_START_RE: Final = re.compile(
+    rb"(?:(?<=[\r\n])|(?<![\x00-\xff]))(?:" + _FILTER_NAMES + rb")[ \t]*:", re.IGNORECASE
+)
+# An empty line when CR, LF and CRLF each end a line (group 1 ends the line
+# before it).
+_EMPTY_LINE_RE: Final = re.compile(rb"(\r\n|\r(?!\n)|\n)(?:\r\n|\r|\n)")
+_LINE_BREAK_RE: Final = re.compile(rb"\r\n|\r|\n")
 
 # The first line of a header block: a field name (printable ASCII but the
 # colon, RFC 5322 section 3.6.8) then a colon, optionally after an mbox
@@ -376,57 +386,129 @@ def digest_bytes(raw: bytes) -> str:
     # and would normalise things (header folding) we want to leave alone.
     # The steps are done on the fly rather than on copies: normalising a
     # 50 MB message with replace, slices and rstrip held three copies of it
-    # (157 MB); now the header block and a 1 MiB piece at a time.
-    start, end = _header_bounds(raw, crlf=True)
-    header: bytes | memoryview = memoryview(raw)[start:end]
-    if raw.find(b"\r\n", start, end) >= 0:
-        header = raw[start:end].replace(b"\r\n", b"\n")
+    # (157 MB); now 1 MiB at a time. The fields dropped are those that
+    # `filtered_pieces` drops and adds, so filtering keeps the digest.
+    layout = _filter_layout(raw)
     digest = _RstrippedHash()
-    pos = 0
-    for m in _FILTER_FIELD_RE.finditer(header):
-        digest.update(header[pos : m.start()])
-        pos = m.end()
-    digest.update(header[pos:])
-    for piece in _pieces(raw, end):
-        digest.update(piece.replace(b"\r\n", b"\n"))
+    view = memoryview(raw)
+    kept, pos = [], layout.start
+    for s, e in layout.dropped:
+        kept.append(view[pos:s])
+        pos = e
+    kept.append(view[pos:])
+    for piece in _crlf_to_lf(kept):
+        digest.update(piece)
     return digest.hexdigest()[:32]
 
 
-def _header_bounds(raw: bytes, *, crlf: bool) -> tuple[int, int]:
-    """Where the header block of ``raw`` lies: (start, end).
+@dataclass(frozen=True, slots=True)
+class _FilterLayout:
+    """Where `filtered_pieces` changes a message (positions in its bytes).
 
-    start is past a leading mbox envelope line; end is just past the line
-    break of the header's last line, where the blank line and the body
-    begin, or len(raw) when no blank line follows the header. With ``crlf``
-    the positions are those of ``raw.replace(b"\\r\\n", b"\\n")`` mapped
-    back to ``raw``, where a "\\n\\n" of the replaced text is "\\n\\r?\\n",
-    so the message is not copied to find them.
+    start: past a leading mbox envelope line.
+    insert: where the filter's own fields go: the top of the header block,
+        past any continuation lines that open it (they would otherwise fold
+        into the last added field).
+    dropped: (begin, end) of each run of `FILTER_HEADERS` fields to remove.
+    eol: the line ending the added fields take.
+    """
+
+    start: int
+    insert: int
+    dropped: tuple[tuple[int, int], ...]
+    eol: bytes
+
+
+def _filter_layout(raw: bytes) -> _FilterLayout:
+    """Find the envelope line, the insertion point, the fields a sender may
+    have forged and the header block's line ending, without copying ``raw``.
+
+    Parsers disagree on where a header block ends: Python's email parser ends
+    it at the first empty line counting CR, LF and CRLF as line ends
+    (``any_end``), procmail, formail and Dovecot at the first one counting LF
+    and CRLF only (``lf_end``, never earlier). A field of ours is dropped
+    wherever one of them would read it: before ``any_end`` at any line start;
+    between the two only where an LF-only parser sees a line start (after an
+    LF, or right after a field dropped just before).
     """
     start = 0
     if raw.startswith(_ENVELOPE_PREFIX):
-        end = raw.find(b"\n")
-        start = len(raw) if end < 0 else end + 1
-    if raw.startswith(b"\n", start) or (crlf and raw.startswith(b"\r\n", start)):
-        return start, start
+        # The envelope line ends at its first line break, a bare CR too:
+        # Python's parser ends it there, and reads what follows as fields.
+        brk = _LINE_BREAK_RE.search(raw)
+        start = len(raw) if brk is None else brk.end()
+    lf_end = _header_end(raw, start)
+    if raw[start : start + 1] in (b"\r", b"\n"):
+        any_end = start
+    else:
+        empty = _EMPTY_LINE_RE.search(raw, start)
+        any_end = lf_end if empty is None else min(empty.end(1), lf_end)
+    insert = start
+    while raw[insert : insert + 1] in (b" ", b"\t"):
+        brk = _LINE_BREAK_RE.search(raw, insert)
+        insert = len(raw) if brk is None else brk.end()
+    dropped: list[tuple[int, int]] = []
+    field_end = -1  # where the last field dropped ended, line break included
+    for m in _FILTER_FIELD_START_RE.finditer(raw, start, lf_end):
+        at = m.start()
+        follows_drop = at == field_end
+        if not (at < any_end or (at > 0 and raw[at - 1] == 0x0A) or follows_drop):
+            continue
+        field = _FILTER_FIELD_RE.match(raw, at, lf_end)
+        assert field is not None  # the start pattern is a prefix of this one
+        begin, field_end = at, field.end()
+        if dropped and dropped[-1][1] == at:
+            begin = dropped.pop()[0]
+        end = field_end
+        # "a\rX-Spam-Flag: NO\nTo: b" without the field and its LF would put
+        # "To: b" on the line of "a" for a parser that splits at LF only, and
+        # before a blank line CR and LF would glue into one CRLF: drop the
+        # CR before the field instead, and keep the field's line break.
+        if begin > insert and raw[begin - 1] == 0x0D and b"\n" in field.group(1):
+            dropped.append((begin - 1, end - len(field.group(1))))
+        else:
+            dropped.append((begin, end))
+    return _FilterLayout(start, insert, tuple(dropped), _header_eol(raw, start, any_end))
+
+
+def _header_end(raw: bytes, start: int) -> int:
+    """Where the header block that begins at ``start`` ends for a parser that
+    ends lines at LF or CRLF: just past the line break of its last line, at
+    the empty line, or len(raw) when no empty line follows it."""
+    if raw.startswith(b"\n", start) or raw.startswith(b"\r\n", start):
+        return start
     end = raw.find(b"\n\n", start)
-    if crlf:
-        end_crlf = raw.find(b"\n\r\n", start, len(raw) if end < 0 else end + 2)
-        if end_crlf >= 0:
-            end = end_crlf
-    return start, len(raw) if end < 0 else end + 1
+    end_crlf = raw.find(b"\n\r\n", start, len(raw) if end < 0 else end + 2)
+    if end_crlf >= 0:
+        end = end_crlf
+    return len(raw) if end < 0 else end + 1
 
 
-def _pieces(raw: bytes, start: int) -> Iterator[bytes]:
-    """``raw[start:]`` in pieces of about `_CHUNK` bytes, never splitting a
-    CRLF: a CR that would end a piece starts the next one instead."""
-    view = memoryview(raw)
+def _header_eol(raw: bytes, start: int, any_end: int) -> bytes:
+    """The line ending of a header block: that of its first line holding an
+    LF (CRLF or LF), else CR if its lines end in CR, else that of the empty
+    line after it or of the envelope line, else LF."""
+    stop = any_end + 2
+    nl = raw.find(b"\n", start, stop)
+    if nl >= 0:
+        return b"\r\n" if nl > start and raw[nl - 1] == 0x0D else b"\n"
+    if raw.find(b"\r", start, stop) >= 0:
+        return b"\r"
+    return b"\r\n" if raw[:start].endswith(b"\r\n") else b"\n"
+
+
+def _crlf_to_lf(segments: Iterable[memoryview]) -> Iterator[bytes]:
+    """The bytes of ``segments`` joined, CRLF made LF, in pieces of about
+    `_CHUNK` bytes; a CRLF split between pieces or segments is still one."""
     carry = b""
-    for i in range(start, len(raw), _CHUNK):
-        piece = carry + view[i : i + _CHUNK].tobytes()
-        carry = b""
-        if piece.endswith(b"\r") and i + _CHUNK < len(raw):
-            piece, carry = piece[:-1], b"\r"
-        yield piece
+    for segment in segments:
+        for i in range(0, len(segment), _CHUNK):
+            piece = carry + segment[i : i + _CHUNK].tobytes()
+            carry = b""
+            if piece.endswith(b"\r"):
+                piece, carry = piece[:-1], b"\r"
+            yield piece.replace(b"\r\n", b"\n")
+    yield carry
 
 
 class _RstrippedHash:
@@ -706,34 +788,46 @@ def _read_index_message(path: str) -> MailItem:
         raise MailSourceError(f"cannot read mail file {path!r}: {err.strerror}") from err
 
 
-def with_filter_headers(raw: bytes, fields: Sequence[tuple[str, str]]) -> bytes:
-    """The message with any `FILTER_HEADERS` removed and ``fields`` appended
-    to its header block, in the message's own line ending.
+def filtered_pieces(raw: bytes, fields: Sequence[tuple[str, str]]) -> list[bytes | memoryview]:
+    """The message with `FILTER_HEADERS` fields removed and ``fields`` added,
+    as pieces to write one after the other; all but the added lines are
+    views of ``raw``, so a message of any size is not copied.
 
-    Removing the old fields first means a sender cannot pre-set
-    ``X-Spam-Status: No`` and have it read by a later Sieve rule.
+    The added fields go at the top of the header block, after an mbox
+    envelope line, as SpamAssassin's spamd puts its own: every parser reads
+    them there, also one that ends the header early at a line it cannot
+    read (no colon, a NUL in a field name). They take the line ending of the
+    header block. Fields of the same names that came with the message are
+    removed wherever a parser could read them (see `_filter_layout`), so a
+    sender cannot pre-set ``X-Spam-Status: No``. Every other byte is kept as
+    it was: line endings, mixed or not, a missing final line break, binary
+    parts.
+
+    Examples
+    --------
+    >>> b"".join(filtered_pieces(b"Subject: a\\r\\nX-Spam-Flag: NO\\r\\n\\r\\nb", [("X-Spam-Flag", "YES")]))
+    b'X-Spam-Flag: YES\\r\\nSubject: a\\r\\n\\r\\nb'
     """
-    # The message is read as LF text: a CRLF one (judged by its first 4 KB)
-    # has every CRLF made LF, and every LF made CRLF again on the way out.
-    # The body is passed on in pieces, never copied whole: copies of the
-    # whole took 210 MB besides a 53 MB CRLF message (105 MB for LF).
-    crlf = b"\r\n" in raw[:4096]
-    start, end = _header_bounds(raw, crlf=crlf)
-    envelope, header = raw[:start], raw[start:end]
-    if crlf:
-        envelope, header = envelope.replace(b"\r\n", b"\n"), header.replace(b"\r\n", b"\n")
-    body: Iterable[bytes | memoryview]
-    if end == len(raw):
-        # No blank line after the header: one is added.
-        header = header if header.endswith(b"\n") else header + b"\n"
-        body = [b"\n"]
-    elif crlf:
-        body = (piece.replace(b"\r\n", b"\n") for piece in _pieces(raw, end))
+    layout = _filter_layout(raw)
+    eol = layout.eol
+    added = eol.join(f"{name}: {value}".encode("utf-8") for name, value in fields)
+    at = layout.insert
+    if at > 0 and raw[at - 1 : at] not in (b"\r", b"\n"):
+        # A header of one folded line and no line break: the fields go on
+        # lines of their own after it.
+        added = eol + added
     else:
-        body = [memoryview(raw)[end:]]
-    header = _FILTER_FIELD_RE.sub(b"", header)
-    added = b"".join(f"{name}: {value}\n".encode("utf-8") for name, value in fields)
-    out: Iterable[bytes | memoryview] = [envelope, header, added, *body]
-    if crlf:
-        out = [bytes(piece).replace(b"\n", b"\r\n") for piece in out]
-    return b"".join(out)
+        added += eol
+    view = memoryview(raw)
+    pieces: list[bytes | memoryview] = [view[:at], added]
+    pos = at
+    for begin, end in layout.dropped:
+        pieces.append(view[pos:begin])
+        pos = end
+    pieces.append(view[pos:])
+    return pieces
+
+
+def with_filter_headers(raw: bytes, fields: Sequence[tuple[str, str]]) -> bytes:
+    """`filtered_pieces` joined into one bytes object (a copy of the message)."""
+    return b"".join(filtered_pieces(raw, fields))

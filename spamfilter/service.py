@@ -289,6 +289,15 @@ class Filter:
             except MailParseError as exc:
                 results.append(Refusal(item.source, str(exc)))
                 continue
+            except Exception as exc:  # noqa: BLE001 - one message's failure is that message's
+                # A message is input from strangers, and parsing and
+                # tokenizing run third-party code on it (the email package,
+                # nltk's regexps with their CPU-time guard): a 50 MB text
+                # made nltk raise TimeoutError, which ended whole train and
+                # classify runs. Whatever one message raises refuses that
+                # message and names the error; the run goes on.
+                results.append(Refusal(item.source, f"cannot be read: {type(exc).__name__}: {exc}"))
+                continue
             results.append(_Analysed(item, item.digest, counts))
         return results
 

@@ -391,50 +391,9 @@ def test_mutated_corpus_messages_are_tokenized_or_refused(
     check(trained, raw, item.source)
 
 
-# -- digest and filter output in pieces -------------------------------------
-# digest_bytes and with_filter_headers go through a message in 1 MiB pieces
-# so that a huge message is never copied whole. The references below do the
-# same on whole copies, as the docstrings state it.
-
-_FILTER_FIELD = rb"^(?:X-Spam-Status|X-Spam-Score|X-Spam-Flag)[ \t]*:[^\n]*(?:\n[ \t][^\n]*)*(?:\n|\Z)"
-
-
-def without_filter_fields(header: bytes) -> bytes:
-    return re.sub(_FILTER_FIELD, b"", header, flags=re.IGNORECASE | re.MULTILINE)
-
-
-def reference_digest(raw: bytes) -> str:
-    data = raw.replace(b"\r\n", b"\n")
-    if data.startswith(b"From "):
-        end = data.find(b"\n")
-        data = b"" if end < 0 else data[end + 1 :]
-    if data.startswith(b"\n"):
-        header, body = b"", data
-    else:
-        end = data.find(b"\n\n")
-        header, body = (data, b"") if end < 0 else (data[: end + 1], data[end + 1 :])
-    return hashlib.sha256((without_filter_fields(header) + body).rstrip()).hexdigest()[:32]
-
-
-def reference_with_filter_headers(raw: bytes, fields: list[tuple[str, str]]) -> bytes:
-    crlf = b"\r\n" in raw[:4096]
-    data = raw.replace(b"\r\n", b"\n") if crlf else raw
-    envelope = b""
-    if data.startswith(b"From "):
-        end = data.find(b"\n")
-        envelope, data = (data, b"") if end < 0 else (data[: end + 1], data[end + 1 :])
-    if data.startswith(b"\n"):
-        header, body = b"", data
-    else:
-        end = data.find(b"\n\n")
-        if end < 0:
-            header, body = data if data.endswith(b"\n") else data + b"\n", b"\n"
-        else:
-            header, body = data[: end + 1], data[end + 1 :]
-    added = b"".join(f"{name}: {value}\n".encode() for name, value in fields)
-    out = envelope + without_filter_fields(header) + added + body
-    return out.replace(b"\n", b"\r\n") if crlf else out
-
+# -- digest in pieces ------------------------------------------------------------
+# digest_bytes goes through a message in 1 MiB pieces so that a huge message
+# is never copied whole; the digest must not depend on where pieces split.
 
 LINE_PIECES = st.sampled_from(
     [b"\r", b"\n", b"\r\n", b"\n\n", b"\r\n\r\n", b" ", b"\t", b"\x0b", b"\x0c", b"From ", b"X-Spam-Flag",
@@ -445,18 +404,21 @@ VERDICT_FIELDS = [("X-Spam-Status", "Yes, verdict=spam"), ("X-Spam-Score", "0.99
 
 @HOSTILE
 @given(raw=st.lists(LINE_PIECES, max_size=60).map(b"".join), piece=st.sampled_from([1, 2, 3, 7]))
-def test_digest_and_filter_output_in_small_pieces_equal_the_whole_message_ones(raw: bytes, piece: int) -> None:
+def test_digest_in_small_pieces_equals_the_whole_message_one(raw: bytes, piece: int) -> None:
     # Tiny pieces put every CR, blank and header boundary on a piece boundary somewhere.
+    whole = digest_bytes(raw)
+    filtered = with_filter_headers(raw, VERDICT_FIELDS)
     with mock.patch("spamfilter.mail._CHUNK", piece):
-        assert digest_bytes(raw) == reference_digest(raw)
-        assert with_filter_headers(raw, VERDICT_FIELDS) == reference_with_filter_headers(raw, VERDICT_FIELDS)
+        assert digest_bytes(raw) == whole
+        assert digest_bytes(filtered) == whole
 
 
-def test_digest_and_filter_output_of_corpus_messages_equal_the_whole_message_ones(corpus_sample: list[MailItem]) -> None:
+def test_digest_of_corpus_messages_is_kept_by_filtering_and_by_crlf(corpus_sample: list[MailItem]) -> None:
     for item in corpus_sample:
-        for raw in (item.raw, item.raw.replace(b"\n", b"\r\n"), item.raw[: len(item.raw) // 2]):
-            assert digest_bytes(raw) == reference_digest(raw), item.source
-            assert with_filter_headers(raw, VERDICT_FIELDS) == reference_with_filter_headers(raw, VERDICT_FIELDS), item.source
+        for raw in (item.raw, item.raw[: len(item.raw) // 2]):
+            lf = raw.replace(b"\r\n", b"\n")
+            assert digest_bytes(lf.replace(b"\n", b"\r\n")) == digest_bytes(lf), item.source
+            assert digest_bytes(with_filter_headers(raw, VERDICT_FIELDS)) == digest_bytes(raw), item.source
 
 
 # -- explicit extremes -------------------------------------------------------

@@ -9,14 +9,15 @@ result. Library errors become one line on stderr and an exit code from
 from __future__ import annotations
 
 import os
+import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, BinaryIO
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperGroup, TyperOption
 
 from spamfilter import __version__
 from spamfilter.cli import exitcodes
@@ -24,8 +25,95 @@ from spamfilter.config import Config, load_config
 from spamfilter.errors import SpamfilterError
 
 
+class Delivery:
+    """The message of one ``spamfilter filter`` run: read from stdin, and
+    written to stdout either filtered or, on any failure, unchanged.
+
+    `_Group.main` owns it, so the pass-through covers every way a run can
+    end without the filtered message: usage and config errors raised before
+    the command body runs, library errors, internal errors, Ctrl-C.
+    """
+
+    def __init__(self, source: BinaryIO, sink: BinaryIO, *, pass_through: bool) -> None:
+        self._source = source
+        self._sink = sink
+        self._pass_through = pass_through
+        self._raw: bytes | None = None
+        self._written = False
+
+    def read(self) -> bytes:
+        """The whole message (read once)."""
+        if self._raw is None:
+            self._raw = self._source.read()
+        return self._raw
+
+    def write(self, pieces: Iterable[bytes | memoryview]) -> None:
+        """Deliver the filtered message (or the verdict line)."""
+        self._written = True
+        for piece in pieces:
+            self._sink.write(piece)
+        self._sink.flush()
+
+    def pass_through(self) -> None:
+        """Write the message through unchanged, unless something was
+        delivered already. What was not read yet is copied in pieces."""
+        if not self._pass_through or self._written:
+            return
+        self._written = True
+        try:
+            if self._raw is not None:
+                self._sink.write(self._raw)
+            elif self._source.isatty():
+                return
+            shutil.copyfileobj(self._source, self._sink)
+            self._sink.flush()
+        except (OSError, ValueError):
+            # stdout or stdin is gone (closed pipe): the exit code still
+            # tells the MTA that nothing was delivered.
+            pass
+
+
+def _runs_filter(group: TyperGroup, argv: Sequence[str]) -> bool:
+    """Whether ``argv`` runs ``filter`` in its mail-writing mode: the first
+    argument that is neither a root option nor its value names ``filter``,
+    and neither ``--verdict-only`` nor ``--help`` follows."""
+    takes_value = {
+        name
+        for param in group.params
+        if isinstance(param, TyperOption) and not param.is_flag and not param.count
+        for name in param.opts
+    }
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            i += 1
+            break
+        if not arg.startswith("-"):
+            break
+        i += 2 if arg in takes_value else 1
+    if i >= len(argv) or argv[i] != "filter":
+        return False
+    return not any(arg in ("--verdict-only", "--help") for arg in argv[i + 1 :])
+
+
 class _Group(TyperGroup):
-    """Maps errors to the documented exit codes for every subcommand."""
+    """Maps errors to the documented exit codes for every subcommand, and
+    guarantees that ``filter`` never loses the message."""
+
+    delivery: Delivery | None = None
+
+    def main(self, args: Sequence[str] | None = None, *pos: Any, **kwargs: Any) -> Any:
+        argv = list(args) if args is not None else sys.argv[1:]
+        self.delivery = Delivery(sys.stdin.buffer, sys.stdout.buffer, pass_through=_runs_filter(self, argv))
+        try:
+            result = super().main(argv, *pos, **kwargs)
+        except BaseException:
+            self.delivery.pass_through()
+            raise
+        # Without standalone mode a run ends here, with its exit code.
+        self.delivery.pass_through()
+        return result
 
     @staticmethod
     def _usage_code(exc: typer.TyperException) -> None:
@@ -90,6 +178,14 @@ def fail(message: str, code: int) -> None:
     """Print ``spamfilter: message`` on stderr and exit with ``code``."""
     typer.echo(f"spamfilter: {message}", err=True)
     raise typer.Exit(code)
+
+
+def delivery(ctx: typer.Context) -> Delivery:
+    """The message of this ``filter`` run (see `Delivery`)."""
+    group = ctx.find_root().command
+    if isinstance(group, _Group) and group.delivery is not None:
+        return group.delivery
+    return Delivery(sys.stdin.buffer, sys.stdout.buffer, pass_through=False)
 
 
 def state(ctx: typer.Context) -> AppState:

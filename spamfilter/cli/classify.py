@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterator
 from enum import Enum
 from typing import Annotated
 
 import typer
 
-from spamfilter.cli import app, exitcodes, fail
+from spamfilter.cli import app, delivery, exitcodes, fail
 from spamfilter.cli._common import is_tty_stdin, open_filter, report_refusals
-from spamfilter.errors import SpamfilterError
-from spamfilter.mail import STDIN_SOURCE, MailItem, read_index, read_messages, with_filter_headers
+from spamfilter.mail import STDIN_SOURCE, MailItem, filtered_pieces, read_index, read_messages
 from spamfilter.service import Refusal, Verdict
 
 
@@ -84,31 +82,25 @@ def filter_(
 ) -> None:
     """Read one message on stdin, write it to stdout with X-Spam-Status,
     X-Spam-Score (and X-Spam-Flag: YES for spam) headers; exit 0 spam, 1 ham,
-    2 unsure. On an error the message is passed through unchanged.
+    2 unsure. On any error, usage and config errors included, the message is
+    written through unchanged and the exit code is the error's (64 and up).
 
     Example (procmail): :0fw | spamfilter filter --always-zero
     """
     if is_tty_stdin():
         fail("filter reads a message on standard input", exitcodes.USAGE)
-    raw = sys.stdin.buffer.read()
-    out = sys.stdout.buffer
-    try:
-        with open_filter(ctx) as f:
-            result = next(iter(f.classify([MailItem(STDIN_SOURCE, raw)])))
-            model_name = f.config.model.event_model
-    except SpamfilterError as exc:
-        if not verdict_only:
-            out.write(raw)
-            out.flush()
-        fail(str(exc), exitcodes.for_error(exc))
+    message = delivery(ctx)
+    raw = message.read()
+    # On every failure below (and before this command ran) `_Group.main`
+    # writes the message through unchanged.
+    with open_filter(ctx) as f:
+        result = next(iter(f.classify([MailItem(STDIN_SOURCE, raw)])))
+        model_name = f.config.model.event_model
     if isinstance(result, Refusal):
-        if not verdict_only:
-            out.write(raw)
-            out.flush()
         fail(f"not filtered: {result.reason}", exitcodes.DATA_ERROR)
     assert isinstance(result, Verdict)
     if verdict_only:
-        out.write(f"{result.verdict} {result.score:.6f} {result.log_odds:+.4f}\n".encode())
+        message.write([f"{result.verdict} {result.score:.6f} {result.log_odds:+.4f}\n".encode()])
     else:
         fields = [
             (
@@ -120,6 +112,5 @@ def filter_(
         ]
         if result.verdict == "spam":
             fields.append(("X-Spam-Flag", "YES"))
-        out.write(with_filter_headers(raw, fields))
-    out.flush()
+        message.write(filtered_pieces(raw, fields))
     raise typer.Exit(exitcodes.OK if always_zero else _VERDICT_EXIT[result.verdict])
