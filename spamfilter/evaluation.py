@@ -190,10 +190,10 @@ def summarise(
     )
 
 
-def fresh_filter(config: Config, url: str | None = None) -> Filter:
+def fresh_filter(config: Config, url: str | None = None, *, jobs: int = 1) -> Filter:
     """A filter on ``url``, or on a new in-memory database: an evaluation
     never touches the user's database unless it is named explicitly."""
-    return Filter.open(config, url or "sqlite://")
+    return Filter.open(config, url or "sqlite://", jobs=jobs)
 
 
 def run_online(
@@ -202,12 +202,15 @@ def run_online(
     *,
     train_mode: str = "teft",
     url: str | None = None,
+    jobs: int = 1,
 ) -> tuple[EvalReport, list[Scored]]:
-    """Walk the stream in order: classify each message, then train on its label."""
+    """Walk the stream in order: classify each message, then train on its
+    label; with ``jobs`` > 1 the next messages are read on other cores
+    meanwhile (same results)."""
     scored: list[Scored] = []
     refused = trained = 0
     classify_seconds = train_seconds = 0.0
-    with fresh_filter(config, url) as f:
+    with fresh_filter(config, url, jobs=jobs) as f:
         two_way = f.two_way_threshold
         for step in f.learn_online(labelled, train_mode=train_mode):
             classify_seconds += step.classify_seconds

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -29,6 +30,9 @@ import numpy.typing as npt
 import scipy.sparse as sp
 
 from spamfilter import model
+from spamfilter.analysis import Analysed as _Analysed
+from spamfilter.analysis import Analyser, analyse
+from spamfilter.analysis import Refusal as Refusal
 from spamfilter.cache import CacheKey, CountCache, ModelView
 from spamfilter.config import Config, default_db_url
 from spamfilter.counts import ClassCounts, IntArray, Label, TokenCounts, Totals
@@ -57,14 +61,6 @@ class Verdict:
     score: float
     log_odds: float
     verdict: str
-
-
-@dataclass(frozen=True, slots=True)
-class Refusal:
-    """A message that could not be read as mail; the run went on without it."""
-
-    source: str
-    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,13 +204,6 @@ class TrainedDay:
 
 
 @dataclass(frozen=True, slots=True)
-class _Analysed:
-    item: MailItem
-    digest: str
-    counts: dict[str, int]
-
-
-@dataclass(frozen=True, slots=True)
 class _Fitted:
     """A batch ready to score: its m known tokens (rows of the filter's
     ``CountCache``), their counts (2, m) and parameters, and X (n_messages, m)."""
@@ -236,13 +225,17 @@ def batched(items: Iterable[T], size: int) -> Iterator[list[T]]:
 class Filter:
     """A naive Bayes filter over one token store."""
 
-    def __init__(self, store: Store, config: Config) -> None:
+    def __init__(self, store: Store, config: Config, *, jobs: int = 1) -> None:
         self.store = store
         self.config = config
         #: The counts read so far, valid while the model versions hold.
         self.cache = CountCache()
-        self._after_commit: Callable[[], None] | None = None
         self.tokenizer = Tokenizer(config.tokenizer)
+        self.analyser = Analyser(config.tokenizer, config.tokenizer.max_bytes, self.tokenizer)
+        #: Processes that read (parse and tokenize) the messages of a long
+        #: ``classify`` or ``train``; 1 reads them in this one.
+        self.jobs = jobs
+        self._after_commit: Callable[[], None] | None = None
         d = config.decision
         if d.spam_cutoff is not None and d.ham_cutoff is not None:
             self.thresholds = model.thresholds_from_cutoffs(d.ham_cutoff, d.spam_cutoff)
@@ -257,12 +250,13 @@ class Filter:
         return model.thresholds_from_loss(d.cost_ham_as_spam, d.cost_spam_as_ham, 0.0).spam_min
 
     @classmethod
-    def open(cls, config: Config, url: str | None = None, user: str | None = None) -> Filter:
+    def open(cls, config: Config, url: str | None = None, user: str | None = None, *, jobs: int = 1) -> Filter:
         """Open (creating if new) the store at ``url``, the config's, or the
-        default, for the model of ``user`` (default: the config's)."""
+        default, for the model of ``user`` (default: the config's); long
+        runs read messages on ``jobs`` processes."""
         url = url or config.store.url or default_db_url()
         owner = config.store.user if user is None else user
-        return cls(Store.open(url, busy_timeout=config.store.busy_timeout, owner=owner), config)
+        return cls(Store.open(url, busy_timeout=config.store.busy_timeout, owner=owner), config, jobs=jobs)
 
     def close(self) -> None:
         """Release the database."""
@@ -278,28 +272,10 @@ class Filter:
 
     def tokens(self, item: MailItem) -> list[str]:
         """The message's tokens; raises ``MailParseError`` if it is not mail."""
-        message = parse_message(item, max_bytes=self.config.tokenizer.max_bytes)
-        return self.tokenizer.tokenize(message)
+        return self.analyser.tokens(item)
 
     def _analyse(self, items: Sequence[MailItem]) -> list[_Analysed | Refusal]:
-        results: list[_Analysed | Refusal] = []
-        for item in items:
-            try:
-                counts = term_counts(self.tokens(item))
-            except MailParseError as exc:
-                results.append(Refusal(item.source, str(exc)))
-                continue
-            except Exception as exc:  # noqa: BLE001 - one message's failure is that message's
-                # A message is input from strangers, and parsing and
-                # tokenizing run third-party code on it (the email package,
-                # nltk's regexps with their CPU-time guard): a 50 MB text
-                # made nltk raise TimeoutError, which ended whole train and
-                # classify runs. Whatever one message raises refuses that
-                # message and names the error; the run goes on.
-                results.append(Refusal(item.source, f"cannot be read: {type(exc).__name__}: {exc}"))
-                continue
-            results.append(_Analysed(item, item.digest, counts))
-        return results
+        return [self.analyser.one(item) for item in items]
 
     # -- training -----------------------------------------------------------
 
@@ -312,16 +288,23 @@ class Filter:
         of the other class if it was trained there."""
         return self._train(labelled, relabel=True)
 
+    def _read_labelled(self, labelled: Iterable[tuple[bool, MailItem]]) -> Iterator[tuple[Label, _Analysed | Refusal]]:
+        """Each (is_spam, message) read on ``self.jobs`` processes, in order."""
+        labels: deque[Label] = deque()
+
+        def items() -> Iterator[MailItem]:
+            for is_spam, item in labelled:
+                labels.append(Label.of(is_spam))
+                yield item
+
+        for result in analyse(self.analyser, items(), self.jobs):
+            yield labels.popleft(), result
+
     def _train(self, labelled: Iterable[tuple[bool, MailItem]], *, relabel: bool) -> TrainSummary:
         total = TrainSummary()
-        for batch in batched(labelled, self.config.store.batch_size):
-            results = self._analyse([item for _, item in batch])
-            refused = tuple(r for r in results if isinstance(r, Refusal))
-            good = [
-                (model.SPAM if is_spam else model.HAM, r)
-                for (is_spam, _), r in zip(batch, results)
-                if isinstance(r, _Analysed)
-            ]
+        for results in batched(self._read_labelled(labelled), self.config.store.batch_size):
+            refused = tuple(r for _, r in results if isinstance(r, Refusal))
+            good = [(label, r) for label, r in results if isinstance(r, _Analysed)]
 
             def step(good: list[tuple[Label, _Analysed]] = good) -> TrainSummary:
                 with self._write_transaction() as tx:
@@ -433,9 +416,9 @@ class Filter:
     # -- classifying --------------------------------------------------------
 
     def classify(self, items: Iterable[MailItem]) -> Iterator[Verdict | Refusal]:
-        """A ``Verdict`` (or a ``Refusal``) per message, in input order."""
-        for batch in batched(items, self.config.store.batch_size):
-            results = self._analyse(batch)
+        """A ``Verdict`` (or a ``Refusal``) per message, in input order;
+        messages are read on ``self.jobs`` processes."""
+        for results in batched(analyse(self.analyser, items, self.jobs), self.config.store.batch_size):
             analysed = [r for r in results if isinstance(r, _Analysed)]
             verdicts = iter(self._score(analysed) if analysed else [])
             for r in results:
@@ -532,11 +515,15 @@ class Filter:
         """
         if train_mode not in TRAIN_MODES:
             raise ValueError(f"unknown train mode {train_mode!r}")
-        for is_spam, item in labelled:
-            started = time.perf_counter()
-            analysed = self._analyse([item])[0]
+        # Reading the next message overlaps with scoring and training this
+        # one when jobs > 1; classify_seconds is then the wall time from one
+        # step to the next verdict, waiting for the readers included.
+        started = time.perf_counter()
+        for label, analysed in self._read_labelled(labelled):
+            is_spam = label == Label.SPAM
             if isinstance(analysed, Refusal):
                 yield OnlineStep(is_spam, analysed, False, time.perf_counter() - started, 0.0)
+                started = time.perf_counter()
                 continue
             # One write transaction for both steps: the verdict is computed
             # from exactly the counts the training then updates.
@@ -544,14 +531,15 @@ class Filter:
                 try:
                     verdict = self._score([analysed], tx)[0]
                 except NotTrainedError:
-                    verdict = Verdict(item.source, analysed.digest, 0.5, 0.0, "unsure")
+                    verdict = Verdict(analysed.item.source, analysed.digest, 0.5, 0.0, "unsure")
                 classified = time.perf_counter()
                 wrong = verdict.verdict != ("spam" if is_spam else "ham")
                 near = min(abs(verdict.log_odds - self.thresholds.ham_max), abs(verdict.log_odds - self.thresholds.spam_min)) < margin
                 train = train_mode == "teft" or wrong or (train_mode == "tune" and near)
                 if train:
-                    self._train_batch(tx, [(model.SPAM if is_spam else model.HAM, analysed)], relabel=False)
+                    self._train_batch(tx, [(label, analysed)], relabel=False)
             yield OnlineStep(is_spam, verdict, train, classified - started, time.perf_counter() - classified)
+            started = time.perf_counter()
 
     # -- facts --------------------------------------------------------------
 

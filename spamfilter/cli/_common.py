@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from enum import Enum
-from typing import TypeVar
+from typing import Annotated, TypeVar
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    SpinnerColumn,
+    Task,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.text import Text
 
 from spamfilter.cli import exitcodes, state
 from spamfilter.service import Filter, Refusal, TrainSummary
@@ -25,25 +37,52 @@ class TableOrJson(str, Enum):
     json = "json"
 
 
+def default_jobs() -> int:
+    """Processes that read mail in long runs: one per core."""
+    return os.cpu_count() or 1
+
+
+#: The --jobs option of the commands that read many messages (None: one
+#: process per core).
+Jobs = Annotated[
+    int | None,
+    typer.Option(
+        "--jobs", "-j", min=1, metavar="N", show_default="the number of cores",
+        help="Read (parse and tokenize) messages on N processes; the results are the same for any N.",
+    ),
+]
+
+
 @contextmanager
-def open_filter(ctx: typer.Context) -> Iterator[Filter]:
-    """The filter on the database chosen by --db / config / default."""
+def open_filter(ctx: typer.Context, *, jobs: int | None = 1) -> Iterator[Filter]:
+    """The filter on the database chosen by --db / config / default; long
+    runs read mail on ``jobs`` processes (None: one per core)."""
     s = state(ctx)
-    with Filter.open(s.config, s.db_url, s.user) as f:
+    with Filter.open(s.config, s.db_url, s.user, jobs=default_jobs() if jobs is None else jobs) as f:
         yield f
 
 
-def progress(items: Iterable[T], label: str, total: int | None = None) -> Iterator[T]:
-    """Yield ``items`` while showing a progress bar on a terminal's stderr."""
+class _Rate(ProgressColumn):
+    """Messages per second so far."""
+
+    def render(self, task: Task) -> Text:
+        speed = task.finished_speed or task.speed
+        return Text("" if speed is None else f"{speed:,.0f} msg/s")
+
+
+def progress(items: Iterable[T], label: str, total: int | None = None, *, show: bool = True) -> Iterator[T]:
+    """Yield ``items`` while showing a progress bar (messages/s, and the time
+    left when ``total`` is known) on stderr when it is a terminal and
+    ``show`` holds; silent otherwise."""
     console = Console(stderr=True)
-    if not console.is_terminal:
+    if not (show and console.is_terminal):
         yield from items
         return
-    columns = [SpinnerColumn(), TextColumn(label)]
+    columns: list[ProgressColumn] = [SpinnerColumn(), TextColumn(label)]
     if total is not None:
-        columns += [BarColumn(), MofNCompleteColumn()]
+        columns += [BarColumn(), MofNCompleteColumn(), _Rate(), TimeRemainingColumn()]
     else:
-        columns += [TextColumn("{task.completed} messages")]
+        columns += [TextColumn("{task.completed} messages"), _Rate()]
     columns.append(TimeElapsedColumn())
     with Progress(*columns, console=console, transient=True) as bar:
         task = bar.add_task(label, total=total)

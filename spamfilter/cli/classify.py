@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator
 from enum import Enum
 from typing import Annotated
@@ -10,7 +11,7 @@ from typing import Annotated
 import typer
 
 from spamfilter.cli import app, delivery, exitcodes, fail
-from spamfilter.cli._common import is_tty_stdin, open_filter, report_refusals
+from spamfilter.cli._common import Jobs, is_tty_stdin, open_filter, progress, report_refusals
 from spamfilter.mail import STDIN_SOURCE, MailItem, filtered_pieces, read_index, read_messages
 from spamfilter.service import Refusal, Verdict
 
@@ -41,6 +42,7 @@ def classify(
     sources: Annotated[list[str] | None, typer.Argument(metavar="[SRC]...", help="Message file, mbox, Maildir, MH or folder; - for stdin.")] = None,
     index: Annotated[str | None, typer.Option("--index", metavar="FILE", help="Classify the messages of a TREC index (labels ignored).")] = None,
     fmt: Annotated[Format, typer.Option("--format", help="table, jsonl or tsv.")] = Format.table,
+    jobs: Jobs = None,
 ) -> None:
     """Print a verdict for every message: spam, ham or unsure, with P(spam)
     and the log-odds log P(spam|x) - log P(ham|x) (rank by the log-odds: the
@@ -55,7 +57,10 @@ def classify(
         indexed = (item for _, item in read_index(index))
         items = _chain(items, indexed) if sources else indexed
     refused: list[Refusal] = []
-    with open_filter(ctx) as f:
+    # A progress bar only when the verdicts go to a file or a pipe: on a
+    # terminal the verdict lines are the progress.
+    items = progress(items, "classifying", show=not sys.stdout.isatty())
+    with open_filter(ctx, jobs=jobs) as f:
         if fmt in _HEADERS:
             typer.echo(_HEADERS[fmt])
         for result in f.classify(items):

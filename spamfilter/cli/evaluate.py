@@ -13,7 +13,7 @@ import numpy as np
 import typer
 
 from spamfilter.cli import app, exitcodes, state
-from spamfilter.cli._common import TableOrJson, index_length, progress
+from spamfilter.cli._common import Jobs, TableOrJson, default_jobs, index_length, progress
 from spamfilter.evaluation import EvalReport, Scored, run_cross_validation, run_online
 from spamfilter.mail import read_index
 
@@ -73,6 +73,7 @@ def evaluate(
     roc: Annotated[Path | None, typer.Option("--roc", metavar="PNG", help="Write the ROC curve (TREC's logit axes).")] = None,
     learning_curve: Annotated[Path | None, typer.Option("--learning-curve", metavar="PNG", help="Write the cumulative error rate over the stream.")] = None,
     fmt: Annotated[TableOrJson, typer.Option("--format", help="table or json.")] = TableOrJson.table,
+    jobs: Jobs = None,
 ) -> None:
     """Measure the filter on a labelled index, TREC spam-track style, starting
     from an empty model in a temporary in-memory database (the --db database
@@ -85,7 +86,10 @@ def evaluate(
     total = index_length(index)
     labelled = read_index(index)
     if protocol is Protocol.online:
-        report, scored = run_online(s.config, progress(labelled, "evaluating", total), train_mode=train_mode.value, url=s.db_url)
+        report, scored = run_online(
+            s.config, progress(labelled, "evaluating", total), train_mode=train_mode.value, url=s.db_url,
+            jobs=default_jobs() if jobs is None else jobs,
+        )
     else:
         stream = list(labelled)
         report, scored = run_cross_validation(s.config, stream, folds=folds, seed=seed)

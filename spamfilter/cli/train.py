@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from spamfilter.cli import app, exitcodes
-from spamfilter.cli._common import describe, index_length, open_filter, progress, report_refusals
+from spamfilter.cli._common import Jobs, describe, index_length, open_filter, progress, report_refusals
 from spamfilter.mail import MailItem, read_index, read_messages
 
 _SOURCES_HELP = "Message file, mbox, Maildir, MH or folder; - for stdin."
@@ -29,6 +29,7 @@ def train(
     spam: Annotated[list[str], typer.Option("--spam", metavar="SRC", help="Spam to learn from. " + _SOURCES_HELP)] = [],  # noqa: B006
     ham: Annotated[list[str], typer.Option("--ham", metavar="SRC", help="Ham (good mail) to learn from. " + _SOURCES_HELP)] = [],  # noqa: B006
     index: Annotated[str | None, typer.Option("--index", metavar="FILE", help="TREC index file: lines `spam PATH` / `ham PATH`.")] = None,
+    jobs: Jobs = None,
 ) -> None:
     """Learn from labelled mail. Training the same message twice changes nothing.
 
@@ -42,7 +43,7 @@ def train(
         labelled_index = read_index(index)
         total = index_length(index)
         labelled = labelled_index if not (spam or ham) else _chain(labelled, labelled_index)
-    with open_filter(ctx) as f:
+    with open_filter(ctx, jobs=jobs) as f:
         summary = f.train(progress(labelled, "training", total))
     typer.echo(describe(summary))
     raise typer.Exit(report_refusals(summary.refused))
@@ -79,6 +80,7 @@ def mark(
     ctx: typer.Context,
     label: Annotated[Label, typer.Argument(help="What the messages really are.")],
     sources: Annotated[list[str], typer.Argument(metavar="SRC...", help=_SOURCES_HELP)],
+    jobs: Jobs = None,
 ) -> None:
     """Feedback: file messages under LABEL, undoing an earlier opposite label.
 
@@ -86,7 +88,7 @@ def mark(
     """
     is_spam = label is Label.spam
     items = read_messages(sources)
-    with open_filter(ctx) as f:
+    with open_filter(ctx, jobs=jobs) as f:
         summary = f.mark(progress(((is_spam, item) for item in items), "marking"))
     typer.echo(describe(summary))
     raise typer.Exit(report_refusals(summary.refused) or exitcodes.OK)

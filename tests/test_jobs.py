@@ -1,0 +1,79 @@
+"""Reading mail on several processes (``--jobs``): the same verdicts, counts
+and refusals, in the same order, as reading it in one."""
+
+from __future__ import annotations
+
+import multiprocessing
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from typer.testing import CliRunner
+
+from spamfilter.analysis import MIN_PARALLEL, Analysed, Analyser, Refusal, analyse
+from spamfilter.cli import app
+from spamfilter.config import Config, TokenizerConfig
+from spamfilter.mail import MailItem, read_index
+from spamfilter.service import Filter, Verdict
+
+pytestmark = pytest.mark.corpus
+
+
+@pytest.fixture(scope="module")
+def stream(corpora_dir: Path) -> list[tuple[bool, MailItem]]:
+    labelled = list(read_index(str(corpora_dir / "spamassassin" / "index")))[:600]
+    # Junk among the mail: refused, in place, whichever process reads it.
+    junk = [(True, MailItem(f"junk-{i}", b"\x00\x01\x02\x03" * 2000)) for i in range(3)]
+    return labelled[:100] + junk[:1] + labelled[100:400] + junk[1:] + labelled[400:]
+
+
+def tables(f: Filter) -> dict[str, list[tuple[object, ...]]]:
+    with f.store.engine.connect() as conn:
+        return {
+            name: [tuple(r) for r in conn.execute(sa.text(f"SELECT * FROM {name} ORDER BY 1, 2, 3"))]
+            for name in ("tokens", "class_totals", "doc_histogram")
+        } | {"messages": [tuple(r) for r in conn.execute(sa.text("SELECT digest, label, token_counts FROM messages ORDER BY 1"))]}
+
+
+def test_analyse_on_two_processes_gives_the_same_results_in_order(stream: list[tuple[bool, MailItem]]) -> None:
+    analyser = Analyser(TokenizerConfig(), 1 << 20)
+    items = [item for _, item in stream]
+    assert len(items) > MIN_PARALLEL
+    one = list(analyse(analyser, items, 1))
+    workers_seen = 0
+    two = []
+    for result in analyse(analyser, items, 2):
+        workers_seen = max(workers_seen, len(multiprocessing.active_children()))
+        two.append(result)
+    assert workers_seen == 2  # the reading really ran on two workers
+    assert two == one
+    refused = [r.source for r in two if isinstance(r, Refusal)]
+    assert refused == ["junk-0", "junk-1", "junk-2"]
+    assert sum(isinstance(r, Analysed) for r in two) == len(items) - 3
+
+
+def test_train_and_classify_with_jobs_match_one_process(tmp_path: Path, stream: list[tuple[bool, MailItem]]) -> None:
+    config = replace(Config(), store=replace(Config().store, batch_size=100))
+    results = []
+    for jobs in (1, 2):
+        with Filter.open(config, f"sqlite:///{tmp_path / f'j{jobs}.db'}", jobs=jobs) as f:
+            summary = f.train(stream[:450])
+            verdicts = [(r.source, r.log_odds, r.verdict) if isinstance(r, Verdict) else r for r in f.classify(i for _, i in stream[450:])]
+            online = [s.result for s in f.learn_online(stream[450:])]
+            results.append((summary, verdicts, online, tables(f)))
+    assert results[0][0].trained_spam + results[0][0].trained_ham == 447
+    assert [r.source for r in results[0][0].refused] == ["junk-0", "junk-1", "junk-2"]
+    assert results[1] == results[0]
+
+
+def test_classify_command_output_is_the_same_for_any_jobs(tmp_path: Path, corpora_dir: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'cli.db'}"
+    runner = CliRunner()
+    index = str(corpora_dir / "spamassassin" / "index")
+    assert runner.invoke(app, ["--db", db, "train", "--index", index, "--jobs", "2"]).exit_code == 0
+    folder = str(corpora_dir / "spamassassin" / "spam_2")
+    one = runner.invoke(app, ["--db", db, "classify", "--format", "tsv", "--jobs", "1", folder])
+    two = runner.invoke(app, ["--db", db, "classify", "--format", "tsv", "--jobs", "2", folder])
+    assert one.exit_code == two.exit_code == 0
+    assert one.stdout == two.stdout and one.stdout.count("\n") > 1000
