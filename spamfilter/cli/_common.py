@@ -26,10 +26,11 @@ class TableOrJson(str, Enum):
 
 
 @contextmanager
-def open_filter(ctx: typer.Context) -> Iterator[Filter]:
-    """The filter on the database chosen by --db / config / default."""
+def open_filter(ctx: typer.Context, write_deadline: float | None = None) -> Iterator[Filter]:
+    """The filter on the database chosen by --db / config / default
+    (``write_deadline``: see ``Filter.open``)."""
     s = state(ctx)
-    with Filter.open(s.config, s.db_url, s.user) as f:
+    with Filter.open(s.config, s.db_url, s.user, write_deadline=write_deadline) as f:
         yield f
 
 

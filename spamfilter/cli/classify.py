@@ -93,7 +93,9 @@ def filter_(
     raw = sys.stdin.buffer.read()
     out = sys.stdout.buffer
     try:
-        with open_filter(ctx) as f:
+        # A busy database is a temporary failure (75) at once: the mail
+        # system queues the message and delivers it again later.
+        with open_filter(ctx, write_deadline=0.0) as f:
             result = next(iter(f.classify([MailItem(STDIN_SOURCE, raw)])))
             model_name = f.config.model.event_model
     except SpamfilterError as exc:
