@@ -37,6 +37,9 @@ class StoreConfig:
     url: SQLAlchemy URL; empty means the per-user default database
         (``$XDG_DATA_HOME/spamfilter/spamfilter.db``).
     busy_timeout: seconds a writer waits for a lock held by another process.
+    write_deadline: seconds a training batch (or opening the database) keeps
+        being tried again, with growing pauses, while other processes hold the
+        database; ``filter`` uses 0 (tempfail at once, the MTA retries).
     batch_size: messages per training transaction and per scoring query.
     user: whose model to use ("" = the default model, which is also the
         shared model other users can fall back to or merge with).
@@ -47,6 +50,7 @@ class StoreConfig:
 
     url: str = ""
     busy_timeout: float = 30.0
+    write_deadline: float = 600.0
     batch_size: int = 500
     user: str = ""
     shared_model: SharedModel = "none"
@@ -294,6 +298,7 @@ def validate(config: Config, origin: str = "config") -> None:
     need(1 <= t.min_word_length <= t.max_word_length, "tokenizer.min_word_length", "must be between 1 and max_word_length", t.min_word_length)
     need(t.max_word_length <= 100, "tokenizer.max_word_length", "must be <= 100", t.max_word_length)
     need(s.busy_timeout >= 0, "store.busy_timeout", "must be >= 0", s.busy_timeout)
+    need(s.write_deadline >= 0, "store.write_deadline", "must be >= 0", s.write_deadline)
     need(s.batch_size >= 1, "store.batch_size", "must be >= 1", s.batch_size)
     need(s.shared_model in SHARED_MODELS, "store.shared_model", f"must be one of {', '.join(SHARED_MODELS)}", s.shared_model)
     need(s.shared_min_messages >= 0, "store.shared_min_messages", "must be >= 0", s.shared_min_messages)

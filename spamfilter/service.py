@@ -15,6 +15,7 @@ of the last whole batch. The command line is a thin shell over this module.
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections import deque
@@ -36,13 +37,15 @@ from spamfilter.analysis import Refusal as Refusal
 from spamfilter.cache import CacheKey, CountCache, ModelView
 from spamfilter.config import Config, default_db_url
 from spamfilter.counts import ClassCounts, IntArray, Label, TokenCounts, Totals
-from spamfilter.errors import MailParseError, NotTrainedError, StoreConflict
+from spamfilter.errors import MailParseError, NotTrainedError, StoreBusyError, StoreConflict
 from spamfilter.mail import MailItem, parse_message
 from spamfilter.store import CountsWritten, Store, StoreTransaction
 from spamfilter.tokenizer import Tokenizer
 from spamfilter.vectorizer import indexed_matrix, term_counts
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 VERDICT_NAMES = {model.HAM: "ham", model.SPAM: "spam", model.UNSURE: "unsure"}
 
@@ -225,9 +228,10 @@ def batched(items: Iterable[T], size: int) -> Iterator[list[T]]:
 class Filter:
     """A naive Bayes filter over one token store."""
 
-    def __init__(self, store: Store, config: Config, *, jobs: int = 1) -> None:
+    def __init__(self, store: Store, config: Config, *, jobs: int = 1, write_deadline: float | None = None) -> None:
         self.store = store
         self.config = config
+        self.write_deadline = config.store.write_deadline if write_deadline is None else write_deadline
         #: The counts read so far, valid while the model versions hold.
         self.cache = CountCache()
         self.tokenizer = Tokenizer(config.tokenizer)
@@ -250,13 +254,18 @@ class Filter:
         return model.thresholds_from_loss(d.cost_ham_as_spam, d.cost_spam_as_ham, 0.0).spam_min
 
     @classmethod
-    def open(cls, config: Config, url: str | None = None, user: str | None = None, *, jobs: int = 1) -> Filter:
+    def open(
+        cls, config: Config, url: str | None = None, user: str | None = None, *, jobs: int = 1, write_deadline: float | None = None
+    ) -> Filter:
         """Open (creating if new) the store at ``url``, the config's, or the
         default, for the model of ``user`` (default: the config's); long
-        runs read messages on ``jobs`` processes."""
+        runs read messages on ``jobs`` processes. ``write_deadline``
+        overrides the config's (``filter`` passes 0)."""
         url = url or config.store.url or default_db_url()
         owner = config.store.user if user is None else user
-        return cls(Store.open(url, busy_timeout=config.store.busy_timeout, owner=owner), config, jobs=jobs)
+        deadline = config.store.write_deadline if write_deadline is None else write_deadline
+        store = _retrying(lambda: Store.open(url, busy_timeout=config.store.busy_timeout, owner=owner), deadline)
+        return cls(store, config, jobs=jobs, write_deadline=deadline)
 
     def close(self) -> None:
         """Release the database."""
@@ -310,7 +319,7 @@ class Filter:
                 with self._write_transaction() as tx:
                     return self._train_batch(tx, good, relabel)
 
-            total = total + _retrying(step) + TrainSummary(refused=refused)
+            total = total + _retrying(step, self.write_deadline) + TrainSummary(refused=refused)
         return total
 
     def _train_batch(self, tx: StoreTransaction, batch: Sequence[tuple[Label, _Analysed]], relabel: bool) -> TrainSummary:
@@ -369,7 +378,7 @@ class Filter:
                     self._apply(tx, delta)
                     return len(removed)
 
-            forgotten = _retrying(step)
+            forgotten = _retrying(step, self.write_deadline)
             total = total + TrainSummary(forgotten=forgotten, unknown=len(digests) - forgotten)
         return total
 
@@ -664,20 +673,44 @@ class Filter:
         return [TrainedDay(day, spam=c[model.SPAM], ham=c[model.HAM]) for day, c in sorted(days.items())]
 
 
-def _retrying(step: Callable[[], T], attempts: int = 8) -> T:
-    """Run one transaction, again after a lost race with another process
-    (``StoreConflict``: deadlock, serialization failure, a message inserted
-    twice), with a short random backoff; the last failure is raised. A lock
-    held past the busy timeout (``StoreBusyError``) is not retried: the
-    timeout is already the wait the user chose."""
-    for attempt in range(attempts):
+#: Pauses between attempts: full jitter, uniform in [0, min(cap, first * 2**n)],
+#: so waiting processes spread out instead of retrying in step.
+_FIRST_PAUSE = 0.05
+_MAX_PAUSE = 5.0
+#: A lost race is run again at least this often, even with no deadline.
+_CONFLICT_ATTEMPTS = 8
+
+
+def _retrying(
+    step: Callable[[], T],
+    deadline: float,
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+    rng: random.Random | None = None,
+) -> T:
+    """Run one transaction, and again, after a pause that doubles each time
+    (with jitter), while the database is busy (``StoreBusyError``: a lock held
+    past the busy timeout) or the transaction lost a race with another
+    process (``StoreConflict``), until ``deadline`` seconds have passed; then
+    the last error is raised. A lost race is retried at least
+    ``_CONFLICT_ATTEMPTS`` times. Each retry is logged (warning for busy,
+    info for a lost race, which is routine)."""
+    uniform = (rng or random).uniform
+    give_up = clock() + deadline
+    attempt = 0
+    while True:
         try:
             return step()
-        except StoreConflict:
-            if attempt == attempts - 1:
+        except StoreBusyError as exc:
+            pause = uniform(0.0, min(_MAX_PAUSE, _FIRST_PAUSE * 2**attempt))
+            conflict = isinstance(exc, StoreConflict)
+            attempt += 1
+            if clock() + pause > give_up and not (conflict and attempt < _CONFLICT_ATTEMPTS):
                 raise
-            time.sleep(random.uniform(0.0, 0.05 * 2**attempt))
-    raise AssertionError("unreachable")
+            level = logging.INFO if conflict else logging.WARNING
+            log.log(level, "%s; trying again in %.2f s (attempt %d)", exc, pause, attempt + 1)
+            sleep(pause)
 
 
 class _Delta:
@@ -736,12 +769,13 @@ class _Delta:
         return tx.add_counts_clipped(token_list, delta, classes)
 
 
-def upgrade_database(url: str, *, busy_timeout: float = 30.0) -> tuple[str | None, str | None]:
-    """Bring the database at ``url`` to the current schema; (revision before, after)."""
+def upgrade_database(url: str, *, busy_timeout: float = 30.0, write_deadline: float = 0.0) -> tuple[str | None, str | None]:
+    """Bring the database at ``url`` to the current schema; (revision before, after).
+    Tried again while the database is busy, for up to ``write_deadline`` seconds."""
     store = Store.open(url, busy_timeout=busy_timeout, upgrade_new=False, check=False)
     try:
         before = store.schema_revision()
-        store.upgrade()
+        _retrying(store.upgrade, write_deadline)
         return before, store.schema_revision()
     finally:
         store.close()

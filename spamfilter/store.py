@@ -321,7 +321,7 @@ def _make_engine(url: str, busy_timeout: float) -> Engine:
         try:
             return sa.create_engine(parsed, pool_pre_ping=True, connect_args=connect_args)
         except (ImportError, SQLAlchemyError) as exc:
-            raise StoreError(f"cannot use database {parsed.render_as_string(hide_password=True)}: {exc}") from None
+            raise StoreError(f"cannot use database {parsed.render_as_string(hide_password=True)}: {_driver_message(exc)}") from None
     path = sqlite_path(url)
     if path is None:
         engine = sa.create_engine(parsed, poolclass=StaticPool, connect_args={"check_same_thread": False})
@@ -360,19 +360,32 @@ def _make_engine(url: str, busy_timeout: float) -> Engine:
     return engine
 
 
+#: The PostgreSQL advisory lock key that serialises schema upgrades (any
+#: constant no other program on the server is likely to use: "spamfilt" in ASCII).
+_UPGRADE_LOCK = 0x7370616D66696C74
+
 #: PostgreSQL SQLSTATEs of a transaction that lost a race and can simply be
 #: run again: deadlock detected, serialization failure, unique violation
 #: (two processes inserting the same new message into the ledger).
 _RETRYABLE_SQLSTATES = {"40P01", "40001", "23505"}
 
 
+def _driver_message(exc: BaseException) -> str:
+    """The first line of a driver's error: PostgreSQL's DETAIL, HINT and
+    LINE (with the SQL) and SQLAlchemy's statement, parameters and link
+    follow on lines of their own, and an error is one line on stderr."""
+    orig = getattr(exc, "orig", None)
+    text = str(orig if orig is not None else exc).strip()
+    return text.splitlines()[0].strip() if text else type(exc).__name__
+
+
 def _store_error(exc: DBAPIError, what: str) -> StoreError:
-    text = str(exc.orig) if exc.orig is not None else str(exc)
+    text = _driver_message(exc)
     sqlstate = getattr(exc.orig, "sqlstate", None)
     if sqlstate in _RETRYABLE_SQLSTATES:
-        return StoreConflict(f"{what}: lost a race with another process ({text.strip()})")
+        return StoreConflict(f"{what}: lost a race with another process ({text})")
     if sqlstate == "55P03":
-        return StoreBusyError(f"{what}: a lock stayed held by another process past the busy timeout ({text.strip()})")
+        return StoreBusyError(f"{what}: a lock stayed held by another process past the busy timeout ({text})")
     if isinstance(exc, OperationalError) and "locked" in text:
         return StoreBusyError(f"{what}: the database stayed locked by another process ({text})")
     return StoreError(f"{what}: {text}")
@@ -651,7 +664,9 @@ class Store:
         try:
             revision = store.schema_revision()
             if revision is None:
-                if store._has_tables():
+                # Read again after the tables: another process may have
+                # created the schema in between.
+                if store._has_tables() and store.schema_revision() is None:
                     raise StoreError(f"{store.display_url}: has tables but no spamfilter schema revision")
                 if not upgrade_new:
                     raise SchemaOutOfDate(f"{store.display_url}: empty database; run `spamfilter db upgrade`")
@@ -716,7 +731,18 @@ class Store:
         return {rev.revision for rev in script.walk_revisions()}
 
     def upgrade(self, revision: str = "head") -> None:
-        """Apply the Alembic migrations up to ``revision`` in one transaction."""
+        """Apply the Alembic migrations up to ``revision`` in one transaction.
+
+        Processes that find the same new (or old) database at once take
+        turns: on SQLite the transaction holds the write lock from its
+        ``BEGIN IMMEDIATE``, on PostgreSQL a transaction-level advisory lock,
+        both taken before Alembic reads the revision. So the first creates
+        the schema and the others, once they get the lock, find it at head
+        and change nothing. Without that, eight processes opening one new
+        database failed with "database is locked" (SQLite: a read
+        transaction cannot become a writer while another writes) or a
+        duplicate ``pg_type`` row (PostgreSQL: two CREATE TABLE at once).
+        """
         from alembic import command
 
         cfg = self._alembic_config()
@@ -725,9 +751,14 @@ class Store:
             if path is not None and not self._has_tables():
                 # The counts say a lot about someone's mail: owner-only file.
                 _make_owner_only(path)
-            with self.engine.begin() as conn:
-                cfg.attributes["connection"] = conn
-                command.upgrade(cfg, revision)
+            with self.engine.connect() as conn:
+                if self.engine.dialect.name == "sqlite":
+                    conn = conn.execution_options(sqlite_begin="IMMEDIATE")
+                with conn.begin():
+                    if self.engine.dialect.name == "postgresql":
+                        conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _UPGRADE_LOCK})
+                    cfg.attributes["connection"] = conn
+                    command.upgrade(cfg, revision)
         except DBAPIError as exc:
             raise _store_error(exc, f"cannot upgrade {self.display_url}") from None
 

@@ -6,7 +6,8 @@ examples) feed arbitrary bytes, generated header blocks, random MIME trees
 and mutated corpus messages to ``Filter.tokens`` and ``Filter.classify``.
 Then come hand-made extremes aimed at the parser's and the tokenizer's
 weak spots (deep nesting, huge lines and attachments, regular expressions
-fed what makes them backtrack), each with a time bound; memory bounds for
+fed what makes them backtrack), each with a bound on the tokens it gives and
+a hang guard (their timings: benchmarks/hostile.py); memory bounds for
 the largest; and the command line on a folder of broken mail.
 
 The filter is trained on 20 real messages, so the tests read the corpora.
@@ -60,16 +61,17 @@ REPO = Path(__file__).resolve().parents[1]
 MAX_BYTES = Config().tokenizer.max_bytes
 MB = 1 << 20
 
-# Seconds one message may take, end to end (parse, tokenize, digest, score).
-# The slowest extreme below (a From line of 5 MB of "@") took 0.45 s on a
-# 2-core machine.
-TIME_BOUND = 5.0
+# No test here measures speed: a loaded machine made a 5 s bound fail at
+# 6.7 s. A message that takes a minute is a hang; how long each extreme
+# takes is measured by benchmarks/hostile.py (the slowest, a From line of
+# 5 MB of "@", took 0.45 s on a 2-core machine).
+HANG_GUARD = 60.0
 
-# 150 examples per property keep the file under a minute. An example may
-# take seconds (the deadline); in 16,000 random ones none took 0.5 s.
+# 150 examples per property keep the file under a minute; in 16,000 random
+# ones none took 0.5 s.
 HOSTILE = settings(
     max_examples=150,
-    deadline=timedelta(seconds=5),
+    deadline=timedelta(seconds=HANG_GUARD),
     derandomize=True,
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
@@ -538,10 +540,16 @@ EXTREMES: list[tuple[str, Callable[[], bytes]]] = [
 
 
 @pytest.mark.parametrize("make", [m for _, m in EXTREMES], ids=[n for n, _ in EXTREMES])
-def test_extreme_message_is_handled_in_bounded_time(trained: Filter, make: Callable[[], bytes]) -> None:
+def test_extreme_message_is_handled_with_bounded_work(trained: Filter, make: Callable[[], bytes]) -> None:
     raw = make()
     outcome = check(trained, raw)
-    assert outcome.seconds < TIME_BOUND, f"{outcome.seconds:.2f} s"
+    assert outcome.seconds < HANG_GUARD, f"{outcome.seconds:.2f} s"
+    # What the tokenizer produced does not grow with the message: messages
+    # of 5 to 50 MB give at most 133,281 tokens of 1,066,646 characters in
+    # all (max_bytes is 200,000).
+    tokens = outcome.tokens or []
+    assert len(tokens) <= MAX_BYTES
+    assert sum(map(len, tokens)) <= 8 * MAX_BYTES
 
 
 def test_nesting_too_costly_to_parse_keeps_headers_and_body_text() -> None:

@@ -9,10 +9,12 @@ from __future__ import annotations
 import os
 import random
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -370,9 +372,7 @@ def test_killed_runs_end_like_one_clean_run(dovecot_server: Dovecot, sample: Sam
     killed_cfg = write_config(tmp_path / "killed.toml", dovecot_server, killed_user, chunk_size=2)
     clean_db = f"sqlite:///{tmp_path / 'clean.db'}"
     killed_db = f"sqlite:///{tmp_path / 'killed.db'}"
-    started = time.monotonic()
     subprocess.run(spamfilter_cmd(clean_cfg, clean_db), env=env_with(clean_user.password), check=True, capture_output=True, timeout=300)
-    length = time.monotonic() - started
 
     final = sum(digests(dovecot_server, clean_user, "Junk").values())
     assert final >= 12
@@ -380,37 +380,46 @@ def test_killed_runs_end_like_one_clean_run(dovecot_server: Dovecot, sample: Sam
     def start() -> subprocess.Popen[bytes]:
         return subprocess.Popen(spamfilter_cmd(killed_cfg, killed_db), env=env_with(killed_user.password), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
-    def kill(proc: subprocess.Popen[bytes]) -> bool:
+    def kill_when(proc: subprocess.Popen[bytes], reached: Callable[[], bool]) -> bool:
+        """SIGKILL ``proc`` as soon as ``reached()``; False if it ended first."""
+        deadline = time.monotonic() + 120
+        while proc.poll() is None and time.monotonic() < deadline:
+            if reached():
+                break
+            time.sleep(0.01)
         alive = proc.poll() is None
         if alive:
             proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=60)
         return alive
 
-    # Kill -9 during training (a third into the clean run's length) ...
+    def trained() -> int:
+        try:
+            with sqlite3.connect(tmp_path / "killed.db") as conn:
+                return int(conn.execute("SELECT count(*) FROM messages").fetchone()[0])
+        except sqlite3.OperationalError:  # no schema yet
+            return 0
+
+    # Kill -9 during training, once it has committed 40, then 120 of the
+    # 220 messages of the training folders ...
     kills = 0
-    for fraction in (0.3, 0.4):
-        proc = start()
-        time.sleep(fraction * length)
-        kills += kill(proc)
+    in_ledger: list[int] = []
+    for target in (40, 120):
+        kills += kill_when(start(), lambda target=target: trained() >= target)
+        in_ledger.append(trained())
     # ... then in the middle of filing spam: as soon as the spam folder holds
     # a given number of messages, while the run goes on moving more.
     in_junk: list[int] = []
     watcher = dovecot_server.client(killed_user)
     try:
         for target in (1, final // 3, 2 * final // 3):
-            proc = start()
-            deadline = time.monotonic() + 120
-            while proc.poll() is None and time.monotonic() < deadline:
-                if watcher.folder_exists("Junk") and watcher.folder_status("Junk", ["MESSAGES"])[b"MESSAGES"] >= target:
-                    break
-                time.sleep(0.01)
-            kills += kill(proc)
+            kills += kill_when(start(), lambda target=target: watcher.folder_exists("Junk") and watcher.folder_status("Junk", ["MESSAGES"])[b"MESSAGES"] >= target)
             in_junk.append(watcher.folder_status("Junk", ["MESSAGES"])[b"MESSAGES"])
     finally:
         watcher.logout()
-    print(f"kills: {kills}; spam folder after each of the last three: {in_junk} of {final}")
-    assert kills >= 4, "the runs ended before they could be killed"
+    print(f"kills: {kills}; trained after the first two: {in_ledger}; spam folder after each of the last three: {in_junk} of {final}")
+    assert kills == 5, "a run ended before it could be killed"
+    assert all(n < len(sample.train_spam) + len(sample.train_ham) for n in in_ledger), "a kill missed the training"
     assert any(0 < n < final for n in in_junk), "no kill landed in the middle of filing spam"
     subprocess.run(spamfilter_cmd(killed_cfg, killed_db), env=env_with(killed_user.password), check=True, capture_output=True, timeout=300)
 

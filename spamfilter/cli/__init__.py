@@ -8,6 +8,7 @@ result. Library errors become one line on stderr and an exit code from
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import sys
@@ -174,9 +175,24 @@ class AppState:
     user: str | None = None
 
 
+class _StderrHandler(logging.Handler):
+    """Shows the library's warnings (e.g. a busy database being tried again)
+    as ``spamfilter: message`` lines on the stderr of the moment."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        typer.echo(f"spamfilter: {self.format(record)}", err=True)
+
+
+def _show_warnings() -> None:
+    logger = logging.getLogger("spamfilter")
+    if not any(isinstance(h, _StderrHandler) for h in logger.handlers):
+        logger.addHandler(_StderrHandler(logging.WARNING))
+        logger.setLevel(logging.WARNING)
+
+
 def fail(message: str, code: int) -> None:
-    """Print ``spamfilter: message`` on stderr and exit with ``code``."""
-    typer.echo(f"spamfilter: {message}", err=True)
+    """Print ``spamfilter: message`` on stderr, on one line, and exit with ``code``."""
+    typer.echo("spamfilter: " + " ".join(line.strip() for line in message.splitlines() if line.strip()), err=True)
     raise typer.Exit(code)
 
 
@@ -222,6 +238,7 @@ def root(
 
     Example: spamfilter train --spam Junk/ --ham INBOX.mbox && spamfilter classify new.mbox
     """
+    _show_warnings()
     try:
         cfg = load_config(config)
     except SpamfilterError as exc:

@@ -54,11 +54,13 @@ Jobs = Annotated[
 
 
 @contextmanager
-def open_filter(ctx: typer.Context, *, jobs: int | None = 1) -> Iterator[Filter]:
+def open_filter(ctx: typer.Context, *, jobs: int | None = 1, write_deadline: float | None = None) -> Iterator[Filter]:
     """The filter on the database chosen by --db / config / default; long
-    runs read mail on ``jobs`` processes (None: one per core)."""
+    runs read mail on ``jobs`` processes (None: one per core);
+    ``write_deadline``: see ``Filter.open``."""
     s = state(ctx)
-    with Filter.open(s.config, s.db_url, s.user, jobs=default_jobs() if jobs is None else jobs) as f:
+    jobs = default_jobs() if jobs is None else jobs
+    with Filter.open(s.config, s.db_url, s.user, jobs=jobs, write_deadline=write_deadline) as f:
         yield f
 
 

@@ -97,8 +97,10 @@ def filter_(
     message = delivery(ctx)
     raw = message.read()
     # On every failure below (and before this command ran) `_Group.main`
-    # writes the message through unchanged.
-    with open_filter(ctx) as f:
+    # writes the message through unchanged. A busy database is a temporary
+    # failure (75) at once: the mail system queues the message and
+    # delivers it again later.
+    with open_filter(ctx, write_deadline=0.0) as f:
         result = next(iter(f.classify([MailItem(STDIN_SOURCE, raw)])))
         model_name = f.config.model.event_model
     if isinstance(result, Refusal):

@@ -61,7 +61,7 @@ def upgrade(ctx: typer.Context) -> None:
     """
     s = state(ctx)
     url = s.db_url or s.config.store.url or default_db_url()
-    before, after = upgrade_database(url, busy_timeout=s.config.store.busy_timeout)
+    before, after = upgrade_database(url, busy_timeout=s.config.store.busy_timeout, write_deadline=s.config.store.write_deadline)
     if before == after:
         typer.echo(f"schema already at revision {after}")
     else:

@@ -1,0 +1,253 @@
+"""The database under load: many processes creating one new database, writers
+that wait for each other instead of giving up, errors kept to one line.
+
+The many-trainers test (eight trainers with a 0.2 s busy timeout, compared
+with a sequential run) is in tests/test_concurrency.py.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import random
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from spamfilter.cli import exitcodes
+from spamfilter.errors import SpamfilterError, StoreBusyError, StoreConflict
+from spamfilter.service import _retrying
+from spamfilter.store import SCHEMA_REVISION, Store, metadata
+
+HANG_GUARD = 60  # seconds; only to stop a test that hangs
+
+SPAM = b"From: winner@lottery.example\nSubject: claim your prize now\n\nYou won a million dollars, send your bank details today.\n"
+HAM = b"From: alice@example.org\nSubject: minutes of the meeting\n\nAttached are the minutes; the next meeting is on Tuesday.\n"
+
+
+def spamfilter(db: str, *args: str, config: Path | None = None) -> list[str]:
+    extra = ["--config", str(config)] if config else []
+    return [sys.executable, "-m", "spamfilter", "--db", db, *extra, *args]
+
+
+# -- eight processes opening one new database ----------------------------------
+
+
+def _open_at_once(url: str, barrier: multiprocessing.synchronize.Barrier, results: multiprocessing.queues.Queue[tuple[int, str]]) -> None:
+    barrier.wait()
+    try:
+        with Store.open(url, busy_timeout=2.0) as store:
+            results.put((exitcodes.OK, str(store.schema_revision())))
+    except SpamfilterError as exc:
+        results.put((exitcodes.for_error(exc), str(exc)))
+
+
+def test_eight_processes_opening_a_new_database_all_get_the_schema(any_db_url: str) -> None:
+    # Before the upgrade was serialised: SQLite 7 of 8 "database is locked",
+    # PostgreSQL 7 of 8 a duplicate pg_type row, all exit 75.
+    ctx = multiprocessing.get_context("fork")
+    barrier = ctx.Barrier(8)
+    results: multiprocessing.queues.Queue[tuple[int, str]] = ctx.Queue()
+    procs = [ctx.Process(target=_open_at_once, args=(any_db_url, barrier, results)) for _ in range(8)]
+    for proc in procs:
+        proc.start()
+    outcomes = [results.get(timeout=HANG_GUARD) for _ in procs]
+    for proc in procs:
+        proc.join(timeout=HANG_GUARD)
+        assert proc.exitcode == 0
+    assert outcomes == [(exitcodes.OK, SCHEMA_REVISION)] * 8
+    engine = sa.create_engine(any_db_url)
+    try:
+        with engine.connect() as conn:
+            assert set(sa.inspect(conn).get_table_names()) == set(metadata.tables) | {"alembic_version"}
+            assert [tuple(r) for r in conn.execute(sa.text("SELECT version_num FROM alembic_version"))] == [(SCHEMA_REVISION,)]
+    finally:
+        engine.dispose()
+
+
+# -- retrying a busy transaction -------------------------------------------------
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.pauses: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.pauses.append(seconds)
+        self.now += seconds
+
+
+def failing(times: int, error: type[StoreBusyError] = StoreBusyError) -> tuple[list[int], object]:
+    calls: list[int] = []
+
+    def step() -> str:
+        calls.append(1)
+        if len(calls) <= times:
+            raise error("database x: the database stayed locked by another process (database is locked)")
+        return "done"
+
+    return calls, step
+
+
+def test_busy_transaction_is_tried_again_with_growing_pauses_and_a_warning_each_time(caplog: pytest.LogCaptureFixture) -> None:
+    clock = FakeClock()
+    calls, step = failing(5)
+    with caplog.at_level(logging.INFO, logger="spamfilter"):
+        assert _retrying(step, 600.0, sleep=clock.sleep, clock=clock, rng=random.Random(1)) == "done"  # type: ignore[arg-type]
+    assert len(calls) == 6
+    assert len(clock.pauses) == 5
+    # Full jitter: the n-th pause is drawn from [0, 0.05 * 2**n].
+    assert all(0.0 <= p <= 0.05 * 2**n for n, p in enumerate(clock.pauses))
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 5
+    assert warnings[0].getMessage().startswith("database x: the database stayed locked by another process (database is locked); trying again in ")
+    assert warnings[-1].getMessage().endswith("(attempt 6)")
+
+
+def test_busy_transaction_gives_up_at_the_deadline() -> None:
+    clock = FakeClock()
+    calls, step = failing(10_000)
+    with pytest.raises(StoreBusyError):
+        _retrying(step, 60.0, sleep=clock.sleep, clock=clock, rng=random.Random(2))  # type: ignore[arg-type]
+    # Pauses are capped at 5 s: it kept trying until the next pause would
+    # have crossed the deadline, and not after.
+    assert clock.now <= 60.0
+    assert max(clock.pauses) <= 5.0
+    assert len(calls) == len(clock.pauses) + 1 >= 20
+
+
+def test_no_deadline_means_one_attempt_for_busy_and_eight_for_a_lost_race() -> None:
+    clock = FakeClock()
+    calls, step = failing(100)
+    with pytest.raises(StoreBusyError):
+        _retrying(step, 0.0, sleep=clock.sleep, clock=clock)  # type: ignore[arg-type]
+    assert len(calls) == 1
+    calls, step = failing(100, StoreConflict)
+    with pytest.raises(StoreConflict):
+        _retrying(step, 0.0, sleep=clock.sleep, clock=clock)  # type: ignore[arg-type]
+    assert len(calls) == 8
+
+
+@pytest.fixture
+def mail(tmp_path: Path) -> tuple[Path, Path]:
+    spam, ham = tmp_path / "spam.eml", tmp_path / "ham.eml"
+    spam.write_bytes(SPAM)
+    ham.write_bytes(HAM)
+    return spam, ham
+
+
+def short_timeout(tmp_path: Path, deadline: float = 600.0) -> Path:
+    config = tmp_path / "busy.toml"
+    config.write_text(f"[store]\nbusy_timeout = 0.2\nwrite_deadline = {deadline}\n")
+    return config
+
+
+@contextmanager
+def write_locked(path: Path) -> Iterator[None]:
+    """Another process's write transaction on the SQLite file at ``path``
+    (created if missing), held until the block ends."""
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+
+
+def training(tmp_path: Path, mail: tuple[Path, Path], deadline: float = 600.0) -> tuple[str, list[str]]:
+    """A new SQLite database, and the command that trains the two messages
+    into it with a 0.2 s busy timeout and the write deadline given."""
+    url = f"sqlite:///{tmp_path / 'sf.db'}"
+    Store.open(url).close()
+    spam, ham = mail
+    return url, spamfilter(url, "train", "--spam", str(spam), "--ham", str(ham), config=short_timeout(tmp_path, deadline))
+
+
+def test_training_waits_for_a_writer_that_holds_the_database(tmp_path: Path, mail: tuple[Path, Path]) -> None:
+    url, train = training(tmp_path, mail)
+    with write_locked(tmp_path / "sf.db"):
+        proc = subprocess.Popen(
+            train,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        # Let go of the lock once the trainer has said it is waiting.
+        assert proc.stderr is not None
+        first = proc.stderr.readline()
+    out, rest = proc.communicate(timeout=HANG_GUARD)
+    assert first.startswith(f"spamfilter: database {url}: the database stayed locked by another process"), first + rest
+    assert "; trying again in " in first
+    assert proc.returncode == 0, first + rest
+    assert out.strip() == "trained 1 spam, 1 ham"
+    with Store.open(url) as store:
+        assert store.totals().messages.tolist() == [1, 1]
+
+
+def test_training_gives_up_with_75_after_the_write_deadline(tmp_path: Path, mail: tuple[Path, Path]) -> None:
+    url, train = training(tmp_path, mail, deadline=1.0)
+    with write_locked(tmp_path / "sf.db"):
+        done = subprocess.run(train, capture_output=True, text=True, timeout=HANG_GUARD)
+    assert done.returncode == exitcodes.STORE_BUSY, done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) >= 2
+    assert all(line.startswith(f"spamfilter: database {url}: the database stayed locked") for line in lines)
+    assert all("; trying again in " in line for line in lines[:-1])
+    assert "trying again" not in lines[-1]
+
+
+def test_filter_on_a_new_database_held_by_a_writer_exits_75_without_retrying(tmp_path: Path) -> None:
+    path = tmp_path / "new.db"
+    with write_locked(path):
+        done = subprocess.run(
+            spamfilter(f"sqlite:///{path}", "filter", config=short_timeout(tmp_path)), input=SPAM, capture_output=True, timeout=HANG_GUARD
+        )
+    assert done.returncode == exitcodes.STORE_BUSY, done.stderr
+    assert done.stdout == SPAM
+    assert b"trying again" not in done.stderr
+    assert len(done.stderr.splitlines()) == 1
+
+
+# -- errors are one line ----------------------------------------------------------
+
+
+def test_postgresql_permission_error_is_one_line(postgres_url: str) -> None:
+    # A role that may connect but not create tables in the new database: the
+    # driver's message has a second line (LINE 2: CREATE TABLE ...).
+    import secrets
+
+    admin = sa.create_engine(postgres_url, isolation_level="AUTOCOMMIT")
+    role = f"spamfilter_ro_{secrets.token_hex(3)}"
+    database = f"{role}_db"
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE ROLE "{role}" LOGIN'))
+        conn.execute(sa.text(f'CREATE DATABASE "{database}"'))
+    try:
+        db_admin = sa.create_engine(sa.engine.make_url(postgres_url).set(database=database), isolation_level="AUTOCOMMIT")
+        with db_admin.connect() as conn:
+            conn.execute(sa.text("REVOKE CREATE ON SCHEMA public FROM PUBLIC"))
+        db_admin.dispose()
+        url = sa.engine.make_url(postgres_url).set(username=role, database=database).render_as_string(hide_password=False)
+        done = subprocess.run(spamfilter(url, "db", "upgrade"), capture_output=True, text=True, timeout=HANG_GUARD)
+        assert done.returncode == exitcodes.STORE_ERROR
+        assert done.stderr == f"spamfilter: cannot upgrade {url}: permission denied for schema public\n"
+        missing = sa.engine.make_url(postgres_url).set(database=f"{database}_missing").render_as_string(hide_password=False)
+        done = subprocess.run(spamfilter(missing, "stats"), capture_output=True, text=True, timeout=HANG_GUARD)
+        assert done.returncode == exitcodes.STORE_ERROR
+        assert done.stderr.count("\n") == 1 and f'database "{database}_missing" does not exist' in done.stderr
+    finally:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)'))
+            conn.execute(sa.text(f'DROP ROLE IF EXISTS "{role}"'))
+        admin.dispose()
