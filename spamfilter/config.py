@@ -179,10 +179,16 @@ def default_config_path() -> Path:
 
 
 def default_db_url() -> str:
-    """``$SPAMFILTER_DB``, else a SQLite file in the user's data directory."""
+    """``$SPAMFILTER_DB``, else `default_location_url`."""
     explicit = os.environ.get("SPAMFILTER_DB")
     if explicit:
         return explicit
+    return default_location_url()
+
+
+def default_location_url() -> str:
+    """The SQLite file in the user's data directory (its folders are created
+    on first use, unlike those of a database named by the user)."""
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return "sqlite:///" + str(Path(base) / "spamfilter" / "spamfilter.db")
 

@@ -30,7 +30,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from spamfilter import model
-from spamfilter.config import Config, default_db_url
+from spamfilter.config import Config, default_db_url, default_location_url
 from spamfilter.errors import CountsFileError, MailParseError, NotTrainedError, StoreConflict
 from spamfilter.mail import MailItem, parse_message
 from spamfilter.store import IntArray, Store, StoreTransaction, Totals
@@ -253,12 +253,34 @@ class Filter:
         return model.thresholds_from_loss(d.cost_ham_as_spam, d.cost_spam_as_ham, 0.0).spam_min
 
     @classmethod
-    def open(cls, config: Config, url: str | None = None, user: str | None = None) -> Filter:
-        """Open (creating if new) the store at ``url``, the config's, or the
-        default, for the model of ``user`` (default: the config's)."""
+    def open(
+        cls,
+        config: Config,
+        url: str | None = None,
+        user: str | None = None,
+        *,
+        create: bool = True,
+        create_dirs: bool = False,
+    ) -> Filter:
+        """Open the store at ``url``, the config's, or the default, for the
+        model of ``user`` (default: the config's).
+
+        A SQLite file that does not exist is created only with ``create``
+        (else ``NoSuchDatabase``), and in a folder that does not exist only
+        with ``create_dirs`` or at the default location (else
+        ``StoreError``): a mistyped ``--db`` should fail, not leave folders
+        and an empty database behind.
+        """
         url = url or config.store.url or default_db_url()
         owner = config.store.user if user is None else user
-        return cls(Store.open(url, busy_timeout=config.store.busy_timeout, owner=owner), config)
+        store = Store.open(
+            url,
+            busy_timeout=config.store.busy_timeout,
+            owner=owner,
+            create=create,
+            create_dirs=create_dirs or url == default_location_url(),
+        )
+        return cls(store, config)
 
     def close(self) -> None:
         """Release the database."""
@@ -855,9 +877,11 @@ class _Delta:
         tx.add_counts_clipped(token_list, delta, self.classes)
 
 
-def upgrade_database(url: str, *, busy_timeout: float = 30.0) -> tuple[str | None, str | None]:
-    """Bring the database at ``url`` to the current schema; (revision before, after)."""
-    store = Store.open(url, busy_timeout=busy_timeout, upgrade_new=False, check=False)
+def upgrade_database(url: str, *, busy_timeout: float = 30.0, create_dirs: bool = True) -> tuple[str | None, str | None]:
+    """Bring the database at ``url`` to the current schema; (revision before, after).
+
+    A missing SQLite file is created, in a missing folder only with ``create_dirs``."""
+    store = Store.open(url, busy_timeout=busy_timeout, upgrade_new=False, check=False, create_dirs=create_dirs)
     try:
         before = store.schema_revision()
         store.upgrade()

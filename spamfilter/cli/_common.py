@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from spamfilter.cli import exitcodes, state
+from spamfilter.cli import exitcodes, fail, state
 from spamfilter.service import Filter, Refusal, TrainSummary
 
 T = TypeVar("T")
@@ -26,10 +26,14 @@ class TableOrJson(str, Enum):
 
 
 @contextmanager
-def open_filter(ctx: typer.Context) -> Iterator[Filter]:
-    """The filter on the database chosen by --db / config / default."""
+def open_filter(ctx: typer.Context, *, create: bool) -> Iterator[Filter]:
+    """The filter on the database chosen by --db / config / default.
+
+    ``create``: whether the command may create a SQLite database that does
+    not exist (commands that only read say no: exit 66); its folder only
+    with --create-dirs or at the default location."""
     s = state(ctx)
-    with Filter.open(s.config, s.db_url, s.user) as f:
+    with Filter.open(s.config, s.db_url, s.user, create=create, create_dirs=s.create_dirs) as f:
         yield f
 
 
@@ -50,6 +54,30 @@ def progress(items: Iterable[T], label: str, total: int | None = None) -> Iterat
         for item in items:
             yield item
             bar.advance(task)
+
+
+class SourceTally:
+    """Counts the messages a command read and the sources that held none.
+
+    Pass `empty` as ``read_messages(..., on_empty=tally.empty.append)`` and
+    wrap the stream with `count`; `check` then warns about each empty source
+    and ends the run with exit 66 when no source held any message.
+    """
+
+    def __init__(self) -> None:
+        self.messages = 0
+        self.empty: list[str] = []
+
+    def count(self, items: Iterable[T]) -> Iterator[T]:
+        for item in items:
+            self.messages += 1
+            yield item
+
+    def check(self) -> None:
+        for source in self.empty:
+            typer.echo(f"spamfilter: warning: no messages in {source}", err=True)
+        if self.messages == 0:
+            fail("no messages found in any source", exitcodes.NO_INPUT)
 
 
 def report_refusals(refused: Iterable[Refusal]) -> int:
@@ -75,7 +103,7 @@ def describe(summary: TrainSummary) -> str:
     if summary.forgotten or summary.unknown:
         parts.append(f"forgot {summary.forgotten}")
     if summary.unknown:
-        parts.append(f"{summary.unknown} were not trained")
+        parts.append(f"{summary.unknown} {'was' if summary.unknown == 1 else 'were'} not trained")
     if summary.refused:
         parts.append(f"{len(summary.refused)} unreadable")
     return "; ".join(parts)

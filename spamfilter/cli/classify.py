@@ -40,7 +40,7 @@ _HEADERS = {
 @app.command()
 def classify(
     ctx: typer.Context,
-    sources: Annotated[list[str] | None, typer.Argument(metavar="[SRC]...", help="Message file, mbox, Maildir, MH or folder; - for stdin.")] = None,
+    sources: Annotated[list[str] | None, typer.Argument(metavar="[SRC]...", help="Message file, mbox, Maildir, MH or folder; - for stdin (an mbox when it starts with a `From ` line).")] = None,
     index: Annotated[str | None, typer.Option("--index", metavar="FILE", help="Classify the messages of a TREC index (labels ignored).")] = None,
     fmt: Annotated[Format, typer.Option("--format", help="table, jsonl or tsv.")] = Format.table,
 ) -> None:
@@ -57,7 +57,7 @@ def classify(
         indexed = (item for _, item in read_index(index))
         items = _chain(items, indexed) if sources else indexed
     refused: list[Refusal] = []
-    with open_filter(ctx) as f:
+    with open_filter(ctx, create=False) as f:
         if fmt in _HEADERS:
             typer.echo(_HEADERS[fmt])
         for result in f.classify(items):
@@ -93,7 +93,7 @@ def filter_(
     raw = sys.stdin.buffer.read()
     out = sys.stdout.buffer
     try:
-        with open_filter(ctx) as f:
+        with open_filter(ctx, create=True) as f:
             result = next(iter(f.classify([MailItem(STDIN_SOURCE, raw)])))
             model_name = f.config.model.event_model
     except SpamfilterError as exc:
