@@ -257,23 +257,22 @@ def _overlay(default: Any, table: dict[str, Any], where: str) -> Any:
             raise ConfigError(f"{where}.{key}: unknown setting")
         current = getattr(default, key)
         expected: tuple[type, ...]
+        wanted: str  # said in words: alpha = "abc" wants a number, not an "int"
         if isinstance(current, tuple):
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise ConfigError(f"{where}.{key}: expected a list of strings, got {value!r}")
             values[key] = tuple(value)
             continue
         if isinstance(current, bool):
-            expected = (bool,)
+            expected, wanted = (bool,), "true or false"
         elif isinstance(current, int):
-            expected = (int,)
+            expected, wanted = (int,), "a whole number"
         elif isinstance(current, float) or current is None:
-            expected = (int, float)
+            expected, wanted = (int, float), "a number"
         else:
-            expected = (str,)
-        if isinstance(value, bool) and bool not in expected:
-            raise ConfigError(f"{where}.{key}: expected a number, got {value!r}")
-        if not isinstance(value, expected):
-            raise ConfigError(f"{where}.{key}: expected {expected[0].__name__}, got {value!r}")
+            expected, wanted = (str,), "a string"
+        if not isinstance(value, expected) or (isinstance(value, bool) and bool not in expected):
+            raise ConfigError(f"{where}.{key}: expected {wanted}, got {value!r}")
         values[key] = float(value) if float in expected and not isinstance(value, bool) else value
     return replace(default, **values)
 
