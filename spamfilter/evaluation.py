@@ -161,10 +161,15 @@ def summarise(
     classify_seconds: float,
     train_seconds: float,
 ) -> EvalReport:
-    """Metrics of a finished run; ``two_way_threshold`` is in log-odds."""
+    """Metrics of a finished run; ``two_way_threshold`` is in log-odds.
+
+    Raises ``EvaluationError`` unless the judged messages hold both spam and
+    ham: the ROC area, sm at 0.1% hm and lam are undefined for one class, and
+    a rate over a class with no member would be reported as a perfect 0.
+    """
     y = np.array([s.is_spam for s in scored], dtype=bool)
     odds = np.array([s.log_odds for s in scored], dtype=np.float64)
-    both = bool(y.any() and (~y).any())
+    _need_both_classes(int(y.sum()), int((~y).sum()))
     ham_errors = int((odds[~y] > two_way_threshold).sum())
     spam_errors = int((odds[y] <= two_way_threshold).sum())
     n_ham, n_spam = int((~y).sum()), int(y.sum())
@@ -177,8 +182,8 @@ def summarise(
         ham=int((~y).sum()),
         refused=refused,
         trained=trained,
-        one_minus_roca=100.0 * (1.0 - roc_area(y, odds)) if both else float("nan"),
-        sm_at_hm01=sm_at_hm(y, odds, 0.1) if both else float("nan"),
+        one_minus_roca=100.0 * (1.0 - roc_area(y, odds)),
+        sm_at_hm01=sm_at_hm(y, odds, 0.1),
         hm=hm,
         sm=sm,
         lam=lam_pct(ham_errors, n_ham, spam_errors, n_spam),
@@ -187,6 +192,13 @@ def summarise(
         train_per_second=trained / train_seconds if train_seconds > 0 else float("nan"),
         two_way_threshold=two_way_threshold,
     )
+
+
+def _need_both_classes(n_spam: int, n_ham: int) -> None:
+    if not (n_spam and n_ham):
+        raise EvaluationError(
+            f"the stream has {n_spam} spam and {n_ham} ham that could be read: measuring a filter needs at least one of each"
+        )
 
 
 def fresh_filter(config: Config, url: str | None = None) -> Filter:
@@ -247,6 +259,8 @@ def run_cross_validation(
 ) -> tuple[EvalReport, list[Scored]]:
     """Stratified k-fold: train a fresh in-memory model on k-1 folds, classify
     the held-out fold, pool the held-out scores of all folds."""
+    n_spam = sum(1 for s, _ in labelled if s)
+    _need_both_classes(n_spam, len(labelled) - n_spam)
     assignment = stratified_folds([s for s, _ in labelled], folds, seed)
     results: dict[int, Scored] = {}
     refused = trained = 0
