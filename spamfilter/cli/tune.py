@@ -38,8 +38,11 @@ def tune(
     """Choose the event model, alpha, tempering, minimum token evidence,
     bigrams on or off, and the ham/spam cutoffs that
     minimise the expected loss of the configured loss matrix on the held-out
-    tail of a labelled stream (like bogotune). Prints the candidates, best
-    first; --write stores the best in the config file.
+    tail of a labelled stream (like bogotune). Cutoffs never go below the loss
+    matrix's spam cutoff or above its ham cutoff; at equal loss the configured
+    settings win. Prints the candidates, best first; --write stores the best
+    in the config file, and refuses (exit 65) when the best setting misfiled or
+    called unsure fewer than 10 held-out messages (too little mail to choose).
 
     Example: spamfilter tune --index corpus/index --write
     """
@@ -70,6 +73,7 @@ def tune(
                 f"{c.hm:6.2f} {c.sm:6.2f} {c.unsure:7.2f} {c.cutoffs.ham_max:8.2f} {c.cutoffs.spam_min:8.2f}"
             )
     if write:
+        evaluation.require_separation(best, holdout)
         path = s.config_path or default_config_path()
         update_config_file(
             path,
