@@ -183,10 +183,16 @@ def default_config_path() -> Path:
 
 
 def default_db_url() -> str:
-    """``$SPAMFILTER_DB``, else a SQLite file in the user's data directory."""
+    """``$SPAMFILTER_DB``, else `default_location_url`."""
     explicit = os.environ.get("SPAMFILTER_DB")
     if explicit:
         return explicit
+    return default_location_url()
+
+
+def default_location_url() -> str:
+    """The SQLite file in the user's data directory (its folders are created
+    on first use, unlike those of a database named by the user)."""
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return "sqlite:///" + str(Path(base) / "spamfilter" / "spamfilter.db")
 
@@ -255,23 +261,22 @@ def _overlay(default: Any, table: dict[str, Any], where: str) -> Any:
             raise ConfigError(f"{where}.{key}: unknown setting")
         current = getattr(default, key)
         expected: tuple[type, ...]
+        wanted: str  # said in words: alpha = "abc" wants a number, not an "int"
         if isinstance(current, tuple):
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise ConfigError(f"{where}.{key}: expected a list of strings, got {value!r}")
             values[key] = tuple(value)
             continue
         if isinstance(current, bool):
-            expected = (bool,)
+            expected, wanted = (bool,), "true or false"
         elif isinstance(current, int):
-            expected = (int,)
+            expected, wanted = (int,), "a whole number"
         elif isinstance(current, float) or current is None:
-            expected = (int, float)
+            expected, wanted = (int, float), "a number"
         else:
-            expected = (str,)
-        if isinstance(value, bool) and bool not in expected:
-            raise ConfigError(f"{where}.{key}: expected a number, got {value!r}")
-        if not isinstance(value, expected):
-            raise ConfigError(f"{where}.{key}: expected {expected[0].__name__}, got {value!r}")
+            expected, wanted = (str,), "a string"
+        if not isinstance(value, expected) or (isinstance(value, bool) and bool not in expected):
+            raise ConfigError(f"{where}.{key}: expected {wanted}, got {value!r}")
         values[key] = float(value) if float in expected and not isinstance(value, bool) else value
     return replace(default, **values)
 

@@ -27,6 +27,10 @@ class StoreError(SpamfilterError):
     """The token database cannot be opened, read or written."""
 
 
+class NoSuchDatabase(StoreError):
+    """The database file does not exist, and the command only reads one."""
+
+
 class StoreBusyError(StoreError):
     """The token database stayed locked by another process past the timeout."""
 

@@ -162,10 +162,15 @@ def summarise(
     classify_seconds: float,
     train_seconds: float,
 ) -> EvalReport:
-    """Metrics of a finished run; ``two_way_threshold`` is in log-odds."""
+    """Metrics of a finished run; ``two_way_threshold`` is in log-odds.
+
+    Raises ``EvaluationError`` unless the judged messages hold both spam and
+    ham: the ROC area, sm at 0.1% hm and lam are undefined for one class, and
+    a rate over a class with no member would be reported as a perfect 0.
+    """
     y = np.array([s.is_spam for s in scored], dtype=bool)
     odds = np.array([s.log_odds for s in scored], dtype=np.float64)
-    both = bool(y.any() and (~y).any())
+    _need_both_classes(int(y.sum()), int((~y).sum()))
     ham_errors = int((odds[~y] > two_way_threshold).sum())
     spam_errors = int((odds[y] <= two_way_threshold).sum())
     n_ham, n_spam = int((~y).sum()), int(y.sum())
@@ -178,8 +183,8 @@ def summarise(
         ham=int((~y).sum()),
         refused=refused,
         trained=trained,
-        one_minus_roca=100.0 * (1.0 - roc_area(y, odds)) if both else float("nan"),
-        sm_at_hm01=sm_at_hm(y, odds, 0.1) if both else float("nan"),
+        one_minus_roca=100.0 * (1.0 - roc_area(y, odds)),
+        sm_at_hm01=sm_at_hm(y, odds, 0.1),
         hm=hm,
         sm=sm,
         lam=lam_pct(ham_errors, n_ham, spam_errors, n_spam),
@@ -188,6 +193,13 @@ def summarise(
         train_per_second=trained / train_seconds if train_seconds > 0 else float("nan"),
         two_way_threshold=two_way_threshold,
     )
+
+
+def _need_both_classes(n_spam: int, n_ham: int) -> None:
+    if not (n_spam and n_ham):
+        raise EvaluationError(
+            f"the stream has {n_spam} spam and {n_ham} ham that could be read: measuring a filter needs at least one of each"
+        )
 
 
 def fresh_filter(config: Config, url: str | None = None, *, jobs: int = 1) -> Filter:
@@ -251,6 +263,8 @@ def run_cross_validation(
 ) -> tuple[EvalReport, list[Scored]]:
     """Stratified k-fold: train a fresh in-memory model on k-1 folds, classify
     the held-out fold, pool the held-out scores of all folds."""
+    n_spam = sum(1 for s, _ in labelled if s)
+    _need_both_classes(n_spam, len(labelled) - n_spam)
     assignment = stratified_folds([s for s, _ in labelled], folds, seed)
     results: dict[int, Scored] = {}
     refused = trained = 0
@@ -302,6 +316,8 @@ def best_cutoffs(
     cost_spam_as_ham: float,
     cost_unsure: float,
     limit: float = 34.0,
+    spam_min_floor: float = -math.inf,
+    ham_max_ceiling: float = math.inf,
 ) -> Cutoffs:
     """The two cutoffs minimising the total loss on labelled scores:
 
@@ -314,6 +330,12 @@ def best_cutoffs(
     bracket finds the optimum in O(n log n). Cuts fall midway between distinct
     scores and are clamped to +-``limit`` so they stay finite probabilities.
     With cost_unsure = 0 the unsure verdict is not used.
+
+    ``spam_min_floor`` and ``ham_max_ceiling`` bound the cutoffs (``tune``
+    passes the loss matrix's own thresholds, so a small sample can neither
+    lower the spam cutoff below them nor close the unsure band): a cut is
+    allowed where the bound can be placed between the same two scores, and
+    the bound is then used as the cutoff.
     """
     order = np.argsort(odds, kind="stable")
     s = np.asarray(odds, dtype=np.float64)[order]
@@ -329,26 +351,37 @@ def best_cutoffs(
     cut[n] = s[-1] if n else limit
     cut[1:n] = (s[:-1] + s[1:]) / 2
     cut = np.clip(cut, -limit, limit)
+    # score just below and just above each cut (the messages it separates)
+    below = np.concatenate([[-np.inf], s])
+    above = np.concatenate([s, [np.inf]])
+    ham_ok = valid & (below <= ham_max_ceiling)
+    spam_ok = valid & (above > spam_min_floor)
     c_u = cost_unsure if cost_unsure > 0 else float("inf")
-    first = np.where(valid, cost_spam_as_ham * spam_below - (c_u if np.isfinite(c_u) else 0.0) * np.arange(n + 1), np.inf)
+    first = np.where(ham_ok, cost_spam_as_ham * spam_below - (c_u if np.isfinite(c_u) else 0.0) * np.arange(n + 1), np.inf)
     run_min, run_arg = float("inf"), 0
     n_ham = int(ham_below[-1])
     options: list[tuple[float, int, int]] = []
     for i2 in range(n + 1):
         if first[i2] < run_min:
             run_min, run_arg = float(first[i2]), i2
-        if not valid[i2]:
+        if not spam_ok[i2]:
             continue
         if np.isfinite(c_u):
+            if not np.isfinite(run_min):
+                continue
             options.append((float(run_min + c_u * i2 + cost_ham_as_spam * (n_ham - ham_below[i2])), run_arg, i2))
-        else:
+        elif ham_ok[i2]:
             options.append((float(cost_spam_as_ham * spam_below[i2] + cost_ham_as_spam * (n_ham - ham_below[i2])), i2, i2))
+    if not options:
+        raise ValueError("the cutoff bounds leave no possible cut")
     loss = min(o[0] for o in options)
     # Several cuts may tie (a gap between the classes): take the middle one,
     # the widest margin on both sides, not the first.
     tied = [o for o in options if o[0] <= loss + 1e-9]
     _, i1, i2 = tied[len(tied) // 2]
-    return Cutoffs(ham_max=float(cut[i1]), spam_min=float(cut[i2]), loss=loss)
+    ham_max = min(float(cut[i1]), ham_max_ceiling)
+    spam_min = max(float(cut[i2]), spam_min_floor)
+    return Cutoffs(ham_max=ham_max, spam_min=spam_min, loss=loss)
 
 
 @dataclass(frozen=True, slots=True)
@@ -367,6 +400,33 @@ class Candidate:
     hm: float
     sm: float
     unsure: float
+    costly: int = 0
+    held_out: int = 0
+
+
+#: The fewest messages the best setting must misfile or call unsure on the
+#: held-out tail before ``tune`` may write its choice. Candidates differ only
+#: in what they cost on such messages; with none (600 messages of easy mail
+#: held out 120, and every candidate scored 0 loss) the ranking is decided
+#: by nothing, and the cutoffs by a gap that new mail will not respect.
+MIN_COSTLY = 10
+
+
+def require_separation(best: Candidate, holdout: float) -> None:
+    """Raise ``EvaluationError`` unless the held-out tail gave the best setting
+    at least `MIN_COSTLY` misfiled or unsure messages, saying how much mail
+    would: the tail's rate of such messages (at most 1 in the tail when there
+    were none) scaled up to MIN_COSTLY."""
+    if best.costly >= MIN_COSTLY:
+        return
+    rate = max(best.costly, 1) / max(best.held_out, 1)
+    tail = math.ceil(MIN_COSTLY / rate)
+    raise EvaluationError(
+        f"the held-out tail ({best.held_out} messages) is too small to tell the settings apart: the best one "
+        f"misfiled or called unsure {best.costly} of them, and a choice needs at least {MIN_COSTLY}; "
+        f"hold out at least about {tail} messages (an index of about {math.ceil(tail / holdout)} at --holdout {holdout:g}); "
+        "nothing written"
+    )
 
 
 def tune(
@@ -389,12 +449,25 @@ def tune(
             variant, labelled, event_models=event_models, alphas=alphas,
             temperings=temperings, min_evidences=min_evidences, holdout=holdout,
         )
-    results.sort(key=_rank)
+    results.sort(key=lambda c: _rank(c, config))
     return results
 
 
-def _rank(c: Candidate) -> tuple[float, float, float]:
-    return (round(c.loss_per_message, 12), round(c.one_minus_roca, 9), c.log_loss)
+def _rank(c: Candidate, config: Config) -> tuple[float, int, float, float]:
+    """Lowest loss first; at equal loss the candidate that changes fewest of
+    the configured settings (a tie is no reason to move off the defaults),
+    then lowest 1-ROCA, then lowest log-loss."""
+    m = config.model
+    changes = sum(
+        (
+            c.event_model != m.event_model,
+            c.alpha != m.alpha,
+            c.tempering != m.tempering,
+            c.min_evidence != m.min_evidence,
+            c.bigrams != config.tokenizer.bigrams,
+        )
+    )
+    return (round(c.loss_per_message, 12), changes, round(c.one_minus_roca, 9), c.log_loss)
 
 
 def tune_settings(
@@ -409,10 +482,13 @@ def tune_settings(
 ) -> list[Candidate]:
     """Try every (event model, alpha, tempering, min_evidence): train on the head of the
     stream, score its last ``holdout`` share (later mail, as a filter meets
-    it), choose each setting's cutoffs by ``best_cutoffs`` and report the
-    loss per message. Returns the candidates, best first: lowest loss, then
-    lowest 1-ROCA, then lowest log-loss (the mean of -log P(true class), which
-    prefers calibrated probabilities when the classes separate perfectly).
+    it), choose each setting's cutoffs by ``best_cutoffs`` (never a spam
+    cutoff below the loss matrix's, never a ham cutoff above it, so the
+    unsure band stays) and report the loss per message. Returns the
+    candidates, best first: lowest loss, then fewest changes to the
+    configured settings, then lowest 1-ROCA, then lowest log-loss (the mean
+    of -log P(true class), which prefers calibrated probabilities when the
+    classes separate perfectly).
 
     The messages are parsed and tokenized once; each setting is then pure
     model arithmetic (``model.estimate`` and ``joint_log_likelihood``, the
@@ -456,6 +532,7 @@ def tune_settings(
     valid_terms = count_matrix(docs[split:], vocabulary)
     valid_binary = count_matrix(docs[split:], vocabulary, binary=True)
     d = config.decision
+    bounds = nb.thresholds_from_loss(d.cost_ham_as_spam, d.cost_spam_as_ham, d.cost_unsure)
     results: list[Candidate] = []
     for event_model in event_models:
         for alpha in alphas:
@@ -463,7 +540,10 @@ def tune_settings(
             X = valid_binary if params.binary else valid_terms
             for tempering, min_evidence in ((t, e) for t in temperings for e in min_evidences):
                 odds = nb.log_odds(nb.joint_log_likelihood(X, params, tempering, min_evidence))
-                cut = best_cutoffs(valid_y, odds, cost_ham_as_spam=d.cost_ham_as_spam, cost_spam_as_ham=d.cost_spam_as_ham, cost_unsure=d.cost_unsure)
+                cut = best_cutoffs(
+                    valid_y, odds, cost_ham_as_spam=d.cost_ham_as_spam, cost_spam_as_ham=d.cost_spam_as_ham,
+                    cost_unsure=d.cost_unsure, spam_min_floor=bounds.spam_min, ham_max_ceiling=bounds.ham_max,
+                )
                 verdict_spam = odds > cut.spam_min
                 verdict_ham = odds <= cut.ham_max
                 results.append(
@@ -480,7 +560,9 @@ def tune_settings(
                         hm=100.0 * float(verdict_spam[~valid_y].mean()),
                         sm=100.0 * float(verdict_ham[valid_y].mean()),
                         unsure=100.0 * float((~verdict_spam & ~verdict_ham).mean()),
+                        costly=int((verdict_spam & ~valid_y).sum() + (verdict_ham & valid_y).sum() + (~verdict_spam & ~verdict_ham).sum()),
+                        held_out=int(valid_y.size),
                     )
                 )
-    results.sort(key=_rank)
+    results.sort(key=lambda c: _rank(c, config))
     return results

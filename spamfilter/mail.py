@@ -7,14 +7,16 @@ messages; they never decode or judge them, so a broken message still reaches
 
 Sources understood by `read_messages`:
 
-- ``-``: one message on standard input.
+- ``-``: standard input, read as a regular file is (below): an mbox when it
+  starts with ``From `` (sources ``-:1``, ``-:2``, ...), otherwise one message.
 - a Maildir folder (``cur`` and ``new`` subfolders): ``cur`` then ``new``,
   each sorted by file name.
 - an MH folder (``.mh_sequences``, or only numeric file names): numeric order.
 - any other folder: walked recursively in sorted order; every regular file is
   read as below, and a Maildir or MH folder met on the way is read as such.
 - a regular file: an mbox when it starts with ``From `` (split into
-  messages, sources ``path:1``, ``path:2``, ...), otherwise one message.
+  messages, sources ``path:1``, ``path:2``, ...; an mbox holding a single
+  message gives it the source ``path``), otherwise one message.
 
 Hidden files and folders (names starting with ``.``) are skipped everywhere.
 
@@ -33,11 +35,12 @@ import email.parser
 import email.policy
 import hashlib
 import io
+import itertools
 import os
 import re
 import stat
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import BinaryIO, Final, Literal
 
@@ -152,8 +155,9 @@ class MailItem:
     ----------
     source : str
         Where the message came from, for people: the file path; ``path:N`` for
-        the N-th message (1-based) of an mbox file; ``-`` for standard input;
-        ``folder/cur/name`` for a Maildir message.
+        the N-th message (1-based) of an mbox file holding more than one
+        (``-:N`` on standard input); ``-`` for one message on standard
+        input; ``folder/cur/name`` for a Maildir message.
     raw : bytes
         The message bytes. For a message split out of an mbox the envelope
         (``From ``) line is removed and mboxrd quoting undone; otherwise the
@@ -180,7 +184,9 @@ class NestingTooDeepDefect(email.errors.MessageDefect):
     """
 
 
-def read_messages(paths: Sequence[str], *, stdin: BinaryIO | None = None) -> Iterator[MailItem]:
+def read_messages(
+    paths: Sequence[str], *, stdin: BinaryIO | None = None, on_empty: Callable[[str], None] | None = None
+) -> Iterator[MailItem]:
     """Yield every message found in `paths`, one at a time, in a stable order.
 
     All paths are checked before anything is read, so a mistyped path fails
@@ -193,9 +199,13 @@ def read_messages(paths: Sequence[str], *, stdin: BinaryIO | None = None) -> Ite
         Files, folders or ``-`` (see the module docstring for what each kind
         of path yields). ``-`` may be given at most once.
     stdin : binary stream, optional
-        Where ``-`` reads its one message from; ``sys.stdin.buffer`` if None.
-        Its bytes are kept as they are, envelope line included: a message
-        piped in is usually written back out after filtering.
+        What ``-`` reads; ``sys.stdin.buffer`` if None. Like a file, it is an
+        mbox when its first line is an envelope (``From ``) line, and split
+        into messages ``-:1``, ``-:2``, ... (``-`` when it holds one);
+        otherwise it is one message, its bytes kept as they are.
+    on_empty : callable, optional
+        Called with each path that turned out to hold no message (an empty
+        folder or file), once its reading is over, so a caller can warn.
 
     Returns
     -------
@@ -222,7 +232,7 @@ def read_messages(paths: Sequence[str], *, stdin: BinaryIO | None = None) -> Ite
     for path in paths:
         if path != STDIN_SOURCE:
             _check_readable(path)
-    return _iter_sources(list(paths), stdin)
+    return _iter_sources(list(paths), stdin, on_empty)
 
 
 def read_index(index_path: str) -> Iterator[tuple[bool, MailItem]]:
@@ -555,21 +565,36 @@ def _check_readable(path: str) -> None:
         raise MailSourceError(f"mail source {path!r} cannot be read: permission denied")
 
 
-def _iter_sources(paths: list[str], stdin: BinaryIO | None) -> Iterator[MailItem]:
+def _iter_sources(paths: list[str], stdin: BinaryIO | None, on_empty: Callable[[str], None] | None) -> Iterator[MailItem]:
     for path in paths:
-        if path == STDIN_SOURCE:
-            # Looked up here, not as a default argument, so tests and callers
-            # that replace sys.stdin are honoured.
-            stream = sys.stdin.buffer if stdin is None else stdin
-            try:
-                raw = stream.read()
-            except OSError as err:
-                raise MailSourceError(f"cannot read standard input: {err}") from err
-            yield MailItem(STDIN_SOURCE, raw)
-        elif os.path.isdir(path):
-            yield from _read_dir(path)
-        else:
-            yield from _read_file(path)
+        found = False
+        for item in _iter_source(path, stdin):
+            found = True
+            yield item
+        if not found and on_empty is not None:
+            on_empty(path)
+
+
+def _iter_source(path: str, stdin: BinaryIO | None) -> Iterator[MailItem]:
+    if path == STDIN_SOURCE:
+        # Looked up here, not as a default argument, so tests and callers
+        # that replace sys.stdin are honoured.
+        stream = sys.stdin.buffer if stdin is None else stdin
+        try:
+            # A pipe cannot be rewound, so the first line is read and
+            # put back in front (sa-learn --mbox and bogofilter -M split
+            # stdin; here the envelope line alone says so).
+            first = stream.readline()
+            if first.startswith(_ENVELOPE_PREFIX):
+                yield from _mbox_messages(itertools.chain([first], stream), STDIN_SOURCE, split=True)
+            else:
+                yield MailItem(STDIN_SOURCE, first + stream.read())
+        except OSError as err:
+            raise MailSourceError(f"cannot read standard input: {err}") from err
+    elif os.path.isdir(path):
+        yield from _read_dir(path)
+    else:
+        yield from _read_file(path)
 
 
 def _read_dir(path: str) -> Iterator[MailItem]:
@@ -698,11 +723,13 @@ def _mbox_messages(lines: Iterable[bytes], path: str, *, split: bool) -> Iterato
     message when it follows a blank line, or when it looks like an envelope
     line (`_ENVELOPE_RE`) even without one. A UW-IMAP folder-data
     pseudo-message in first place is skipped; later messages keep their
-    position in the file as their number. With ``split=False`` the first
-    envelope line is dropped and every later line is message content, for a
-    file known to hold one message; the source is then `path` alone.
+    position in the file as their number, and a file that yields a single
+    message names it `path` alone. With ``split=False`` the first envelope
+    line is dropped and every later line is message content, for a file
+    known to hold one message; the source is then `path` alone too.
     """
     count = 0
+    yielded = 0
     current: list[bytes] | None = None  # None until the first envelope line
     prev_blank = True
     for line in lines:
@@ -715,6 +742,7 @@ def _mbox_messages(lines: Iterable[bytes], path: str, *, split: bool) -> Iterato
                 count += 1
                 raw = _finish(current)
                 if not (count == 1 and _is_uw_imap_folder_data(raw)):
+                    yielded += 1
                     yield MailItem(f"{path}:{count}", raw)
             current = []
             prev_blank = False
@@ -728,9 +756,10 @@ def _mbox_messages(lines: Iterable[bytes], path: str, *, split: bool) -> Iterato
     if current is not None:
         count += 1
         raw = _finish(current)
-        if not split:
-            yield MailItem(path, raw)
-        elif not (count == 1 and _is_uw_imap_folder_data(raw)):
+        if not split or yielded == 0:
+            if not (split and count == 1 and _is_uw_imap_folder_data(raw)):
+                yield MailItem(path, raw)
+        else:
             yield MailItem(f"{path}:{count}", raw)
 
 

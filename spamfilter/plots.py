@@ -88,20 +88,37 @@ def roc_png(is_spam: npt.NDArray[np.bool_], odds: npt.NDArray[np.float64], title
     return _png(plt, fig)
 
 
-def write_learning_curve(path: Path, is_spam: npt.NDArray[np.bool_], odds: npt.NDArray[np.float64], threshold: float, title: str) -> None:
-    """Cumulative misclassification rate (%) over the stream, with the two-way threshold."""
-    plt = _pyplot()
+def learning_curve_series(
+    is_spam: npt.NDArray[np.bool_], odds: npt.NDArray[np.float64], threshold: float
+) -> list[tuple[str, npt.NDArray[np.float64]]]:
+    """The learning curve's lines: (legend label, cumulative % after each message).
+
+    Two-way, as TREC measures and as `evaluate`'s hm / sm: a message is
+    called spam when its log-odds exceed ``threshold`` (the loss matrix's
+    two-way threshold), with no unsure verdict; so the last value of the ham
+    line is evaluate's hm, not its three-way "ham filed as spam".
+    """
     y = np.asarray(is_spam, dtype=bool)
     wrong = (np.asarray(odds) > threshold) != y
     n = np.arange(1, y.size + 1)
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
-    ax.plot(n, 100.0 * np.cumsum(wrong) / n, lw=1.5, label="all messages")
-    for mask, label in ((~y, "ham filed as spam"), (y, "spam let through")):
+    series = [("all messages, two-way", 100.0 * np.cumsum(wrong) / n)]
+    for mask, label in ((~y, "ham filed as spam, two-way (hm)"), (y, "spam let through, two-way (sm)")):
         seen = np.maximum(np.cumsum(mask), 1)
-        ax.plot(n, 100.0 * np.cumsum(wrong & mask) / seen, lw=1, label=label)
+        series.append((label, 100.0 * np.cumsum(wrong & mask) / seen))
+    return series
+
+
+def write_learning_curve(path: Path, is_spam: npt.NDArray[np.bool_], odds: npt.NDArray[np.float64], threshold: float, title: str) -> None:
+    """Cumulative misclassification rate (%) over the stream, two-way (see
+    `learning_curve_series`)."""
+    plt = _pyplot()
+    n = np.arange(1, np.asarray(is_spam).size + 1)
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
+    for label, rate in learning_curve_series(is_spam, odds, threshold):
+        ax.plot(n, rate, lw=1.5 if label.startswith("all") else 1, label=label)
     ax.set_yscale("symlog", linthresh=0.1)
     ax.set_xlabel("messages seen")
-    ax.set_ylabel("cumulative misclassification %")
+    ax.set_ylabel("cumulative misclassification %, two-way")
     ax.set_title(title)
     ax.legend()
     ax.grid(True, alpha=0.3)

@@ -35,7 +35,7 @@ from spamfilter.analysis import Analysed as _Analysed
 from spamfilter.analysis import Analyser, analyse
 from spamfilter.analysis import Refusal as Refusal
 from spamfilter.cache import CacheKey, CountCache, ModelView
-from spamfilter.config import Config, default_db_url
+from spamfilter.config import Config, default_db_url, default_location_url
 from spamfilter.counts import ClassCounts, IntArray, Label, TokenCounts, Totals
 from spamfilter.errors import MailParseError, NotTrainedError, StoreBusyError, StoreConflict
 from spamfilter.mail import MailItem, parse_message
@@ -255,17 +255,41 @@ class Filter:
 
     @classmethod
     def open(
-        cls, config: Config, url: str | None = None, user: str | None = None, *, jobs: int = 1, write_deadline: float | None = None
+        cls,
+        config: Config,
+        url: str | None = None,
+        user: str | None = None,
+        *,
+        create: bool = True,
+        create_dirs: bool = False,
+        jobs: int = 1,
+        write_deadline: float | None = None,
     ) -> Filter:
-        """Open (creating if new) the store at ``url``, the config's, or the
-        default, for the model of ``user`` (default: the config's); long
-        runs read messages on ``jobs`` processes. ``write_deadline``
-        overrides the config's (``filter`` passes 0)."""
+        """Open the store at ``url``, the config's, or the default, for the
+        model of ``user`` (default: the config's).
+
+        A SQLite file that does not exist is created only with ``create``
+        (else ``NoSuchDatabase``), and in a folder that does not exist only
+        with ``create_dirs`` or at the default location (else
+        ``StoreError``): a mistyped ``--db`` should fail, not leave folders
+        and an empty database behind. Long runs read messages on ``jobs``
+        processes. ``write_deadline`` overrides the config's (``filter``
+        passes 0).
+        """
         url = url or config.store.url or default_db_url()
         owner = config.store.user if user is None else user
         deadline = config.store.write_deadline if write_deadline is None else write_deadline
-        store = _retrying(lambda: Store.open(url, busy_timeout=config.store.busy_timeout, owner=owner), deadline)
-        return cls(store, config, jobs=jobs, write_deadline=deadline)
+
+        def opened() -> Store:
+            return Store.open(
+                url,
+                busy_timeout=config.store.busy_timeout,
+                owner=owner,
+                create=create,
+                create_dirs=create_dirs or url == default_location_url(),
+            )
+
+        return cls(_retrying(opened, deadline), config, jobs=jobs, write_deadline=deadline)
 
     def close(self) -> None:
         """Release the database."""
@@ -769,10 +793,15 @@ class _Delta:
         return tx.add_counts_clipped(token_list, delta, classes)
 
 
-def upgrade_database(url: str, *, busy_timeout: float = 30.0, write_deadline: float = 0.0) -> tuple[str | None, str | None]:
+def upgrade_database(
+    url: str, *, busy_timeout: float = 30.0, write_deadline: float = 0.0, create_dirs: bool = True
+) -> tuple[str | None, str | None]:
     """Bring the database at ``url`` to the current schema; (revision before, after).
-    Tried again while the database is busy, for up to ``write_deadline`` seconds."""
-    store = Store.open(url, busy_timeout=busy_timeout, upgrade_new=False, check=False)
+
+    Tried again while the database is busy, for up to ``write_deadline``
+    seconds. A missing SQLite file is created, in a missing folder only
+    with ``create_dirs``."""
+    store = Store.open(url, busy_timeout=busy_timeout, upgrade_new=False, check=False, create_dirs=create_dirs)
     try:
         before = store.schema_revision()
         _retrying(store.upgrade, write_deadline)

@@ -64,7 +64,7 @@ if TYPE_CHECKING:
     from alembic.config import Config as AlembicConfig
 
 from spamfilter.counts import HAM, SPAM, ClassCounts, IntArray, TokenCounts, Totals
-from spamfilter.errors import SchemaOutOfDate, StoreBusyError, StoreConflict, StoreError
+from spamfilter.errors import NoSuchDatabase, SchemaOutOfDate, StoreBusyError, StoreConflict, StoreError
 
 
 #: The Alembic head this code reads and writes; tests check it is the
@@ -308,7 +308,7 @@ def _make_owner_only(path: Path) -> None:
     _sidecars_follow(path)
 
 
-def _make_engine(url: str, busy_timeout: float) -> Engine:
+def _make_engine(url: str, busy_timeout: float, create: bool = True, create_dirs: bool = True) -> Engine:
     try:
         parsed = sa.engine.make_url(url)
     except sa.exc.ArgumentError:
@@ -327,6 +327,12 @@ def _make_engine(url: str, busy_timeout: float) -> Engine:
         engine = sa.create_engine(parsed, poolclass=StaticPool, connect_args={"check_same_thread": False})
     else:
         if not path.exists():
+            if not create:
+                raise NoSuchDatabase(f"no such database: {path}")
+            if not create_dirs and not path.parent.is_dir():
+                raise StoreError(
+                    f"cannot create database {path}: folder {path.parent} does not exist (--create-dirs creates it)"
+                )
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 # The counts say a lot about someone's mail: owner-only file.
@@ -650,14 +656,27 @@ class Store:
         self.statements = _Statements(engine.dialect.name)
 
     @classmethod
-    def open(cls, url: str, *, busy_timeout: float = 30.0, upgrade_new: bool = True, check: bool = True, owner: str = "") -> Store:
+    def open(
+        cls,
+        url: str,
+        *,
+        busy_timeout: float = 30.0,
+        upgrade_new: bool = True,
+        check: bool = True,
+        owner: str = "",
+        create: bool = True,
+        create_dirs: bool = True,
+    ) -> Store:
         """Connect, create the schema on a new (empty) database, check the revision.
 
         Raises ``SchemaOutOfDate`` for a database at an older revision, and
         ``StoreError`` when it cannot be reached or was written by a newer
         spamfilter. ``check=False`` skips both (for ``upgrade`` itself).
+        A missing SQLite file is created (mode 0600) only with ``create``,
+        else ``NoSuchDatabase``; its missing parent folders only with
+        ``create_dirs``, else ``StoreError``.
         """
-        engine = _make_engine(url, busy_timeout)
+        engine = _make_engine(url, busy_timeout, create, create_dirs)
         store = cls(engine, url, owner)
         if not check:
             return store

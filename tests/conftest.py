@@ -37,6 +37,14 @@ def db_url(tmp_path: Path) -> str:
 
 
 @pytest.fixture
+def empty_db_url(db_url: str) -> str:
+    """A SQLite URL for a database with the schema and nothing trained
+    (commands that only read refuse a database that does not exist)."""
+    Store.open(db_url).close()
+    return db_url
+
+
+@pytest.fixture
 def store(db_url: str) -> Iterator[Store]:
     """A new token store on ``tmp_path``, at the current schema revision."""
     with Store.open(db_url) as opened:

@@ -108,7 +108,7 @@ def test_mark_moves_a_message_and_forget_restores_counts(runner: CliRunner, trai
     result = runner.invoke(app, ["--db", trained, "forget", str(ham)])
     assert result.stdout.strip() == "forgot 1"
     assert stats(runner, trained) == before
-    assert runner.invoke(app, ["--db", trained, "forget", str(ham)]).stdout.strip() == "forgot 0; 1 were not trained"
+    assert runner.invoke(app, ["--db", trained, "forget", str(ham)]).stdout.strip() == "forgot 0; 1 was not trained"
 
 
 def _first_message(mbox: Path, n: int) -> bytes:
@@ -183,8 +183,8 @@ def test_errors_exit_with_documented_codes_and_one_line(runner: CliRunner, db_ur
     assert "Traceback" not in result.output
 
 
-def test_classify_before_training_exits_69(runner: CliRunner, db_url: str, sample: Path) -> None:
-    result = runner.invoke(app, ["--db", db_url, "classify", str(sample / "inbox.mbox")])
+def test_classify_before_training_exits_69(runner: CliRunner, empty_db_url: str, sample: Path) -> None:
+    result = runner.invoke(app, ["--db", empty_db_url, "classify", str(sample / "inbox.mbox")])
     assert result.exit_code == 69
     assert result.stderr.strip() == "spamfilter: the model needs at least one trained spam and one trained ham (it has 0 spam and 0 ham)"
 
@@ -221,7 +221,7 @@ def test_old_schema_exits_76_and_db_upgrade_fixes_it(runner: CliRunner, trained:
 
 
 def test_unreachable_database_exits_74(runner: CliRunner) -> None:
-    result = runner.invoke(app, ["--db", "sqlite:////proc/no/such/dir/x.db", "stats"])
+    result = runner.invoke(app, ["--db", "sqlite:////proc/no/such/dir/x.db", "--create-dirs", "db", "upgrade"])
     assert result.exit_code == 74
     assert "Traceback" not in result.output
 

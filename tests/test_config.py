@@ -114,11 +114,13 @@ def test_unknown_section_or_key_raises(data: dict[str, Any], message: str) -> No
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        ({"model": {"alpha": "0.1"}}, r"model\.alpha: expected"),
-        ({"model": {"alpha": True}}, r"model\.alpha: expected a number"),
-        ({"store": {"batch_size": 1.5}}, r"store\.batch_size: expected int"),
-        ({"tokenizer": {"stem": 1}}, r"tokenizer\.stem: expected bool"),
-        ({"store": {"url": 5}}, r"store\.url: expected str"),
+        ({"model": {"alpha": "abc"}}, r"model\.alpha: expected a number, got 'abc'$"),
+        ({"model": {"alpha": "0.1"}}, r"model\.alpha: expected a number, got '0.1'$"),
+        ({"model": {"alpha": True}}, r"model\.alpha: expected a number, got True$"),
+        ({"store": {"batch_size": 1.5}}, r"store\.batch_size: expected a whole number, got 1.5$"),
+        ({"store": {"batch_size": True}}, r"store\.batch_size: expected a whole number, got True$"),
+        ({"tokenizer": {"stem": 1}}, r"tokenizer\.stem: expected true or false, got 1$"),
+        ({"store": {"url": 5}}, r"store\.url: expected a string, got 5$"),
     ],
 )
 def test_wrong_type_raises(data: dict[str, Any], message: str) -> None:

@@ -42,9 +42,14 @@ ENVELOPE_FORMAT = re.compile(rb"From \S+@\S+ \w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d 
 
 # ------------------------------------------------------------------- helpers
 
+def corpus_root(repo: Path = REPO) -> Path:
+    """Where the tests look for the shared corpora of the repository at `repo`."""
+    return repo.parent / "shared" / "corpora"
+
+
 def shared_corpora() -> Path:
     """The shared corpus folder, or skip (fail under CI=true) when it is absent."""
-    root = REPO.parent / "shared" / "corpora"
+    root = corpus_root()
     if not root.is_dir():
         _missing(f"labelled corpora not found at {root}")
     return root
@@ -292,8 +297,23 @@ def test_manifest_is_consistent_with_itself() -> None:
         assert isinstance(description, str) and description and "\n" not in description, name
 
 
+def same_folder(repo: Path, manifest_root: str) -> bool:
+    """Whether the manifest's root (relative to `repo`) is the folder the
+    tests read, compared after resolving both (either may pass a symlink)."""
+    return (repo / manifest_root).resolve() == corpus_root(repo).resolve()
+
+
 def test_manifest_root_is_where_the_tests_look() -> None:
-    assert (REPO / "../shared/corpora").resolve() == REPO.parent / "shared" / "corpora"
+    root = tomllib.loads(MANIFEST.read_text(encoding="utf-8"))["root"]
+    assert same_folder(REPO, root)
+
+
+def test_manifest_root_check_follows_a_symlinked_shared_folder(tmp_path: Path) -> None:
+    (tmp_path / "elsewhere" / "corpora").mkdir(parents=True)
+    (tmp_path / "shared").symlink_to(tmp_path / "elsewhere")
+    (tmp_path / "repo").mkdir()
+    assert same_folder(tmp_path / "repo", "../shared/corpora")
+    assert not same_folder(tmp_path / "repo", "../elsewhere/other")
 
 
 @pytest.mark.corpus

@@ -143,3 +143,70 @@ def test_a_missing_index_exits_66_for_evaluate_train_and_tune(tmp_path: Path) ->
         result = runner.invoke(app, ["--db", f"sqlite:///{tmp_path / 'x.db'}", *args])
         assert result.exit_code == 66, (args, result.output)
         assert "Traceback" not in result.output
+
+
+# -- what a new user met: one class, NaN, jargon ------------------------------------
+
+
+@pytest.mark.parametrize("protocol", ["online", "cv"])
+def test_a_single_class_index_is_refused_with_65_and_draws_nothing(index: Path, tmp_path: Path, protocol: str) -> None:
+    spam_only = index.parent / "index-spam-only"
+    spam_only.write_text("".join(line + "\n" for line in index.read_text().splitlines() if line.startswith("spam ")))
+    roc = tmp_path / "roc.png"
+    args = ["evaluate", "--index", str(spam_only), "--protocol", protocol, "--folds", "3", "--format", "json", "--roc", str(roc)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 65
+    assert result.stdout == ""
+    assert result.stderr.strip() == "spamfilter: the stream has 30 spam and 0 ham that could be read: measuring a filter needs at least one of each"
+    assert not roc.exists()
+
+
+def test_evaluate_json_never_holds_nan() -> None:
+    from spamfilter.cli.evaluate import report_json
+    from spamfilter.evaluation import ErrorRates, EvalReport
+
+    rates = ErrorRates(ham_as_spam=0.0, spam_as_ham=50.0, ham_unsure=0.0, spam_unsure=0.0, accuracy=75.0)
+    report = EvalReport(
+        protocol="online", messages=4, spam=2, ham=2, refused=0, trained=4, one_minus_roca=0.0, sm_at_hm01=50.0,
+        hm=0.0, sm=50.0, lam=12.5, rates=rates, classify_per_second=float("nan"), train_per_second=float("inf"),
+        two_way_threshold=2.3,
+    )
+    data = json.loads(report_json(report))
+    assert (data["classify_per_second"], data["train_per_second"], data["lam"]) == (None, None, 12.5)
+    assert data["rates"]["accuracy"] == 75.0
+
+
+def test_the_table_says_each_figure_in_words_and_which_are_two_way(index: Path) -> None:
+    result = CliRunner().invoke(app, ["evaluate", "--index", str(index)])
+    report = json.loads(CliRunner().invoke(app, ["evaluate", "--index", str(index), "--format", "json"]).stdout)
+    lines = result.stdout.splitlines()
+    labels = [line.rsplit("  ", 1)[0].strip() for line in lines]
+    assert labels[3:13] == [
+        "area above the ROC curve (1-ROCA)",
+        "spam let through when 0.1% of ham is filed as spam (sm at 0.1% hm)",
+        "two-way, spam above the loss matrix's threshold, no unsure:",
+        "ham filed as spam (hm)",
+        "spam let through (sm)",
+        "logistic average of the two (lam)",
+        "three-way, the verdicts spam / unsure / ham:",
+        "ham filed as spam / unsure",
+        "spam let through / unsure",
+        "accuracy",
+    ]
+    assert lines[6].split()[-1] == f"{report['hm']:.3f}%"
+    assert lines[11].split()[-1] == f"{report['rates']['spam_unsure']:.3f}%"
+
+
+def test_the_learning_curve_ham_line_ends_at_the_two_way_hm(index: Path, tmp_path: Path) -> None:
+    from spamfilter.plots import learning_curve_series
+
+    out = tmp_path / "scores.tsv"
+    result = CliRunner().invoke(app, ["evaluate", "--index", str(index), "--format", "json", "--out", str(out)])
+    report = json.loads(result.stdout)
+    rows = read_tsv(out)[1:]
+    y = np.array([r[1] == "spam" for r in rows])
+    odds = np.array([float(r[3]) for r in rows])
+    series = dict(learning_curve_series(y, odds, report["two_way_threshold"]))
+    assert list(series) == ["all messages, two-way", "ham filed as spam, two-way (hm)", "spam let through, two-way (sm)"]
+    assert series["ham filed as spam, two-way (hm)"][-1] == pytest.approx(report["hm"], rel=1e-12)
+    assert series["spam let through, two-way (sm)"][-1] == pytest.approx(report["sm"], rel=1e-12)

@@ -308,8 +308,8 @@ def test_top_words_plot_into_a_missing_folder_is_a_usage_error(runner: CliRunner
     assert "Traceback" not in result.output and "cannot write" in result.stderr
 
 
-def test_top_words_before_training_exits_69(runner: CliRunner, db_url: str) -> None:
-    result = runner.invoke(app, ["--db", db_url, "top-words"])
+def test_top_words_before_training_exits_69(runner: CliRunner, empty_db_url: str) -> None:
+    result = runner.invoke(app, ["--db", empty_db_url, "top-words"])
     assert result.exit_code == exitcodes.NOT_TRAINED
 
 
@@ -365,14 +365,14 @@ def test_hostile_tokens_cannot_reach_the_terminal() -> None:
     assert printable("a\x1b[31mb\u202ec\x00") == "a\\x1b[31mb\\u202ec\\x00"
 
 
-def test_explain_errors_exit_with_documented_codes(runner: CliRunner, sample_db: str, db_url: str, sample: Path, tmp_path: Path) -> None:
+def test_explain_errors_exit_with_documented_codes(runner: CliRunner, sample_db: str, empty_db_url: str, sample: Path, tmp_path: Path) -> None:
     empty = tmp_path / "empty.eml"
     empty.write_bytes(b"")
     cases = [
         (["--db", sample_db, "explain", str(tmp_path / "missing.eml")], exitcodes.NO_INPUT),
         (["--db", sample_db, "explain", str(empty)], exitcodes.DATA_ERROR),
         (["--db", sample_db, "explain", str(sample / "inbox.mbox")], exitcodes.USAGE),
-        (["--db", db_url, "explain", str(first_inbox_message(sample, tmp_path))], exitcodes.NOT_TRAINED),
+        (["--db", empty_db_url, "explain", str(first_inbox_message(sample, tmp_path))], exitcodes.NOT_TRAINED),
     ]
     for args, code in cases:
         result = runner.invoke(app, args)

@@ -133,7 +133,7 @@ def test_file_starting_with_envelope_line_is_an_mbox_of_one(tmp_path: Path) -> N
 
     items = list(read_messages([str(eml)]))
 
-    assert items == [MailItem(f"{eml}:1", MSG_A)]
+    assert items == [MailItem(str(eml), MSG_A)]
 
 
 def test_mbox_skips_uw_imap_folder_internal_data_message(tmp_path: Path) -> None:
@@ -147,13 +147,17 @@ def test_mbox_skips_uw_imap_folder_internal_data_message(tmp_path: Path) -> None
         b"\n"
         b"This text is part of the internal format of your mail folder.\n"
         b"\n"
-        b"From a@x Mon Jan  1 00:00:00 2024\n" + MSG_A,
+        b"From a@x Mon Jan  1 00:00:00 2024\n" + MSG_A + b"\n"
+        b"From b@x Mon Jan  1 00:00:00 2024\n" + MSG_C,
     )
 
     items = list(read_messages([str(box)]))
 
-    # The real message keeps its position in the file as its number.
-    assert items == [MailItem(f"{box}:2", MSG_A)]
+    # The real messages keep their position in the file as their number.
+    assert items == [MailItem(f"{box}:2", MSG_A), MailItem(f"{box}:3", MSG_C)]
+    # With one real message the file holds one message, named by its path.
+    box.write_bytes(box.read_bytes().split(b"\nFrom b@x")[0])
+    assert list(read_messages([str(box)])) == [MailItem(str(box), MSG_A)]
 
 
 def test_mbox_is_read_one_message_at_a_time(tmp_path: Path) -> None:
@@ -270,11 +274,27 @@ def test_several_paths_are_read_in_the_order_given(tmp_path: Path) -> None:
 
 
 def test_dash_reads_one_message_from_stdin_verbatim() -> None:
-    data = b"From a@x Mon Jan  1 00:00:00 2024\nSubject: piped\n\nFrom b@x Mon Jan  1 00:00:00 2024\n"
+    data = b"Subject: piped\n\nFrom b@x Mon Jan  1 00:00:00 2024\n"
 
     items = list(read_messages(["-"], stdin=io.BytesIO(data)))
 
     assert items == [MailItem("-", data)]
+
+
+def test_stdin_starting_with_an_envelope_line_is_split_as_an_mbox() -> None:
+    data = b"From a@x Mon Jan  1 00:00:00 2024\n" + MSG_A + b"\nFrom b@x Mon Jan  1 00:00:01 2024\n" + MSG_C
+
+    items = list(read_messages(["-"], stdin=io.BytesIO(data)))
+
+    assert items == [MailItem("-:1", MSG_A), MailItem("-:2", MSG_C)]
+
+
+def test_stdin_mbox_of_one_message_is_named_dash() -> None:
+    data = b"From a@x Mon Jan  1 00:00:00 2024\n" + MSG_A
+
+    items = list(read_messages(["-"], stdin=io.BytesIO(data)))
+
+    assert items == [MailItem("-", MSG_A)]
 
 
 def test_dash_given_twice_raises_mail_source_error() -> None:

@@ -123,9 +123,9 @@ def test_report_of_classify_jsonl_has_a_histogram_but_no_roc(sample_db: str, sam
     assert "the scores file has no true labels" in " ".join(page.text)
 
 
-def test_an_untrained_database_still_gets_a_report(db_url: str, tmp_path: Path) -> None:
+def test_an_untrained_database_still_gets_a_report(empty_db_url: str, tmp_path: Path) -> None:
     out = tmp_path / "report.html"
-    code, _ = run_report(["--db", db_url, "report", "--out", str(out)])
+    code, _ = run_report(["--db", empty_db_url, "report", "--out", str(out)])
     assert code == 0
     text = " ".join(Page(out.read_text(encoding="utf-8")).text)
     assert "No message is trained yet." in text

@@ -11,9 +11,9 @@ import pytest
 from typer.testing import CliRunner
 
 from spamfilter.cli import app
-from spamfilter.config import Config, TokenizerConfig, load_config, update_config_file
+from spamfilter.config import Config, DecisionConfig, ModelConfig, TokenizerConfig, load_config, update_config_file
 from spamfilter.errors import ConfigError
-from spamfilter.evaluation import best_cutoffs, tune
+from spamfilter.evaluation import MIN_COSTLY, best_cutoffs, tune
 from spamfilter.mail import MailItem
 
 LETTERS = "bcdfghjklmnpqrstvwxz"
@@ -53,8 +53,14 @@ def trap_stream() -> list[tuple[bool, MailItem]]:
 
 
 def test_tune_picks_the_alpha_that_resists_hapaxes() -> None:
-    # Unigrams only: the trap is built from single words.
-    config = Config(tokenizer=TokenizerConfig(bigrams=False))
+    # Unigrams only: the trap is built from single words. Equal costs and no
+    # unsure verdict put the cut at log-odds 0: the default loss matrix's
+    # unsure band (-1.39, 3.89] would hold the class words' 1.4 and make
+    # every message unsure for both alphas.
+    config = Config(
+        tokenizer=TokenizerConfig(bigrams=False),
+        decision=DecisionConfig(cost_ham_as_spam=1.0, cost_spam_as_ham=1.0, cost_unsure=1.0),
+    )
     results = tune(config, trap_stream(), event_models=["multinomial-binary"], alphas=[0.001, 1.0], temperings=[0.0], holdout=0.2)
     by_alpha = {c.alpha: c for c in results}
     assert results[0].alpha == 1.0
@@ -102,14 +108,8 @@ def test_update_config_file_keeps_comments_and_validates(tmp_path: Path) -> None
 
 
 def test_tune_command_writes_the_best_settings(tmp_path: Path) -> None:
-    index_dir = tmp_path / "mail"
-    index_dir.mkdir()
-    lines = []
-    for i, (is_spam, item) in enumerate(trap_stream()):
-        (index_dir / f"{i:03d}.eml").write_bytes(item.raw)
-        lines.append(f"{'spam' if is_spam else 'ham'} mail/{i:03d}.eml")
-    index = tmp_path / "index"
-    index.write_text("\n".join(lines) + "\n")
+    # Every held-out message of the trap is unsure at the best setting (20 >= MIN_COSTLY).
+    index = write_index(tmp_path, trap_stream())
     config = tmp_path / "config.toml"
     config.write_text("[model]\nalpha = 0.1\n\n[tokenizer]\nbigrams = false\n")
     runner = CliRunner()
@@ -134,3 +134,83 @@ def test_tune_refuses_a_tail_without_both_classes() -> None:
     stream = trap_stream()[:80] + [(False, message(["meeting"]))] * 20
     with pytest.raises(EvaluationError, match="held-out tail"):
         tune(Config(), stream, event_models=["multinomial-binary"], alphas=[1.0], temperings=[0.0])
+
+
+# -- what a new user met: 600 easy messages, every candidate at 0 loss ---------------
+
+SPAM_WORDS = ["cheap", "viagra", "winner", "prize", "casino", "lottery", "bonus", "offer"]
+HAM_WORDS = ["meeting", "agenda", "minutes", "report", "schedule", "project", "review", "budget"]
+
+
+def easy_stream(n: int) -> list[tuple[bool, MailItem]]:
+    """Classes that every setting separates: eight class words each, plus a
+    word of noise, alternating spam and ham."""
+    return [
+        (i % 2 == 0, message([*(SPAM_WORDS if i % 2 == 0 else HAM_WORDS), noise(i, 0)]))
+        for i in range(n)
+    ]
+
+
+def test_ties_keep_the_configured_settings() -> None:
+    config = Config()
+    results = tune(config, easy_stream(100), event_models=["multinomial-binary", "bernoulli"], alphas=[0.01, 0.1, 1.0], temperings=[0.0, 0.5], min_evidences=[0.0, 3.0], bigram_options=[True, False])
+    assert {c.loss_per_message for c in results} == {0.0}
+    best = results[0]
+    assert (best.event_model, best.alpha, best.tempering, best.min_evidence, best.bigrams) == ("multinomial-binary", 0.1, 0.5, 0.0, True)
+    # A changed configuration is kept the same way.
+    config = Config(model=ModelConfig(alpha=1.0, tempering=0.0), tokenizer=TokenizerConfig(bigrams=False))
+    best = tune(config, easy_stream(100), event_models=["multinomial-binary"], alphas=[0.1, 1.0], temperings=[0.0, 0.5], bigram_options=[True, False])[0]
+    assert (best.alpha, best.tempering, best.bigrams) == (1.0, 0.0, False)
+
+
+def test_tuned_cutoffs_respect_the_loss_matrix() -> None:
+    from spamfilter.model import logit
+
+    for c in tune(Config(), easy_stream(100), event_models=["multinomial-binary", "bernoulli"], alphas=[0.01, 1.0], temperings=[0.0, 0.5]):
+        # default matrix: spam above P 0.98, ham at or below P 0.2
+        assert c.cutoffs.spam_min >= logit(0.98) - 1e-12
+        assert c.cutoffs.ham_max <= logit(0.2) + 1e-12
+        assert c.cutoffs.ham_max < c.cutoffs.spam_min
+
+
+def test_best_cutoffs_stay_within_the_bounds_given() -> None:
+    y = np.array([0, 0, 0, 1, 0, 1, 1, 1], dtype=bool)
+    s = np.array([-5, -4, -3, -1, 0, 1, 2, 3], dtype=float)
+    # Unbounded: (-2, 0.5, 0.4) (test above). The spam cutoff may not go below
+    # 2.7 nor the ham cutoff above -2.5: the spam at 1 and 2 become unsure too.
+    cut = best_cutoffs(y, s, cost_ham_as_spam=10, cost_spam_as_ham=1, cost_unsure=0.2, spam_min_floor=2.7, ham_max_ceiling=-2.5)
+    assert (cut.ham_max, cut.spam_min, cut.loss) == (-2.5, 2.7, pytest.approx(0.8))
+    # Two-way with the bound at 0.5: the same cut as unbounded.
+    cut = best_cutoffs(y, s, cost_ham_as_spam=10, cost_spam_as_ham=1, cost_unsure=0, spam_min_floor=0.5, ham_max_ceiling=0.5)
+    assert (cut.ham_max, cut.spam_min, cut.loss) == (0.5, 0.5, 1.0)
+
+
+def write_index(tmp_path: Path, stream: list[tuple[bool, MailItem]]) -> Path:
+    index_dir = tmp_path / "mail"
+    index_dir.mkdir()
+    lines = []
+    for i, (is_spam, item) in enumerate(stream):
+        (index_dir / f"{i:03d}.eml").write_bytes(item.raw)
+        lines.append(f"{'spam' if is_spam else 'ham'} mail/{i:03d}.eml")
+    index = tmp_path / "index"
+    index.write_text("\n".join(lines) + "\n")
+    return index
+
+
+def test_tune_refuses_to_write_what_a_small_tail_cannot_decide(tmp_path: Path) -> None:
+    index = write_index(tmp_path, easy_stream(100))
+    config = tmp_path / "config.toml"
+    config.write_text("# mine\n")
+    result = CliRunner().invoke(app, ["--config", str(config), "tune", "--index", str(index), "--model", "multinomial-binary", "--alpha", "1", "--tempering", "0.5", "--write"])
+    assert result.exit_code == 65
+    # 0 costly messages in 20 held out: at most 1 in 20, so 10 need 200 held out.
+    assert result.stderr.strip() == (
+        f"spamfilter: the held-out tail (20 messages) is too small to tell the settings apart: the best one "
+        f"misfiled or called unsure 0 of them, and a choice needs at least {MIN_COSTLY}; "
+        "hold out at least about 200 messages (an index of about 1000 at --holdout 0.2); nothing written"
+    )
+    assert config.read_text() == "# mine\n"
+    # Without --write the candidates are still listed.
+    result = CliRunner().invoke(app, ["--config", str(config), "tune", "--index", str(index), "--model", "multinomial-binary", "--alpha", "1", "--tempering", "0.5"])
+    assert result.exit_code == 0
+    assert len(result.stdout.splitlines()) == 1 + 3 * 2  # header, min_evidence 0, 2, 3 with bigrams on and off

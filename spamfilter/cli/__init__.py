@@ -14,11 +14,12 @@ import shutil
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, BinaryIO
 
 import typer
-from typer.core import TyperGroup, TyperOption
+from typer.core import TyperArgument, TyperGroup, TyperOption
 
 from spamfilter import __version__
 from spamfilter.cli import exitcodes
@@ -98,6 +99,55 @@ def _runs_filter(group: TyperGroup, argv: Sequence[str]) -> bool:
     return not any(arg in ("--verdict-only", "--help") for arg in argv[i + 1 :])
 
 
+def _value_name(param: TyperArgument | TyperOption) -> str:
+    """How --help names a value: the metavar given, else the choices, N for
+    a whole number, X for a real one, TEXT otherwise (Typer's own labels,
+    ``<list[str]>`` or ``<int range>``, describe Python, not the command)."""
+    if param.metavar is not None:
+        return param.metavar
+    desc = param.type_descriptor
+    if desc.is_choice and desc.choices:
+        return "|".join(str(c.value if isinstance(c, Enum) else c) for c in desc.choices)
+    kind = param.bare_type()
+    if "int" in kind:
+        return "N"
+    if "float" in kind:
+        return "X"
+    return "TEXT"
+
+
+class _PlainArgument(TyperArgument):
+    """An argument shown in --help by its metavar as written (``SRC...``,
+    ``[FILE|-]``), without Typer's braces and Python type."""
+
+    def _usage_display_name(self) -> str:
+        return _value_name(self)
+
+    def _rich_display_name(self) -> str:
+        return _value_name(self)
+
+    def display_type_rich(self, ctx: Any) -> str | None:
+        return None
+
+
+class _PlainOption(TyperOption):
+    """An option shown in --help as ``--name VALUE`` (see `_value_name`)."""
+
+    def display_type_rich(self, ctx: Any) -> str | None:
+        return _value_name(self)
+
+
+def _plain_help(command: Any) -> None:
+    """Give every parameter of ``command`` and its subcommands the plain --help look."""
+    for param in command.params:
+        if type(param) is TyperArgument:
+            param.__class__ = _PlainArgument
+        elif type(param) is TyperOption:
+            param.__class__ = _PlainOption
+    for sub in getattr(command, "commands", {}).values():
+        _plain_help(sub)
+
+
 class _Group(TyperGroup):
     """Maps errors to the documented exit codes for every subcommand, and
     guarantees that ``filter`` never loses the message."""
@@ -115,6 +165,14 @@ class _Group(TyperGroup):
         # Without standalone mode a run ends here, with its exit code.
         self.delivery.pass_through()
         return result
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _plain_help(self)
+
+    def add_command(self, cmd: Any, name: str | None = None) -> None:
+        _plain_help(cmd)
+        super().add_command(cmd, name)
 
     @staticmethod
     def _usage_code(exc: typer.TyperException) -> None:
@@ -173,6 +231,7 @@ class AppState:
     db_url: str | None
     config_path: Path | None = None
     user: str | None = None
+    create_dirs: bool = False
 
 
 class _StderrHandler(logging.Handler):
@@ -232,6 +291,10 @@ def root(
         str | None,
         typer.Option("--user", metavar="NAME", help="Use NAME's model (each user's counts are kept apart; default: store.user in the config, else the shared model)."),
     ] = None,
+    create_dirs: Annotated[
+        bool,
+        typer.Option("--create-dirs", help="Let a command that writes create the missing folders of a new SQLite --db (always done for the default location)."),
+    ] = False,
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
 ) -> None:
     """Train on your spam and ham, then classify or filter mail.
@@ -243,7 +306,7 @@ def root(
         cfg = load_config(config)
     except SpamfilterError as exc:
         fail(str(exc), exitcodes.for_error(exc))
-    ctx.obj = AppState(config=cfg, db_url=db, config_path=config, user=user)
+    ctx.obj = AppState(config=cfg, db_url=db, config_path=config, user=user, create_dirs=create_dirs)
 
 
 # Register the commands (each module adds its own to `app`).

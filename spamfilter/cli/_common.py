@@ -24,7 +24,7 @@ from rich.progress import (
 )
 from rich.text import Text
 
-from spamfilter.cli import exitcodes, state
+from spamfilter.cli import exitcodes, fail, state
 from spamfilter.service import Filter, Refusal, TrainSummary
 
 T = TypeVar("T")
@@ -54,13 +54,21 @@ Jobs = Annotated[
 
 
 @contextmanager
-def open_filter(ctx: typer.Context, *, jobs: int | None = 1, write_deadline: float | None = None) -> Iterator[Filter]:
-    """The filter on the database chosen by --db / config / default; long
-    runs read mail on ``jobs`` processes (None: one per core);
-    ``write_deadline``: see ``Filter.open``."""
+def open_filter(
+    ctx: typer.Context, *, create: bool, jobs: int | None = 1, write_deadline: float | None = None
+) -> Iterator[Filter]:
+    """The filter on the database chosen by --db / config / default.
+
+    ``create``: whether the command may create a SQLite database that does
+    not exist (commands that only read say no: exit 66); its folder only
+    with --create-dirs or at the default location. Long runs read mail on
+    ``jobs`` processes (None: one per core); ``write_deadline``: see
+    ``Filter.open``."""
     s = state(ctx)
     jobs = default_jobs() if jobs is None else jobs
-    with Filter.open(s.config, s.db_url, s.user, jobs=jobs, write_deadline=write_deadline) as f:
+    with Filter.open(
+        s.config, s.db_url, s.user, create=create, create_dirs=s.create_dirs, jobs=jobs, write_deadline=write_deadline
+    ) as f:
         yield f
 
 
@@ -93,6 +101,30 @@ def progress(items: Iterable[T], label: str, total: int | None = None, *, show: 
             bar.advance(task)
 
 
+class SourceTally:
+    """Counts the messages a command read and the sources that held none.
+
+    Pass `empty` as ``read_messages(..., on_empty=tally.empty.append)`` and
+    wrap the stream with `count`; `check` then warns about each empty source
+    and ends the run with exit 66 when no source held any message.
+    """
+
+    def __init__(self) -> None:
+        self.messages = 0
+        self.empty: list[str] = []
+
+    def count(self, items: Iterable[T]) -> Iterator[T]:
+        for item in items:
+            self.messages += 1
+            yield item
+
+    def check(self) -> None:
+        for source in self.empty:
+            typer.echo(f"spamfilter: warning: no messages in {source}", err=True)
+        if self.messages == 0:
+            fail("no messages found in any source", exitcodes.NO_INPUT)
+
+
 def report_refusals(refused: Iterable[Refusal]) -> int:
     """One stderr line per refused message; the exit code the run should end with."""
     n = 0
@@ -116,7 +148,7 @@ def describe(summary: TrainSummary) -> str:
     if summary.forgotten or summary.unknown:
         parts.append(f"forgot {summary.forgotten}")
     if summary.unknown:
-        parts.append(f"{summary.unknown} were not trained")
+        parts.append(f"{summary.unknown} {'was' if summary.unknown == 1 else 'were'} not trained")
     if summary.refused:
         parts.append(f"{len(summary.refused)} unreadable")
     return "; ".join(parts)

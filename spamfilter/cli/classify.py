@@ -39,7 +39,7 @@ _HEADERS = {
 @app.command()
 def classify(
     ctx: typer.Context,
-    sources: Annotated[list[str] | None, typer.Argument(metavar="[SRC]...", help="Message file, mbox, Maildir, MH or folder; - for stdin.")] = None,
+    sources: Annotated[list[str] | None, typer.Argument(metavar="[SRC]...", help="Message file, mbox, Maildir, MH or folder; - for stdin (an mbox when it starts with a `From ` line).")] = None,
     index: Annotated[str | None, typer.Option("--index", metavar="FILE", help="Classify the messages of a TREC index (labels ignored).")] = None,
     fmt: Annotated[Format, typer.Option("--format", help="table, jsonl or tsv.")] = Format.table,
     jobs: Jobs = None,
@@ -60,7 +60,7 @@ def classify(
     # A progress bar only when the verdicts go to a file or a pipe: on a
     # terminal the verdict lines are the progress.
     items = progress(items, "classifying", show=not sys.stdout.isatty())
-    with open_filter(ctx, jobs=jobs) as f:
+    with open_filter(ctx, create=False, jobs=jobs) as f:
         if fmt in _HEADERS:
             typer.echo(_HEADERS[fmt])
         for result in f.classify(items):
@@ -100,7 +100,7 @@ def filter_(
     # writes the message through unchanged. A busy database is a temporary
     # failure (75) at once: the mail system queues the message and
     # delivers it again later.
-    with open_filter(ctx, write_deadline=0.0) as f:
+    with open_filter(ctx, create=True, write_deadline=0.0) as f:
         result = next(iter(f.classify([MailItem(STDIN_SOURCE, raw)])))
         model_name = f.config.model.event_model
     if isinstance(result, Refusal):

@@ -15,7 +15,7 @@ import typer
 
 from spamfilter.cli import app, exitcodes, fail, state
 from spamfilter.cli._common import TableOrJson, is_tty_stdin, open_filter
-from spamfilter.config import default_db_url
+from spamfilter.config import default_db_url, default_location_url
 from spamfilter.errors import StoreInconsistent
 from spamfilter.maintenance import Maintenance, read_counts_lines
 from spamfilter.service import upgrade_database
@@ -30,7 +30,7 @@ def stats(
 
     Example: spamfilter stats --format json
     """
-    with open_filter(ctx) as f:
+    with open_filter(ctx, create=False) as f:
         s = f.stats()
     if fmt is TableOrJson.json:
         typer.echo(json.dumps(asdict(s)))
@@ -61,7 +61,12 @@ def upgrade(ctx: typer.Context) -> None:
     """
     s = state(ctx)
     url = s.db_url or s.config.store.url or default_db_url()
-    before, after = upgrade_database(url, busy_timeout=s.config.store.busy_timeout, write_deadline=s.config.store.write_deadline)
+    before, after = upgrade_database(
+        url,
+        busy_timeout=s.config.store.busy_timeout,
+        write_deadline=s.config.store.write_deadline,
+        create_dirs=s.create_dirs or url == default_location_url(),
+    )
     if before == after:
         typer.echo(f"schema already at revision {after}")
     else:
@@ -91,7 +96,7 @@ def check(
 
     Example: spamfilter --user alice db check --format json
     """
-    with open_filter(ctx) as f:
+    with open_filter(ctx, create=False) as f:
         report = Maintenance(f.store).check()
     if fmt is TableOrJson.json:
         items = [{"name": i.name, "status": i.status, "problems": list(i.problems)} for i in report.items]
@@ -123,7 +128,7 @@ def prune(
 
     Example: spamfilter db prune --min-count 2 --older-than 90 --dry-run
     """
-    with open_filter(ctx) as f:
+    with open_filter(ctx, create=False) as f:
         s = Maintenance(f.store).prune(min_count, older_than, dry_run=dry_run)
     verb = "would prune" if s.dry_run else "pruned"
     typer.echo(
@@ -145,7 +150,7 @@ def vacuum(ctx: typer.Context) -> None:
 
     Example: spamfilter db vacuum
     """
-    with open_filter(ctx) as f:
+    with open_filter(ctx, create=False) as f:
         s = Maintenance(f.store).vacuum()
     if s.size_before is None:
         typer.echo(f"vacuumed {s.database}")
@@ -166,7 +171,7 @@ def export_counts(
 
     Example: spamfilter db export counts.tsv
     """
-    with open_filter(ctx) as f:
+    with open_filter(ctx, create=False) as f:
         if path == "-":
             sys.stdout.flush()
             out = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", newline="\n")
@@ -216,7 +221,7 @@ def import_counts(
     """
     if path == "-" and is_tty_stdin():
         fail("db import - reads the counts from standard input, which is a terminal: pipe them in or give a file", exitcodes.USAGE)
-    with open_filter(ctx) as f:
+    with open_filter(ctx, create=True) as f:
         if replace is None:
             s = f.stats()
             if s.ham_messages or s.spam_messages or s.tokens:

@@ -39,26 +39,48 @@ def write_scores(path: Path, scored: list[Scored]) -> None:
 
 
 def render(report: EvalReport) -> list[str]:
-    """The human summary, one figure a line."""
+    """The human summary, one figure a line, each said in words with the
+    TREC spam track's name in brackets. The two-way figures put every
+    message above the loss matrix's threshold in spam (no unsure verdict, as
+    TREC measures); the three-way ones are the filter's real verdicts."""
 
     def f(x: float, unit: str = "%") -> str:
-        return "-" if math.isnan(x) else f"{x:.3f}{unit}"
+        return "-" if not math.isfinite(x) else f"{x:.3f}{unit}"
 
     r = report.rates
-    return [
-        f"protocol              {report.protocol}",
-        f"messages              {report.messages} ({report.spam} spam, {report.ham} ham, {report.refused} unreadable)",
-        f"trained               {report.trained}",
-        f"1-ROCA                {f(report.one_minus_roca)}",
-        f"sm at 0.1% hm         {f(report.sm_at_hm01)}",
-        f"hm / sm (two-way)     {f(report.hm)} / {f(report.sm)}",
-        f"lam                   {f(report.lam)}",
-        f"ham: spam / unsure    {f(r.ham_as_spam)} / {f(r.ham_unsure)}",
-        f"spam: ham / unsure    {f(r.spam_as_ham)} / {f(r.spam_unsure)}",
-        f"accuracy              {f(r.accuracy)}",
-        f"classify              {f(report.classify_per_second, ' messages/s')}",
-        f"train                 {f(report.train_per_second, ' messages/s')}",
+    rows = [
+        ("protocol", report.protocol),
+        ("messages", f"{report.messages} ({report.spam} spam, {report.ham} ham, {report.refused} unreadable)"),
+        ("trained", str(report.trained)),
+        ("area above the ROC curve (1-ROCA)", f(report.one_minus_roca)),
+        ("spam let through when 0.1% of ham is filed as spam (sm at 0.1% hm)", f(report.sm_at_hm01)),
+        ("two-way, spam above the loss matrix's threshold, no unsure:", ""),
+        ("  ham filed as spam (hm)", f(report.hm)),
+        ("  spam let through (sm)", f(report.sm)),
+        ("  logistic average of the two (lam)", f(report.lam)),
+        ("three-way, the verdicts spam / unsure / ham:", ""),
+        ("  ham filed as spam / unsure", f"{f(r.ham_as_spam)} / {f(r.ham_unsure)}"),
+        ("  spam let through / unsure", f"{f(r.spam_as_ham)} / {f(r.spam_unsure)}"),
+        ("  accuracy", f(r.accuracy)),
+        ("classify", f(report.classify_per_second, " messages/s")),
+        ("train", f(report.train_per_second, " messages/s")),
     ]
+    width = max(len(label) for label, _ in rows)
+    return [f"{label:<{width}}  {value}".rstrip() for label, value in rows]
+
+
+def report_json(report: EvalReport) -> str:
+    """``--format json``: the report's fields; a figure that is not a finite
+    number (a throughput over no time) is null, never NaN."""
+
+    def finite(value: object) -> object:
+        if isinstance(value, dict):
+            return {k: finite(v) for k, v in value.items()}
+        if isinstance(value, float) and not math.isfinite(value):
+            return None
+        return value
+
+    return json.dumps(finite(asdict(report)), allow_nan=False)
 
 
 @app.command()
@@ -78,7 +100,8 @@ def evaluate(
     """Measure the filter on a labelled index, TREC spam-track style, starting
     from an empty model in a temporary in-memory database (the --db database
     only if given explicitly). Ranks by log-odds: 1-ROCA%, spam misclassified
-    at 0.1% ham misclassified, lam%, error rates, throughput.
+    at 0.1% ham misclassified, lam%, error rates, throughput. The stream must
+    hold spam and ham (exit 65 otherwise).
 
     Example: spamfilter evaluate --index corpus/index --protocol online --out scores.tsv
     """
@@ -106,7 +129,7 @@ def evaluate(
         if learning_curve is not None:
             plots.write_learning_curve(learning_curve, y, odds, report.two_way_threshold, title)
     if fmt is TableOrJson.json:
-        typer.echo(json.dumps(asdict(report)))
+        typer.echo(report_json(report))
     else:
         for line in render(report):
             typer.echo(line)

@@ -14,7 +14,9 @@ that sees 75 (temporary failure) queues the message and retries.
       65  a message could not be read as mail (the others were processed), or
           the labelled mail cannot support the evaluation asked for, or a
           counts file for `db import` is not one
-      66  a mail source (file, folder, index) does not exist or is unreadable
+      66  a mail source (file, folder, index) does not exist or is unreadable,
+          or no source held any message (train, mark, forget), or a command
+          that only reads the database found no database file
       68  the IMAP server cannot be reached (after retries), or the connection broke
       69  the model is not trained yet (needs a spam and a ham)
       70  internal error: a bug in spamfilter, please report it
@@ -39,6 +41,7 @@ from spamfilter.errors import (
     ImapUnavailable,
     MailParseError,
     MailSourceError,
+    NoSuchDatabase,
     NotTrainedError,
     SchemaOutOfDate,
     SpamfilterError,
@@ -74,6 +77,7 @@ _BY_ERROR: tuple[tuple[type[SpamfilterError], int], ...] = (
     (EvaluationError, DATA_ERROR),
     (CountsFileError, DATA_ERROR),
     (NotTrainedError, NOT_TRAINED),
+    (NoSuchDatabase, NO_INPUT),
     (SchemaOutOfDate, SCHEMA_OUT_OF_DATE),
     (StoreBusyError, STORE_BUSY),
     (StoreInconsistent, STORE_INCONSISTENT),

@@ -96,7 +96,7 @@ def run(
     """
     s = state(ctx)
     acct = s.config.imap_account(account)
-    with open_filter(ctx) as f:
+    with open_filter(ctx, create=True) as f:
         while True:
             display = _Display(verbose, dry_run)
             try:

@@ -89,7 +89,7 @@ def top_words(
     Example: spamfilter top-words --n 20 --class ham --format jsonl
     """
     is_spam = cls is WordClass.spam
-    with open_filter(ctx) as f:
+    with open_filter(ctx, create=False) as f:
         words = f.top_words(n, spam=is_spam, min_count=min_count)
         other = f.top_words(n, spam=not is_spam, min_count=min_count) if plot is not None else []
     for line in render_words(words, fmt):
@@ -170,7 +170,7 @@ def explain(
         fail(f"{message}: holds no message", exitcodes.DATA_ERROR)
     if len(items) > 1:
         fail(f"{message}: holds more than one message; explain takes one (a message file or -)", exitcodes.USAGE)
-    with open_filter(ctx) as f:
+    with open_filter(ctx, create=False) as f:
         explanation = f.explain(items[0])
     if fmt is TableOrJson.json:
         typer.echo(explanation_json(explanation))
@@ -206,7 +206,7 @@ def report(
     Example: spamfilter report --out report.html --scores scores.tsv
     """
     sample = read_scores(scores) if scores is not None else None
-    with open_filter(ctx) as f:
+    with open_filter(ctx, create=False) as f:
         data = collect(f, scores=sample, now=datetime.now(timezone.utc), n=n, min_count=min_count)
     page = render(data)
     try:

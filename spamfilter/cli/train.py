@@ -2,49 +2,95 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from enum import Enum
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperCommand
 
 from spamfilter.cli import app, exitcodes
-from spamfilter.cli._common import Jobs, describe, index_length, open_filter, progress, report_refusals
+from spamfilter.cli._common import Jobs, SourceTally, describe, index_length, open_filter, progress, report_refusals
 from spamfilter.mail import MailItem, read_index, read_messages
 
-_SOURCES_HELP = "Message file, mbox, Maildir, MH or folder; - for stdin."
+_SOURCES_HELP = (
+    "Message file, mbox, Maildir, MH or folder; - for stdin (an mbox when it starts with a `From ` line)."
+)
+
+#: The options of `train` that take every value up to the next option.
+_MANY_VALUED = ("--spam", "--ham")
 
 
-def _labelled(spam: list[str], ham: list[str]) -> Iterator[tuple[bool, MailItem]]:
+def spread_values(args: Sequence[str], options: Sequence[str] = _MANY_VALUED) -> list[str]:
+    """``--spam a b --ham c`` -> ``--spam a --spam b --ham c``.
+
+    Each word after one of `options` that is not an option itself (``-``,
+    stdin, is a value) repeats that option, so click's repeatable options
+    read the form the README documents. ``--`` ends the rewriting.
+    """
+    out: list[str] = []
+    current: str | None = None  # the many-valued option the next value belongs to
+    pending = False  # the option was just given and still needs its first value
+    for i, arg in enumerate(args):
+        if arg == "--":
+            out.extend(args[i:])
+            break
+        name = arg.split("=", 1)[0]
+        if name in options:
+            current, pending = name, "=" not in arg
+            out.append(arg)
+        elif pending:
+            out.append(arg)
+            pending = False
+        elif arg.startswith("-") and arg != "-":
+            current = None
+            out.append(arg)
+        elif current is not None:
+            out += [current, arg]
+        else:
+            out.append(arg)
+    return out
+
+
+class _SpreadCommand(TyperCommand):
+    """`train`: ``--spam`` and ``--ham`` take one or more sources each."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        return list(super().parse_args(ctx, spread_values(args)))
+
+
+def _labelled(spam: list[str], ham: list[str], tally: SourceTally) -> Iterator[tuple[bool, MailItem]]:
     # Open every source first so a typo fails before any training happens.
-    spam_items = read_messages(spam) if spam else iter(())
-    ham_items = read_messages(ham) if ham else iter(())
+    spam_items = read_messages(spam, on_empty=tally.empty.append) if spam else iter(())
+    ham_items = read_messages(ham, on_empty=tally.empty.append) if ham else iter(())
     yield from ((True, item) for item in spam_items)
     yield from ((False, item) for item in ham_items)
 
 
-@app.command()
+@app.command(cls=_SpreadCommand)
 def train(
     ctx: typer.Context,
-    spam: Annotated[list[str], typer.Option("--spam", metavar="SRC", help="Spam to learn from. " + _SOURCES_HELP)] = [],  # noqa: B006
-    ham: Annotated[list[str], typer.Option("--ham", metavar="SRC", help="Ham (good mail) to learn from. " + _SOURCES_HELP)] = [],  # noqa: B006
+    spam: Annotated[list[str], typer.Option("--spam", metavar="SRC...", help="Spam to learn from: one or more sources. " + _SOURCES_HELP)] = [],  # noqa: B006
+    ham: Annotated[list[str], typer.Option("--ham", metavar="SRC...", help="Ham (good mail) to learn from: one or more sources. " + _SOURCES_HELP)] = [],  # noqa: B006
     index: Annotated[str | None, typer.Option("--index", metavar="FILE", help="TREC index file: lines `spam PATH` / `ham PATH`.")] = None,
     jobs: Jobs = None,
 ) -> None:
     """Learn from labelled mail. Training the same message twice changes nothing.
 
-    Example: spamfilter train --spam ~/Mail/Junk --ham ~/Mail/INBOX
+    Example: spamfilter train --spam ~/Mail/Junk old-spam.mbox --ham ~/Mail/INBOX
     """
     if not (spam or ham or index):
         raise typer.BadParameter("give --spam, --ham or --index", param_hint="SRC")
-    labelled = _labelled(spam, ham)
+    tally = SourceTally()
+    labelled = _labelled(spam, ham, tally)
     total = None
     if index is not None:
         labelled_index = read_index(index)
         total = index_length(index)
         labelled = labelled_index if not (spam or ham) else _chain(labelled, labelled_index)
-    with open_filter(ctx, jobs=jobs) as f:
-        summary = f.train(progress(labelled, "training", total))
+    with open_filter(ctx, create=True, jobs=jobs) as f:
+        summary = f.train(progress(tally.count(labelled), "training", total))
+    tally.check()
     typer.echo(describe(summary))
     raise typer.Exit(report_refusals(summary.refused))
 
@@ -63,9 +109,11 @@ def forget(
 
     Example: spamfilter forget wrongly-trained.eml
     """
-    items = read_messages(sources)
-    with open_filter(ctx) as f:
-        summary = f.forget(progress(items, "forgetting"))
+    tally = SourceTally()
+    items = read_messages(sources, on_empty=tally.empty.append)
+    with open_filter(ctx, create=False) as f:
+        summary = f.forget(progress(tally.count(items), "forgetting"))
+    tally.check()
     typer.echo(describe(summary))
     raise typer.Exit(report_refusals(summary.refused))
 
@@ -87,8 +135,10 @@ def mark(
     Example: spamfilter mark ham false-positive.eml
     """
     is_spam = label is Label.spam
-    items = read_messages(sources)
-    with open_filter(ctx, jobs=jobs) as f:
-        summary = f.mark(progress(((is_spam, item) for item in items), "marking"))
+    tally = SourceTally()
+    items = read_messages(sources, on_empty=tally.empty.append)
+    with open_filter(ctx, create=True, jobs=jobs) as f:
+        summary = f.mark(progress(((is_spam, item) for item in tally.count(items)), "marking"))
+    tally.check()
     typer.echo(describe(summary))
     raise typer.Exit(report_refusals(summary.refused) or exitcodes.OK)

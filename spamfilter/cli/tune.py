@@ -26,10 +26,10 @@ def tune(
     ctx: typer.Context,
     index: Annotated[str, typer.Option("--index", metavar="FILE", help="Labelled TREC index, in arrival order.")],
     holdout: Annotated[float, typer.Option("--holdout", min=0.05, max=0.5, help="Share of the stream, from its end, held out for validation.")] = 0.2,
-    models: Annotated[list[str] | None, typer.Option("--model", help="Event model to try (repeatable; default all).")] = None,
-    alphas: Annotated[list[float] | None, typer.Option("--alpha", help="Smoothing strength to try (repeatable).")] = None,
-    temperings: Annotated[list[float] | None, typer.Option("--tempering", help="Tempering exponent to try (repeatable).")] = None,
-    min_evidences: Annotated[list[float] | None, typer.Option("--min-evidence", help="Minimum token evidence (nats) to try (repeatable).")] = None,
+    models: Annotated[list[str] | None, typer.Option("--model", metavar="M", help="Event model to try (repeatable; default all).")] = None,
+    alphas: Annotated[list[float] | None, typer.Option("--alpha", metavar="A", help="Smoothing strength to try (repeatable).")] = None,
+    temperings: Annotated[list[float] | None, typer.Option("--tempering", metavar="T", help="Tempering exponent to try (repeatable).")] = None,
+    min_evidences: Annotated[list[float] | None, typer.Option("--min-evidence", metavar="E", help="Minimum token evidence (nats) to try (repeatable).")] = None,
     try_bigrams: Annotated[bool, typer.Option("--try-bigrams/--keep-tokenizer", help="Also try the tokenizer with bigrams switched the other way.")] = True,
     top: Annotated[int, typer.Option("--top", min=1, help="Candidates to list.")] = 10,
     write: Annotated[bool, typer.Option("--write", help="Write the best settings and cutoffs into the config file.")] = False,
@@ -38,8 +38,11 @@ def tune(
     """Choose the event model, alpha, tempering, minimum token evidence,
     bigrams on or off, and the ham/spam cutoffs that
     minimise the expected loss of the configured loss matrix on the held-out
-    tail of a labelled stream (like bogotune). Prints the candidates, best
-    first; --write stores the best in the config file.
+    tail of a labelled stream (like bogotune). Cutoffs never go below the loss
+    matrix's spam cutoff or above its ham cutoff; at equal loss the configured
+    settings win. Prints the candidates, best first; --write stores the best
+    in the config file, and refuses (exit 65) when the best setting misfiled or
+    called unsure fewer than 10 held-out messages (too little mail to choose).
 
     Example: spamfilter tune --index corpus/index --write
     """
@@ -70,6 +73,7 @@ def tune(
                 f"{c.hm:6.2f} {c.sm:6.2f} {c.unsure:7.2f} {c.cutoffs.ham_max:8.2f} {c.cutoffs.spam_min:8.2f}"
             )
     if write:
+        evaluation.require_separation(best, holdout)
         path = s.config_path or default_config_path()
         update_config_file(
             path,

@@ -1,0 +1,215 @@
+"""The command line's sources and arguments as a new user meets them: mboxes
+on stdin, several sources per --spam/--ham, names of one-message files, which
+commands may create a database, empty sources, and --help's wording."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from spamfilter.cli import app, exitcodes
+from spamfilter.cli.train import spread_values
+from spamfilter.mail import read_messages
+
+REPO = Path(__file__).resolve().parents[1]
+ENVELOPE = b"From sender@example.org Mon Jan  1 00:00:00 2024\n"
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    return CliRunner()
+
+
+def mbox_of(path: Path, n: int) -> bytes:
+    """The first `n` messages of the mbox at `path`, as an mbox."""
+    items = list(read_messages([str(path)]))[:n]
+    assert len(items) == n
+    return b"\n".join(ENVELOPE + item.raw.replace(b"\nFrom ", b"\n>From ") + b"\n" for item in items)
+
+
+def stats(runner: CliRunner, url: str) -> dict[str, int]:
+    data: dict[str, int] = json.loads(runner.invoke(app, ["--db", url, "stats", "--format", "json"]).stdout)
+    return data
+
+
+# -- 1. stdin holding an mbox ---------------------------------------------------------
+
+
+def test_train_from_an_mbox_on_stdin_trains_every_message(runner: CliRunner, db_url: str, sample: Path) -> None:
+    spam = mbox_of(sample / "train-spam.mbox", 60)
+    ham = mbox_of(sample / "train-ham.mbox", 60)
+    result = runner.invoke(app, ["--db", db_url, "train", "--spam", "-"], input=spam)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == "trained 60 spam, 0 ham"
+    result = runner.invoke(app, ["--db", db_url, "train", "--ham", "-"], input=ham)
+    assert result.stdout.strip() == "trained 0 spam, 60 ham"
+    # The same messages read from the files are the ones already trained.
+    result = runner.invoke(app, ["--db", db_url, "train", "--spam", str(sample / "train-spam.mbox")])
+    assert result.stdout.strip() == "trained 0 spam, 0 ham; 60 already trained"
+
+
+def test_classify_an_mbox_on_stdin_gives_a_verdict_per_message(runner: CliRunner, sample_db: str, sample: Path) -> None:
+    box = mbox_of(sample / "inbox.mbox", 20)
+    result = runner.invoke(app, ["--db", sample_db, "classify", "--format", "jsonl", "-"], input=box)
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [r["source"] for r in rows] == [f"-:{n}" for n in range(1, 21)]
+    from_file = runner.invoke(app, ["--db", sample_db, "classify", "--format", "jsonl", str(sample / "inbox.mbox")])
+    file_rows = [json.loads(line) for line in from_file.stdout.splitlines()]
+    assert [r["log_odds"] for r in rows] == pytest.approx([r["log_odds"] for r in file_rows], rel=1e-12)
+
+
+def test_mark_and_forget_read_an_mbox_on_stdin(runner: CliRunner, db_url: str, sample: Path) -> None:
+    box = mbox_of(sample / "train-spam.mbox", 5)
+    assert runner.invoke(app, ["--db", db_url, "mark", "spam", "-"], input=box).stdout.strip() == "trained 5 spam, 0 ham"
+    assert runner.invoke(app, ["--db", db_url, "forget", "-"], input=box).stdout.strip() == "forgot 5"
+
+
+def test_help_says_stdin_may_be_an_mbox(runner: CliRunner) -> None:
+    for command in (["train"], ["classify"], ["forget"], ["mark"]):
+        text = " ".join(runner.invoke(app, [*command, "--help"]).stdout.split())
+        assert "- for stdin (an mbox when it starts with a `From ` line)" in text, command
+
+
+# -- 2. --spam SRC... --ham SRC... ----------------------------------------------------------
+
+
+def test_train_takes_several_sources_after_each_label(runner: CliRunner, db_url: str, sample: Path, tmp_path: Path) -> None:
+    items = list(read_messages([str(sample / "train-spam.mbox")]))[:3]
+    files = []
+    for n, item in enumerate(items):
+        files.append(tmp_path / f"s{n}.eml")
+        files[-1].write_bytes(item.raw)
+    result = runner.invoke(
+        app,
+        ["--db", db_url, "train", "--spam", str(files[0]), str(files[1]), "--ham", str(sample / "train-ham.mbox"), "--spam", str(files[2])],
+    )
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == "trained 3 spam, 60 ham"
+    s = stats(runner, db_url)
+    assert (s["spam_messages"], s["ham_messages"]) == (3, 60)
+
+
+def test_the_readme_and_help_show_the_same_train_form(runner: CliRunner) -> None:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert "spamfilter train --spam SRC... --ham SRC..." in readme
+    text = runner.invoke(app, ["train", "--help"]).stdout
+    assert re.search(r"--spam SRC\.\.\. ", text) and re.search(r"--ham SRC\.\.\. ", text)
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--spam", "a", "b", "--ham", "c"], ["--spam", "a", "--spam", "b", "--ham", "c"]),
+        (["--spam", "-", "--ham", "c", "d"], ["--spam", "-", "--ham", "c", "--ham", "d"]),
+        (["--spam=a", "b"], ["--spam=a", "--spam", "b"]),
+        (["--spam", "a", "--index", "i", "b"], ["--spam", "a", "--index", "i", "b"]),
+        (["--spam", "--weird-name", "b"], ["--spam", "--weird-name", "--spam", "b"]),
+        (["--spam", "a", "--", "b"], ["--spam", "a", "--", "b"]),
+    ],
+)
+def test_spread_values_repeats_the_option_before_each_value(args: list[str], expected: list[str]) -> None:
+    assert spread_values(args) == expected
+
+
+# -- 3. a one-message mbox is named by its path -------------------------------------------
+
+
+def test_a_one_message_mbox_file_is_named_by_its_path(runner: CliRunner, sample_db: str, sample: Path, tmp_path: Path) -> None:
+    one = tmp_path / "one.eml"
+    one.write_bytes(mbox_of(sample / "inbox.mbox", 1))
+    result = runner.invoke(app, ["--db", sample_db, "classify", "--format", "jsonl", str(one)])
+    assert [json.loads(line)["source"] for line in result.stdout.splitlines()] == [str(one)]
+    result = runner.invoke(app, ["--db", sample_db, "explain", str(one)])
+    assert result.exit_code == 0, result.output
+    assert f"message    {one}" in result.stdout.splitlines()
+
+
+# -- 4. which commands may create a database --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["stats"], ["classify", "MSG"], ["explain", "MSG"], ["top-words"], ["report", "--out", "OUT"], ["db", "check"], ["db", "export"], ["forget", "MSG"]],
+)
+def test_commands_that_read_refuse_a_missing_database(runner: CliRunner, tmp_path: Path, command: list[str]) -> None:
+    msg = tmp_path / "m.eml"
+    msg.write_bytes(b"Subject: hello\n\nworld\n")
+    db = tmp_path / "no" / "dir" / "x.db"
+    args = [str(msg) if a == "MSG" else str(tmp_path / "r.html") if a == "OUT" else a for a in command]
+    result = runner.invoke(app, ["--db", f"sqlite:///{db}", *args])
+    assert result.exit_code == exitcodes.NO_INPUT, result.output
+    assert result.stderr.strip() == f"spamfilter: no such database: {db}"
+    assert not (tmp_path / "no").exists()
+    # Nor a file in a folder that exists.
+    result = runner.invoke(app, ["--db", f"sqlite:///{tmp_path / 'x.db'}", *args])
+    assert result.exit_code == exitcodes.NO_INPUT
+    assert not (tmp_path / "x.db").exists()
+
+
+def test_training_creates_the_file_but_a_missing_folder_only_when_asked(runner: CliRunner, tmp_path: Path, sample: Path) -> None:
+    spam = str(sample / "train-spam.mbox")
+    db = tmp_path / "new" / "dir" / "x.db"
+    result = runner.invoke(app, ["--db", f"sqlite:///{db}", "train", "--spam", spam])
+    assert result.exit_code == exitcodes.STORE_ERROR
+    assert "folder" in result.stderr and "--create-dirs" in result.stderr
+    assert not (tmp_path / "new").exists()
+    result = runner.invoke(app, ["--db", f"sqlite:///{db}", "--create-dirs", "train", "--spam", spam])
+    assert result.exit_code == 0, result.output
+    assert stats(runner, f"sqlite:///{db}")["spam_messages"] == 60
+    flat = tmp_path / "flat.db"
+    assert runner.invoke(app, ["--db", f"sqlite:///{flat}", "train", "--spam", spam]).exit_code == 0
+    assert flat.stat().st_mode & 0o777 == 0o600
+
+
+def test_the_default_database_location_is_created_with_its_folders(runner: CliRunner, tmp_path: Path, sample: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SPAMFILTER_DB", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    config = tmp_path / "config.toml"
+    config.write_text("")
+    result = runner.invoke(app, ["--config", str(config), "train", "--spam", str(sample / "train-spam.mbox")])
+    assert result.exit_code == 0, result.output
+    assert len(list(tmp_path.rglob("*.db"))) == 1
+
+
+# -- 5. empty sources -----------------------------------------------------------------------
+
+
+def test_an_empty_folder_is_warned_about_and_nothing_found_exits_66(runner: CliRunner, db_url: str, tmp_path: Path, sample: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = runner.invoke(app, ["--db", db_url, "train", "--spam", str(empty)])
+    assert result.exit_code == exitcodes.NO_INPUT
+    assert result.stderr.splitlines() == [f"spamfilter: warning: no messages in {empty}", "spamfilter: no messages found in any source"]
+    assert result.stdout == ""
+    result = runner.invoke(app, ["--db", db_url, "train", "--spam", str(empty), "--ham", str(sample / "train-ham.mbox")])
+    assert result.exit_code == 0
+    assert result.stdout.strip() == "trained 0 spam, 60 ham"
+    assert result.stderr.strip() == f"spamfilter: warning: no messages in {empty}"
+
+
+def test_an_empty_index_exits_66(runner: CliRunner, db_url: str, tmp_path: Path) -> None:
+    index = tmp_path / "index"
+    index.write_text("")
+    result = runner.invoke(app, ["--db", db_url, "train", "--index", str(index)])
+    assert result.exit_code == exitcodes.NO_INPUT
+    assert result.stderr.strip() == "spamfilter: no messages found in any source"
+
+
+# -- 8. --help shows metavars, not framework types ------------------------------------------
+
+
+def test_help_has_no_framework_artefacts(runner: CliRunner) -> None:
+    commands = ["", "train", "forget", "mark", "classify", "filter", "stats", "evaluate", "tune", "db upgrade", "db check", "db prune", "db vacuum", "db export", "db import", "imap run", "top-words", "explain", "report"]
+    for command in commands:
+        text = runner.invoke(app, [*command.split(), "--help"]).stdout
+        assert not re.search(r"<[a-z\[\]| ]+>|\{[A-Za-z.|]+\}|\]\.\.\.\]|list\[", text), (command, text)
+    usage = runner.invoke(app, ["forget", "--help"]).stdout.splitlines()[0]
+    assert usage == "Usage: root forget [OPTIONS] SRC..."
+    usage = runner.invoke(app, ["mark", "--help"]).stdout.splitlines()[0]
+    assert usage == "Usage: root mark [OPTIONS] spam|ham SRC..."
