@@ -28,6 +28,8 @@ SharedModel = Literal["none", "fallback", "merge"]
 SHARED_MODELS: tuple[str, ...] = get_args(SharedModel)
 TrainedAction = Literal["leave", "move"]
 TRAINED_ACTIONS: tuple[str, ...] = get_args(TrainedAction)
+Stemmer = Literal["none", "porter", "snowball-english"]
+STEMMERS: tuple[str, ...] = get_args(Stemmer)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +98,7 @@ class TokenizerConfig:
     min_word_length: int = 3
     max_word_length: int = 20
     bigrams: bool = True
-    stem: bool = False
+    stemmer: Stemmer = "none"
     header_tokens: bool = True
     fold_case: bool = True
 
@@ -302,6 +304,7 @@ def validate(config: Config, origin: str = "config") -> None:
     need(t.max_bytes >= 1024, "tokenizer.max_bytes", "must be >= 1024", t.max_bytes)
     need(1 <= t.min_word_length <= t.max_word_length, "tokenizer.min_word_length", "must be between 1 and max_word_length", t.min_word_length)
     need(t.max_word_length <= 100, "tokenizer.max_word_length", "must be <= 100", t.max_word_length)
+    need(t.stemmer in STEMMERS, "tokenizer.stemmer", f"must be one of {', '.join(STEMMERS)}", t.stemmer)
     need(s.busy_timeout >= 0, "store.busy_timeout", "must be >= 0", s.busy_timeout)
     need(s.write_deadline >= 0, "store.write_deadline", "must be >= 0", s.write_deadline)
     need(s.batch_size >= 1, "store.batch_size", "must be >= 1", s.batch_size)

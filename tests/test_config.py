@@ -31,7 +31,7 @@ def test_defaults() -> None:
         cost_ham_as_spam=10.0, cost_spam_as_ham=1.0, cost_unsure=0.2, spam_cutoff=None, ham_cutoff=None
     )
     assert c.tokenizer == TokenizerConfig(
-        max_bytes=200_000, min_word_length=3, max_word_length=20, bigrams=True, stem=False, header_tokens=True, fold_case=True
+        max_bytes=200_000, min_word_length=3, max_word_length=20, bigrams=True, stemmer="none", header_tokens=True, fold_case=True
     )
 
 
@@ -119,7 +119,7 @@ def test_unknown_section_or_key_raises(data: dict[str, Any], message: str) -> No
         ({"model": {"alpha": True}}, r"model\.alpha: expected a number, got True$"),
         ({"store": {"batch_size": 1.5}}, r"store\.batch_size: expected a whole number, got 1.5$"),
         ({"store": {"batch_size": True}}, r"store\.batch_size: expected a whole number, got True$"),
-        ({"tokenizer": {"stem": 1}}, r"tokenizer\.stem: expected true or false, got 1$"),
+        ({"tokenizer": {"stemmer": 1}}, r"tokenizer\.stemmer: expected a string, got 1$"),
         ({"store": {"url": 5}}, r"store\.url: expected a string, got 5$"),
     ],
 )
@@ -141,6 +141,12 @@ def test_smallest_alpha_is_accepted() -> None:
 def test_unknown_event_model_raises() -> None:
     with pytest.raises(ConfigError, match=r"model\.event_model must be one of bernoulli, multinomial, multinomial-binary"):
         config_from_dict({"model": {"event_model": "poisson"}})
+
+
+def test_unknown_stemmer_raises() -> None:
+    with pytest.raises(ConfigError, match=r"tokenizer\.stemmer must be one of none, porter, snowball-english"):
+        config_from_dict({"tokenizer": {"stemmer": "lancaster"}})
+    assert config_from_dict({"tokenizer": {"stemmer": "snowball-english"}}).tokenizer.stemmer == "snowball-english"
 
 
 @pytest.mark.parametrize(

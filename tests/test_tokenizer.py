@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from nltk.stem import PorterStemmer
 
 from spamfilter.config import TokenizerConfig
 from spamfilter.errors import MailParseError
@@ -610,16 +609,28 @@ def test_bigrams_are_off_by_default() -> None:
     assert not any(t.startswith("bi:") for t in tokenize(PLAIN))
 
 
-def test_stem_option_applies_the_porter_stemmer() -> None:
-    raw = b"Subject: Offers\n\noffers running discounted pills cheaper\n"
-    words = ["offers", "running", "discounted", "pills", "cheaper"]
-    toks = tokenize(raw, stem=True)
-    assert toks[-5:] == ["offer", "run", "discount", "pill", "cheaper"]
-    assert toks[-5:] == [PorterStemmer().stem(w) for w in words]
+def test_porter_stemmer_option_applies_nltks_porter_stemmer() -> None:
+    from nltk.stem.porter import PorterStemmer
+
+    raw = b"Subject: Offers\n\noffers running discounted pills cheaper generously\n"
+    words = ["offers", "running", "discounted", "pills", "cheaper", "generously"]
+    toks = tokenize(raw, stemmer="porter")
+    assert toks[-6:] == ["offer", "run", "discount", "pill", "cheaper", "gener"]
+    assert toks[-6:] == [PorterStemmer().stem(w) for w in words]
     assert "subject:offer" in toks
 
 
-def test_stem_is_off_by_default() -> None:
+def test_snowball_stemmer_option_applies_nltks_english_snowball_stemmer() -> None:
+    from nltk.stem.snowball import EnglishStemmer
+
+    raw = b"Subject: x\n\noffers running generously fairly\n"
+    toks = tokenize(raw, stemmer="snowball-english")
+    assert toks[-4:] == ["offer", "run", "generous", "fair"]
+    assert toks[-4:] == [EnglishStemmer().stem(w) for w in ["offers", "running", "generously", "fairly"]]
+
+
+def test_stemming_is_off_by_default() -> None:
+    assert TokenizerConfig().stemmer == "none"
     assert tokenize(b"Subject: x\n\noffers running\n")[-2:] == ["offers", "running"]
 
 
@@ -806,7 +817,7 @@ def test_mutated_messages_never_raise_and_give_clean_tokens(raw: bytes) -> None:
 @settings(max_examples=150, deadline=None)
 @given(st.text(max_size=300))
 def test_words_of_any_text_never_contain_whitespace(text: str) -> None:
-    for config in (TokenizerConfig(), TokenizerConfig(fold_case=False, stem=True)):
+    for config in (TokenizerConfig(), TokenizerConfig(fold_case=False, stemmer="porter")):
         assert problems(Tokenizer(config).words(text)) == []
 
 

@@ -8,6 +8,7 @@ result. Library errors become one line on stderr and an exit code from
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import shutil
@@ -148,7 +149,38 @@ def _plain_help(command: Any) -> None:
         _plain_help(sub)
 
 
-class _Group(TyperGroup):
+#: Each command's module, in the order ``--help`` lists them. A module is
+#: imported only when its command runs (``--help`` imports them all): a
+#: delivery filter starts once per message and must not load the evaluation,
+#: report, plotting and IMAP code, nor scipy.stats and matplotlib with them.
+COMMAND_MODULES = {
+    "classify": "classify", "filter": "classify", "stats": "db", "evaluate": "evaluate",
+    "top-words": "insight", "explain": "insight", "report": "insight",
+    "train": "train", "forget": "train", "mark": "train", "tune": "tune",
+    "db": "db", "imap": "imap",
+}
+
+
+class _LazyCommands(TyperGroup):
+    """Lists every command, and imports a command's module only when asked for it."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return list(COMMAND_MODULES)
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        module = COMMAND_MODULES.get(cmd_name)
+        if cmd_name not in self.commands and module is not None:
+            # The module adds its commands to `app`; build them as click commands.
+            importlib.import_module(f"{__name__}.{module}")
+            built = typer.main.get_command(app)
+            assert isinstance(built, TyperGroup)
+            for name, command in built.commands.items():
+                if name not in self.commands:
+                    self.add_command(command, name)
+        return super().get_command(ctx, cmd_name)
+
+
+class _Group(_LazyCommands):
     """Maps errors to the documented exit codes for every subcommand, and
     guarantees that ``filter`` never loses the message."""
 
@@ -307,16 +339,6 @@ def root(
     except SpamfilterError as exc:
         fail(str(exc), exitcodes.for_error(exc))
     ctx.obj = AppState(config=cfg, db_url=db, config_path=config, user=user, create_dirs=create_dirs)
-
-
-# Register the commands (each module adds its own to `app`).
-from spamfilter.cli import classify as _classify  # noqa: E402,F401
-from spamfilter.cli import db as _db  # noqa: E402,F401
-from spamfilter.cli import evaluate as _evaluate  # noqa: E402,F401
-from spamfilter.cli import imap as _imap  # noqa: E402,F401
-from spamfilter.cli import insight as _insight  # noqa: E402,F401
-from spamfilter.cli import train as _train  # noqa: E402,F401
-from spamfilter.cli import tune as _tune  # noqa: E402,F401
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,109 @@
+"""Start-up: each command imports only what it runs.
+
+A delivery filter (``spamfilter filter < msg``) starts once per message, so
+what it imports is its cost. These tests run the command line in a fresh
+interpreter and check which modules it loaded (not how long it took).
+"""
+
+from __future__ import annotations
+
+import json
+import mailbox
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+# What `filter` must leave out: the statistics, plotting, IMAP and migration
+# libraries, nltk (only a stemmer needs it), and the code of other commands.
+NOT_FOR_FILTER = [
+    "scipy.stats", "sklearn", "matplotlib", "imapclient", "alembic", "nltk", "regex",
+    "spamfilter.evaluation", "spamfilter.report", "spamfilter.plots", "spamfilter.imapsync", "spamfilter.imap",
+    "spamfilter.cli.train", "spamfilter.cli.db", "spamfilter.cli.evaluate", "spamfilter.cli.imap",
+    "spamfilter.cli.insight", "spamfilter.cli.tune",
+]
+
+# Runs the command line in this interpreter and prints the exit code and the
+# names of the loaded modules as JSON on stderr (stdout is the filtered mail).
+RUN = """
+import json, sys
+from spamfilter.cli import main
+code = main(sys.argv[1:])
+sys.stderr.write(json.dumps({"code": code, "modules": sorted(sys.modules)}))
+"""
+
+
+def run_cli(args: list[str], stdin: bytes = b"", env: dict[str, str] | None = None) -> tuple[int, set[str], bytes]:
+    """Exit code, the modules loaded, and stdout of `spamfilter ARGS` in a new interpreter."""
+    done = subprocess.run([sys.executable, "-c", RUN, *args], input=stdin, capture_output=True, timeout=60, env=env)
+    report = json.loads(done.stderr.decode().splitlines()[-1])
+    return report["code"], set(report["modules"]), done.stdout
+
+
+def loaded(modules: set[str], package: str) -> list[str]:
+    return sorted(m for m in modules if m == package or m.startswith(package + "."))
+
+
+@pytest.fixture(scope="module")
+def message(sample: Path) -> bytes:
+    return bytes(next(iter(mailbox.mbox(str(sample / "inbox.mbox")))))
+
+
+def run_filter(sample_db: str, message: bytes, config_dir: Path, config_text: str) -> set[str]:
+    """The modules `spamfilter filter` loaded with this config; checks it filtered."""
+    config = config_dir / "config.toml"
+    config.write_text(config_text)
+    code, modules, out = run_cli(["--config", str(config), "--db", sample_db, "filter", "--always-zero"], message)
+    assert code == 0
+    assert b"X-Spam-Status: " in out
+    return modules
+
+
+def test_filter_imports_only_what_it_runs(sample_db: str, message: bytes, tmp_path: Path) -> None:
+    modules = run_filter(sample_db, message, tmp_path, "")
+    # It did the work: parsed, tokenized, read the counts and scored.
+    for needed in ["spamfilter.service", "spamfilter.tokenizer", "spamfilter.store", "spamfilter.model", "spamfilter.cli.classify"]:
+        assert needed in modules
+    assert {name: loaded(modules, name) for name in NOT_FOR_FILTER} == {name: [] for name in NOT_FOR_FILTER}
+
+
+def test_filter_with_a_stemmer_imports_nltk_and_still_not_the_rest(sample_db: str, message: bytes, tmp_path: Path) -> None:
+    modules = run_filter(sample_db, message, tmp_path, '[tokenizer]\nstemmer = "porter"\n')
+    assert "nltk.stem.porter" in modules
+    assert loaded(modules, "spamfilter.evaluation") == loaded(modules, "imapclient") == loaded(modules, "spamfilter.cli.train") == []
+
+
+def test_version_imports_no_command_and_no_library(tmp_path: Path) -> None:
+    code, modules, out = run_cli(["--version"])
+    assert (code, out) == (0, b"spamfilter 0.1.0\n")
+    heavy = ["spamfilter.cli.classify", "spamfilter.cli._common", "spamfilter.service", "numpy", "scipy", "sqlalchemy", "nltk"]
+    assert {name: loaded(modules, name) for name in heavy} == {name: [] for name in heavy}
+
+
+def test_tokenizer_import_loads_neither_nltk_nor_scipy() -> None:
+    code = "import sys, spamfilter.tokenizer; print(sorted(m for m in sys.modules if m.split('.')[0] in ('nltk', 'scipy', 'numpy', 'regex')))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout == "[]\n"
+
+
+def test_help_lists_every_command_with_its_help_text() -> None:
+    import typer.main
+
+    from spamfilter.cli import COMMAND_MODULES, app
+
+    code, modules, out = run_cli(["--help"])
+    assert code == 0
+    listed = re.findall(r"^  (\S+)\s+(\S.*)$", out.decode().partition("Commands:")[2], re.MULTILINE)
+    assert [name for name, _ in listed] == list(COMMAND_MODULES)
+    # Every command module is registered: none is defined and missing from the list.
+    for module in set(COMMAND_MODULES.values()):
+        __import__(f"spamfilter.cli.{module}")
+    group = typer.main.get_command(app)
+    assert isinstance(group, typer.main.TyperGroup)
+    assert sorted(group.commands) == sorted(COMMAND_MODULES)
+    for name, text in listed:
+        command = group.commands[name]
+        first = (command.help or "").strip().splitlines()[0]
+        assert text.rstrip(".").rstrip() and first.startswith(text.removesuffix("...").rstrip())
