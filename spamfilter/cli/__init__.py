@@ -235,6 +235,7 @@ from spamfilter.cli import db as _db  # noqa: E402,F401
 from spamfilter.cli import evaluate as _evaluate  # noqa: E402,F401
 from spamfilter.cli import imap as _imap  # noqa: E402,F401
 from spamfilter.cli import insight as _insight  # noqa: E402,F401
+from spamfilter.cli import serve as _serve  # noqa: E402,F401
 from spamfilter.cli import train as _train  # noqa: E402,F401
 from spamfilter.cli import tune as _tune  # noqa: E402,F401
 
