@@ -51,8 +51,6 @@ def serve(
         raise typer.BadParameter(f"not an octal mode: {socket_mode}", param_hint="--socket-mode") from None
     except ProtocolError as exc:
         raise typer.BadParameter(str(exc), param_hint="--listen") from None
-    if not address.path and address.port == 0 and ":0" not in listen:
-        raise typer.BadParameter("give a port", param_hint="--listen")
     options = ServeOptions(
         address=address,
         socket_mode=mode,
