@@ -74,3 +74,13 @@ class StoreInconsistent(StoreError):
 
 class CountsFileError(SpamfilterError):
     """A counts file for ``spamfilter db import`` cannot be read or is not one."""
+
+
+class ProtocolError(SpamfilterError):
+    """A peer of the spamd protocol (``spamfilter serve``, ``spamc``) sent
+    something that is not the protocol; ``code`` is the sysexits number of
+    the error reply (76, EX_PROTOCOL, unless said otherwise)."""
+
+    def __init__(self, message: str, code: int = 76) -> None:
+        super().__init__(message)
+        self.code = code

@@ -52,6 +52,7 @@ __all__ = [
     "MailItem",
     "NestingTooDeepDefect",
     "digest_bytes",
+    "filter_fields",
     "parse_message",
     "read_index",
     "read_messages",
@@ -855,6 +856,29 @@ def filtered_pieces(raw: bytes, fields: Sequence[tuple[str, str]]) -> list[bytes
         pos = end
     pieces.append(view[pos:])
     return pieces
+
+
+def filter_fields(verdict: str, score: float, log_odds: float, event_model: str) -> list[tuple[str, str]]:
+    """The `FILTER_HEADERS` fields a filtered message gets for a verdict
+    ("spam", "ham" or "unsure"), P(spam) ``score`` and ``log_odds``: what
+    both ``spamfilter filter`` and the daemon's PROCESS write.
+
+    Examples
+    --------
+    >>> filter_fields("ham", 0.01, -4.59512, "multinomial-binary")[1]
+    ('X-Spam-Score', '0.010000')
+    """
+    fields = [
+        (
+            "X-Spam-Status",
+            f"{'Yes' if verdict == 'spam' else 'No'}, verdict={verdict} "
+            f"score={score:.6f} log_odds={log_odds:+.4f} model={event_model}",
+        ),
+        ("X-Spam-Score", f"{score:.6f}"),
+    ]
+    if verdict == "spam":
+        fields.append(("X-Spam-Flag", "YES"))
+    return fields
 
 
 def with_filter_headers(raw: bytes, fields: Sequence[tuple[str, str]]) -> bytes:

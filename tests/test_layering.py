@@ -8,13 +8,15 @@ layer before it can go in. From the bottom up:
 0. ``errors``; ``config`` (errors only); ``counts`` (the count types that
    cross from store to model; nothing).
 1. Leaves: ``mail``, ``tokenizer``, ``vectorizer``, ``model``, ``store``,
-   ``imap``, ``plots``, ``cache`` import only errors, config and counts,
+   ``imap``, ``plots``, ``cache``, ``spamd`` (the spamd protocol, standard
+   library only) import only errors, config and counts,
    never each other; ``model`` does no I/O; only ``store`` imports SQLAlchemy.
 2. ``analysis`` (reading mail, here or in worker processes) over mail,
    tokenizer and vectorizer; ``service`` over it, the cache and the leaves
    (``maintenance`` beside it);
    ``evaluation`` over service and the leaves; ``imapsync`` over service,
-   imap and the leaves; ``report`` over evaluation, service and plots.
+   imap and the leaves; ``daemon`` over service and spamd; ``report`` over
+   evaluation, service and plots.
 3. ``cli`` over everything but ``store`` and ``model``; ``__main__`` runs cli.
 """
 
@@ -29,7 +31,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "spamfilter"
 
 BASE = frozenset({"errors", "config", "counts"})
-LEAVES = frozenset({"mail", "tokenizer", "vectorizer", "model", "store", "imap", "plots", "cache"})
+LEAVES = frozenset({"mail", "tokenizer", "vectorizer", "model", "store", "imap", "plots", "cache", "spamd"})
 _SERVICE = BASE | {"mail", "tokenizer", "vectorizer", "model", "store", "cache", "analysis"}
 
 #: module -> the package modules it may import ("__init__" is the package itself).
@@ -45,8 +47,9 @@ ALLOWED: dict[str, frozenset[str]] = {
     "maintenance": BASE | {"store", "model", "service"},
     "evaluation": _SERVICE | {"service"},
     "imapsync": _SERVICE | {"service", "imap"},
+    "daemon": _SERVICE | {"service", "spamd"},
     "report": BASE | {"service", "evaluation", "plots"},
-    "cli": BASE | {"mail", "service", "maintenance", "evaluation", "imapsync", "report", "plots"},
+    "cli": BASE | {"mail", "service", "maintenance", "evaluation", "imapsync", "report", "plots", "daemon", "spamd"},
     "__main__": frozenset({"cli"}),
 }
 

@@ -10,10 +10,12 @@ from typing import Annotated
 
 import typer
 
-from spamfilter.cli import app, delivery, exitcodes, fail
+from spamfilter.cli import app, delivery, exitcodes, fail, state
 from spamfilter.cli._common import Jobs, is_tty_stdin, open_filter, progress, report_refusals
-from spamfilter.mail import STDIN_SOURCE, MailItem, filtered_pieces, read_index, read_messages
+from spamfilter.errors import ProtocolError
+from spamfilter.mail import STDIN_SOURCE, MailItem, filter_fields, filtered_pieces, read_index, read_messages
 from spamfilter.service import Refusal, Verdict
+from spamfilter.spamd import RemoteVerdict, classify_remote, parse_address
 
 
 class Format(str, Enum):
@@ -84,11 +86,24 @@ def filter_(
     ctx: typer.Context,
     always_zero: Annotated[bool, typer.Option("--always-zero", help="Exit 0 for every verdict (errors still exit 64+).")] = False,
     verdict_only: Annotated[bool, typer.Option("--verdict-only", help="Print one verdict line instead of the message.")] = False,
+    connect: Annotated[
+        str | None,
+        typer.Option(
+            "--connect",
+            metavar="ADDR",
+            envvar="SPAMFILTER_SERVER",
+            help="Ask `spamfilter serve` at HOST:PORT or a socket PATH; filter in-process when it does not answer.",
+        ),
+    ] = None,
 ) -> None:
     """Read one message on stdin, write it to stdout with X-Spam-Status,
     X-Spam-Score (and X-Spam-Flag: YES for spam) headers; exit 0 spam, 1 ham,
     2 unsure. On any error, usage and config errors included, the message is
     written through unchanged and the exit code is the error's (64 and up).
+
+    With --connect (or $SPAMFILTER_SERVER) the daemon filters the message;
+    when none answers, or its answer is not whole, the message is filtered
+    in-process as without the option.
 
     Example (procmail): :0fw | spamfilter filter --always-zero
     """
@@ -96,6 +111,15 @@ def filter_(
         fail("filter reads a message on standard input", exitcodes.USAGE)
     message = delivery(ctx)
     raw = message.read()
+    if connect:
+        remote = _ask_server(connect, raw, state(ctx).user, verdict_only)
+        if remote is not None:
+            if verdict_only:
+                message.write([f"{remote.verdict} {remote.score:.6f} {remote.log_odds:+.4f}\n".encode()])
+            else:
+                assert remote.message is not None
+                message.write([remote.message])
+            raise typer.Exit(exitcodes.OK if always_zero else _VERDICT_EXIT[remote.verdict])
     # On every failure below (and before this command ran) `_Group.main`
     # writes the message through unchanged. A busy database is a temporary
     # failure (75) at once: the mail system queues the message and
@@ -109,15 +133,16 @@ def filter_(
     if verdict_only:
         message.write([f"{result.verdict} {result.score:.6f} {result.log_odds:+.4f}\n".encode()])
     else:
-        fields = [
-            (
-                "X-Spam-Status",
-                f"{'Yes' if result.verdict == 'spam' else 'No'}, verdict={result.verdict} "
-                f"score={result.score:.6f} log_odds={result.log_odds:+.4f} model={model_name}",
-            ),
-            ("X-Spam-Score", f"{result.score:.6f}"),
-        ]
-        if result.verdict == "spam":
-            fields.append(("X-Spam-Flag", "YES"))
+        fields = filter_fields(result.verdict, result.score, result.log_odds, model_name)
         message.write(filtered_pieces(raw, fields))
     raise typer.Exit(exitcodes.OK if always_zero else _VERDICT_EXIT[result.verdict])
+
+
+def _ask_server(address: str, raw: bytes, user: str | None, verdict_only: bool) -> RemoteVerdict | None:
+    """The daemon's verdict (and filtered message), or None after one
+    stderr line saying why it will be filtered in-process instead."""
+    try:
+        return classify_remote(parse_address(address), raw, user=user, filtered=not verdict_only)
+    except (OSError, ProtocolError) as exc:
+        typer.echo(f"spamfilter: server {address}: {exc}; filtering in-process", err=True)
+        return None

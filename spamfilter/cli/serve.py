@@ -1,0 +1,86 @@
+"""``spamfilter serve``: the resident filter behind ``spamc``."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from spamfilter.cli import app, state
+from spamfilter.config import Config, load_config
+from spamfilter.errors import ConfigError, ProtocolError
+
+
+@app.command()
+def serve(
+    ctx: typer.Context,
+    listen: Annotated[str, typer.Option("--listen", metavar="HOST:PORT", help="TCP address to listen on.")] = "127.0.0.1:783",
+    socket_path: Annotated[Path | None, typer.Option("--socket", metavar="PATH", help="Listen on this Unix socket instead of TCP.")] = None,
+    socket_mode: Annotated[str, typer.Option("--socket-mode", metavar="OCTAL", help="Permissions of the Unix socket.")] = "0600",
+    socket_group: Annotated[str, typer.Option("--socket-group", metavar="GROUP", help="Group of the Unix socket.")] = "",
+    allowed_ips: Annotated[
+        str, typer.Option("--allowed-ips", metavar="NETS", help="Comma-separated client networks allowed over TCP (default: loopback only; needed to listen elsewhere).")
+    ] = "",
+    workers: Annotated[int, typer.Option("--workers", min=1, help="Requests scored at the same time.")] = 4,
+    max_connections: Annotated[int, typer.Option("--max-connections", min=1, help="Connections served at once.")] = 64,
+    max_size: Annotated[int, typer.Option("--max-size", metavar="BYTES", min=1, help="Longer messages are passed back unscanned.")] = 512_000,
+    timeout: Annotated[float, typer.Option("--timeout", metavar="SECONDS", min=0.1, help="Time a client has to send its request.")] = 30.0,
+    allow_tell: Annotated[bool, typer.Option("--allow-tell", help="Accept TELL: learning with spamc -L spam|ham|forget.")] = False,
+    user_header: Annotated[
+        bool, typer.Option("--user-header/--no-user-header", help="Let the request's User header (spamc -u; spamc sends its user by default) choose the model.")
+    ] = True,
+) -> None:
+    """Serve the filter to spamc (SpamAssassin's client) and other clients of
+    the spamd protocol. One line per request is logged on stderr. SIGTERM
+    finishes the requests in flight and exits; SIGHUP reads the config again.
+
+    Example: spamfilter serve --socket /run/spamfilter/spamd.sock & spamc -U /run/spamfilter/spamd.sock -c < message.eml
+    """
+    from spamfilter import spamd
+    from spamfilter.daemon import FilterPool, Server, ServeOptions
+
+    s = state(ctx)
+    try:
+        mode = int(socket_mode, 8)
+        address = spamd.Address(path=str(socket_path)) if socket_path is not None else spamd.parse_address(listen)
+    except ValueError:
+        raise typer.BadParameter(f"not an octal mode: {socket_mode}", param_hint="--socket-mode") from None
+    except ProtocolError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--listen") from None
+    options = ServeOptions(
+        address=address,
+        socket_mode=mode,
+        socket_group=socket_group,
+        workers=workers,
+        max_connections=max_connections,
+        max_size=max_size,
+        timeout=timeout,
+        allowed_ips=tuple(a for a in allowed_ips.split(",") if a.strip()),
+        allow_tell=allow_tell,
+        user_header=user_header,
+    )
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="spamfilter serve: %(message)s")
+    # The daemon logs a line per request (INFO): the root handler above
+    # shows them all, in place of the CLI's warnings-only one.
+    package_logger = logging.getLogger("spamfilter")
+    package_logger.setLevel(logging.INFO)
+    for handler in list(package_logger.handlers):
+        package_logger.removeHandler(handler)
+
+    def reload_config() -> Config:
+        return load_config(s.config_path)
+
+    server = Server(options, FilterPool(s.config, s.db_url, s.user), reload_config)
+    try:
+        server.bind()
+    except ConfigError:
+        server.pool.close()
+        raise
+    signal.signal(signal.SIGTERM, lambda *_: server.stop())
+    signal.signal(signal.SIGINT, lambda *_: server.stop())
+    signal.signal(signal.SIGHUP, lambda *_: server.reload())
+    server.serve()

@@ -1,0 +1,357 @@
+"""The spamd protocol (SPAMC/SPAMD 1.x) that SpamAssassin's ``spamc`` speaks:
+request heads, replies, the score line, and a small client. Standard library
+only, so a delivery script that talks to ``spamfilter serve`` starts fast.
+
+A request is a command line, header lines, an empty line and the message::
+
+    CHECK SPAMC/1.5\\r\\n
+    User: alice\\r\\n
+    Content-length: 1234\\r\\n
+    \\r\\n
+    <1234 bytes>
+
+and a reply a status line (``SPAMD/1.5 <sysexits code> <name>``), header
+lines, an empty line and, for most commands, a body of ``Content-length``
+bytes. An error reply is the status line alone (with an explanation after
+the name) and an empty line; the server then closes the connection.
+
+The score line. spamd answers ``Spam: True ; 15.0 / 5.0``: a score and the
+threshold above which the message is spam. spamfilter's score is the
+message's log-odds L = log P(spam|x) - log P(ham|x) itself and the threshold
+is the configured spam bound on the log-odds (``spam_min``: logit of
+``spam_cutoff``, or the Bayes rule's bound from the costs), so the line says
+``True`` exactly when ``spamfilter classify`` says spam (L > spam_min). An
+unsure message is ``False``: spamd has no third verdict. The numbers are
+natural-log odds, not SpamAssassin points: with the default costs the
+threshold is log(10 / 0.2 - 1) = 3.89, a message at P(spam) = 0.999 scores
+6.9. Besides ``Spam`` every verdict reply carries ``Verdict`` (spam, ham or
+unsure), ``Probability`` (P(spam)) and ``Log-odds`` headers, which spamc
+ignores and ``spamfilter filter --connect`` reads.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import socket
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from spamfilter.errors import ProtocolError
+
+#: The protocol version the server answers with.
+VERSION = "1.5"
+#: The default spamd port.
+DEFAULT_PORT = 783
+
+# sysexits.h codes used in replies (spamc prints them, spamd sends them).
+EX_OK = 0
+EX_USAGE = 64
+EX_DATAERR = 65
+EX_NOUSER = 67
+EX_UNAVAILABLE = 69
+EX_SOFTWARE = 70
+EX_IOERR = 74
+EX_TEMPFAIL = 75
+EX_PROTOCOL = 76
+EX_NOPERM = 77
+EX_TOOBIG = 98
+
+EX_NAMES = {
+    EX_OK: "EX_OK",
+    EX_USAGE: "EX_USAGE",
+    EX_DATAERR: "EX_DATAERR",
+    EX_NOUSER: "EX_NOUSER",
+    EX_UNAVAILABLE: "EX_UNAVAILABLE",
+    EX_SOFTWARE: "EX_SOFTWARE",
+    EX_IOERR: "EX_IOERR",
+    EX_TEMPFAIL: "EX_TEMPFAIL",
+    EX_PROTOCOL: "EX_PROTOCOL",
+    EX_NOPERM: "EX_NOPERM",
+    EX_TOOBIG: "EX_TOOBIG",
+}
+
+#: Commands that carry a message.
+MESSAGE_COMMANDS = frozenset({"CHECK", "SYMBOLS", "REPORT", "REPORT_IFSPAM", "PROCESS", "HEADERS", "TELL"})
+COMMANDS = MESSAGE_COMMANDS | {"PING", "SKIP"}
+
+#: A request head (command line and header lines) may not be longer, and may
+#: have at most MAX_HEADERS header lines (spamd's limit).
+MAX_HEAD = 8192
+MAX_HEADERS = 255
+
+_COMMAND_RE = re.compile(r"([A-Z_]+) SPAMC/(\d{1,3}\.\d{1,3})")
+# Unix user names, and mail addresses for servers that key users by them.
+_USER_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._@+-]{0,63}")
+_TARGETS = ("local", "remote")
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """A parsed request head.
+
+    content_length: the message's size in bytes; None for PING and SKIP.
+    user: the ``User`` header, or None.
+    message_class: "spam" or "ham" (TELL's ``Message-class``), or None.
+    set_local, remove_local: TELL's ``Set: local`` / ``Remove: local``.
+    """
+
+    command: str
+    version: str
+    content_length: int | None = None
+    user: str | None = None
+    message_class: str | None = None
+    set_local: bool = False
+    remove_local: bool = False
+
+
+def _targets(value: str, header: str) -> set[str]:
+    names = {part.strip().lower() for part in value.split(",") if part.strip()}
+    if not names or not names <= set(_TARGETS):
+        raise ProtocolError(f"{header} must list local and/or remote")
+    return names
+
+
+def parse_head(head: bytes) -> Request:
+    """The request in ``head``: the bytes before the empty line, lines ended
+    by CRLF (a bare LF is accepted too). Raises ``ProtocolError``."""
+    if len(head) > MAX_HEAD:
+        raise ProtocolError(f"request head over {MAX_HEAD} bytes")
+    try:
+        text = head.decode("ascii")
+    except UnicodeDecodeError:
+        raise ProtocolError("request head is not ASCII") from None
+    lines = text.replace("\r\n", "\n").split("\n")
+    if len(lines) - 1 > MAX_HEADERS:
+        raise ProtocolError("too many headers")
+    m = _COMMAND_RE.fullmatch(lines[0])
+    if m is None or m.group(1) not in COMMANDS:
+        raise ProtocolError("bad request line (expected COMMAND SPAMC/1.x)")
+    command, version = m.groups()
+    length: int | None = None
+    user = message_class = None
+    set_to: set[str] = set()
+    remove_from: set[str] = set()
+    for line in lines[1:]:
+        name, colon, value = line.partition(":")
+        if not colon:
+            raise ProtocolError("header not in 'Name: value' format")
+        name, value = name.strip().lower(), value.strip()
+        if name == "content-length":
+            if not value.isdigit() or len(value) > 12:
+                raise ProtocolError("Content-length is not a number")
+            length = int(value)
+        elif name == "user":
+            if not _USER_RE.fullmatch(value):
+                raise ProtocolError("User is not a user name")
+            user = value
+        elif name == "message-class":
+            if value.lower() not in ("spam", "ham"):
+                raise ProtocolError("Message-class must be spam or ham")
+            message_class = value.lower()
+        elif name == "set":
+            set_to = _targets(value, "Set")
+        elif name == "remove":
+            remove_from = _targets(value, "Remove")
+        elif name == "compress":
+            raise ProtocolError("compressed messages (spamc -z) are not supported")
+        # Other headers are ignored, as the protocol asks.
+    if command in MESSAGE_COMMANDS and length is None:
+        raise ProtocolError("Content-length is required")
+    if "local" in set_to and message_class is None:
+        raise ProtocolError("Set: local needs a Message-class")
+    return Request(command, version, length, user, message_class, "local" in set_to, "local" in remove_from)
+
+
+def reply_head(code: int, headers: Iterable[tuple[str, str]] = (), *, text: str = "") -> bytes:
+    """A reply's status line, header lines and the empty line."""
+    status = f"SPAMD/{VERSION} {code} {EX_NAMES.get(code, 'EX_SOFTWARE')}"
+    if text:
+        status += " " + " ".join(text.split())  # one line, whatever the text
+    lines = [status, *(f"{name}: {value}" for name, value in headers), "", ""]
+    return "\r\n".join(lines).encode("utf-8", "replace")
+
+
+def _number(x: float) -> str:
+    # spamc parses the digits itself and clamps to +-1e10: keep it finite.
+    if math.isnan(x):
+        x = 0.0
+    return f"{min(max(x, -1e9), 1e9):.4f}"
+
+
+def verdict_headers(verdict: str, score: float, log_odds: float, threshold: float) -> list[tuple[str, str]]:
+    """The ``Spam`` line (see the module docstring for the mapping) and the
+    ``Verdict``, ``Probability`` and ``Log-odds`` headers."""
+    is_spam = "True" if verdict == "spam" else "False"
+    return [
+        ("Spam", f"{is_spam} ; {_number(log_odds)} / {_number(threshold)}"),
+        ("Verdict", verdict),
+        ("Probability", f"{score:.6f}"),
+        ("Log-odds", f"{log_odds:+.4f}"),
+    ]
+
+
+def body_start(raw: bytes) -> int | None:
+    """Where spamc takes a message's body to begin when it puts a HEADERS
+    reply back together: after the first CRLF CRLF or LF LF; None if neither."""
+    crlf = raw.find(b"\r\n\r\n")
+    lf = raw.find(b"\n\n")
+    found = [i + n for i, n in ((crlf, 4), (lf, 2)) if i >= 0]
+    return min(found) if found else None
+
+
+# -- addresses -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Address:
+    """Where a server listens: a Unix socket ``path``, or ``host`` and ``port``."""
+
+    host: str = ""
+    port: int = 0
+    path: str = ""
+
+    def __str__(self) -> str:
+        if self.path:
+            return self.path
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+def parse_address(text: str, default_port: int = DEFAULT_PORT) -> Address:
+    """``/path``, ``unix:/path``, ``HOST:PORT``, ``[V6]:PORT``, ``HOST`` (port 783)."""
+    if text.startswith("unix:"):
+        text = text[5:]
+        if not text:
+            raise ProtocolError("empty socket path", EX_USAGE)
+        return Address(path=text)
+    if text.startswith("/") or text.startswith("."):
+        return Address(path=text)
+    m = re.fullmatch(r"\[([0-9A-Fa-f:.]+)\](?::(\d+))?|([^:\[\]]+)(?::(\d+))?", text)
+    if m is None:
+        raise ProtocolError(f"not an address: {text!r} (HOST:PORT or a socket path)", EX_USAGE)
+    host = m.group(1) or m.group(3)
+    port_text = m.group(2) or m.group(4)
+    port = int(port_text) if port_text else default_port
+    if not 0 <= port <= 65535:
+        raise ProtocolError(f"port out of range in {text!r}", EX_USAGE)
+    return Address(host=host, port=port)
+
+
+def connect(address: Address, timeout: float) -> socket.socket:
+    """A connected socket to ``address``; raises OSError."""
+    if address.path:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(timeout)
+        try:
+            sock.connect(address.path)
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+    return socket.create_connection((address.host, address.port), timeout=timeout)
+
+
+# -- client --------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """A server's reply: the sysexits ``code``, its header fields (names in
+    lower case) and the body."""
+
+    code: int
+    headers: dict[str, str]
+    body: bytes
+
+
+def _read_reply(sock: socket.socket, limit: int) -> Reply:
+    data = bytearray()
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+        if len(data) > MAX_HEAD and b"\r\n\r\n" not in data[:MAX_HEAD]:
+            raise ProtocolError("reply head too long")
+    head, sep, rest = bytes(data).partition(b"\r\n\r\n")
+    lines = head.decode("utf-8", "replace").split("\r\n")
+    m = re.match(r"SPAMD/\d+\.\d+ (\d+)", lines[0])
+    if m is None:
+        raise ProtocolError("bad reply line")
+    headers = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    code = int(m.group(1))
+    if code != EX_OK or not sep:
+        return Reply(code, headers, b"")
+    length_text = headers.get("content-length", "")
+    if not length_text.isdigit():
+        return Reply(code, headers, rest)
+    length = int(length_text)
+    if length > limit:
+        raise ProtocolError("reply larger than asked for")
+    body = bytearray(rest)
+    while len(body) < length:
+        chunk = sock.recv(min(1 << 20, length - len(body)))
+        if not chunk:
+            raise ProtocolError(f"reply ended after {len(body)} of {length} bytes")
+        body += chunk
+    if len(body) != length:
+        raise ProtocolError("reply longer than its Content-length")
+    return Reply(code, headers, bytes(body))
+
+
+def request(
+    address: Address,
+    command: str,
+    message: bytes,
+    *,
+    user: str | None = None,
+    headers: Sequence[tuple[str, str]] = (),
+    timeout: float = 30.0,
+) -> Reply:
+    """Send one request and read the whole reply. Raises OSError (no server,
+    a timeout, a broken connection) or ``ProtocolError`` (not a spamd reply,
+    or a body of another length than announced)."""
+    fields = [*headers]
+    if user:
+        fields.append(("User", user))
+    fields.append(("Content-length", str(len(message))))
+    head = "".join(f"{n}: {v}\r\n" for n, v in fields)
+    with connect(address, timeout) as sock:
+        sock.sendall(f"{command} SPAMC/{VERSION}\r\n{head}\r\n".encode("ascii"))
+        sock.sendall(message)
+        sock.shutdown(socket.SHUT_WR)
+        # PROCESS adds a few header lines; anything much longer is not ours.
+        return _read_reply(sock, limit=len(message) + 65536)
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteVerdict:
+    """A server's verdict on a message, and for PROCESS the message as
+    filtered (None for CHECK)."""
+
+    verdict: str
+    score: float
+    log_odds: float
+    message: bytes | None
+
+
+def classify_remote(address: Address, message: bytes, *, user: str | None, filtered: bool, timeout: float = 30.0) -> RemoteVerdict:
+    """PROCESS (``filtered``) or CHECK ``message`` on the server at ``address``.
+    Raises OSError or ``ProtocolError`` unless the server answered with a
+    whole, scanned result."""
+    reply = request(address, "PROCESS" if filtered else "CHECK", message, user=user, timeout=timeout)
+    if reply.code != EX_OK:
+        raise ProtocolError(f"server answered {reply.code} {EX_NAMES.get(reply.code, '')}".rstrip(), reply.code)
+    verdict = reply.headers.get("verdict")
+    if verdict not in ("spam", "ham", "unsure") or "spam" not in reply.headers:
+        raise ProtocolError("the server did not scan the message")
+    try:
+        score, log_odds = float(reply.headers["probability"]), float(reply.headers["log-odds"])
+    except (KeyError, ValueError):
+        raise ProtocolError("the server's verdict has no probability or log-odds") from None
+    if filtered and "content-length" not in reply.headers:
+        raise ProtocolError("the server's reply has no message")
+    return RemoteVerdict(verdict, score, log_odds, reply.body if filtered else None)

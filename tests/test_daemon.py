@@ -1,0 +1,566 @@
+"""``spamfilter serve`` against Debian's real ``spamc``, and against raw sockets
+for what spamc never sends (broken requests, trickling clients, huge bodies)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from spamfilter import spamd
+from spamfilter.config import load_config
+from spamfilter.errors import ProtocolError
+from spamfilter.mail import MailItem, filter_fields, with_filter_headers
+from spamfilter.service import Filter, Verdict
+
+SPAMC = shutil.which("spamc")
+pytestmark = pytest.mark.skipif(SPAMC is None and os.environ.get("CI") != "true", reason="spamc is not installed")
+
+HANG = 60.0  # seconds: only to turn a hang into a failure
+
+
+def _corpus(corpora_dir: Path) -> tuple[list[tuple[bool, MailItem]], list[tuple[bool, MailItem]]]:
+    """300 training messages (150 spam, 150 ham) and 200 others to test on."""
+    root = corpora_dir / "spamassassin"
+    spam: list[tuple[bool, MailItem]] = []
+    ham: list[tuple[bool, MailItem]] = []
+    for line in (root / "index").read_text().splitlines():
+        label, rel = line.split()
+        bucket = spam if label == "spam" else ham
+        if len(bucket) < 250:
+            path = root / rel
+            bucket.append((label == "spam", MailItem(str(path), path.read_bytes())))
+    train = spam[:150] + ham[:150]
+    test = [m for pair in zip(spam[150:250], ham[150:250]) for m in pair]
+    return train, test
+
+
+@pytest.fixture(scope="module")
+def corpus(corpora_dir: Path) -> tuple[list[tuple[bool, MailItem]], list[tuple[bool, MailItem]]]:
+    return _corpus(corpora_dir)
+
+
+def _write_config(path: Path, text: str = "") -> Path:
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory, corpus: tuple[list[tuple[bool, MailItem]], list[tuple[bool, MailItem]]]) -> tuple[str, Path]:
+    """A database trained on the 300 training messages, and a config under
+    which a user without a model of their own gets the shared one."""
+    d = tmp_path_factory.mktemp("daemon")
+    url = f"sqlite:///{d / 'model.db'}"
+    config = _write_config(d / "config.toml", '[store]\nshared_model = "fallback"\n')
+    with Filter.open(load_config(config), url) as f:
+        f.train(corpus[0])
+    return url, config
+
+
+class Daemon:
+    """A ``spamfilter serve`` process, its log, and spamc pointed at it."""
+
+    def __init__(self, log: Path, db_url: str, config: Path, *args: str) -> None:
+        self.log_path = log
+        cmd = [sys.executable, "-m", "spamfilter", "--db", db_url, "--config", str(config), "serve", *args]
+        with open(log, "wb") as err:
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
+        deadline = time.monotonic() + HANG
+        while (m := re.search(r"listening on (\S+)", self.log())) is None:
+            assert self.proc.poll() is None, self.log()
+            assert time.monotonic() < deadline, "the daemon did not start"
+            time.sleep(0.05)
+        self.address = spamd.parse_address(m.group(1))
+        if self.address.path:
+            self.where = ["-U", self.address.path]
+        else:
+            self.where = ["-d", self.address.host, "-p", str(self.address.port)]
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def spamc(self, *args: str, message: bytes) -> subprocess.CompletedProcess[bytes]:
+        assert SPAMC is not None
+        return subprocess.run([SPAMC, *self.where, "-t", "60", *args], input=message, capture_output=True, timeout=HANG)
+
+    def raw(self, data: bytes, *, shut: bool = True) -> bytes:
+        """Send ``data`` on a fresh connection; everything the server answers."""
+        with spamd.connect(self.address, HANG) as sock:
+            sock.sendall(data)
+            if shut:
+                sock.shutdown(socket.SHUT_WR)
+            return _read_all(sock)
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(HANG)
+
+
+def _read_all(sock: socket.socket) -> bytes:
+    out = bytearray()
+    try:
+        while chunk := sock.recv(1 << 16):
+            out += chunk
+    except ConnectionResetError:
+        pass
+    return bytes(out)
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory, trained: tuple[str, Path]) -> Iterator[Daemon]:
+    """The trained model served on a free loopback port (learning allowed,
+    requests over 1 MB not scanned, 3 s to send a request)."""
+    d = Daemon(
+        tmp_path_factory.mktemp("log") / "serve.log", *trained,
+        "--listen", "127.0.0.1:0", "--allow-tell", "--max-size", "1000000", "--timeout", "3",
+    )
+    yield d
+    assert d.stop() == 0
+    assert "internal error" not in d.log()
+
+
+def _classify(trained: tuple[str, Path], items: list[MailItem], user: str | None = None) -> list[Verdict]:
+    with Filter.open(load_config(trained[1]), trained[0], user) as f:
+        verdicts = list(f.classify(items))
+    assert all(isinstance(v, Verdict) for v in verdicts)
+    return verdicts  # type: ignore[return-value]
+
+
+def _threshold(trained: tuple[str, Path]) -> float:
+    with Filter.open(load_config(trained[1]), trained[0]) as f:
+        return f.thresholds.spam_min
+
+
+# -- spamc against the daemon ---------------------------------------------------
+
+
+@pytest.mark.corpus
+def test_spamc_check_gives_classifys_verdicts_on_200_messages(daemon: Daemon, trained: tuple[str, Path], corpus: tuple[list[tuple[bool, MailItem]], list[tuple[bool, MailItem]]]) -> None:
+    items = [item for _, item in corpus[1]]
+    expected = _classify(trained, items)
+    threshold = _threshold(trained)
+    spam_seen = 0
+    for item, v in zip(items, expected):
+        r = daemon.spamc("-c", message=item.raw)
+        # spamc prints score/threshold with one decimal, and exits 1 for spam.
+        score_text = f"{float(f'{v.log_odds:.4f}'):.1f}"
+        assert r.stdout.decode() == f"{score_text}/{threshold:.1f}\n", item.source
+        assert r.returncode == (1 if v.verdict == "spam" else 0), item.source
+        spam_seen += v.verdict == "spam"
+    assert 50 < spam_seen < 150  # both verdicts were exercised
+    assert daemon.log().count("CHECK user=") >= 200
+
+
+@pytest.mark.corpus
+def test_spamc_process_and_headers_write_what_filter_writes(daemon: Daemon, trained: tuple[str, Path], corpus: tuple[list[tuple[bool, MailItem]], list[tuple[bool, MailItem]]]) -> None:
+    items = [item for _, item in corpus[1][:6]]
+    for item, v in zip(items, _classify(trained, items)):
+        expected = with_filter_headers(item.raw, filter_fields(v.verdict, v.score, v.log_odds, "multinomial-binary"))
+        assert daemon.spamc(message=item.raw).stdout == expected
+        assert daemon.spamc("--headers", message=item.raw).stdout == expected
+    # And the command itself, once, writes the same bytes.
+    item = items[0]
+    cli = subprocess.run(
+        [sys.executable, "-m", "spamfilter", "--db", trained[0], "--config", str(trained[1]), "filter"],
+        input=item.raw, capture_output=True, timeout=HANG,
+    )
+    assert cli.stdout == daemon.spamc(message=item.raw).stdout
+
+
+@pytest.mark.corpus
+def test_spamc_report_and_symbols(daemon: Daemon, trained: tuple[str, Path], corpus: tuple[list[tuple[bool, MailItem]], list[tuple[bool, MailItem]]]) -> None:
+    items = [item for _, item in corpus[1][:2]]
+    verdicts = _classify(trained, items)
+    for item, v in zip(items, verdicts):
+        report = daemon.spamc("-R", message=item.raw).stdout.decode()
+        first, rest = report.split("\n", 1)
+        assert first == f"{float(f'{v.log_odds:.4f}'):.1f}/{_threshold(trained):.1f}"
+        assert rest.startswith(f"spamfilter verdict: {v.verdict}\n")
+        assert f"log-odds = {v.log_odds:+.4f}" in rest
+        symbols = daemon.spamc("-y", message=item.raw).stdout.decode()
+        assert symbols == f"SPAMFILTER_{v.verdict.upper()}"
+        only_spam = daemon.spamc("-r", message=item.raw).stdout.decode()
+        assert only_spam == (first + "\n" + rest if v.verdict == "spam" else "")
+    assert daemon.spamc("-K", message=b"").stdout.startswith(b"SPAMD/1.5 0")
+
+
+@pytest.mark.corpus
+def test_spamc_tell_learns_relearns_and_forgets_in_the_users_model(daemon: Daemon, trained: tuple[str, Path], corpus: tuple[list[tuple[bool, MailItem]], list[tuple[bool, MailItem]]]) -> None:
+    url, config = trained
+    message = corpus[1][10][1].raw
+
+    def carol() -> tuple[int, int]:
+        with Filter.open(load_config(config), url, "carol") as f:
+            s = f.stats()
+        return s.spam_messages, s.ham_messages
+
+    def shared() -> tuple[int, int]:
+        with Filter.open(load_config(config), url) as f:
+            s = f.stats()
+        return s.spam_messages, s.ham_messages
+
+    before = shared()
+    steps = [
+        ("spam", b"Message successfully un/learned\n", (1, 0)),
+        ("spam", b"Message was already un/learned\n", (1, 0)),
+        ("ham", b"Message successfully un/learned\n", (0, 1)),
+        ("forget", b"Message successfully un/learned\n", (0, 0)),
+        ("forget", b"Message was already un/learned\n", (0, 0)),
+    ]
+    for learn, said, counts in steps:
+        r = daemon.spamc("-u", "carol", "-L", learn, message=message)
+        assert (r.returncode, r.stdout) == (0, said)
+        assert carol() == counts
+    assert shared() == before  # other models untouched
+    assert "TELL user=carol verdict=learned=spam" in daemon.log()
+
+
+def test_tell_is_refused_unless_allowed(tmp_path: Path, trained: tuple[str, Path]) -> None:
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    d = Daemon(tmp_path / "log", url, _write_config(tmp_path / "c.toml"), "--listen", "127.0.0.1:0")
+    try:
+        message = b"Subject: hello\n\nsome words here\n"
+        r = d.spamc("-L", "spam", message=message)
+        assert r.stdout == b"Message was already un/learned\n"
+        reply = d.raw(b"TELL SPAMC/1.5\r\nMessage-class: spam\r\nSet: local\r\nContent-length: %d\r\n\r\n" % len(message) + message)
+        assert reply.startswith(b"SPAMD/1.5 77 EX_NOPERM")
+        with Filter.open(load_config(tmp_path / "c.toml"), url) as f:
+            assert (f.stats().spam_messages, f.stats().ham_messages) == (0, 0)
+        # Not trained: every verdict is refused with 69 and spamc passes the message through.
+        assert d.spamc(message=message).stdout == message
+        assert d.raw(b"CHECK SPAMC/1.5\r\nContent-length: %d\r\n\r\n" % len(message) + message).startswith(b"SPAMD/1.5 69 ")
+    finally:
+        assert d.stop() == 0
+
+
+def test_unix_socket_is_private_and_sighup_rereads_the_config(tmp_path: Path, trained: tuple[str, Path]) -> None:
+    config = _write_config(tmp_path / "c.toml", "[decision]\nspam_cutoff = 0.9\nham_cutoff = 0.1\n")
+    path = tmp_path / "spamd.sock"
+    d = Daemon(tmp_path / "log", trained[0], config, "--socket", str(path), "--no-user-header")
+    try:
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+        message = b"Subject: cheap meds\n\nbuy cheap meds now\n"
+        assert d.spamc("-c", message=message).stdout.decode().endswith("/2.2\n")  # logit(0.9)
+        config.write_text("[decision]\nspam_cutoff = 0.99\nham_cutoff = 0.1\n")
+        d.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + HANG
+        while "configuration reloaded" not in d.log():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert d.spamc("-c", message=message).stdout.decode().endswith("/4.6\n")  # logit(0.99)
+        config.write_text("[decision\n")  # broken: the old one stays
+        d.proc.send_signal(signal.SIGHUP)
+        while "reload failed" not in d.log():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert d.spamc("-c", message=message).stdout.decode().endswith("/4.6\n")
+    finally:
+        assert d.stop() == 0
+    assert not path.exists()
+
+
+def test_listening_beyond_loopback_needs_an_allow_list(tmp_path: Path, trained: tuple[str, Path]) -> None:
+    r = subprocess.run(
+        [sys.executable, "-m", "spamfilter", "--db", trained[0], "--config", str(trained[1]), "serve", "--listen", "0.0.0.0:0"],
+        capture_output=True, timeout=HANG,
+    )
+    assert r.returncode == 78
+    assert b"--allowed-ips" in r.stderr
+
+
+# -- learning from many clients at once ------------------------------------------------
+
+
+@pytest.mark.corpus
+def test_8_concurrent_spamc_clients_with_learning_match_a_sequential_run(tmp_path: Path, corpus: tuple[list[tuple[bool, MailItem]], list[tuple[bool, MailItem]]]) -> None:
+    config = _write_config(tmp_path / "c.toml")
+    url = f"sqlite:///{tmp_path / 'live.db'}"
+    seed = corpus[0][:10] + corpus[0][150:160]  # 10 spam, 10 ham
+    with Filter.open(load_config(config), url) as f:
+        f.train(seed)
+    d = Daemon(tmp_path / "log", url, config, "--listen", "127.0.0.1:0", "--allow-tell", "--no-user-header", "--workers", "4")
+    messages = corpus[1][:200]
+    clients = [messages[i::8][:25] for i in range(8)]
+    learned: list[tuple[bool, MailItem]] = []
+
+    def client(batch: list[tuple[bool, MailItem]]) -> list[str]:
+        problems = []
+        for n, (is_spam, item) in enumerate(batch):
+            r = d.spamc("-c", message=item.raw)
+            if r.stdout == b"0/0\n" or r.returncode not in (0, 1):
+                problems.append(f"{item.source}: {r.stdout!r} {r.returncode}")
+            if n % 3 == 0:
+                t = d.spamc("-L", "spam" if is_spam else "ham", message=item.raw)
+                if t.stdout != b"Message successfully un/learned\n":
+                    problems.append(f"{item.source}: {t.stdout!r}")
+        return problems
+
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            problems = [p for ps in pool.map(client, clients) for p in ps]
+        assert problems == []
+        learned = [m for batch in clients for n, m in enumerate(batch) if n % 3 == 0]
+        # Learning is seen by the next request: the daemon's verdict now is
+        # the one a fresh process reads from the store.
+        probe = [item for _, item in messages[:8]]
+        fresh = _classify((url, config), probe)
+        for item, v in zip(probe, fresh):
+            assert d.spamc("-c", message=item.raw).stdout.decode().split("/")[0] == f"{float(f'{v.log_odds:.4f}'):.1f}"
+    finally:
+        assert d.stop() == 0
+    log = d.log()
+    assert log.count("verdict=learned=") == len(learned) == 72
+    assert "error" not in log and "internal" not in log
+    sequential = f"sqlite:///{tmp_path / 'sequential.db'}"
+    with Filter.open(load_config(config), sequential) as f:
+        f.train(seed)
+        f.train(learned)
+    assert _export(sequential, config) == _export(url, config)
+
+
+def _export(url: str, config: Path) -> str:
+    r = subprocess.run(
+        [sys.executable, "-m", "spamfilter", "--db", url, "--config", str(config), "db", "export", "-"],
+        capture_output=True, timeout=HANG, check=True,
+    )
+    return r.stdout.decode()
+
+
+@pytest.mark.corpus
+def test_kill_9_during_a_stream_of_tells_leaves_whole_messages(tmp_path: Path, corpus: tuple[list[tuple[bool, MailItem]], list[tuple[bool, MailItem]]]) -> None:
+    config = _write_config(tmp_path / "c.toml")
+    url = f"sqlite:///{tmp_path / 'k.db'}"
+    d = Daemon(tmp_path / "log", url, config, "--listen", "127.0.0.1:0", "--allow-tell", "--no-user-header")
+    stop = threading.Event()
+
+    def stream() -> None:
+        for is_spam, item in [m for pair in zip(corpus[0][:150], corpus[0][150:]) for m in pair]:
+            if stop.is_set() or d.proc.poll() is not None:
+                return
+            d.spamc("-L", "spam" if is_spam else "ham", message=item.raw)
+
+    worker = threading.Thread(target=stream)
+    worker.start()
+    deadline = time.monotonic() + HANG
+    while d.log().count("TELL ") < 15:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    d.proc.kill()
+    d.proc.wait(HANG)
+    stop.set()
+    worker.join(HANG)
+    check = subprocess.run(
+        [sys.executable, "-m", "spamfilter", "--db", url, "--config", str(config), "db", "check"],
+        capture_output=True, timeout=HANG,
+    )
+    assert check.returncode == 0, check.stdout.decode()
+    with Filter.open(load_config(config), url) as f:
+        s = f.stats()
+    assert s.spam_messages + s.ham_messages >= 15
+    # Restarted, it serves the same store.
+    again = Daemon(tmp_path / "log2", url, config, "--listen", "127.0.0.1:0", "--no-user-header")
+    try:
+        assert again.spamc("-c", message=corpus[1][0][1].raw).stdout != b"0/0\n"
+    finally:
+        assert again.stop() == 0
+
+
+# -- what spamc never sends --------------------------------------------------------
+
+
+def test_broken_requests_get_protocol_errors_and_the_daemon_keeps_answering(daemon: Daemon) -> None:
+    body = b"Subject: x\n\nhello\n"
+    cases = {
+        b"CHECK SPAMC/1.5\r\n\r\n" + body: b"SPAMD/1.5 76 EX_PROTOCOL Content-length is required",
+        b"FROB SPAMC/1.5\r\nContent-length: 1\r\n\r\nx": b"SPAMD/1.5 76 EX_PROTOCOL bad request line",
+        b"GET / HTTP/1.0\r\n\r\n": b"SPAMD/1.5 76 EX_PROTOCOL bad request line",
+        b"\xff\xfe\x00garbage\r\n\r\n": b"SPAMD/1.5 76 EX_PROTOCOL request head is not ASCII",
+        b"CHECK SPAMC/1.5\r\nContent-length: ten\r\n\r\n": b"SPAMD/1.5 76 EX_PROTOCOL Content-length is not a number",
+        b"CHECK SPAMC/1.5\r\nno colon\r\n\r\n": b"SPAMD/1.5 76 EX_PROTOCOL header not in",
+        b"CHECK SPAMC/1.5\r\nUser: ../etc\r\nContent-length: 1\r\n\r\nx": b"SPAMD/1.5 76 EX_PROTOCOL User is not a user name",
+        b"TELL SPAMC/1.5\r\nSet: local\r\nContent-length: 1\r\n\r\nx": b"SPAMD/1.5 76 EX_PROTOCOL Set: local needs a Message-class",
+        b"CHECK SPAMC/1.5\r\nContent-length: 100\r\n\r\n" + body: b"SPAMD/1.5 76 EX_PROTOCOL connection closed after 18 of 100",
+        b"CHECK SPAMC/1.5\r\nContent-length: 5\r\n\r\n" + body: b"SPAMD/1.5 76 EX_PROTOCOL more bytes than Content-length",
+        b"CHECK SPAMC/1.5\r\nContent-length: 999999999999\r\n\r\n": b"SPAMD/1.5 98 EX_TOOBIG",
+        b"CHECK SPAMC/1.5\r\n" + b"X: y\r\n" * 2000 + b"\r\n": b"SPAMD/1.5 76 EX_PROTOCOL request head over",
+        b"CHECK SPAMC/1.5\r\nContent-length: 3\r\n": b"SPAMD/1.5 76 EX_PROTOCOL connection closed before the end",
+    }
+    for request, expected in cases.items():
+        assert daemon.raw(request).startswith(expected), request[:60]
+    assert daemon.raw(b"PING SPAMC/1.2\r\n") == b"SPAMD/1.5 0 PONG\r\n"  # before 1.5: no empty line
+    assert daemon.raw(b"SKIP SPAMC/1.5\r\n\r\n") == b""
+    assert daemon.proc.poll() is None
+
+
+def test_oversized_messages_come_back_unscanned(daemon: Daemon) -> None:
+    big = b"Subject: big\r\n\r\n" + b"x" * 1_500_000
+    reply = daemon.raw(b"PROCESS SPAMC/1.5\r\nContent-length: %d\r\n\r\n" % len(big) + big)
+    head, _, rest = reply.partition(b"\r\n\r\n")
+    assert head == b"SPAMD/1.5 0 EX_OK\r\nContent-length: %d" % len(big)
+    assert rest == big
+    assert daemon.spamc("-s", "2000000", message=big).stdout == big
+    headers = daemon.raw(b"HEADERS SPAMC/1.5\r\nContent-length: %d\r\n\r\n" % len(big) + big)
+    assert headers == b"SPAMD/1.5 0 EX_OK\r\nContent-length: 16\r\n\r\nSubject: big\r\n\r\n"
+    # 100 MB for CHECK: read and dropped, never held.
+    huge = 100 << 20
+    with spamd.connect(daemon.address, HANG) as sock:
+        sock.sendall(b"CHECK SPAMC/1.5\r\nContent-length: %d\r\n\r\n" % huge)
+        chunk = b"y" * (1 << 20)
+        for _ in range(100):
+            sock.sendall(chunk)
+        sock.shutdown(socket.SHUT_WR)
+        assert _read_all(sock).startswith(b"SPAMD/1.5 98 EX_TOOBIG")
+    assert daemon.raw(b"PING SPAMC/1.5\r\n\r\n") == b"SPAMD/1.5 0 PONG\r\n"
+
+
+def test_a_trickling_client_is_cut_off_while_others_are_served(daemon: Daemon) -> None:
+    message = b"Subject: x\n\nhello there\n"
+    with spamd.connect(daemon.address, HANG) as slow:
+        slow.sendall(b"CHECK SPAMC/1.5\r\n")
+        answered = 0
+        deadline = time.monotonic() + HANG
+        closed = False
+        while not closed:
+            assert time.monotonic() < deadline
+            try:
+                slow.sendall(b"X")
+                time.sleep(0.2)
+                slow.setblocking(False)
+                closed = slow.recv(1) == b""
+            except BlockingIOError:
+                pass
+            except OSError:
+                closed = True
+            finally:
+                slow.setblocking(True)
+            if daemon.spamc("-c", message=message).stdout != b"0/0\n":
+                answered += 1
+        # The daemon kept answering while the slow client trickled (3 s --timeout).
+        assert answered >= 3
+    # A client that leaves mid-message.
+    with spamd.connect(daemon.address, HANG) as gone:
+        gone.sendall(b"PROCESS SPAMC/1.5\r\nContent-length: 1000\r\n\r\nSubject: half")
+    deadline = time.monotonic() + HANG
+    while "connection closed after 13 of 1000" not in daemon.log():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert daemon.spamc("-c", message=message).stdout != b"0/0\n"
+    assert "request not complete after 3 s" in daemon.log()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=300))
+def test_any_request_head_parses_or_is_a_protocol_error(head: bytes) -> None:
+    try:
+        r = spamd.parse_head(head)
+    except ProtocolError as exc:
+        assert exc.code in (spamd.EX_PROTOCOL,)
+    else:
+        assert r.command in spamd.COMMANDS
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sampled_from(sorted(spamd.COMMANDS) + ["check", "PROCESSX", ""]),
+    st.lists(
+        st.tuples(
+            st.sampled_from(["Content-length", "User", "Message-class", "Set", "Remove", "Compress", "X-Other", ""]),
+            st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126), max_size=20),
+        ),
+        max_size=6,
+    ),
+)
+def test_request_lines_of_known_parts_parse_consistently(command: str, headers: list[tuple[str, str]]) -> None:
+    head = (f"{command} SPAMC/1.5\r\n" + "".join(f"{n}: {v}\r\n" for n, v in headers)).rstrip("\r\n").encode()
+    try:
+        r = spamd.parse_head(head)
+    except ProtocolError:
+        return
+    assert r.command == command
+    if command in spamd.MESSAGE_COMMANDS:
+        assert r.content_length is not None and r.content_length >= 0
+
+
+def test_random_requests_never_stop_the_daemon(daemon: Daemon) -> None:
+    import random
+
+    rng = random.Random(11)
+    for _ in range(40):
+        noise = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 200)))
+        reply = daemon.raw(rng.choice([b"", b"CHECK SPAMC/1.5\r\n", b"TELL "]) + noise + b"\r\n\r\n")
+        assert reply == b"" or reply.startswith(b"SPAMD/1.5 ")
+    assert daemon.raw(b"PING SPAMC/1.5\r\n\r\n") == b"SPAMD/1.5 0 PONG\r\n"
+
+
+# -- filter --connect ----------------------------------------------------------------------
+
+
+def _filter(trained: tuple[str, Path], message: bytes, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, "-m", "spamfilter", "--db", trained[0], "--config", str(trained[1]), "filter", *args],
+        input=message, capture_output=True, timeout=HANG, env={**os.environ, **(env or {})},
+    )
+
+
+@pytest.mark.corpus
+def test_filter_connect_asks_the_daemon_and_falls_back_in_process(daemon: Daemon, trained: tuple[str, Path], corpus: tuple[list[tuple[bool, MailItem]], list[tuple[bool, MailItem]]]) -> None:
+    message = corpus[1][0][1].raw
+    local = _filter(trained, message)
+    assert local.returncode in (0, 1, 2)
+    before = daemon.log().count("PROCESS user=")
+    remote = _filter(trained, message, env={"SPAMFILTER_SERVER": str(daemon.address)})
+    assert (remote.returncode, remote.stdout, remote.stderr) == (local.returncode, local.stdout, b"")
+    assert daemon.log().count("PROCESS user=") == before + 1
+    verdict = _filter(trained, message, "--verdict-only", "--connect", str(daemon.address))
+    assert verdict.stdout == _filter(trained, message, "--verdict-only").stdout
+    # Nobody listening: filtered in-process, the same bytes and exit code.
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    down = _filter(trained, message, "--connect", f"127.0.0.1:{port}")
+    assert (down.returncode, down.stdout) == (local.returncode, local.stdout)
+    assert b"filtering in-process" in down.stderr
+
+
+def test_filter_connect_falls_back_on_a_broken_answer(tmp_path: Path, trained: tuple[str, Path]) -> None:
+    message = b"Subject: hello\n\nsome words\n"
+    local = _filter(trained, message)
+    answers = [
+        b"SPAMD/1.5 0 EX_OK\r\nContent-length: 500\r\nSpam: True ; 1 / 2\r\nVerdict: spam\r\nProbability: 1\r\nLog-odds: 9\r\n\r\ntruncated",
+        b"HTTP/1.0 200 OK\r\n\r\n",
+        b"SPAMD/1.5 0 EX_OK\r\nContent-length: 3\r\n\r\nabc",  # not scanned
+        b"",
+    ]
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(4)
+
+        def answer() -> None:
+            for reply in answers:
+                conn, _ = server.accept()
+                with conn:
+                    conn.recv(65536)
+                    conn.sendall(reply)
+
+        t = threading.Thread(target=answer)
+        t.start()
+        for _ in answers:
+            r = _filter(trained, message, "--connect", "127.0.0.1:%d" % server.getsockname()[1])
+            assert (r.returncode, r.stdout) == (local.returncode, local.stdout)
+            assert b"filtering in-process" in r.stderr
+        t.join(HANG)
