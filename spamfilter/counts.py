@@ -165,6 +165,20 @@ class Totals:
     vocabulary_size: int
     histogram: tuple[IntArray, IntArray]
 
+    def changed(self, classes: ClassCounts, histogram: dict[tuple[int, int], int]) -> Totals:
+        """These totals after a write that added ``classes`` to the class
+        totals and ``histogram`` ((label, k) -> tokens) to the histogram, as
+        the store did; the vocabulary size follows the histogram."""
+        rows: list[IntArray] = []
+        for label in (HAM, SPAM):
+            buckets = dict(zip(self.histogram[label][:, 0].tolist(), self.histogram[label][:, 1].tolist()))
+            for (c, k), n in histogram.items():
+                if c == label:
+                    buckets[k] = buckets.get(k, 0) + n
+            kept = sorted((k, n) for k, n in buckets.items() if n != 0)
+            rows.append(np.array(kept, dtype=np.int64).reshape(-1, 2))
+        return Totals(self.classes + classes, int(rows[HAM][:, 1].sum()), (rows[HAM], rows[SPAM]))
+
     @property
     def messages(self) -> IntArray:
         """D[c], shape (2,)."""

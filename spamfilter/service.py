@@ -438,7 +438,14 @@ class Filter:
         if written is None or before is None or not self.cache.valid_for(before):
             return
         own = candidates.index(tx.owner)
-        totals, owners = self._model_of(tx)
+        assert self.cache.view is not None
+        owners: tuple[str, ...]
+        if candidates == (tx.owner,):
+            # The model is this owner's counts alone: its totals follow the
+            # write in memory, as the store changed them.
+            totals, owners = self.cache.view.totals.changed(written.classes, written.histogram), candidates
+        else:
+            totals, owners = self._model_of(tx)
         if not own_before or owners != (tx.owner,) or written.version != before[1][own] + 1:
             self._after_commit = self.cache.clear
             return
