@@ -44,7 +44,7 @@ SPLITS = {
     "enron": ("enron-spam-preprocessed/index", 5000, 3000),
     "spamassassin": ("spamassassin/index", 3046, 3000),
 }
-SPAMFILTER = [sys.executable, "-m", "spamfilter"]
+SPAMFILTER = [sys.executable, "-m", "spamfilter"]  # --python replaces the interpreter
 
 
 def read_split(corpus: str) -> tuple[list[tuple[bool, Path]], list[tuple[bool, Path]]]:
@@ -90,7 +90,7 @@ def bench_corpus(corpus: str, jobs: int, starts: int, online: int, work: Path) -
     bogo.mkdir()
     train_index = write_index(train, work / f"{corpus}-train.idx")
     test_index = write_index(test, work / f"{corpus}-test.idx")
-    env_jobs = ["--jobs", str(jobs)]
+    env_jobs = ["--jobs", str(jobs)] if jobs else []
 
     # -- batch train
     wall, rss = timed([*SPAMFILTER, "--db", db, "train", "--index", str(train_index), *env_jobs])
@@ -140,10 +140,13 @@ def bench_corpus(corpus: str, jobs: int, starts: int, online: int, work: Path) -
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--corpus", action="append", choices=sorted(SPLITS))
-    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="0: do not pass --jobs (a spamfilter without it)")
+    parser.add_argument("--python", help="the interpreter of the spamfilter to measure (default: this one)")
     parser.add_argument("--starts", type=int, default=10)
     parser.add_argument("--online", type=int, default=1000)
     args = parser.parse_args()
+    if args.python:
+        SPAMFILTER[0] = args.python
     for tool in ("bogofilter", "/usr/bin/time"):
         if not shutil.which(tool):
             sys.exit(f"{tool} is needed (Debian packages bogofilter, time)")
@@ -153,7 +156,7 @@ def main() -> None:
             results["corpora"].append(bench_corpus(corpus, args.jobs, args.starts, args.online, Path(tmp)))  # type: ignore[union-attr]
     results["load_after"] = os.getloadavg()
     Path("results").mkdir(exist_ok=True)
-    Path("results/speed.json").write_text(json.dumps(results, indent=2))
+    Path("results/speed.json").write_text(json.dumps(results | {"python": SPAMFILTER[0]}, indent=2))
     print(f"load average {results['load_before']} -> {results['load_after']}, {results['cores']} cores")
     print(f"{'corpus':13} {'task':28} {'spamfilter':>14} {'bogofilter':>14} {'ratio':>7}")
     for r in results["corpora"]:  # type: ignore[union-attr]

@@ -330,7 +330,7 @@ class Filter:
                 labels.append(Label.of(is_spam))
                 yield item
 
-        for result in analyse(self.analyser, items(), self.jobs):
+        for result in analyse(self.analyser, items(), self.jobs, self.config.store.batch_size):
             yield labels.popleft(), result
 
     def _train(self, labelled: Iterable[tuple[bool, MailItem]], *, relabel: bool) -> TrainSummary:
@@ -458,7 +458,7 @@ class Filter:
     def classify(self, items: Iterable[MailItem]) -> Iterator[Verdict | Refusal]:
         """A ``Verdict`` (or a ``Refusal``) per message, in input order;
         messages are read on ``self.jobs`` processes."""
-        for results in batched(analyse(self.analyser, items, self.jobs), self.config.store.batch_size):
+        for results in batched(analyse(self.analyser, items, self.jobs, self.config.store.batch_size), self.config.store.batch_size):
             analysed = [r for r in results if isinstance(r, _Analysed)]
             verdicts = iter(self._score(analysed) if analysed else [])
             for r in results:
