@@ -307,6 +307,12 @@ class Cutoffs:
     spam_min: float
     loss: float
 
+    def probabilities(self) -> tuple[float, float]:
+        """The bounds as the config's (ham_cutoff, spam_cutoff): P(spam) at
+        each, the inverse of `model.thresholds_from_cutoffs`."""
+        ham_cutoff, spam_cutoff = nb.spam_probability(np.array([self.ham_max, self.spam_min]))
+        return float(ham_cutoff), float(spam_cutoff)
+
 
 def best_cutoffs(
     is_spam: BoolArray,

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import BinaryIO, Final, Literal
 
 from spamfilter.errors import MailParseError, MailSourceError
+from spamfilter.headers import FILTER_HEADERS
 
 __all__ = [
     "FILTER_HEADERS",
@@ -57,12 +58,6 @@ __all__ = [
     "read_index",
     "read_messages",
 ]
-
-#: Header fields that spamfilter adds to a message when it filters it. They are
-#: left out of a message's digest, so a message that went through the filter
-#: keeps the identity it had before; the tokenizer should skip them too, or the
-#: filter would learn from its own verdicts.
-FILTER_HEADERS: Final = ("X-Spam-Status", "X-Spam-Score", "X-Spam-Flag")
 
 #: The path that means "one message on standard input", and that message's source.
 STDIN_SOURCE: Final = "-"

@@ -276,7 +276,7 @@ class Filter:
         processes. ``write_deadline`` overrides the config's (``filter``
         passes 0).
         """
-        url = url or config.store.url or default_db_url()
+        url, at_default = _database(url, config)
         owner = config.store.user if user is None else user
         deadline = config.store.write_deadline if write_deadline is None else write_deadline
 
@@ -286,7 +286,7 @@ class Filter:
                 busy_timeout=config.store.busy_timeout,
                 owner=owner,
                 create=create,
-                create_dirs=create_dirs or url == default_location_url(),
+                create_dirs=create_dirs or at_default,
             )
 
         return cls(_retrying(opened, deadline), config, jobs=jobs, write_deadline=deadline)
@@ -793,18 +793,28 @@ class _Delta:
         return tx.add_counts_clipped(token_list, delta, classes)
 
 
-def upgrade_database(
-    url: str, *, busy_timeout: float = 30.0, write_deadline: float = 0.0, create_dirs: bool = True
-) -> tuple[str | None, str | None]:
-    """Bring the database at ``url`` to the current schema; (revision before, after).
+def _database(url: str | None, config: Config) -> tuple[str, bool]:
+    """The database to open: ``url`` (``--db``), else the config's, else
+    `default_db_url`; and whether it is the default location, whose folders
+    are created on first use."""
+    chosen = url or config.store.url or default_db_url()
+    return chosen, chosen == default_location_url()
 
-    Tried again while the database is busy, for up to ``write_deadline``
-    seconds. A missing SQLite file is created, in a missing folder only
-    with ``create_dirs``."""
-    store = Store.open(url, busy_timeout=busy_timeout, upgrade_new=False, check=False, create_dirs=create_dirs)
+
+def upgrade_database(config: Config, url: str | None = None, *, create_dirs: bool = False) -> tuple[str | None, str | None]:
+    """Bring the database (chosen as `Filter.open` does) to the current
+    schema; (revision before, after).
+
+    Tried again while the database is busy, for up to the config's
+    ``write_deadline`` seconds. A missing SQLite file is created, in a missing
+    folder only with ``create_dirs`` or at the default location."""
+    url, at_default = _database(url, config)
+    store = Store.open(
+        url, busy_timeout=config.store.busy_timeout, upgrade_new=False, check=False, create_dirs=create_dirs or at_default
+    )
     try:
         before = store.schema_revision()
-        _retrying(store.upgrade, write_deadline)
+        _retrying(store.upgrade, config.store.write_deadline)
         return before, store.schema_revision()
     finally:
         store.close()

@@ -6,7 +6,8 @@ import. A module without a row fails, so a new module has to be placed in a
 layer before it can go in. From the bottom up:
 
 0. ``errors``; ``config`` (errors only); ``counts`` (the count types that
-   cross from store to model; nothing).
+   cross from store to model; nothing); ``headers`` (the header fields the
+   filter writes, which mail and tokenizer both know; nothing).
 1. Leaves: ``mail``, ``tokenizer``, ``vectorizer``, ``model``, ``store``,
    ``imap``, ``plots``, ``cache``, ``spamd`` (the spamd protocol, standard
    library only) import only errors, config and counts,
@@ -30,7 +31,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "spamfilter"
 
-BASE = frozenset({"errors", "config", "counts"})
+BASE = frozenset({"errors", "config", "counts", "headers"})
 LEAVES = frozenset({"mail", "tokenizer", "vectorizer", "model", "store", "imap", "plots", "cache", "spamd"})
 _SERVICE = BASE | {"mail", "tokenizer", "vectorizer", "model", "store", "cache", "analysis"}
 
@@ -40,6 +41,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "errors": frozenset(),
     "config": frozenset({"errors"}),
     "counts": frozenset(),
+    "headers": frozenset(),
     **{leaf: BASE for leaf in LEAVES},
     "analysis": BASE | {"mail", "tokenizer", "vectorizer"},
     "service": _SERVICE,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 from collections.abc import Iterator
@@ -57,7 +58,7 @@ def classify(
     items: Iterator[MailItem] = read_messages(sources) if sources else iter(())
     if index is not None:
         indexed = (item for _, item in read_index(index))
-        items = _chain(items, indexed) if sources else indexed
+        items = itertools.chain(items, indexed) if sources else indexed
     refused: list[Refusal] = []
     # A progress bar only when the verdicts go to a file or a pipe: on a
     # terminal the verdict lines are the progress.
@@ -72,10 +73,6 @@ def classify(
                 typer.echo(_render(result, fmt))
     raise typer.Exit(report_refusals(refused))
 
-
-def _chain(*streams: Iterator[MailItem]) -> Iterator[MailItem]:
-    for stream in streams:
-        yield from stream
 
 
 _VERDICT_EXIT = {"spam": exitcodes.SPAM, "ham": exitcodes.HAM, "unsure": exitcodes.UNSURE}
