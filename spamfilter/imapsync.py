@@ -44,14 +44,13 @@ from dataclasses import dataclass, field, replace
 
 from spamfilter import model
 from spamfilter.config import ImapAccount
+from spamfilter.counts import Decision
 from spamfilter.errors import ImapUnavailable, NotTrainedError
 from spamfilter.imap import JUNK, NOT_JUNK, Fetched, ImapSession, Moved, account_password
 from spamfilter.mail import MailItem, digest_bytes
 from spamfilter.service import Filter, Refusal, Verdict
 from spamfilter.store import ImapRecord
 
-LABEL_NAMES = {model.HAM: "ham", model.SPAM: "spam", model.UNSURE: "unsure"}
-_LABELS = {"ham": model.HAM, "spam": model.SPAM, "unsure": model.UNSURE}
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +87,15 @@ class RunSummary:
     created: list[str] = field(default_factory=list)
     #: --limit: how many more messages this run may classify (None: no limit).
     limit_left: int | None = None
+
+    def add_verdict(self, verdict: Decision) -> None:
+        """Count one message given ``verdict``."""
+        if verdict is Decision.SPAM:
+            self.spam += 1
+        elif verdict is Decision.HAM:
+            self.ham += 1
+        else:
+            self.unsure += 1
 
     @property
     def classified(self) -> int:
@@ -438,8 +446,8 @@ class ImapRun:
                 handled.append((m.uid, d))
                 continue
             assert isinstance(result, Verdict)
-            label = _LABELS[result.verdict]
-            setattr(self.summary, result.verdict, getattr(self.summary, result.verdict) + 1)
+            label = result.verdict.code
+            self.summary.add_verdict(result.verdict)
             self._event("classified", folder, m.uid, f"{result.verdict} (log-odds {result.log_odds:+.2f})")
             target = folder
             if label == model.SPAM and a.spam_action != "report":

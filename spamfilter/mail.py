@@ -44,6 +44,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import BinaryIO, Final, Literal
 
+from spamfilter.counts import Decision
 from spamfilter.errors import MailParseError, MailSourceError
 from spamfilter.headers import FILTER_HEADERS
 
@@ -853,25 +854,25 @@ def filtered_pieces(raw: bytes, fields: Sequence[tuple[str, str]]) -> list[bytes
     return pieces
 
 
-def filter_fields(verdict: str, score: float, log_odds: float, event_model: str) -> list[tuple[str, str]]:
-    """The `FILTER_HEADERS` fields a filtered message gets for a verdict
-    ("spam", "ham" or "unsure"), P(spam) ``score`` and ``log_odds``: what
-    both ``spamfilter filter`` and the daemon's PROCESS write.
+def filter_fields(verdict: Decision, score: float, log_odds: float, event_model: str) -> list[tuple[str, str]]:
+    """The `FILTER_HEADERS` fields a filtered message gets for a verdict,
+    P(spam) ``score`` and ``log_odds``: what both ``spamfilter filter`` and
+    the daemon's PROCESS write.
 
     Examples
     --------
-    >>> filter_fields("ham", 0.01, -4.59512, "multinomial-binary")[1]
+    >>> filter_fields(Decision.HAM, 0.01, -4.59512, "multinomial-binary")[1]
     ('X-Spam-Score', '0.010000')
     """
     fields = [
         (
             "X-Spam-Status",
-            f"{'Yes' if verdict == 'spam' else 'No'}, verdict={verdict} "
+            f"{'Yes' if verdict is Decision.SPAM else 'No'}, verdict={verdict} "
             f"score={score:.6f} log_odds={log_odds:+.4f} model={event_model}",
         ),
         ("X-Spam-Score", f"{score:.6f}"),
     ]
-    if verdict == "spam":
+    if verdict is Decision.SPAM:
         fields.append(("X-Spam-Flag", "YES"))
     return fields
 

@@ -13,6 +13,7 @@ import typer
 
 from spamfilter.cli import app, delivery, exitcodes, fail, state
 from spamfilter.cli._common import Jobs, is_tty_stdin, open_filter, progress, report_refusals
+from spamfilter.counts import Decision
 from spamfilter.errors import ProtocolError
 from spamfilter.mail import STDIN_SOURCE, MailItem, filter_fields, filtered_pieces, read_index, read_messages
 from spamfilter.service import Refusal, Verdict
@@ -75,7 +76,7 @@ def classify(
 
 
 
-_VERDICT_EXIT = {"spam": exitcodes.SPAM, "ham": exitcodes.HAM, "unsure": exitcodes.UNSURE}
+_VERDICT_EXIT = {Decision.SPAM: exitcodes.SPAM, Decision.HAM: exitcodes.HAM, Decision.UNSURE: exitcodes.UNSURE}
 
 
 @app.command(name="filter")
