@@ -159,17 +159,22 @@ class MailItem:
         The message bytes. For a message split out of an mbox the envelope
         (``From ``) line is removed and mboxrd quoting undone; otherwise the
         bytes are exactly those stored.
+    known_digest : str or None
+        ``digest_bytes(raw)`` when the reader has computed it already (the
+        IMAP sync looks messages up by digest before it classifies them),
+        so that no message is hashed twice.
     """
 
     source: str
     # Left out of repr: a message can be megabytes, and items end up in
     # assertion messages and tracebacks.
     raw: bytes = field(repr=False)
+    known_digest: str | None = field(default=None, repr=False, compare=False)
 
     @property
     def digest(self) -> str:
         """The message's identity, ``digest_bytes(self.raw)``."""
-        return digest_bytes(self.raw)
+        return self.known_digest if self.known_digest is not None else digest_bytes(self.raw)
 
 
 class NestingTooDeepDefect(email.errors.MessageDefect):

@@ -14,9 +14,10 @@ layer before it can go in. From the bottom up:
    never each other; ``model`` does no I/O; only ``store`` imports SQLAlchemy.
 2. ``analysis`` (reading mail, here or in worker processes) over mail,
    tokenizer and vectorizer; ``service`` over it, the cache and the leaves
-   (``maintenance`` beside it);
+   (``maintenance`` and ``imapstate``, the IMAP sync's records and
+   transactions, beside it);
    ``evaluation`` over service and the leaves; ``imapsync`` over service,
-   imap and the leaves; ``daemon`` over service and spamd; ``report`` over
+   imapstate, imap and the leaves but store; ``daemon`` over service and spamd; ``report`` over
    evaluation, service and plots.
 3. ``cli`` over everything but ``store`` and ``model``; ``__main__`` runs cli.
 """
@@ -48,7 +49,10 @@ ALLOWED: dict[str, frozenset[str]] = {
     # Beside service: may use it, never the reverse.
     "maintenance": BASE | {"store", "model", "service"},
     "evaluation": _SERVICE | {"service"},
-    "imapsync": _SERVICE | {"service", "imap"},
+    # Beside service, like maintenance: the IMAP sync's state, its transactions.
+    "imapstate": BASE | {"store", "service"},
+    # The IMAP sync reaches the store only through imapstate.
+    "imapsync": (_SERVICE - {"store"}) | {"service", "imap", "imapstate"},
     "daemon": _SERVICE | {"service", "spamd"},
     "report": BASE | {"service", "evaluation", "plots"},
     "cli": BASE | {"mail", "service", "maintenance", "evaluation", "imapsync", "report", "plots", "daemon", "spamd"},
@@ -174,3 +178,10 @@ def test_maintenance_may_use_service_but_not_evaluation(tmp_path: Path) -> None:
     with (copy / "maintenance.py").open("a", encoding="utf-8") as f:
         f.write("from spamfilter.evaluation import run_online\n")
     assert violations(copy) == [f"{Path('spamfilter', 'maintenance.py')}: maintenance may not import evaluation"]
+
+
+def test_imapsync_reaches_the_store_only_through_imapstate(tmp_path: Path) -> None:
+    copy = _copy_package(tmp_path)
+    with (copy / "imapsync.py").open("a", encoding="utf-8") as f:
+        f.write("from spamfilter.store import ImapRecord\n")
+    assert violations(copy) == [f"{Path('spamfilter', 'imapsync.py')}: imapsync may not import store"]
