@@ -20,6 +20,25 @@ from spamfilter.errors import ConfigError
 
 EventModel = Literal["bernoulli", "multinomial", "multinomial-binary"]
 EVENT_MODELS: tuple[str, ...] = get_args(EventModel)
+
+
+# The event models' two differences that matter outside the maths of
+# spamfilter.model (which message counts they read, and whether absent
+# tokens count), each stated once.
+def counts_occurrences(event_model: str) -> bool:
+    """Whether the model counts every occurrence of a token ("multinomial")
+    rather than the messages containing it (then a message is a set of
+    tokens: its matrix row is 0/1)."""
+    return event_model == "multinomial"
+
+
+def has_absent_term(event_model: str) -> bool:
+    """Whether the tokens a message lacks are evidence too ("bernoulli").
+    Their sum needs a model's whole histogram of token counts, which two
+    models' counts cannot simply add up to: such a model cannot be merged
+    with the shared one (``shared_model = "merge"``)."""
+    return event_model == "bernoulli"
+
 ImapSecurity = Literal["tls", "starttls", "none"]
 IMAP_SECURITY: tuple[str, ...] = get_args(ImapSecurity)
 SpamAction = Literal["move", "keyword", "report"]
@@ -311,7 +330,7 @@ def validate(config: Config, origin: str = "config") -> None:
     need(s.shared_model in SHARED_MODELS, "store.shared_model", f"must be one of {', '.join(SHARED_MODELS)}", s.shared_model)
     need(s.shared_min_messages >= 0, "store.shared_min_messages", "must be >= 0", s.shared_min_messages)
     need(
-        not (s.shared_model == "merge" and m.event_model == "bernoulli"),
+        not (s.shared_model == "merge" and has_absent_term(m.event_model)),
         "store.shared_model",
         '"merge" needs a multinomial event model (the Bernoulli absent-token sum cannot be merged)',
         s.shared_model,

@@ -42,6 +42,7 @@ from ipaddress import IPv4Network, IPv6Network, ip_address, ip_network
 
 from spamfilter import spamd
 from spamfilter.config import Config
+from spamfilter.counts import Decision
 from spamfilter.errors import (
     ConfigError,
     MailParseError,
@@ -426,7 +427,7 @@ class Server:
         if request.command in ("REPORT", "REPORT_IFSPAM"):
             e = f.explain(item)
             verdict = Verdict(item.source, e.digest, e.score, e.log_odds, e.verdict)
-            show = request.command == "REPORT" or e.verdict == "spam"
+            show = request.command == "REPORT" or e.verdict is Decision.SPAM
             body = _report(e, f) if show else b""
         else:
             result = next(iter(f.classify([item])))

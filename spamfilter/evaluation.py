@@ -19,10 +19,10 @@ from scipy.stats import rankdata
 
 from spamfilter import model as nb
 from spamfilter.config import Config
-from spamfilter.counts import ClassCounts
+from spamfilter.counts import ClassCounts, Decision
 from spamfilter.errors import EvaluationError, MailParseError
 from spamfilter.mail import MailItem, parse_message
-from spamfilter.service import Filter, Verdict
+from spamfilter.service import Filter, TrainMode, Verdict
 from spamfilter.tokenizer import Tokenizer
 from spamfilter.vectorizer import Vocabulary, count_matrix, term_counts
 
@@ -62,7 +62,7 @@ class ErrorRates:
     accuracy: float
 
 
-def error_rates(is_spam: BoolArray, verdicts: list[str]) -> ErrorRates:
+def error_rates(is_spam: BoolArray, verdicts: Sequence[str]) -> ErrorRates:
     """Error and unsure rates of verdicts ("spam" / "ham" / "unsure") against the truth."""
     is_spam = np.asarray(is_spam, dtype=bool)
     v = np.asarray(verdicts)
@@ -72,12 +72,13 @@ def error_rates(is_spam: BoolArray, verdicts: list[str]) -> ErrorRates:
         n = int(within.sum())
         return 100.0 * float((mask & within).sum()) / n if n else 0.0
 
-    correct = ((v == "spam") & spam) | ((v == "ham") & ham)
+    said_spam, said_ham, said_unsure = (v == Decision.SPAM.value), (v == Decision.HAM.value), (v == Decision.UNSURE.value)
+    correct = (said_spam & spam) | (said_ham & ham)
     return ErrorRates(
-        ham_as_spam=pct(v == "spam", ham),
-        spam_as_ham=pct(v == "ham", spam),
-        ham_unsure=pct(v == "unsure", ham),
-        spam_unsure=pct(v == "unsure", spam),
+        ham_as_spam=pct(said_spam, ham),
+        spam_as_ham=pct(said_ham, spam),
+        ham_unsure=pct(said_unsure, ham),
+        spam_unsure=pct(said_unsure, spam),
         accuracy=100.0 * float(correct.mean()) if v.size else 0.0,
     )
 
@@ -149,7 +150,7 @@ class Scored:
     is_spam: bool
     score: float
     log_odds: float
-    verdict: str
+    verdict: Decision
 
 
 def summarise(
@@ -212,7 +213,7 @@ def run_online(
     config: Config,
     labelled: Iterable[tuple[bool, MailItem]],
     *,
-    train_mode: str = "teft",
+    train_mode: TrainMode = TrainMode.teft,
     url: str | None = None,
     jobs: int = 1,
 ) -> tuple[EvalReport, list[Scored]]:
@@ -306,6 +307,12 @@ class Cutoffs:
     ham_max: float
     spam_min: float
     loss: float
+
+    def probabilities(self) -> tuple[float, float]:
+        """The bounds as the config's (ham_cutoff, spam_cutoff): P(spam) at
+        each, the inverse of `model.thresholds_from_cutoffs`."""
+        ham_cutoff, spam_cutoff = nb.spam_probability(np.array([self.ham_max, self.spam_min]))
+        return float(ham_cutoff), float(spam_cutoff)
 
 
 def best_cutoffs(

@@ -44,14 +44,13 @@ from dataclasses import dataclass, field, replace
 
 from spamfilter import model
 from spamfilter.config import ImapAccount
+from spamfilter.counts import Decision
 from spamfilter.errors import ImapUnavailable, NotTrainedError
 from spamfilter.imap import JUNK, NOT_JUNK, Fetched, ImapSession, Moved, account_password
 from spamfilter.mail import MailItem, digest_bytes
 from spamfilter.service import Filter, Refusal, Verdict
-from spamfilter.store import ImapRecord
+from spamfilter.imapstate import Arrival, ImapRecord, ImapState
 
-LABEL_NAMES = {model.HAM: "ham", model.SPAM: "spam", model.UNSURE: "unsure"}
-_LABELS = {"ham": model.HAM, "spam": model.SPAM, "unsure": model.UNSURE}
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +87,15 @@ class RunSummary:
     created: list[str] = field(default_factory=list)
     #: --limit: how many more messages this run may classify (None: no limit).
     limit_left: int | None = None
+
+    def add_verdict(self, verdict: Decision) -> None:
+        """Count one message given ``verdict``."""
+        if verdict is Decision.SPAM:
+            self.spam += 1
+        elif verdict is Decision.HAM:
+            self.ham += 1
+        else:
+            self.unsure += 1
 
     @property
     def classified(self) -> int:
@@ -127,6 +135,7 @@ class ImapRun:
         self.on_event = on_event
         self.use_move = use_move
         self.inbox = account.classify_folders[0]
+        self.state = ImapState(spamfilter, account.name, dry_run=dry_run)
 
     # -- plumbing -----------------------------------------------------------
 
@@ -134,41 +143,17 @@ class ImapRun:
         if self.on_event is not None:
             self.on_event(Event(kind, folder, uid, detail, self.dry_run))
 
-    def _item(self, folder: str, message: Fetched) -> MailItem:
-        return MailItem(f"imap:{self.account.name}/{folder}/{message.uid}", message.raw)
-
-    def _records(self, digests: Sequence[str]) -> dict[str, ImapRecord]:
-        with self.filter.store.begin(write=False) as tx:
-            return tx.imap_records(self.account.name, digests)
-
-    def _commit(self, folder: str, records: Sequence[ImapRecord] = (), handled: Sequence[tuple[int, str]] = ()) -> None:
-        """Write records and handled UIDs of ``folder`` in one transaction."""
-        if self.dry_run or not (records or handled):
-            return
-        with self.filter.store.begin() as tx:
-            tx.put_imap_records(self.account.name, records)
-            tx.add_imap_uids(self.account.name, folder, handled)
+    def _item(self, folder: str, message: Fetched, digest: str | None = None) -> MailItem:
+        return MailItem(f"imap:{self.account.name}/{folder}/{message.uid}", message.raw, known_digest=digest)
 
     def _new(self, session: ImapSession, folder: str) -> Iterator[list[Fetched]]:
         """Select ``folder``, finish the moves out of it that a broken run
         left pending, and yield its unhandled messages in chunks."""
         validity = session.select(folder, readonly=self.dry_run)
-        name = self.account.name
-        with self.filter.store.begin(write=not self.dry_run) as tx:
-            if tx.imap_uidvalidity(name, folder) != validity:
-                # New folder, or the server renumbered it: every message is
-                # new again; their digests find what is known of them.
-                handled: dict[int, str] = {}
-                if not self.dry_run:
-                    tx.set_imap_uidvalidity(name, folder, validity)
-            else:
-                handled = {u: d for u, (d, _) in tx.imap_uids(name, folder).items()}
+        handled = self.state.handled(folder, validity)
         uids = session.uids()
         present = set(uids)
-        gone = [u for u in handled if u not in present]
-        if gone and not self.dry_run:
-            with self.filter.store.begin() as tx:
-                tx.delete_imap_uids(name, folder, gone)
+        self.state.forget_uids(folder, [u for u in handled if u not in present])
         handled = {u: d for u, d in handled.items() if u in present}
         self._finish_pending(session, folder, handled)
         new = [u for u in uids if u not in handled]
@@ -184,8 +169,7 @@ class ImapRun:
         here are moved now; for the others the move is closed."""
         if self.dry_run:
             return
-        with self.filter.store.begin(write=False) as tx:
-            pending = tx.imap_pending(self.account.name, folder)
+        pending = self.state.pending(folder)
         if not pending:
             return
         here: dict[str, list[int]] = {}
@@ -194,7 +178,7 @@ class ImapRun:
         again = {uid: r for r in pending for uid in here.get(r.digest, [])}
         finished = [_done(r) for r in pending if r.digest not in here]
         if finished:
-            self._commit(folder, finished)
+            self.state.commit(folder, finished)
         if again:
             messages = [m for chunk in self._fetch(session, sorted(again)) for m in chunk]
             self._move(session, folder, [(m, again[m.uid]) for m in messages], redo=True)
@@ -202,14 +186,8 @@ class ImapRun:
     def _fetch(self, session: ImapSession, uids: Sequence[int]) -> Iterator[list[Fetched]]:
         return session.fetch(uids, chunk_size=self.account.chunk_size, chunk_bytes=self.account.chunk_bytes)
 
-    def _folder_digests(self, folder: str) -> set[str]:
-        """Digests of the messages handled in ``folder`` (as last seen)."""
-        if not folder:
-            return set()
-        with self.filter.store.begin(write=False) as tx:
-            return {d for d, _ in tx.imap_uids(self.account.name, folder).values()}
-
-    def _train(self, is_spam: bool, folder: str, messages: Sequence[Fetched], why: str) -> None:
+    def _train(self, is_spam: bool, folder: str, messages: Sequence[Fetched], why: str, digests: Sequence[str] | None = None) -> None:
+        """Train ``messages`` of ``folder`` (their ``digests`` when known)."""
         for m in messages:
             self._event("trained", folder, m.uid, f"{'spam' if is_spam else 'ham'} ({why})")
         if self.dry_run or not messages:
@@ -218,7 +196,8 @@ class ImapRun:
             else:
                 self.summary.trained_ham += len(messages)
             return
-        result = self.filter.mark([(is_spam, self._item(folder, m)) for m in messages])
+        known = digests if digests is not None else [None] * len(messages)
+        result = self.filter.mark([(is_spam, self._item(folder, m, d)) for m, d in zip(messages, known)])
         self.summary.trained_spam += result.trained_spam + (result.relabelled if is_spam else 0)
         self.summary.trained_ham += result.trained_ham + (0 if is_spam else result.relabelled)
         for refusal in result.refused:
@@ -242,13 +221,13 @@ class ImapRun:
         if not moves:
             return
         moves = [(m, replace(r, pending=True, source=folder)) for m, r in moves]
-        self._commit(folder, [r for _, r in moves], [(m.uid, r.digest) for m, r in moves])
-        by_target: dict[str, list[Fetched]] = {}
+        self.state.commit(folder, [r for _, r in moves], [(m.uid, r.digest) for m, r in moves])
+        by_target: dict[str, list[tuple[Fetched, ImapRecord]]] = {}
         for m, r in moves:
-            by_target.setdefault(r.folder, []).append(m)
-        arrivals: list[tuple[str, Moved, Sequence[Fetched]]] = []
+            by_target.setdefault(r.folder, []).append((m, r))
+        arrivals: list[Arrival] = []
         for target, messages in by_target.items():
-            uids = [m.uid for m in messages]
+            uids = [m.uid for m, _ in messages]
             for uid in uids:
                 self._event("moved", folder, uid, f"to {target}")
             self.summary.moved += len(uids)
@@ -258,43 +237,31 @@ class ImapRun:
                 uids = self._not_yet_copied(session, folder, target, messages)
             moved = session.move(uids, target, use_move=self.use_move)
             if moved is not None:
-                arrivals.append((target, moved, messages))
-        if self.dry_run:
-            return
-        name = self.account.name
-        with self.filter.store.begin() as tx:
-            tx.put_imap_records(name, [_done(r) for _, r in moves])
-            tx.delete_imap_uids(name, folder, [m.uid for m, _ in moves])
-            # The moved messages' new UIDs, when the server said what they
-            # are and the folder's UIDVALIDITY is the one recorded: the next
-            # run need not fetch them to recognise them.
-            for target, moved, arrived in arrivals:
-                if tx.imap_uidvalidity(name, target) == moved.uidvalidity:
-                    rows = [(moved.uids[m.uid], digest_bytes(m.raw)) for m in arrived if m.uid in moved.uids]
-                    tx.add_imap_uids(name, target, rows)
+                arrivals.append(Arrival(target, moved.uidvalidity, _arrived(moved, messages)))
+        self.state.moves_done(folder, [_done(r) for _, r in moves], [m.uid for m, _ in moves], arrivals)
 
     def _atomic_moves(self, session: ImapSession) -> bool:
         """Whether moves are RFC 6851 MOVEs: a message is then never in both folders."""
         return self.use_move and session.has("MOVE")
 
-    def _not_yet_copied(self, session: ImapSession, folder: str, target: str, messages: Sequence[Fetched]) -> list[int]:
+    def _not_yet_copied(self, session: ImapSession, folder: str, target: str, moves: Sequence[tuple[Fetched, ImapRecord]]) -> list[int]:
         """For the COPY fallback finishing an interrupted move: the UIDs whose
         copy is not already in ``target`` (known there by digest, or found by
         Message-ID); the others are only expunged here."""
-        in_target = self._folder_digests(target)
-        copied = [m.uid for m in messages if digest_bytes(m.raw) in in_target]
-        unsure = [m for m in messages if m.uid not in copied]
+        in_target = self.state.folder_digests(target)
+        copied = [m.uid for m, r in moves if r.digest in in_target]
+        unsure = [(m, r.digest) for m, r in moves if m.uid not in copied]
         if unsure:
             session.select(target)
-            for m in unsure:  # only after a crash, so rarely more than a chunk
+            for m, digest in unsure:  # only after a crash, so rarely more than a chunk
                 message_id = _message_id(m.raw)
                 found = session.search_message_id(message_id) if message_id else []
-                if found and any(digest_bytes(f.raw) == digest_bytes(m.raw) for chunk in self._fetch(session, found) for f in chunk):
+                if found and any(digest_bytes(f.raw) == digest for chunk in self._fetch(session, found) for f in chunk):
                     copied.append(m.uid)
             session.select(folder)
         if copied:
             session.expunge(copied)
-        return [m.uid for m in messages if m.uid not in copied]
+        return [m.uid for m, _ in moves if m.uid not in copied]
 
     # -- the passes ---------------------------------------------------------
 
@@ -331,16 +298,17 @@ class ImapRun:
         moving = self.account.trained_action == "move"
         target = (self.account.spam_folder if is_spam else self.inbox) if moving else folder
         for chunk in self._new(session, folder):
-            records = self._records([digest_bytes(m.raw) for m in chunk])
-            fresh = [m for m in chunk if _needs_training(records.get(digest_bytes(m.raw)), label)]
-            self._train(is_spam, folder, fresh, f"in {folder}")
+            digests = [digest_bytes(m.raw) for m in chunk]
+            records = self.state.records(digests)
+            fresh = [(m, d) for m, d in zip(chunk, digests) if _needs_training(records.get(d), label)]
+            self._train(is_spam, folder, [m for m, _ in fresh], f"in {folder}", [d for _, d in fresh])
             if is_spam and moving:
                 self._keywords(session, folder, [m.uid for m in chunk], [JUNK], [NOT_JUNK])
-            new_records = [ImapRecord(digest_bytes(m.raw), label, "train", target) for m in chunk]
+            new_records = [ImapRecord(d, label, "train", target) for d in digests]
             if moving:
                 self._move(session, folder, list(zip(chunk, new_records)))
             else:
-                self._commit(folder, new_records, [(m.uid, digest_bytes(m.raw)) for m in chunk])
+                self.state.commit(folder, new_records, [(m.uid, d) for m, d in zip(chunk, digests)])
 
     def _target_folder(self, session: ImapSession, folder: str, *, learn: bool) -> None:
         """The spam (``learn``) or unsure folder: a message the filter put
@@ -349,7 +317,7 @@ class ImapRun:
         atomic = self._atomic_moves(session) if not self.dry_run else True
         for chunk in self._new(session, folder):
             digests = [digest_bytes(m.raw) for m in chunk]
-            records = self._records(digests)
+            records = self.state.records(digests)
             by_user: list[Fetched] = []
             updates: list[ImapRecord] = []
             for m, d in zip(chunk, digests):
@@ -368,9 +336,10 @@ class ImapRun:
                 else:
                     by_user.append(m)
                     updates.append(ImapRecord(d, model.SPAM, "user", folder, False, r.log_odds if r else None))
-            self._train(True, folder, by_user, f"moved to {folder}")
+            digest_of = dict(zip([m.uid for m in chunk], digests))
+            self._train(True, folder, by_user, f"moved to {folder}", [digest_of[m.uid] for m in by_user])
             self._keywords(session, folder, [m.uid for m in by_user], [JUNK], [NOT_JUNK])
-            self._commit(folder, updates, list(zip([m.uid for m in chunk], digests)))
+            self.state.commit(folder, updates, list(zip([m.uid for m in chunk], digests)))
 
     def _classify_folder(self, session: ImapSession, folder: str) -> None:
         a = self.account
@@ -379,12 +348,12 @@ class ImapRun:
         # a message recorded as filed there that is also still there is a
         # second copy (a mail client's label, a Sieve :copy), not one the
         # user moved back.
-        filed = self._folder_digests(a.spam_folder) | self._folder_digests(a.unsure_folder)
+        filed = self.state.folder_digests(a.spam_folder) | self.state.folder_digests(a.unsure_folder)
         for chunk in self._new(session, folder):
             if self.summary.limit_left is not None and self.summary.limit_left <= 0:
                 break
             digests = [digest_bytes(m.raw) for m in chunk]
-            records = self._records(digests)
+            records = self.state.records(digests)
             unknown: list[Fetched] = []
             handled: list[tuple[int, str]] = []
             updates: list[ImapRecord] = []
@@ -405,20 +374,22 @@ class ImapRun:
                     handled.append((m.uid, d))
                     if not r.pending:
                         updates.append(replace(r, folder=folder))
-            self._train(False, folder, moved_back, f"moved back to {folder}")
+            digest_of = dict(zip([m.uid for m in chunk], digests))
+            self._train(False, folder, moved_back, f"moved back to {folder}", [digest_of[m.uid] for m in moved_back])
             self._keywords(session, folder, [m.uid for m in moved_back], [NOT_JUNK], [JUNK])
-            self._commit(folder, updates, handled)
+            self.state.commit(folder, updates, handled)
             if self.summary.limit_left is not None:
                 # --limit counts the messages classified, not those recognised.
                 unknown = unknown[: self.summary.limit_left]
                 self.summary.limit_left -= len(unknown)
             if unknown:
-                self._act(session, folder, unknown)
+                self._act(session, folder, unknown, [digest_of[m.uid] for m in unknown])
 
-    def _act(self, session: ImapSession, folder: str, messages: list[Fetched]) -> None:
+    def _act(self, session: ImapSession, folder: str, messages: list[Fetched], digests: Sequence[str]) -> None:
+        """Classify ``messages`` of ``folder`` (with their ``digests``) and file them."""
         a = self.account
         try:
-            results = list(self.filter.classify(self._item(folder, m) for m in messages))
+            results = list(self.filter.classify(self._item(folder, m, d) for m, d in zip(messages, digests)))
         except NotTrainedError:
             if not self.dry_run:
                 raise
@@ -430,16 +401,15 @@ class ImapRun:
         handled: list[tuple[int, str]] = []
         moves: list[tuple[Fetched, ImapRecord]] = []
         junk: list[int] = []
-        for m, result in zip(messages, results):
-            d = digest_bytes(m.raw)
+        for m, d, result in zip(messages, digests, results):
             if isinstance(result, Refusal):
                 self.summary.errors += 1
                 self._event("refused", folder, m.uid, result.reason)
                 handled.append((m.uid, d))
                 continue
             assert isinstance(result, Verdict)
-            label = _LABELS[result.verdict]
-            setattr(self.summary, result.verdict, getattr(self.summary, result.verdict) + 1)
+            label = result.verdict.code
+            self.summary.add_verdict(result.verdict)
             self._event("classified", folder, m.uid, f"{result.verdict} (log-odds {result.log_odds:+.2f})")
             target = folder
             if label == model.SPAM and a.spam_action != "report":
@@ -456,7 +426,7 @@ class ImapRun:
                 moves.append((m, record))
         # Keywords first: a message that reaches the spam folder carries $Junk.
         self._keywords(session, folder, junk, [JUNK], [])
-        self._commit(folder, stay, handled)
+        self.state.commit(folder, stay, handled)
         self._move(session, folder, moves)
 
     def _keyword_feedback(self, session: ImapSession, folder: str) -> None:
@@ -468,14 +438,13 @@ class ImapRun:
         validity = session.select(folder, readonly=self.dry_run)
         junk = session.with_keyword(JUNK)
         not_junk = session.with_keyword(NOT_JUNK)
-        with self.filter.store.begin(write=False) as tx:
-            if tx.imap_uidvalidity(self.account.name, folder) != validity:
-                return  # renumbered since its pass: next run
-            handled = tx.imap_uids(self.account.name, folder)
+        handled = self.state.keywords(folder, validity)
+        if handled is None:
+            return  # renumbered since its pass: next run
         now = {u: (u in junk) * _JUNK_BIT | (u in not_junk) * _NOT_JUNK_BIT for u in handled}
         gained = {u: now[u] & ~before for u, (_, before) in handled.items() if before is not None}
         changed = {u: handled[u][0] for u, bits in gained.items() if bits}
-        records = self._records(list(set(changed.values())))
+        records = self.state.records(list(set(changed.values())))
         to_ham = [u for u, d in changed.items() if gained[u] & _NOT_JUNK_BIT and _label(records.get(d)) != model.HAM]
         to_spam = [u for u, d in changed.items() if gained[u] == _JUNK_BIT and _label(records.get(d)) != model.SPAM]
         moving = self.account.spam_action == "move"
@@ -487,26 +456,29 @@ class ImapRun:
             elif moving and not is_spam and folder == self.account.spam_folder:
                 target = self.inbox
             for messages in self._fetch(session, sorted(uids)):
-                self._train(is_spam, folder, messages, f"marked {JUNK if is_spam else NOT_JUNK}")
+                self._train(is_spam, folder, messages, f"marked {JUNK if is_spam else NOT_JUNK}", [changed[m.uid] for m in messages])
                 # The other keyword goes, so the message says one thing.
                 self._keywords(session, folder, [m.uid for m in messages], [], [NOT_JUNK if is_spam else JUNK])
                 for m in messages:
                     now[m.uid] &= ~(_NOT_JUNK_BIT if is_spam else _JUNK_BIT)
                 new = [
-                    (m, ImapRecord(digest_bytes(m.raw), label, "user", target, False, _log_odds(records.get(digest_bytes(m.raw)))))
+                    (m, ImapRecord(changed[m.uid], label, "user", target, False, _log_odds(records.get(changed[m.uid]))))
                     for m in messages
                 ]
                 if target == folder:
-                    self._commit(folder, [r for _, r in new])
+                    self.state.commit(folder, [r for _, r in new])
                 else:
                     self._move(session, folder, new)
-        if not self.dry_run:
-            with self.filter.store.begin() as tx:
-                tx.set_imap_keywords(self.account.name, folder, [(u, k) for u, k in now.items() if handled[u][1] != k])
+        self.state.set_keywords(folder, [(u, k) for u, k in now.items() if handled[u][1] != k])
 
 
 _JUNK_BIT = 1
 _NOT_JUNK_BIT = 2
+
+
+def _arrived(moved: Moved, moves: Sequence[tuple[Fetched, ImapRecord]]) -> list[tuple[int, str]]:
+    """(new UID, digest) of the moved messages whose new UID the server told."""
+    return [(moved.uids[m.uid], r.digest) for m, r in moves if m.uid in moved.uids]
 
 
 def _needs_training(record: ImapRecord | None, label: int) -> bool:

@@ -44,7 +44,9 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import BinaryIO, Final, Literal
 
+from spamfilter.counts import Decision
 from spamfilter.errors import MailParseError, MailSourceError
+from spamfilter.headers import FILTER_HEADERS
 
 __all__ = [
     "FILTER_HEADERS",
@@ -57,12 +59,6 @@ __all__ = [
     "read_index",
     "read_messages",
 ]
-
-#: Header fields that spamfilter adds to a message when it filters it. They are
-#: left out of a message's digest, so a message that went through the filter
-#: keeps the identity it had before; the tokenizer should skip them too, or the
-#: filter would learn from its own verdicts.
-FILTER_HEADERS: Final = ("X-Spam-Status", "X-Spam-Score", "X-Spam-Flag")
 
 #: The path that means "one message on standard input", and that message's source.
 STDIN_SOURCE: Final = "-"
@@ -163,17 +159,22 @@ class MailItem:
         The message bytes. For a message split out of an mbox the envelope
         (``From ``) line is removed and mboxrd quoting undone; otherwise the
         bytes are exactly those stored.
+    known_digest : str or None
+        ``digest_bytes(raw)`` when the reader has computed it already (the
+        IMAP sync looks messages up by digest before it classifies them),
+        so that no message is hashed twice.
     """
 
     source: str
     # Left out of repr: a message can be megabytes, and items end up in
     # assertion messages and tracebacks.
     raw: bytes = field(repr=False)
+    known_digest: str | None = field(default=None, repr=False, compare=False)
 
     @property
     def digest(self) -> str:
         """The message's identity, ``digest_bytes(self.raw)``."""
-        return digest_bytes(self.raw)
+        return self.known_digest if self.known_digest is not None else digest_bytes(self.raw)
 
 
 class NestingTooDeepDefect(email.errors.MessageDefect):
@@ -858,25 +859,25 @@ def filtered_pieces(raw: bytes, fields: Sequence[tuple[str, str]]) -> list[bytes
     return pieces
 
 
-def filter_fields(verdict: str, score: float, log_odds: float, event_model: str) -> list[tuple[str, str]]:
-    """The `FILTER_HEADERS` fields a filtered message gets for a verdict
-    ("spam", "ham" or "unsure"), P(spam) ``score`` and ``log_odds``: what
-    both ``spamfilter filter`` and the daemon's PROCESS write.
+def filter_fields(verdict: Decision, score: float, log_odds: float, event_model: str) -> list[tuple[str, str]]:
+    """The `FILTER_HEADERS` fields a filtered message gets for a verdict,
+    P(spam) ``score`` and ``log_odds``: what both ``spamfilter filter`` and
+    the daemon's PROCESS write.
 
     Examples
     --------
-    >>> filter_fields("ham", 0.01, -4.59512, "multinomial-binary")[1]
+    >>> filter_fields(Decision.HAM, 0.01, -4.59512, "multinomial-binary")[1]
     ('X-Spam-Score', '0.010000')
     """
     fields = [
         (
             "X-Spam-Status",
-            f"{'Yes' if verdict == 'spam' else 'No'}, verdict={verdict} "
+            f"{'Yes' if verdict is Decision.SPAM else 'No'}, verdict={verdict} "
             f"score={score:.6f} log_odds={log_odds:+.4f} model={event_model}",
         ),
         ("X-Spam-Score", f"{score:.6f}"),
     ]
-    if verdict == "spam":
+    if verdict is Decision.SPAM:
         fields.append(("X-Spam-Flag", "YES"))
     return fields
 

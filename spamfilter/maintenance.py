@@ -22,7 +22,7 @@ from typing import BinaryIO, TextIO
 import numpy as np
 
 from spamfilter import model
-from spamfilter.counts import ClassCounts, IntArray, TokenCounts
+from spamfilter.counts import ClassCounts, IntArray, Label, TokenCounts
 from spamfilter.errors import CountsFileError
 from spamfilter.store import Store
 
@@ -84,9 +84,9 @@ class Maintenance:
                 for label in (model.HAM, model.SPAM):
                     docs, terms = row[label], row[2 + label]
                     if docs > terms or (docs == 0) != (terms == 0):
-                        uneven.add(f"token {token!r}: {_CLASS[label]} messages {docs}, occurrences {terms}")
+                        uneven.add(f"token {token!r}: {Label(label).decision} messages {docs}, occurrences {terms}")
                     if docs > messages[label]:
-                        beyond.add(f"token {token!r} is in {docs} {_CLASS[label]} messages of {messages[label]}")
+                        beyond.add(f"token {token!r} is in {docs} {Label(label).decision} messages of {messages[label]}")
                 if exact:
                     expected = per_token.pop(token, None)
                     if expected != row:
@@ -95,11 +95,11 @@ class Maintenance:
                 differ.add(f"token {token!r}: not stored, ledger {expected}")
         stored = np.stack([totals.messages, totals.terms, totals.binary_terms])
         negative.extend(
-            f"class_totals {_CLASS[c]} {name} is {int(stored[i, c])}"
+            f"class_totals {Label(c).decision} {name} is {int(stored[i, c])}"
             for i, name in enumerate(_TOTAL_NAMES) for c in (0, 1) if stored[i, c] < 0
         )
         for c in (0, 1):
-            negative.extend(f"doc_histogram {_CLASS[c]} count {k} has {n} tokens" for k, n in totals.histogram[c].tolist() if n < 0)
+            negative.extend(f"doc_histogram {Label(c).decision} count {k} has {n} tokens" for k, n in totals.histogram[c].tolist() if n < 0)
         token_sums = np.array([[sums[2], sums[3]], [sums[0], sums[1]]], dtype=np.int64)
         items = [
             negative.item("no count is negative"),
@@ -249,7 +249,6 @@ class Maintenance:
 
 # -- check results, the counts file format --------------------------------------
 
-_CLASS: dict[int, str] = {model.HAM: "ham", model.SPAM: "spam"}
 _TOTAL_NAMES = ("messages", "terms", "binary_terms")
 
 #: First line of a counts file (``Maintenance.export_counts``); "v1" is the format version.
@@ -359,7 +358,7 @@ class _Findings:
 def _compare_item(name: str, stored: IntArray, expected: IntArray, what: str, *, names: Sequence[str]) -> CheckItem:
     """Compare (k, 2) stored class totals with what they should be."""
     problems = tuple(
-        f"{_CLASS[c]} {row}: stored {int(stored[i, c])}, {what} {int(expected[i, c])}"
+        f"{Label(c).decision} {row}: stored {int(stored[i, c])}, {what} {int(expected[i, c])}"
         for i, row in enumerate(names) for c in (0, 1) if stored[i, c] != expected[i, c]
     )
     return CheckItem(name, "failed" if problems else "ok", problems)
@@ -372,7 +371,7 @@ def _histogram_item(stored: tuple[IntArray, IntArray], counted: tuple[Counter[in
         have = {int(k): int(n) for k, n in stored[c].tolist() if n != 0}
         for k in sorted(set(have) | set(counted[c])):
             if have.get(k, 0) != counted[c].get(k, 0):
-                problems.append(f"{_CLASS[c]}, tokens in {k} messages: stored {have.get(k, 0)}, counted {counted[c].get(k, 0)}")
+                problems.append(f"{Label(c).decision}, tokens in {k} messages: stored {have.get(k, 0)}, counted {counted[c].get(k, 0)}")
     findings = _Findings()
     findings.extend(problems)
     return findings.item("doc_histogram = recount from the tokens")
@@ -380,7 +379,9 @@ def _histogram_item(stored: tuple[IntArray, IntArray], counted: tuple[Counter[in
 
 def escape_token(text: str) -> str:
     """A token (or owner) as written in a counts file: backslash, tab, newline
-    and carriage return escaped, and a leading "#" (which would read as a comment)."""
+    and carriage return escaped, and a leading "#" (which would read as a comment).
+
+    Not the ledger's escape in store.py, whose comment says why the two differ."""
     out = text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
     return "\\" + out if out.startswith("#") else out
 
@@ -504,9 +505,9 @@ class _CountsReader:
         for c in (0, 1):
             docs, terms = counts[c], counts[2 + c]
             if docs > terms or (docs == 0) != (terms == 0):
-                raise self.fail(f"{_CLASS[c]}: {docs} messages but {terms} occurrences")
+                raise self.fail(f"{Label(c).decision}: {docs} messages but {terms} occurrences")
             if docs > self.totals[0, c]:
-                raise self.fail(f"the token is in {docs} {_CLASS[c]} messages, the totals line has {int(self.totals[0, c])}")
+                raise self.fail(f"the token is in {docs} {Label(c).decision} messages, the totals line has {int(self.totals[0, c])}")
         if counts[0] == 0 and counts[1] == 0:
             raise self.fail("the token is in no message")
         for c in (0, 1):
@@ -524,7 +525,7 @@ class _CountsReader:
             for c in (0, 1):
                 if self.sums[i - 1][c] != self.totals[i, c]:
                     raise self.fail(
-                        f"the token lines add up to {self.sums[i - 1][c]} {_CLASS[c]} {name}, the totals line says "
+                        f"the token lines add up to {self.sums[i - 1][c]} {Label(c).decision} {name}, the totals line says "
                         f"{int(self.totals[i, c])} (a truncated or edited file)"
                     )
         return self.totals

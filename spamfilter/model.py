@@ -58,11 +58,13 @@ from scipy.special import expit
 from spamfilter.counts import HAM as HAM
 from spamfilter.counts import SPAM as SPAM
 from spamfilter.counts import IntArray as IntArray
+from spamfilter.counts import UNSURE_CODE
 from spamfilter.counts import TokenCounts as TokenCounts
 from spamfilter.counts import Totals as Totals
+from spamfilter.config import counts_occurrences, has_absent_term
 from spamfilter.errors import NotTrainedError
 
-UNSURE = 2
+UNSURE = UNSURE_CODE
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -140,7 +142,7 @@ def estimate(event_model: str, counts: TokenCounts, stats: Totals, alpha: float)
     """Smoothed parameters for the m columns of ``counts`` (see module docstring)."""
     prior = log_prior(stats)
     log_theta = token_log_likelihood(event_model, counts, stats, alpha)
-    if event_model == "bernoulli":
+    if has_absent_term(event_model):
         d = stats.messages.astype(np.float64)[:, None]
         log_one_minus = np.log(d - counts.doc_count + alpha) - np.log(d + 2 * alpha)
         return NBParams(
@@ -149,7 +151,7 @@ def estimate(event_model: str, counts: TokenCounts, stats: Totals, alpha: float)
             log_prior=prior,
             binary=True,
         )
-    return NBParams(weight=log_theta, bias=prior, log_prior=prior, binary=event_model == "multinomial-binary")
+    return NBParams(weight=log_theta, bias=prior, log_prior=prior, binary=not counts_occurrences(event_model))
 
 
 def joint_log_likelihood(

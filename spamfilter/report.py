@@ -31,7 +31,8 @@ import numpy.typing as npt
 from scipy.special import expit
 
 from spamfilter import plots
-from spamfilter.config import ModelConfig
+from spamfilter.config import ModelConfig, counts_occurrences
+from spamfilter.counts import Decision
 from spamfilter.errors import NotTrainedError, ScoresFileError
 from spamfilter.evaluation import error_rates, lam_pct, roc_area, sm_at_hm
 from spamfilter.service import Filter, Stats, TrainedDay, WordScore
@@ -99,7 +100,7 @@ def read_scores(path: Path) -> ScoreSample:
     )
 
 
-_VERDICTS = frozenset({"spam", "ham", "unsure"})
+_VERDICTS = frozenset(d.value for d in Decision)
 
 
 def _jsonl_rows(path: Path, lines: list[tuple[int, str]]) -> tuple[list[float], list[bool] | None, list[str] | None]:
@@ -137,9 +138,9 @@ def _tsv_rows(path: Path, lines: list[tuple[int, str]]) -> tuple[list[float], li
             odds.append(float(fields[at["log_odds"]]))
             if "gold" in at:
                 label = fields[at["gold"]]
-                if label not in ("spam", "ham"):
+                if label not in (Decision.SPAM, Decision.HAM):
                     raise ValueError
-                gold.append(label == "spam")
+                gold.append(label == Decision.SPAM)
             if "verdict" in at and fields[at["verdict"]] in _VERDICTS:
                 verdicts.append(fields[at["verdict"]])
         except ValueError:
@@ -315,7 +316,7 @@ def _top_words(d: ReportData) -> str:
     if d.not_trained is not None:
         out.append(f'<p class="note">No top words: {_e(d.not_trained)}.</p></section>')
         return "".join(out)
-    count = "messages containing it" if d.model.event_model != "multinomial" else "its occurrences"
+    count = "its occurrences" if counts_occurrences(d.model.event_model) else "messages containing it"
     out.append(
         f"<p>Score = log P(token|class) &minus; log P(token|other class) under the {_e(d.model.event_model)} model "
         f"with alpha {d.model.alpha:g}; tokens with fewer than {d.min_count} counts ({count}, both classes together) "
@@ -343,7 +344,7 @@ def _scores(d: ReportData) -> str:
     parts = [f"{odds.size} messages from <code>{_e(sample.path)}</code>"]
     if sample.verdicts is not None:
         v = np.array(sample.verdicts)
-        parts.append(", ".join(f"{int((v == name).sum())} {name}" for name in ("spam", "unsure", "ham")))
+        parts.append(", ".join(f"{int((v == name).sum())} {name}" for name in (Decision.SPAM, Decision.UNSURE, Decision.HAM)))
     parts.append(f"median log-odds {float(np.median(odds)):.2f}")
     out.append("<p>" + "; ".join(parts) + ".</p>")
     png = plots.log_odds_histogram_png(odds, sample.is_spam, d.thresholds, Path(sample.path).name)

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import date
+from enum import StrEnum
 from itertools import chain, islice
 from typing import TypeVar
 
@@ -35,8 +36,8 @@ from spamfilter.analysis import Analysed as _Analysed
 from spamfilter.analysis import Analyser, analyse
 from spamfilter.analysis import Refusal as Refusal
 from spamfilter.cache import CacheKey, CountCache, ModelView
-from spamfilter.config import Config, default_db_url, default_location_url
-from spamfilter.counts import ClassCounts, IntArray, Label, TokenCounts, Totals
+from spamfilter.config import Config, counts_occurrences, default_db_url, default_location_url, has_absent_term
+from spamfilter.counts import ClassCounts, Decision, IntArray, Label, TokenCounts, Totals
 from spamfilter.errors import MailParseError, NotTrainedError, StoreBusyError, StoreConflict
 from spamfilter.mail import MailItem, parse_message
 from spamfilter.store import CountsWritten, Store, StoreTransaction
@@ -47,23 +48,20 @@ T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
-VERDICT_NAMES = {model.HAM: "ham", model.SPAM: "spam", model.UNSURE: "unsure"}
-
-
 @dataclass(frozen=True, slots=True)
 class Verdict:
     """The filter's answer for one message.
 
     score: P(spam|x) in [0, 1]; rounds to 1.0 for most spam, so rank by log_odds.
     log_odds: log P(spam|x) - log P(ham|x).
-    verdict: "spam", "ham" or "unsure".
+    verdict: spam, ham or unsure.
     """
 
     source: str
     digest: str
     score: float
     log_odds: float
-    verdict: str
+    verdict: Decision
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +116,12 @@ class Stats:
     user: str = ""
 
 
-TRAIN_MODES = ("teft", "toe", "tune")
+class TrainMode(StrEnum):
+    """Which messages an online run trains on (``Filter.learn_online``)."""
+
+    teft = "teft"  # every message: train on everything
+    toe = "toe"  # train on error: misfiled or unsure
+    tune = "tune"  # errors, and messages near a decision bound
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,7 +187,7 @@ class Explanation:
 
     source: str
     digest: str
-    verdict: str
+    verdict: Decision
     score: float
     log_odds: float
     prior: float
@@ -276,7 +279,7 @@ class Filter:
         processes. ``write_deadline`` overrides the config's (``filter``
         passes 0).
         """
-        url = url or config.store.url or default_db_url()
+        url, at_default = _database(url, config)
         owner = config.store.user if user is None else user
         deadline = config.store.write_deadline if write_deadline is None else write_deadline
 
@@ -286,7 +289,7 @@ class Filter:
                 busy_timeout=config.store.busy_timeout,
                 owner=owner,
                 create=create,
-                create_dirs=create_dirs or url == default_location_url(),
+                create_dirs=create_dirs or at_default,
             )
 
         return cls(_retrying(opened, deadline), config, jobs=jobs, write_deadline=deadline)
@@ -481,7 +484,7 @@ class Filter:
                     counts = counts + reader.token_counts(missing, owner=other)
                 self.cache.add(missing, counts)
         held = self.cache.rows()
-        binary = self.config.model.event_model != "multinomial"
+        binary = not counts_occurrences(self.config.model.event_model)
         X, ids = indexed_matrix(docs, self.cache.index, held.known(), binary=binary)
         token_counts = held.take(ids)
         params = model.estimate(self.config.model.event_model, token_counts, view.totals, self.config.model.alpha)
@@ -520,7 +523,7 @@ class Filter:
         merged = Totals(
             mine.classes + shared.classes,
             reader.vocabulary_size([reader.owner, ""]),
-            mine.histogram,  # not used by the multinomial models "merge" allows
+            mine.histogram,  # unused: config.has_absent_term rules out "merge" for models that read it
         )
         return merged, (reader.owner, "")
 
@@ -531,7 +534,7 @@ class Filter:
         probability = model.spam_probability(odds)
         decision = model.decide(odds, self.thresholds)
         return [
-            Verdict(a.item.source, a.digest, float(p), float(lo), VERDICT_NAMES[int(v)])
+            Verdict(a.item.source, a.digest, float(p), float(lo), Decision.of_code(int(v)))
             for a, p, lo, v in zip(analysed, probability, odds, decision)
         ]
 
@@ -541,7 +544,7 @@ class Filter:
         self,
         labelled: Iterable[tuple[bool, MailItem]],
         *,
-        train_mode: str = "teft",
+        train_mode: TrainMode = TrainMode.teft,
         margin: float = 1.0,
     ) -> Iterator[OnlineStep]:
         """Classify each message, then train on its true label (the TREC
@@ -553,8 +556,7 @@ class Filter:
         has both classes a message gets score 0.5, log-odds 0 and "unsure".
         Each message is parsed and tokenized once for both steps.
         """
-        if train_mode not in TRAIN_MODES:
-            raise ValueError(f"unknown train mode {train_mode!r}")
+        train_mode = TrainMode(train_mode)
         # Reading the next message overlaps with scoring and training this
         # one when jobs > 1; classify_seconds is then the wall time from one
         # step to the next verdict, waiting for the readers included.
@@ -571,11 +573,11 @@ class Filter:
                 try:
                     verdict = self._score([analysed], tx)[0]
                 except NotTrainedError:
-                    verdict = Verdict(analysed.item.source, analysed.digest, 0.5, 0.0, "unsure")
+                    verdict = Verdict(analysed.item.source, analysed.digest, 0.5, 0.0, Decision.UNSURE)
                 classified = time.perf_counter()
-                wrong = verdict.verdict != ("spam" if is_spam else "ham")
+                wrong = verdict.verdict != label.decision
                 near = min(abs(verdict.log_odds - self.thresholds.ham_max), abs(verdict.log_odds - self.thresholds.spam_min)) < margin
-                train = train_mode == "teft" or wrong or (train_mode == "tune" and near)
+                train = train_mode is TrainMode.teft or wrong or (train_mode is TrainMode.tune and near)
                 if train:
                     self._train_batch(tx, [(label, analysed)], relabel=False)
             yield OnlineStep(is_spam, verdict, train, classified - started, time.perf_counter() - classified)
@@ -608,7 +610,7 @@ class Filter:
 
     def _shown_counts(self, counts: TokenCounts) -> IntArray:
         """The (2, m) counts the configured event model estimates from."""
-        return counts.term_count if self.config.model.event_model == "multinomial" else counts.doc_count
+        return counts.term_count if counts_occurrences(self.config.model.event_model) else counts.doc_count
 
     def top_words(self, n: int = 30, *, spam: bool = True, min_count: int = 5) -> list[WordScore]:
         """The ``n`` tokens the model ties most strongly to spam (or ham), best first.
@@ -631,7 +633,7 @@ class Filter:
             model.log_prior(stats)  # NotTrainedError without both classes
             # The vocabulary streams by in token order, a chunk at a time;
             # only the best n so far are kept, so memory stays small.
-            chunks = reader.iter_frequent_tokens(min_count, occurrences=m.event_model == "multinomial", owners=owners)
+            chunks = reader.iter_frequent_tokens(min_count, occurrences=counts_occurrences(m.event_model), owners=owners)
             for token_list, counts in chunks:
                 log_theta = model.token_log_likelihood(m.event_model, counts, stats, m.alpha)
                 score = log_theta[model.SPAM] - log_theta[model.HAM]
@@ -673,14 +675,14 @@ class Filter:
             for j, token in enumerate(self.cache.tokens[i] for i in fitted.ids.tolist())
         ]
         absent = 0
-        if m.event_model == "bernoulli":
+        if has_absent_term(m.event_model):
             absent = fitted.stats.vocabulary_size - int(terms.used.sum())
             contributions.append(Contribution(None, terms.absent, None, None))
         contributions.sort(key=lambda c: (-abs(c.contribution), c.token or ""))
         return Explanation(
             source=item.source,
             digest=item.digest,
-            verdict=VERDICT_NAMES[int(model.decide(odds, self.thresholds)[0])],
+            verdict=Decision.of_code(int(model.decide(odds, self.thresholds)[0])),
             score=float(model.spam_probability(odds)[0]),
             log_odds=float(odds[0]),
             prior=terms.prior,
@@ -800,18 +802,28 @@ class _Delta:
         return tx.add_counts_clipped(token_list, delta, classes)
 
 
-def upgrade_database(
-    url: str, *, busy_timeout: float = 30.0, write_deadline: float = 0.0, create_dirs: bool = True
-) -> tuple[str | None, str | None]:
-    """Bring the database at ``url`` to the current schema; (revision before, after).
+def _database(url: str | None, config: Config) -> tuple[str, bool]:
+    """The database to open: ``url`` (``--db``), else the config's, else
+    `default_db_url`; and whether it is the default location, whose folders
+    are created on first use."""
+    chosen = url or config.store.url or default_db_url()
+    return chosen, chosen == default_location_url()
 
-    Tried again while the database is busy, for up to ``write_deadline``
-    seconds. A missing SQLite file is created, in a missing folder only
-    with ``create_dirs``."""
-    store = Store.open(url, busy_timeout=busy_timeout, upgrade_new=False, check=False, create_dirs=create_dirs)
+
+def upgrade_database(config: Config, url: str | None = None, *, create_dirs: bool = False) -> tuple[str | None, str | None]:
+    """Bring the database (chosen as `Filter.open` does) to the current
+    schema; (revision before, after).
+
+    Tried again while the database is busy, for up to the config's
+    ``write_deadline`` seconds. A missing SQLite file is created, in a missing
+    folder only with ``create_dirs`` or at the default location."""
+    url, at_default = _database(url, config)
+    store = Store.open(
+        url, busy_timeout=config.store.busy_timeout, upgrade_new=False, check=False, create_dirs=create_dirs or at_default
+    )
     try:
         before = store.schema_revision()
-        _retrying(store.upgrade, write_deadline)
+        _retrying(store.upgrade, config.store.write_deadline)
         return before, store.schema_revision()
     finally:
         store.close()

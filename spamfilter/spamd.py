@@ -37,6 +37,7 @@ import socket
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from spamfilter.counts import Decision
 from spamfilter.errors import ProtocolError
 
 #: The protocol version the server answers with.
@@ -84,6 +85,7 @@ _COMMAND_RE = re.compile(r"([A-Z_]+) SPAMC/(\d{1,3}\.\d{1,3})")
 # Unix user names, and mail addresses for servers that key users by them.
 _USER_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._@+-]{0,63}")
 _TARGETS = ("local", "remote")
+_DECISIONS = frozenset(d.value for d in Decision)
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,10 +181,10 @@ def _number(x: float) -> str:
     return f"{min(max(x, -1e9), 1e9):.4f}"
 
 
-def verdict_headers(verdict: str, score: float, log_odds: float, threshold: float) -> list[tuple[str, str]]:
+def verdict_headers(verdict: Decision, score: float, log_odds: float, threshold: float) -> list[tuple[str, str]]:
     """The ``Spam`` line (see the module docstring for the mapping) and the
     ``Verdict``, ``Probability`` and ``Log-odds`` headers."""
-    is_spam = "True" if verdict == "spam" else "False"
+    is_spam = "True" if verdict is Decision.SPAM else "False"
     return [
         ("Spam", f"{is_spam} ; {_number(log_odds)} / {_number(threshold)}"),
         ("Verdict", verdict),
@@ -332,7 +334,7 @@ class RemoteVerdict:
     """A server's verdict on a message, and for PROCESS the message as
     filtered (None for CHECK)."""
 
-    verdict: str
+    verdict: Decision
     score: float
     log_odds: float
     message: bytes | None
@@ -346,7 +348,7 @@ def classify_remote(address: Address, message: bytes, *, user: str | None, filte
     if reply.code != EX_OK:
         raise ProtocolError(f"server answered {reply.code} {EX_NAMES.get(reply.code, '')}".rstrip(), reply.code)
     verdict = reply.headers.get("verdict")
-    if verdict not in ("spam", "ham", "unsure") or "spam" not in reply.headers:
+    if verdict not in _DECISIONS or "spam" not in reply.headers:
         raise ProtocolError("the server did not scan the message")
     try:
         score, log_odds = float(reply.headers["probability"]), float(reply.headers["log-odds"])
@@ -354,4 +356,4 @@ def classify_remote(address: Address, message: bytes, *, user: str | None, filte
         raise ProtocolError("the server's verdict has no probability or log-odds") from None
     if filtered and "content-length" not in reply.headers:
         raise ProtocolError("the server's reply has no message")
-    return RemoteVerdict(verdict, score, log_odds, reply.body if filtered else None)
+    return RemoteVerdict(Decision(verdict), score, log_odds, reply.body if filtered else None)

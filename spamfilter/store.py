@@ -200,6 +200,15 @@ class ImapRecord:
 # A token is free text to the store: escape backslash, newline and NUL so
 # one line holds one token (in the first ledger format tabs needed no escape,
 # as the count followed the last tab on its line).
+#
+# The counts file of ``db export`` (maintenance.escape_token) escapes a
+# different set on purpose. This one is part of what databases already hold,
+# so it cannot change, and escapes NUL, the ledger's own separator; it is on
+# the training path, so a message is escaped only when a token needs it; and
+# it reads any unknown escape as the character itself. The counts file is
+# text a person may edit: tab separates its fields, carriage return and a
+# leading "#" would be lost to text tools and comments, and an unknown
+# escape there is a mistake to report.
 _ESCAPE_SEQUENCE = re.compile(r"\\(.)", re.DOTALL)
 
 

@@ -143,6 +143,26 @@ def test_classify_and_move_from_training_folders(dovecot_server: Dovecot, sample
     assert snapshot(dovecot_server, user, FOLDERS) == before
 
 
+def test_each_message_is_digested_once(dovecot_server: Dovecot, sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import spamfilter.imapsync
+    import spamfilter.mail
+
+    hashed: Counter[bytes] = Counter()
+
+    def counting(raw: bytes) -> str:
+        hashed[raw] += 1
+        return digest_bytes(raw)
+
+    monkeypatch.setattr(spamfilter.imapsync, "digest_bytes", counting)
+    monkeypatch.setattr(spamfilter.mail, "digest_bytes", counting)
+    user = setup_mailbox(dovecot_server, sample)
+    summary = run(account_config(dovecot_server, user), f"sqlite:///{tmp_path / 'sf.db'}", monkeypatch, user)
+    assert summary.moved > 0
+    everything = sample.train_spam + sample.train_ham + sample.inbox
+    # The server stores the messages with CRLF line ends: count, not compare, them.
+    assert sorted(hashed.values()) == [1] * len(everything)
+
+
 def test_learns_from_what_the_user_moves(dovecot_server: Dovecot, sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     user = setup_mailbox(dovecot_server, sample)
     config = account_config(dovecot_server, user)

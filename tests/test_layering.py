@@ -6,16 +6,18 @@ import. A module without a row fails, so a new module has to be placed in a
 layer before it can go in. From the bottom up:
 
 0. ``errors``; ``config`` (errors only); ``counts`` (the count types that
-   cross from store to model; nothing).
+   cross from store to model; nothing); ``headers`` (the header fields the
+   filter writes, which mail and tokenizer both know; nothing).
 1. Leaves: ``mail``, ``tokenizer``, ``vectorizer``, ``model``, ``store``,
    ``imap``, ``plots``, ``cache``, ``spamd`` (the spamd protocol, standard
    library only) import only errors, config and counts,
    never each other; ``model`` does no I/O; only ``store`` imports SQLAlchemy.
 2. ``analysis`` (reading mail, here or in worker processes) over mail,
    tokenizer and vectorizer; ``service`` over it, the cache and the leaves
-   (``maintenance`` beside it);
+   (``maintenance`` and ``imapstate``, the IMAP sync's records and
+   transactions, beside it);
    ``evaluation`` over service and the leaves; ``imapsync`` over service,
-   imap and the leaves; ``daemon`` over service and spamd; ``report`` over
+   imapstate, imap and the leaves but store; ``daemon`` over service and spamd; ``report`` over
    evaluation, service and plots.
 3. ``cli`` over everything but ``store`` and ``model``; ``__main__`` runs cli.
 """
@@ -30,7 +32,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "spamfilter"
 
-BASE = frozenset({"errors", "config", "counts"})
+BASE = frozenset({"errors", "config", "counts", "headers"})
 LEAVES = frozenset({"mail", "tokenizer", "vectorizer", "model", "store", "imap", "plots", "cache", "spamd"})
 _SERVICE = BASE | {"mail", "tokenizer", "vectorizer", "model", "store", "cache", "analysis"}
 
@@ -40,13 +42,17 @@ ALLOWED: dict[str, frozenset[str]] = {
     "errors": frozenset(),
     "config": frozenset({"errors"}),
     "counts": frozenset(),
+    "headers": frozenset(),
     **{leaf: BASE for leaf in LEAVES},
     "analysis": BASE | {"mail", "tokenizer", "vectorizer"},
     "service": _SERVICE,
     # Beside service: may use it, never the reverse.
     "maintenance": BASE | {"store", "model", "service"},
     "evaluation": _SERVICE | {"service"},
-    "imapsync": _SERVICE | {"service", "imap"},
+    # Beside service, like maintenance: the IMAP sync's state, its transactions.
+    "imapstate": BASE | {"store", "service"},
+    # The IMAP sync reaches the store only through imapstate.
+    "imapsync": (_SERVICE - {"store"}) | {"service", "imap", "imapstate"},
     "daemon": _SERVICE | {"service", "spamd"},
     "report": BASE | {"service", "evaluation", "plots"},
     "cli": BASE | {"mail", "service", "maintenance", "evaluation", "imapsync", "report", "plots", "daemon", "spamd"},
@@ -172,3 +178,10 @@ def test_maintenance_may_use_service_but_not_evaluation(tmp_path: Path) -> None:
     with (copy / "maintenance.py").open("a", encoding="utf-8") as f:
         f.write("from spamfilter.evaluation import run_online\n")
     assert violations(copy) == [f"{Path('spamfilter', 'maintenance.py')}: maintenance may not import evaluation"]
+
+
+def test_imapsync_reaches_the_store_only_through_imapstate(tmp_path: Path) -> None:
+    copy = _copy_package(tmp_path)
+    with (copy / "imapsync.py").open("a", encoding="utf-8") as f:
+        f.write("from spamfilter.store import ImapRecord\n")
+    assert violations(copy) == [f"{Path('spamfilter', 'imapsync.py')}: imapsync may not import store"]

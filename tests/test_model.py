@@ -291,3 +291,20 @@ def test_min_evidence_drops_weak_tokens_before_tempering() -> None:
     jll = model.joint_log_likelihood(X, params, tempering=0.5)
     expected = np.log(0.5) + np.array([-4.0, -4.5]) / np.sqrt(3.0)
     assert jll[0].tolist() == pytest.approx(expected.tolist(), rel=1e-12)
+
+
+def test_decide_codes_name_the_verdicts_and_the_labels() -> None:
+    from spamfilter.counts import Decision, Label
+
+    codes = model.decide(np.array([-5.0, 0.0, 5.0]), model.Thresholds(ham_max=-1.0, spam_min=1.0))
+    assert [Decision.of_code(int(c)) for c in codes] == [Decision.HAM, Decision.UNSURE, Decision.SPAM]
+    assert [label.decision for label in Label] == [Decision.HAM, Decision.SPAM]
+    assert [d.code for d in Decision] == [Label.HAM, Label.SPAM, model.UNSURE]
+    assert f"{Decision.UNSURE:<7}|" == "unsure |"
+
+
+def test_the_event_models_differ_in_what_they_count_and_whether_absent_tokens_count() -> None:
+    from spamfilter.config import EVENT_MODELS, counts_occurrences, has_absent_term
+
+    assert [m for m in EVENT_MODELS if counts_occurrences(m)] == ["multinomial"]
+    assert [m for m in EVENT_MODELS if has_absent_term(m)] == ["bernoulli"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import tomllib
 from pathlib import Path
 
@@ -214,3 +215,13 @@ def test_tune_refuses_to_write_what_a_small_tail_cannot_decide(tmp_path: Path) -
     result = CliRunner().invoke(app, ["--config", str(config), "tune", "--index", str(index), "--model", "multinomial-binary", "--alpha", "1", "--tempering", "0.5"])
     assert result.exit_code == 0
     assert len(result.stdout.splitlines()) == 1 + 3 * 2  # header, min_evidence 0, 2, 3 with bigrams on and off
+
+
+def test_cutoffs_as_probabilities_read_back_as_the_same_log_odds() -> None:
+    from spamfilter.evaluation import Cutoffs
+    from spamfilter.model import thresholds_from_cutoffs
+
+    ham_cutoff, spam_cutoff = Cutoffs(ham_max=-2.5, spam_min=4.0, loss=0.0).probabilities()
+    assert (ham_cutoff, spam_cutoff) == pytest.approx((1 / (1 + math.exp(2.5)), 1 / (1 + math.exp(-4.0))), rel=1e-15)
+    back = thresholds_from_cutoffs(ham_cutoff, spam_cutoff)
+    assert (back.ham_max, back.spam_min) == pytest.approx((-2.5, 4.0), rel=1e-12)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 from collections.abc import Iterator
@@ -12,6 +13,7 @@ import typer
 
 from spamfilter.cli import app, delivery, exitcodes, fail, state
 from spamfilter.cli._common import Jobs, is_tty_stdin, open_filter, progress, report_refusals
+from spamfilter.counts import Decision
 from spamfilter.errors import ProtocolError
 from spamfilter.mail import STDIN_SOURCE, MailItem, filter_fields, filtered_pieces, read_index, read_messages
 from spamfilter.service import Refusal, Verdict
@@ -57,7 +59,7 @@ def classify(
     items: Iterator[MailItem] = read_messages(sources) if sources else iter(())
     if index is not None:
         indexed = (item for _, item in read_index(index))
-        items = _chain(items, indexed) if sources else indexed
+        items = itertools.chain(items, indexed) if sources else indexed
     refused: list[Refusal] = []
     # A progress bar only when the verdicts go to a file or a pipe: on a
     # terminal the verdict lines are the progress.
@@ -73,12 +75,8 @@ def classify(
     raise typer.Exit(report_refusals(refused))
 
 
-def _chain(*streams: Iterator[MailItem]) -> Iterator[MailItem]:
-    for stream in streams:
-        yield from stream
 
-
-_VERDICT_EXIT = {"spam": exitcodes.SPAM, "ham": exitcodes.HAM, "unsure": exitcodes.UNSURE}
+_VERDICT_EXIT = {Decision.SPAM: exitcodes.SPAM, Decision.HAM: exitcodes.HAM, Decision.UNSURE: exitcodes.UNSURE}
 
 
 @app.command(name="filter")

@@ -15,7 +15,6 @@ import typer
 
 from spamfilter.cli import app, exitcodes, fail, state
 from spamfilter.cli._common import TableOrJson, is_tty_stdin, open_filter
-from spamfilter.config import default_db_url, default_location_url
 from spamfilter.errors import StoreInconsistent
 from spamfilter.maintenance import Maintenance, read_counts_lines
 from spamfilter.service import upgrade_database
@@ -60,13 +59,7 @@ def upgrade(ctx: typer.Context) -> None:
     Example: spamfilter --db sqlite:///tokens.db db upgrade
     """
     s = state(ctx)
-    url = s.db_url or s.config.store.url or default_db_url()
-    before, after = upgrade_database(
-        url,
-        busy_timeout=s.config.store.busy_timeout,
-        write_deadline=s.config.store.write_deadline,
-        create_dirs=s.create_dirs or url == default_location_url(),
-    )
+    before, after = upgrade_database(s.config, s.db_url, create_dirs=s.create_dirs)
     if before == after:
         typer.echo(f"schema already at revision {after}")
     else:

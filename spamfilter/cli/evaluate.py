@@ -15,7 +15,9 @@ import typer
 from spamfilter.cli import app, exitcodes, state
 from spamfilter.cli._common import Jobs, TableOrJson, default_jobs, index_length, progress
 from spamfilter.evaluation import EvalReport, Scored, run_cross_validation, run_online
+from spamfilter.counts import Label
 from spamfilter.mail import read_index
+from spamfilter.service import TrainMode
 
 
 class Protocol(str, Enum):
@@ -23,18 +25,12 @@ class Protocol(str, Enum):
     cv = "cv"
 
 
-class TrainMode(str, Enum):
-    teft = "teft"
-    toe = "toe"
-    tune = "tune"
-
-
 def write_scores(path: Path, scored: list[Scored]) -> None:
     """One TSV row per judged message: source, gold, score, log_odds, verdict."""
     with open(path, "w", encoding="utf-8") as fh:
         fh.write("source\tgold\tscore\tlog_odds\tverdict\n")
         for s in scored:
-            gold = "spam" if s.is_spam else "ham"
+            gold = Label.of(s.is_spam).decision
             fh.write(f"{s.source}\t{gold}\t{s.score!r}\t{s.log_odds!r}\t{s.verdict}\n")
 
 
@@ -110,7 +106,7 @@ def evaluate(
     labelled = read_index(index)
     if protocol is Protocol.online:
         report, scored = run_online(
-            s.config, progress(labelled, "evaluating", total), train_mode=train_mode.value, url=s.db_url,
+            s.config, progress(labelled, "evaluating", total), train_mode=train_mode, url=s.db_url,
             jobs=default_jobs() if jobs is None else jobs,
         )
     else:

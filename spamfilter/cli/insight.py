@@ -17,6 +17,7 @@ import typer
 
 from spamfilter.cli import app, exitcodes, fail
 from spamfilter.cli._common import TableOrJson, is_tty_stdin, open_filter
+from spamfilter.counts import Decision
 from spamfilter.mail import STDIN_SOURCE, read_messages
 from spamfilter.report import collect, printable, read_scores, render
 from spamfilter.service import Explanation, WordScore
@@ -126,7 +127,7 @@ def explanation_json(e: Explanation) -> str:
 def explanation_lines(e: Explanation, *, colour: bool = False) -> list[str]:
     """``explain``'s table for people."""
     token_sum = sum(c.contribution for c in e.tokens)
-    verdict = e.verdict if not colour else typer.style(e.verdict, fg={"spam": "red", "ham": "blue"}.get(e.verdict, "yellow"), bold=True)
+    verdict = e.verdict if not colour else typer.style(e.verdict, fg={Decision.SPAM: "red", Decision.HAM: "blue"}.get(e.verdict, "yellow"), bold=True)
     lines = [
         f"message    {printable(e.source)}",
         f"verdict    {verdict}   P(spam) {e.score:.6g}   log-odds {e.log_odds:+.4f}",

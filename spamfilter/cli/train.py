@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Sequence
 from enum import Enum
 from typing import Annotated, Any
@@ -87,17 +88,13 @@ def train(
     if index is not None:
         labelled_index = read_index(index)
         total = index_length(index)
-        labelled = labelled_index if not (spam or ham) else _chain(labelled, labelled_index)
+        labelled = labelled_index if not (spam or ham) else itertools.chain(labelled, labelled_index)
     with open_filter(ctx, create=True, jobs=jobs) as f:
         summary = f.train(progress(tally.count(labelled), "training", total))
     tally.check()
     typer.echo(describe(summary))
     raise typer.Exit(report_refusals(summary.refused))
 
-
-def _chain(*streams: Iterator[tuple[bool, MailItem]]) -> Iterator[tuple[bool, MailItem]]:
-    for stream in streams:
-        yield from stream
 
 
 @app.command()

@@ -15,12 +15,6 @@ from spamfilter import evaluation
 from spamfilter.mail import read_index
 
 
-def _probability(log_odds: float) -> float:
-    import math
-
-    return 1.0 / (1.0 + math.exp(-log_odds))
-
-
 @app.command()
 def tune(
     ctx: typer.Context,
@@ -75,6 +69,7 @@ def tune(
     if write:
         evaluation.require_separation(best, holdout)
         path = s.config_path or default_config_path()
+        ham_cutoff, spam_cutoff = best.cutoffs.probabilities()
         update_config_file(
             path,
             {
@@ -83,8 +78,8 @@ def tune(
                 ("model", "tempering"): best.tempering,
                 ("model", "min_evidence"): best.min_evidence,
                 ("tokenizer", "bigrams"): best.bigrams,
-                ("decision", "ham_cutoff"): _probability(best.cutoffs.ham_max),
-                ("decision", "spam_cutoff"): _probability(best.cutoffs.spam_min),
+                ("decision", "ham_cutoff"): ham_cutoff,
+                ("decision", "spam_cutoff"): spam_cutoff,
             },
         )
         typer.echo(f"wrote the best settings to {path}")

@@ -47,6 +47,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 
 from spamfilter.config import Stemmer, TokenizerConfig
+from spamfilter.headers import FILTER_HEADERS
 from spamfilter.tokenizer import html as html_text
 from spamfilter.tokenizer import mime
 from spamfilter.tokenizer.wordchars import DIGIT, WORD
@@ -74,7 +75,7 @@ META = "meta:"
 
 #: Headers spamfilter writes when filtering (and other filters' verdicts of
 #: the same name): never evidence, or a filtered message would vouch for itself.
-FILTER_HEADERS = frozenset({"x-spam-status", "x-spam-score", "x-spam-flag"})
+_FILTER_HEADERS = frozenset(name.lower() for name in FILTER_HEADERS)
 
 # Headers that are random per message (signatures, trace ids) or are
 # handled by a dedicated routine below.
@@ -276,7 +277,7 @@ class Tokenizer:
         received = 0
         for name, value in message.items():
             key = name.strip().lower()
-            if not key or key in FILTER_HEADERS:
+            if not key or key in _FILTER_HEADERS:
                 continue
             if key not in seen:
                 seen.add(key)

@@ -1,0 +1,112 @@
+"""What ``imap run`` remembers of an account, read and written through the store.
+
+``imapsync`` talks to the server and decides; this module owns its
+transactions (the service layer's job, as for ``Filter``). Each method is one
+transaction, in the order the sync's crash safety needs them (see
+``spamfilter.imapsync``): nothing here is cached between calls, so a second
+process syncing the same account sees what the first committed.
+
+A dry run reads everything and writes nothing: every writing method is then
+a no-op, and reading a folder whose UIDVALIDITY changed does not record the
+new one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from spamfilter.service import Filter
+from spamfilter.store import ImapRecord as ImapRecord
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """Messages a move put into ``folder``: the server's UIDVALIDITY there and
+    each message's new UID with its digest."""
+
+    folder: str
+    uidvalidity: int
+    uids: Sequence[tuple[int, str]]
+
+
+class ImapState:
+    """The IMAP state of one account (``account``) in ``spamfilter``'s store."""
+
+    def __init__(self, spamfilter: Filter, account: str, *, dry_run: bool = False) -> None:
+        self._store = spamfilter.store
+        self.account = account
+        self.dry_run = dry_run
+
+    def records(self, digests: Sequence[str]) -> dict[str, ImapRecord]:
+        """What is known of the messages with these digests."""
+        with self._store.begin(write=False) as tx:
+            return tx.imap_records(self.account, digests)
+
+    def commit(self, folder: str, records: Sequence[ImapRecord] = (), handled: Sequence[tuple[int, str]] = ()) -> None:
+        """Write ``records`` and mark (uid, digest) ``handled`` in ``folder``, in one transaction."""
+        if self.dry_run or not (records or handled):
+            return
+        with self._store.begin() as tx:
+            tx.put_imap_records(self.account, records)
+            tx.add_imap_uids(self.account, folder, handled)
+
+    def handled(self, folder: str, uidvalidity: int) -> dict[int, str]:
+        """UID -> digest of the messages handled in ``folder``; none when its
+        UIDVALIDITY is not the recorded one (a new folder, or one the server
+        renumbered: every message is new again, and its digest finds what is
+        known of it), which is then recorded."""
+        with self._store.begin(write=not self.dry_run) as tx:
+            if tx.imap_uidvalidity(self.account, folder) != uidvalidity:
+                if not self.dry_run:
+                    tx.set_imap_uidvalidity(self.account, folder, uidvalidity)
+                return {}
+            return {u: d for u, (d, _) in tx.imap_uids(self.account, folder).items()}
+
+    def forget_uids(self, folder: str, uids: Sequence[int]) -> None:
+        """Drop UIDs that are no longer in ``folder``."""
+        if self.dry_run or not uids:
+            return
+        with self._store.begin() as tx:
+            tx.delete_imap_uids(self.account, folder, uids)
+
+    def pending(self, folder: str) -> list[ImapRecord]:
+        """Moves out of ``folder`` recorded as started and not as done."""
+        with self._store.begin(write=False) as tx:
+            return tx.imap_pending(self.account, folder)
+
+    def folder_digests(self, folder: str) -> set[str]:
+        """Digests of the messages handled in ``folder`` (as last seen)."""
+        if not folder:
+            return set()
+        with self._store.begin(write=False) as tx:
+            return {d for d, _ in tx.imap_uids(self.account, folder).values()}
+
+    def keywords(self, folder: str, uidvalidity: int) -> dict[int, tuple[str, int | None]] | None:
+        """UID -> (digest, keyword bits last seen) in ``folder``; None when the
+        folder was renumbered since it was last read."""
+        with self._store.begin(write=False) as tx:
+            if tx.imap_uidvalidity(self.account, folder) != uidvalidity:
+                return None
+            return tx.imap_uids(self.account, folder)
+
+    def set_keywords(self, folder: str, rows: Sequence[tuple[int, int]]) -> None:
+        """Record the keyword bits now seen on (uid, bits) of ``folder``."""
+        if self.dry_run:
+            return
+        with self._store.begin() as tx:
+            tx.set_imap_keywords(self.account, folder, rows)
+
+    def moves_done(self, folder: str, records: Sequence[ImapRecord], uids: Sequence[int], arrivals: Sequence[Arrival]) -> None:
+        """Record moves out of ``folder`` as done: the ``records`` (no longer
+        pending), their ``uids`` here dropped, and the new UIDs in the target
+        folders whose UIDVALIDITY is the one recorded (the next run need not
+        fetch those messages to recognise them)."""
+        if self.dry_run:
+            return
+        with self._store.begin() as tx:
+            tx.put_imap_records(self.account, records)
+            tx.delete_imap_uids(self.account, folder, uids)
+            for arrival in arrivals:
+                if tx.imap_uidvalidity(self.account, arrival.folder) == arrival.uidvalidity:
+                    tx.add_imap_uids(self.account, arrival.folder, arrival.uids)
