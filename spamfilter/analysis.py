@@ -40,9 +40,11 @@ MIN_PARALLEL = 4 * CHUNK
 
 @dataclass(frozen=True, slots=True)
 class Analysed:
-    """A message read as mail: its identity and its token counts."""
+    """A message read as mail: where it came from, its identity and its
+    token counts (not its bytes: a batch of them is held while it is
+    scored or trained)."""
 
-    item: MailItem
+    source: str
     digest: str
     counts: dict[str, int]
 
@@ -88,7 +90,7 @@ class Analyser:
         outcome = self._outcome(item)
         if isinstance(outcome, str):
             return Refusal(item.source, outcome)
-        return Analysed(item, outcome[0], outcome[1])
+        return Analysed(item.source, outcome[0], outcome[1])
 
     def _outcome(self, item: MailItem) -> tuple[str, dict[str, int]] | str:
         try:
@@ -149,4 +151,4 @@ def _collect(
     chunk: list[MailItem], result: AsyncResult[list[tuple[str, dict[str, int]] | str]]
 ) -> Iterator[Analysed | Refusal]:
     for item, outcome in zip(chunk, result.get()):
-        yield Refusal(item.source, outcome) if isinstance(outcome, str) else Analysed(item, outcome[0], outcome[1])
+        yield Refusal(item.source, outcome) if isinstance(outcome, str) else Analysed(item.source, outcome[0], outcome[1])

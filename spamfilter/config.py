@@ -72,7 +72,7 @@ class StoreConfig:
     url: str = ""
     busy_timeout: float = 30.0
     write_deadline: float = 600.0
-    batch_size: int = 500
+    batch_size: int = 200
     user: str = ""
     shared_model: SharedModel = "none"
     shared_min_messages: int = 20

@@ -534,7 +534,7 @@ class Filter:
         probability = model.spam_probability(odds)
         decision = model.decide(odds, self.thresholds)
         return [
-            Verdict(a.item.source, a.digest, float(p), float(lo), Decision.of_code(int(v)))
+            Verdict(a.source, a.digest, float(p), float(lo), Decision.of_code(int(v)))
             for a, p, lo, v in zip(analysed, probability, odds, decision)
         ]
 
@@ -573,7 +573,7 @@ class Filter:
                 try:
                     verdict = self._score([analysed], tx)[0]
                 except NotTrainedError:
-                    verdict = Verdict(analysed.item.source, analysed.digest, 0.5, 0.0, Decision.UNSURE)
+                    verdict = Verdict(analysed.source, analysed.digest, 0.5, 0.0, Decision.UNSURE)
                 classified = time.perf_counter()
                 wrong = verdict.verdict != label.decision
                 near = min(abs(verdict.log_odds - self.thresholds.ham_max), abs(verdict.log_odds - self.thresholds.spam_min)) < margin

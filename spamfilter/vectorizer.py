@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from itertools import chain
+from itertools import chain, repeat
 
 import numpy as np
 import numpy.typing as npt
@@ -83,8 +83,8 @@ def indexed_matrix(
 ) -> tuple[sp.csr_matrix, npt.NDArray[np.int64]]:
     """X over the ids of a token index, for a batch scored from memory.
 
-    Every token of ``docs`` must be in ``index`` (token -> id); ids whose
-    ``keep[id]`` is False (tokens no trained message has) are dropped.
+    Tokens of ``docs`` not in ``index`` (token -> id), and ids whose
+    ``keep[id]`` is False (tokens no trained message has), are dropped.
     Returns X of shape (len(docs), m) and ids (m,): column j of X is token
     id ids[j], ids ascending. Within a row the entries keep the message's
     token order, as ``count_matrix`` does, so X @ W sums each row in the
@@ -96,12 +96,13 @@ def indexed_matrix(
     """
     lengths = np.fromiter(map(len, docs), dtype=np.int64, count=len(docs))
     total = int(lengths.sum())
-    ids = np.fromiter(map(index.__getitem__, chain.from_iterable(docs)), dtype=np.int64, count=total)
+    ids = np.fromiter(map(index.get, chain.from_iterable(docs), repeat(-1)), dtype=np.int64, count=total)
     if binary:
         data = np.ones(total, dtype=np.float64)
     else:
         data = np.fromiter(chain.from_iterable(doc.values() for doc in docs), dtype=np.float64, count=total)
-    kept = keep[ids]
+    kept = ids >= 0
+    kept[kept] = keep[ids[kept]]
     row_of = np.repeat(np.arange(len(docs)), lengths)
     indptr = np.zeros(len(docs) + 1, dtype=np.int64)
     np.cumsum(np.bincount(row_of[kept], minlength=len(docs)), out=indptr[1:])
