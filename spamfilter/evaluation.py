@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -18,13 +18,13 @@ from scipy.special import log_expit
 from scipy.stats import rankdata
 
 from spamfilter import model as nb
+from spamfilter.analysis import Analysed, Analyser, analyse
 from spamfilter.config import Config
 from spamfilter.counts import ClassCounts, Decision
-from spamfilter.errors import EvaluationError, MailParseError
-from spamfilter.mail import MailItem, parse_message
+from spamfilter.errors import EvaluationError
+from spamfilter.mail import MailItem
 from spamfilter.service import Filter, TrainMode, Verdict
-from spamfilter.tokenizer import Tokenizer
-from spamfilter.vectorizer import Vocabulary, count_matrix, term_counts
+from spamfilter.vectorizer import Vocabulary, count_matrix
 
 BoolArray = npt.NDArray[np.bool_]
 FloatArray = npt.NDArray[np.float64]
@@ -446,15 +446,19 @@ def tune(
     min_evidences: Sequence[float] = (0.0,),
     bigram_options: Sequence[bool] | None = None,
     holdout: float = 0.2,
+    jobs: int = 1,
+    reading: Callable[[Iterable[tuple[bool, MailItem]]], Iterable[tuple[bool, MailItem]]] | None = None,
 ) -> list[Candidate]:
     """``tune_settings`` for each tokenizer setting in ``bigram_options``
-    (default: the configured one), all candidates ranked together."""
+    (default: the configured one), all candidates ranked together; the mail
+    is read on ``jobs`` processes, through ``reading`` (e.g. a progress
+    bar) each time."""
     results: list[Candidate] = []
     for bigrams in bigram_options if bigram_options is not None else (config.tokenizer.bigrams,):
         variant = replace(config, tokenizer=replace(config.tokenizer, bigrams=bigrams))
         results += tune_settings(
             variant, labelled, event_models=event_models, alphas=alphas,
-            temperings=temperings, min_evidences=min_evidences, holdout=holdout,
+            temperings=temperings, min_evidences=min_evidences, holdout=holdout, jobs=jobs, reading=reading,
         )
     results.sort(key=lambda c: _rank(c, config))
     return results
@@ -486,6 +490,8 @@ def tune_settings(
     temperings: Sequence[float],
     min_evidences: Sequence[float] = (0.0,),
     holdout: float = 0.2,
+    jobs: int = 1,
+    reading: Callable[[Iterable[tuple[bool, MailItem]]], Iterable[tuple[bool, MailItem]]] | None = None,
 ) -> list[Candidate]:
     """Try every (event model, alpha, tempering, min_evidence): train on the head of the
     stream, score its last ``holdout`` share (later mail, as a filter meets
@@ -501,16 +507,21 @@ def tune_settings(
     model arithmetic (``model.estimate`` and ``joint_log_likelihood``, the
     functions the filter itself scores with) over one sparse matrix.
     """
-    tokenizer = Tokenizer(config.tokenizer)
+    stream = reading(labelled) if reading is not None else labelled
+    labels_in: list[bool] = []
+
+    def items() -> Iterator[MailItem]:
+        for is_spam, item in stream:
+            labels_in.append(is_spam)
+            yield item
+
     docs: list[dict[str, int]] = []
     labels: list[bool] = []
-    for is_spam, item in labelled:
-        try:
-            tokens = tokenizer.tokenize(parse_message(item, max_bytes=config.tokenizer.max_bytes))
-        except MailParseError:
-            continue
-        docs.append(term_counts(tokens))
-        labels.append(is_spam)
+    analyser = Analyser(config.tokenizer, config.tokenizer.max_bytes)
+    for i, result in enumerate(analyse(analyser, items(), jobs)):
+        if isinstance(result, Analysed):
+            docs.append(result.counts)
+            labels.append(labels_in[i])
     y = np.array(labels, dtype=bool)
     n_valid = max(1, int(round(len(docs) * holdout)))
     split = len(docs) - n_valid

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from spamfilter.cli import app, state
-from spamfilter.cli._common import TableOrJson, progress
+from spamfilter.cli._common import Jobs, TableOrJson, default_jobs, index_length, progress
 from spamfilter.config import EVENT_MODELS, default_config_path, update_config_file
 from spamfilter import evaluation
 from spamfilter.mail import read_index
@@ -28,6 +28,7 @@ def tune(
     top: Annotated[int, typer.Option("--top", min=1, help="Candidates to list.")] = 10,
     write: Annotated[bool, typer.Option("--write", help="Write the best settings and cutoffs into the config file.")] = False,
     fmt: Annotated[TableOrJson, typer.Option("--format", help="table or json.")] = TableOrJson.table,
+    jobs: Jobs = None,
 ) -> None:
     """Choose the event model, alpha, tempering, minimum token evidence,
     bigrams on or off, and the ham/spam cutoffs that
@@ -45,7 +46,8 @@ def tune(
     for m in chosen_models:
         if m not in EVENT_MODELS:
             raise typer.BadParameter(f"{m!r} is not one of {', '.join(EVENT_MODELS)}", param_hint="--model")
-    stream = list(progress(read_index(index), "reading"))
+    total = index_length(index)
+    stream = list(read_index(index))
     candidates = evaluation.tune(
         s.config,
         stream,
@@ -55,6 +57,8 @@ def tune(
         min_evidences=min_evidences or [0.0, 2.0, 3.0],
         bigram_options=[s.config.tokenizer.bigrams, not s.config.tokenizer.bigrams] if try_bigrams else None,
         holdout=holdout,
+        jobs=default_jobs() if jobs is None else jobs,
+        reading=lambda labelled: progress(labelled, "reading", total),
     )
     best = candidates[0]
     if fmt is TableOrJson.json:
