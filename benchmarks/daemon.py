@@ -1,9 +1,9 @@
 """`spamc` through `spamfilter serve` against bogofilter, on the same messages.
 
-    python -m benchmarks.daemon [--train 2000] [--messages 1000] [--clients 8] [--requests 20000]
+    python -m benchmarks.daemon [--train 2000] [--messages 1000] [--clients 8] [--requests 20000] [--corpus enron]
 
-Trains both filters on the first `--train` spamassassin messages (spam and
-ham alternating), then on the next `--messages` messages:
+Trains both filters on the first `--train` messages of spamassassin (or
+the concatenated Enron mailboxes; spam and ham alternating), then on the next `--messages` messages:
 
 1. sequential, one process per message as a delivery agent runs them:
    `spamc < msg` (PROCESS, the message back with the X-Spam-* fields)
@@ -38,15 +38,17 @@ from spamfilter.config import Config
 from spamfilter.mail import MailItem
 from spamfilter.service import Filter
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "spamassassin"
+CORPORA = Path(__file__).resolve().parents[2] / "shared" / "corpora"
+CORPUS_INDEX = {"spamassassin": "spamassassin/index", "enron": "enron-spam-preprocessed/index"}
 MAX_SIZE = "30000000"
 
 
-def rows(n: int) -> list[tuple[bool, Path]]:
-    """The first n messages, spam and ham alternating."""
-    lines = [line.split() for line in (CORPUS / "index").read_text().splitlines() if line.strip()]
-    spam = [CORPUS / p for label, p in lines if label == "spam"]
-    ham = [CORPUS / p for label, p in lines if label == "ham"]
+def rows(n: int, corpus: str = "spamassassin") -> list[tuple[bool, Path]]:
+    """The first n messages of the corpus's index, spam and ham alternating."""
+    index = CORPORA / CORPUS_INDEX[corpus]
+    lines = [line.split() for line in index.read_text().splitlines() if line.strip()]
+    spam = [index.parent / p for label, p in lines if label == "spam"]
+    ham = [index.parent / p for label, p in lines if label == "ham"]
     out: list[tuple[bool, Path]] = []
     for s, h in zip(spam, ham):
         out += [(True, s), (False, h)]
@@ -78,11 +80,12 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=1000)
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--requests", type=int, default=20000)
+    parser.add_argument("--corpus", choices=sorted(CORPUS_INDEX), default="spamassassin", help="enron has the 10,000+ messages a big model needs")
     args = parser.parse_args()
     for tool in ("spamc", "bogofilter"):
         if shutil.which(tool) is None:
             sys.exit(f"{tool} is not installed")
-    chosen = rows(args.train + args.messages)
+    chosen = rows(args.train + args.messages, args.corpus)
     train, test = chosen[: args.train], [p for _, p in chosen[args.train :]]
     with tempfile.TemporaryDirectory() as tmp:
         url = f"sqlite:///{tmp}/model.db"
