@@ -16,16 +16,7 @@ from spamfilter.counts import HAM, SPAM, ClassCounts, TokenCounts, Totals
 from spamfilter.errors import StoreError
 from spamfilter.store.backends import _CountSQL, _PgCountSQL, _SqliteCountSQL
 from spamfilter.store.ledger import pack_token_counts, unpack_token_counts
-from spamfilter.store.schema import (
-    _CHUNK,
-    COUNT_COLUMNS,
-    class_totals,
-    doc_histogram,
-    imap_uids,
-    messages,
-    tokens,
-    untracked_totals,
-)
+from spamfilter.store.schema import _CHUNK, COUNT_COLUMNS, class_totals, doc_histogram, messages, tokens, untracked_totals
 from spamfilter.store.statements import _Statements
 
 
