@@ -53,7 +53,8 @@ from spamfilter.errors import (
     StoreError,
 )
 from spamfilter.mail import MailItem, filter_fields, filtered_pieces
-from spamfilter.service import Explanation, Filter, Refusal, Verdict
+from spamfilter.insight import Explanation, Insight
+from spamfilter.service import Filter, Refusal, Verdict
 
 logger = logging.getLogger("spamfilter.daemon")
 
@@ -425,7 +426,7 @@ class Server:
         if request.command == "TELL":
             return self._tell(request, item, f)
         if request.command in ("REPORT", "REPORT_IFSPAM"):
-            e = f.explain(item)
+            e = Insight(f).explain(item)
             verdict = Verdict(item.source, e.digest, e.score, e.log_odds, e.verdict)
             show = request.command == "REPORT" or e.verdict is Decision.SPAM
             body = _report(e, f) if show else b""

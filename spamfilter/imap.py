@@ -128,6 +128,10 @@ class ImapSession:
         self.close()
 
     def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` with imapclient's and the socket's errors as
+        ours. The untyped boundary: imapclient ships no types, so what this
+        returns is Any, and each caller makes it typed values (int, bool,
+        bytes) at once."""
         try:
             return fn(*args, **kwargs)
         except (OSError, imaplib.IMAP4.abort, ssl.SSLError) as exc:

@@ -381,7 +381,7 @@ def escape_token(text: str) -> str:
     """A token (or owner) as written in a counts file: backslash, tab, newline
     and carriage return escaped, and a leading "#" (which would read as a comment).
 
-    Not the ledger's escape in store.py, whose comment says why the two differ."""
+    Not the ledger's escape in store/ledger.py, whose comment says why the two differ."""
     out = text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
     return "\\" + out if out.startswith("#") else out
 

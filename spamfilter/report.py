@@ -35,7 +35,8 @@ from spamfilter.config import ModelConfig, counts_occurrences
 from spamfilter.counts import Decision
 from spamfilter.errors import NotTrainedError, ScoresFileError
 from spamfilter.evaluation import error_rates, lam_pct, roc_area, sm_at_hm
-from spamfilter.service import Filter, Stats, TrainedDay, WordScore
+from spamfilter.insight import Insight, TrainedDay, WordScore
+from spamfilter.service import Filter, Stats
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
@@ -177,9 +178,10 @@ def collect(f: Filter, *, scores: ScoreSample | None, now: datetime, n: int = 20
     spam_words: list[WordScore] = []
     ham_words: list[WordScore] = []
     not_trained = None
+    insight = Insight(f)
     try:
-        spam_words = f.top_words(n, spam=True, min_count=min_count)
-        ham_words = f.top_words(n, spam=False, min_count=min_count)
+        spam_words = insight.top_words(n, spam=True, min_count=min_count)
+        ham_words = insight.top_words(n, spam=False, min_count=min_count)
     except NotTrainedError as exc:
         not_trained = str(exc)
     return ReportData(
@@ -188,7 +190,7 @@ def collect(f: Filter, *, scores: ScoreSample | None, now: datetime, n: int = 20
         model=f.config.model,
         thresholds=(f.thresholds.ham_max, f.thresholds.spam_min),
         two_way_threshold=f.two_way_threshold,
-        history=tuple(f.training_history()),
+        history=tuple(insight.training_history()),
         spam_words=tuple(spam_words),
         ham_words=tuple(ham_words),
         min_count=min_count,

@@ -15,14 +15,11 @@ of the last whole batch. The command line is a thin shell over this module.
 
 from __future__ import annotations
 
-import logging
-import random
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
-from datetime import date
 from enum import StrEnum
 from itertools import chain, islice
 from typing import TypeVar
@@ -36,17 +33,17 @@ from spamfilter.analysis import Analysed as _Analysed
 from spamfilter.analysis import Analyser, analyse
 from spamfilter.analysis import Refusal as Refusal
 from spamfilter.cache import CacheKey, CountCache, ModelView
-from spamfilter.config import Config, counts_occurrences, default_db_url, default_location_url, has_absent_term
-from spamfilter.counts import ClassCounts, Decision, IntArray, Label, TokenCounts, Totals
-from spamfilter.errors import MailParseError, NotTrainedError, StoreBusyError, StoreConflict
-from spamfilter.mail import MailItem, parse_message
+from spamfilter.config import Config, counts_occurrences, default_db_url, default_location_url
+from spamfilter.counts import ClassCounts, Decision, Label, TokenCounts, Totals
+from spamfilter.errors import NotTrainedError
+from spamfilter.mail import MailItem
+from spamfilter.retry import retrying
 from spamfilter.store import CountsWritten, Store, StoreTransaction
 from spamfilter.tokenizer import Tokenizer
-from spamfilter.vectorizer import indexed_matrix, term_counts
+from spamfilter.vectorizer import indexed_matrix
 
 T = TypeVar("T")
 
-log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
@@ -137,79 +134,6 @@ class OnlineStep:
 
 
 @dataclass(frozen=True, slots=True)
-class WordScore:
-    """How strongly the model's smoothed estimates tie one token to a class.
-
-    score: log P(token|spam) - log P(token|ham) (its negative when ranking
-        for ham), with P(token|c) the configured event model's theta[c,j].
-    spam_count, ham_count: the counts those estimates come from: messages
-        containing the token (bernoulli, multinomial-binary) or its
-        occurrences (multinomial).
-    """
-
-    token: str
-    spam_count: int
-    ham_count: int
-    score: float
-
-
-@dataclass(frozen=True, slots=True)
-class Contribution:
-    """One term of a message's log-odds.
-
-    token: None for the Bernoulli model's absent-token term, the sum over
-        every vocabulary token the message lacks (its counts are None too).
-    contribution: what the term adds to the log-odds (positive: towards
-        spam), tempering included; 0 for a token ``min_evidence`` ignores.
-    spam_count, ham_count: as in ``WordScore``.
-    """
-
-    token: str | None
-    contribution: float
-    spam_count: int | None
-    ham_count: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class Explanation:
-    """Why a message got its verdict: log_odds = prior + sum of the contributions.
-
-    verdict, score, log_odds: what ``Filter.classify`` answers for the message.
-    prior: log P(spam) - log P(ham) from the trained message counts.
-    tokens: every known token's contribution (and for bernoulli the
-        absent-token term), largest in magnitude first.
-    events: n, the token events that count; the evidence is divided by
-        n ** tempering, i.e. multiplied by ``factor``.
-    ignored: known tokens ``min_evidence`` leaves out (contribution 0).
-    unknown: distinct tokens of the message the model has never seen.
-    absent: vocabulary tokens in the absent-token term (bernoulli), else 0.
-    """
-
-    source: str
-    digest: str
-    verdict: Decision
-    score: float
-    log_odds: float
-    prior: float
-    tokens: tuple[Contribution, ...]
-    event_model: str
-    events: int
-    factor: float
-    ignored: int
-    unknown: int
-    absent: int
-
-
-@dataclass(frozen=True, slots=True)
-class TrainedDay:
-    """Messages in the model now that were trained on one (UTC) day."""
-
-    day: date
-    spam: int
-    ham: int
-
-
-@dataclass(frozen=True, slots=True)
 class _Fitted:
     """A batch ready to score: its m known tokens (rows of the filter's
     ``CountCache``), their counts (2, m) and parameters, and X (n_messages, m)."""
@@ -292,7 +216,7 @@ class Filter:
                 create_dirs=create_dirs or at_default,
             )
 
-        return cls(_retrying(opened, deadline), config, jobs=jobs, write_deadline=deadline)
+        return cls(retrying(opened, deadline), config, jobs=jobs, write_deadline=deadline)
 
     def close(self) -> None:
         """Release the database."""
@@ -346,7 +270,7 @@ class Filter:
                 with self._write_transaction() as tx:
                     return self._train_batch(tx, good, relabel)
 
-            total = total + _retrying(step, self.write_deadline) + TrainSummary(refused=refused)
+            total = total + retrying(step, self.write_deadline) + TrainSummary(refused=refused)
         return total
 
     def _train_batch(self, tx: StoreTransaction, batch: Sequence[tuple[Label, _Analysed]], relabel: bool) -> TrainSummary:
@@ -405,7 +329,7 @@ class Filter:
                     self._apply(tx, delta)
                     return len(removed)
 
-            forgotten = _retrying(step, self.write_deadline)
+            forgotten = retrying(step, self.write_deadline)
             total = total + TrainSummary(forgotten=forgotten, unknown=len(digests) - forgotten)
         return total
 
@@ -606,145 +530,6 @@ class Filter:
             user=self.store.owner,
         )
 
-    # -- insight ------------------------------------------------------------
-
-    def _shown_counts(self, counts: TokenCounts) -> IntArray:
-        """The (2, m) counts the configured event model estimates from."""
-        return counts.term_count if counts_occurrences(self.config.model.event_model) else counts.doc_count
-
-    def top_words(self, n: int = 30, *, spam: bool = True, min_count: int = 5) -> list[WordScore]:
-        """The ``n`` tokens the model ties most strongly to spam (or ham), best first.
-
-            score[j] = log theta[spam,j] - log theta[ham,j]   (negated for ham)
-
-        with theta the configured event model's smoothed P(token|class)
-        (``model.token_log_likelihood``). Tokens whose spam_count + ham_count
-        is below ``min_count`` are left out: a token seen once has a large
-        score from the smoothing alone. Ties are broken by the token.
-        Raises ``NotTrainedError`` without a trained spam and ham.
-        """
-        m = self.config.model
-        n = max(n, 0)
-        best_tokens: list[str] = []
-        best = TokenCounts.zeros(0)
-        best_scores = np.zeros(0)
-        with self.store.begin(write=False) as reader:
-            stats, owners = self._model_of(reader)
-            model.log_prior(stats)  # NotTrainedError without both classes
-            # The vocabulary streams by in token order, a chunk at a time;
-            # only the best n so far are kept, so memory stays small.
-            chunks = reader.iter_frequent_tokens(min_count, occurrences=counts_occurrences(m.event_model), owners=owners)
-            for token_list, counts in chunks:
-                log_theta = model.token_log_likelihood(m.event_model, counts, stats, m.alpha)
-                score = log_theta[model.SPAM] - log_theta[model.HAM]
-                tokens_now = best_tokens + token_list
-                counts_now = TokenCounts(
-                    np.concatenate([best.doc_count, counts.doc_count], axis=1),
-                    np.concatenate([best.term_count, counts.term_count], axis=1),
-                )
-                scores_now = np.concatenate([best_scores, score if spam else -score])
-                # The kept ones precede the chunk in token order, so the
-                # stable sort breaks ties by token.
-                keep = np.argsort(-scores_now, kind="stable")[:n]
-                keep.sort()  # back to token order for the next round
-                best_tokens = [tokens_now[j] for j in keep.tolist()]
-                best, best_scores = counts_now.take(keep), scores_now[keep]
-        shown = self._shown_counts(best)
-        order = np.argsort(-best_scores, kind="stable")
-        return [
-            WordScore(best_tokens[j], int(shown[model.SPAM, j]), int(shown[model.HAM, j]), float(best_scores[j]))
-            for j in order.tolist()
-        ]
-
-    def explain(self, item: MailItem) -> Explanation:
-        """The message's verdict and its log-odds term by term (``model.log_odds_terms``):
-        the prior, each known token's contribution and, for bernoulli, the
-        absent-token term. They add up to the log-odds ``classify`` gives the
-        message. Raises ``MailParseError`` if it is not mail, ``NotTrainedError``
-        without a trained spam and ham.
-        """
-        counts = term_counts(self.tokens(item))
-        fitted = self._fit([counts])
-        m = self.config.model
-        odds = model.log_odds(model.joint_log_likelihood(fitted.X, fitted.params, m.tempering, m.min_evidence))
-        log_theta = model.token_log_likelihood(m.event_model, fitted.counts, fitted.stats, m.alpha)
-        terms = model.log_odds_terms(fitted.X, fitted.params, log_theta, m.tempering, m.min_evidence)
-        shown = self._shown_counts(fitted.counts)
-        contributions = [
-            Contribution(token, float(terms.token[j]), int(shown[model.SPAM, j]), int(shown[model.HAM, j]))
-            for j, token in enumerate(self.cache.tokens[i] for i in fitted.ids.tolist())
-        ]
-        absent = 0
-        if has_absent_term(m.event_model):
-            absent = fitted.stats.vocabulary_size - int(terms.used.sum())
-            contributions.append(Contribution(None, terms.absent, None, None))
-        contributions.sort(key=lambda c: (-abs(c.contribution), c.token or ""))
-        return Explanation(
-            source=item.source,
-            digest=item.digest,
-            verdict=Decision.of_code(int(model.decide(odds, self.thresholds)[0])),
-            score=float(model.spam_probability(odds)[0]),
-            log_odds=float(odds[0]),
-            prior=terms.prior,
-            tokens=tuple(contributions),
-            event_model=m.event_model,
-            events=int(terms.events),
-            factor=terms.factor,
-            ignored=len(fitted.ids) - int(terms.used.sum()),
-            unknown=len(counts) - len(fitted.ids),
-            absent=absent,
-        )
-
-    def training_history(self) -> list[TrainedDay]:
-        """Per day, oldest first, how many of the messages the model holds now
-        were trained that day (from the ledger's trained_at)."""
-        with self.store.begin(write=False) as reader:
-            rows = reader.trained_per_day()
-        days: dict[date, list[int]] = {}
-        for day, label, n in rows:
-            days.setdefault(day, [0, 0])[label] += n
-        return [TrainedDay(day, spam=c[model.SPAM], ham=c[model.HAM]) for day, c in sorted(days.items())]
-
-
-#: Pauses between attempts: full jitter, uniform in [0, min(cap, first * 2**n)],
-#: so waiting processes spread out instead of retrying in step.
-_FIRST_PAUSE = 0.05
-_MAX_PAUSE = 5.0
-#: A lost race is run again at least this often, even with no deadline.
-_CONFLICT_ATTEMPTS = 8
-
-
-def _retrying(
-    step: Callable[[], T],
-    deadline: float,
-    *,
-    sleep: Callable[[float], None] = time.sleep,
-    clock: Callable[[], float] = time.monotonic,
-    rng: random.Random | None = None,
-) -> T:
-    """Run one transaction, and again, after a pause that doubles each time
-    (with jitter), while the database is busy (``StoreBusyError``: a lock held
-    past the busy timeout) or the transaction lost a race with another
-    process (``StoreConflict``), until ``deadline`` seconds have passed; then
-    the last error is raised. A lost race is retried at least
-    ``_CONFLICT_ATTEMPTS`` times. Each retry is logged (warning for busy,
-    info for a lost race, which is routine)."""
-    uniform = (rng or random).uniform
-    give_up = clock() + deadline
-    attempt = 0
-    while True:
-        try:
-            return step()
-        except StoreBusyError as exc:
-            pause = uniform(0.0, min(_MAX_PAUSE, _FIRST_PAUSE * 2**attempt))
-            conflict = isinstance(exc, StoreConflict)
-            attempt += 1
-            if clock() + pause > give_up and not (conflict and attempt < _CONFLICT_ATTEMPTS):
-                raise
-            level = logging.INFO if conflict else logging.WARNING
-            log.log(level, "%s; trying again in %.2f s (attempt %d)", exc, pause, attempt + 1)
-            sleep(pause)
-
 
 class _Delta:
     """Accumulates the count changes of a batch for one write to the store.
@@ -823,7 +608,7 @@ def upgrade_database(config: Config, url: str | None = None, *, create_dirs: boo
     )
     try:
         before = store.schema_revision()
-        _retrying(store.upgrade, config.store.write_deadline)
+        retrying(store.upgrade, config.store.write_deadline)
         return before, store.schema_revision()
     finally:
         store.close()

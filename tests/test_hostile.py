@@ -410,7 +410,7 @@ def test_digest_in_small_pieces_equals_the_whole_message_one(raw: bytes, piece: 
     # Tiny pieces put every CR, blank and header boundary on a piece boundary somewhere.
     whole = digest_bytes(raw)
     filtered = with_filter_headers(raw, VERDICT_FIELDS)
-    with mock.patch("spamfilter.mail._CHUNK", piece):
+    with mock.patch("spamfilter.mail.identity._CHUNK", piece):
         assert digest_bytes(raw) == whole
         assert digest_bytes(filtered) == whole
 

@@ -40,6 +40,7 @@ from spamfilter.cli import app, exitcodes
 from spamfilter.cli.insight import explanation_lines
 from spamfilter.config import Config, ModelConfig, StoreConfig, TokenizerConfig
 from spamfilter.errors import NotTrainedError
+from spamfilter.insight import Insight
 from spamfilter.mail import MailItem, read_messages
 from spamfilter.report import printable
 from spamfilter.service import Filter, Verdict
@@ -114,7 +115,7 @@ def test_the_tiny_model_has_the_hand_counted_tokens(tiny: Filter) -> None:
 
 def test_top_words_multinomial_binary_laplace_by_hand(tiny: Filter) -> None:
     # theta = (D + 1) / (sum D + V): spam denominator 20, ham 23
-    got = tiny.top_words(10, min_count=1)
+    got = Insight(tiny).top_words(10, min_count=1)
     expected = [
         ("cash", 3, 0, math.log(4 / 20) - math.log(1 / 23)),
         ("prize", 2, 0, math.log(3 / 20) - math.log(1 / 23)),
@@ -140,7 +141,7 @@ def test_top_words_order_and_scores_by_hand_for_each_model(tiny: Filter, event_m
     for spam in (True, False):
         sign = 1.0 if spam else -1.0
         expected = sorted(COUNTS, key=lambda t: (-sign * hand_score(event_model, alpha, t), t))
-        got = f.top_words(4, spam=spam, min_count=1)
+        got = Insight(f).top_words(4, spam=spam, min_count=1)
         assert [w.token for w in got] == expected[:4]
         assert [w.score for w in got] == pytest.approx([sign * hand_score(event_model, alpha, t) for t in expected[:4]], rel=1e-12)
         assert [(w.spam_count, w.ham_count) for w in got] == [COUNTS[t][column : column + 2] for t in expected[:4]]
@@ -152,18 +153,18 @@ def test_min_count_leaves_out_rare_tokens(tiny: Filter, event_model: str) -> Non
     column = 2 if event_model == "multinomial" else 0
     for min_count in (1, 2, 3, 6):
         kept = {t for t, c in COUNTS.items() if c[column] + c[column + 1] >= min_count}
-        got = f.top_words(100, min_count=min_count)
+        got = Insight(f).top_words(100, min_count=min_count)
         assert {w.token for w in got} == kept
         assert all(w.spam_count + w.ham_count >= min_count for w in got)
     # multinomial counts occurrences: cash (5) stays at 4, it has only 3 messages
-    assert ("cash" in {w.token for w in f.top_words(100, min_count=4)}) == (event_model == "multinomial")
+    assert ("cash" in {w.token for w in Insight(f).top_words(100, min_count=4)}) == (event_model == "multinomial")
 
 
 def test_top_words_needs_both_classes() -> None:
     with Filter.open(tiny_config("multinomial-binary", 1.0)) as f:
         f.train([(True, body("cash prize"))])
         with pytest.raises(NotTrainedError):
-            f.top_words()
+            Insight(f).top_words()
 
 
 # -- explain ---------------------------------------------------------------------
@@ -199,7 +200,7 @@ def test_explanation_adds_up_to_the_classifiers_log_odds(
     ignored = 0
     for item, verdict in zip(items, verdicts):
         assert isinstance(verdict, Verdict)
-        e = f.explain(item)
+        e = Insight(f).explain(item)
         total = e.prior + math.fsum(c.contribution for c in e.tokens)
         assert math.isclose(total, verdict.log_odds, abs_tol=1e-9), (item.source, total, verdict.log_odds)
         assert math.isclose(e.log_odds, verdict.log_odds, abs_tol=1e-9)
@@ -217,14 +218,14 @@ def test_explanation_adds_up_to_the_classifiers_log_odds(
         assert e.factor == pytest.approx(max(e.events, 1) ** -settings["tempering"], rel=1e-12)
     # min_evidence really leaves tokens out, and only when it is set
     assert (ignored > 0) == (settings["min_evidence"] > 0)
-    assert f.explain(items[-1]).unknown >= 3  # zyzzyva, quux, frobnicate
+    assert Insight(f).explain(items[-1]).unknown >= 3  # zyzzyva, quux, frobnicate
 
 
 def test_explanation_of_the_tiny_model_by_hand(tiny: Filter) -> None:
     # multinomial-binary, alpha 1, tempering 0: each present token adds its
     # score once; "never" is unknown and adds nothing.
     f = with_model(tiny, "multinomial-binary", 1.0, tempering=0.0)
-    e = f.explain(body("cash money never"))
+    e = Insight(f).explain(body("cash money never"))
     assert e.prior == pytest.approx(math.log(3 / 4), rel=1e-12)
     expected = {t: hand_score("multinomial-binary", 1.0, t) for t in ("cash", "money", CT)}
     assert {c.token: c.contribution for c in e.tokens} == pytest.approx(expected, rel=1e-12)
@@ -237,7 +238,7 @@ def test_bernoulli_absent_term_by_hand(tiny: Filter) -> None:
     # theta = (D + 1) / (messages + 2); the message "cash" has ct and cash, so
     # the absent term runs over the other 8 vocabulary tokens.
     f = with_model(tiny, "bernoulli", 1.0, tempering=0.0)
-    e = f.explain(body("cash"))
+    e = Insight(f).explain(body("cash"))
     absent = 0.0
     for t, (ds, dh, _, _) in COUNTS.items():
         if t not in (CT, "cash"):
@@ -352,7 +353,7 @@ def test_explain_table_is_plain_text_off_a_terminal(runner: CliRunner, sample_db
 
 def test_explain_table_colours_the_direction_on_a_terminal(sample_filter: Filter, sample: Path) -> None:
     item = list(read_messages([str(sample / "inbox.mbox")]))[1]
-    e = sample_filter.explain(item)
+    e = Insight(sample_filter).explain(item)
     coloured = explanation_lines(e, colour=True)
     assert e.verdict == "spam"
     assert "\x1b[31m" in "\n".join(coloured)  # red: towards spam
@@ -392,7 +393,7 @@ def test_insight_commands_have_help_with_an_example_and_are_in_the_readme(runner
 
 def test_top_words_csv_keeps_control_characters_and_newlines(tmp_path: Path) -> None:
     from spamfilter.cli.insight import WordsFormat, render_words
-    from spamfilter.service import WordScore
+    from spamfilter.insight import WordScore
 
     words = [WordScore("charset:\x1b[31m", 3, 0, 2.5), WordScore("a\nb\x1cc", 2, 1, 1.25)]
     text = "\n".join(render_words(words, WordsFormat.csv))

@@ -22,7 +22,8 @@ from spamfilter.config import Config, ModelConfig
 from spamfilter.evaluation import Scored
 from spamfilter.mail import read_messages
 from spamfilter.report import SECTIONS, ReportData, ScoreSample, read_scores, render
-from spamfilter.service import Filter, Stats, TrainedDay, Verdict, WordScore
+from spamfilter.insight import TrainedDay, WordScore
+from spamfilter.service import Filter, Stats, Verdict
 
 CHROMIUM = Path("/usr/bin/chromium")
 

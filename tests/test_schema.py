@@ -1,4 +1,4 @@
-"""The SQLAlchemy tables in ``store.py`` against the schema the migrations build.
+"""The SQLAlchemy tables in ``spamfilter/store/schema.py`` against the schema the migrations build.
 
 The migrations are the schema's only source of change; the tables in code
 are what the queries are written against. Alembic's autogenerate compares

@@ -22,7 +22,7 @@ import sqlalchemy as sa
 
 from spamfilter.cli import exitcodes
 from spamfilter.errors import SpamfilterError, StoreBusyError, StoreConflict
-from spamfilter.service import _retrying
+from spamfilter.retry import retrying
 from spamfilter.store import SCHEMA_REVISION, Store, metadata
 
 HANG_GUARD = 60  # seconds; only to stop a test that hangs
@@ -103,7 +103,7 @@ def test_busy_transaction_is_tried_again_with_growing_pauses_and_a_warning_each_
     clock = FakeClock()
     calls, step = failing(5)
     with caplog.at_level(logging.INFO, logger="spamfilter"):
-        assert _retrying(step, 600.0, sleep=clock.sleep, clock=clock, rng=random.Random(1)) == "done"  # type: ignore[arg-type]
+        assert retrying(step, 600.0, sleep=clock.sleep, clock=clock, rng=random.Random(1)) == "done"  # type: ignore[arg-type]
     assert len(calls) == 6
     assert len(clock.pauses) == 5
     # Full jitter: the n-th pause is drawn from [0, 0.05 * 2**n].
@@ -118,7 +118,7 @@ def test_busy_transaction_gives_up_at_the_deadline() -> None:
     clock = FakeClock()
     calls, step = failing(10_000)
     with pytest.raises(StoreBusyError):
-        _retrying(step, 60.0, sleep=clock.sleep, clock=clock, rng=random.Random(2))  # type: ignore[arg-type]
+        retrying(step, 60.0, sleep=clock.sleep, clock=clock, rng=random.Random(2))  # type: ignore[arg-type]
     # Pauses are capped at 5 s: it kept trying until the next pause would
     # have crossed the deadline, and not after.
     assert clock.now <= 60.0
@@ -130,11 +130,11 @@ def test_no_deadline_means_one_attempt_for_busy_and_eight_for_a_lost_race() -> N
     clock = FakeClock()
     calls, step = failing(100)
     with pytest.raises(StoreBusyError):
-        _retrying(step, 0.0, sleep=clock.sleep, clock=clock)  # type: ignore[arg-type]
+        retrying(step, 0.0, sleep=clock.sleep, clock=clock)  # type: ignore[arg-type]
     assert len(calls) == 1
     calls, step = failing(100, StoreConflict)
     with pytest.raises(StoreConflict):
-        _retrying(step, 0.0, sleep=clock.sleep, clock=clock)  # type: ignore[arg-type]
+        retrying(step, 0.0, sleep=clock.sleep, clock=clock)  # type: ignore[arg-type]
     assert len(calls) == 8
 
 

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from spamfilter.cli import app
 from spamfilter.config import Config, StoreConfig, config_from_dict
 from spamfilter.errors import ConfigError
+from spamfilter.insight import Insight
 from spamfilter.mail import MailItem
 from spamfilter.service import Filter, Verdict
 
@@ -150,23 +151,23 @@ def test_top_words_and_explain_describe_the_model_that_classifies(tmp_path: Path
     url = f"sqlite:///{tmp_path / 'insight.db'}"
     with Filter.open(Config(), url) as shared:
         shared.train(labelled(mail["shared"], mail["spam"]))
-        shared_words = shared.top_words(10, min_count=3)
+        shared_words = Insight(shared).top_words(10, min_count=3)
     fallback = with_store(shared_model="fallback", shared_min_messages=25)
     with Filter.open(fallback, url, user="gina") as gina:
         # Gina has trained nothing: the shared model classifies, and describes.
-        assert gina.top_words(10, min_count=3) == shared_words
+        assert Insight(gina).top_words(10, min_count=3) == shared_words
         probe = mail["probe"][0]
         verdict = next(iter(gina.classify([probe])))
         assert isinstance(verdict, Verdict)
-        explanation = gina.explain(probe)
+        explanation = Insight(gina).explain(probe)
         assert explanation.log_odds == pytest.approx(verdict.log_odds, abs=1e-9)
     merge = with_store(shared_model="merge")
     with Filter.open(merge, url, user="hal") as hal:
         hal.train(labelled(mail["alice"], mail["spam"]))
-        merged_words = hal.top_words(10, min_count=3)
+        merged_words = Insight(hal).top_words(10, min_count=3)
     with Filter.open(Config(), "sqlite://") as union:
         union.train(labelled(mail["shared"] + mail["alice"], mail["spam"]))
-        assert merged_words == union.top_words(10, min_count=3)
+        assert merged_words == Insight(union).top_words(10, min_count=3)
 
 
 def test_taking_one_ledger_row_from_two_transactions_at_once(any_db_url: str, mail: dict[str, list[MailItem]]) -> None:
@@ -238,7 +239,7 @@ def test_top_words_streams_the_vocabulary_and_keeps_the_exact_order(tmp_path: Pa
             score = (theta[1] - theta[0]) * (1 if spam else -1)
             order = np.argsort(-score, kind="stable")[:50]
             expected = [(tokens[j], float(score[j])) for j in order.tolist()]
-            got = [(w.token, w.score) for w in f.top_words(50, spam=spam, min_count=1)]
+            got = [(w.token, w.score) for w in Insight(f).top_words(50, spam=spam, min_count=1)]
             assert got == expected
 
 

@@ -20,7 +20,7 @@ from spamfilter.cli._common import TableOrJson, is_tty_stdin, open_filter
 from spamfilter.counts import Decision
 from spamfilter.mail import STDIN_SOURCE, read_messages
 from spamfilter.report import collect, printable, read_scores, render
-from spamfilter.service import Explanation, WordScore
+from spamfilter.insight import Explanation, Insight, WordScore
 
 
 class WordsFormat(str, Enum):
@@ -91,8 +91,9 @@ def top_words(
     """
     is_spam = cls is WordClass.spam
     with open_filter(ctx, create=False) as f:
-        words = f.top_words(n, spam=is_spam, min_count=min_count)
-        other = f.top_words(n, spam=not is_spam, min_count=min_count) if plot is not None else []
+        insight = Insight(f)
+        words = insight.top_words(n, spam=is_spam, min_count=min_count)
+        other = insight.top_words(n, spam=not is_spam, min_count=min_count) if plot is not None else []
     for line in render_words(words, fmt):
         # color=True: the machine formats go out byte for byte (click would
         # strip what looks like an ANSI sequence from a token); the table
@@ -172,7 +173,7 @@ def explain(
     if len(items) > 1:
         fail(f"{message}: holds more than one message; explain takes one (a message file or -)", exitcodes.USAGE)
     with open_filter(ctx, create=False) as f:
-        explanation = f.explain(items[0])
+        explanation = Insight(f).explain(items[0])
     if fmt is TableOrJson.json:
         typer.echo(explanation_json(explanation))
         return

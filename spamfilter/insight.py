@@ -1,0 +1,204 @@
+"""Insight into a filter's model: the most class-indicative tokens
+(``spamfilter top-words``), one message's log-odds term by term
+(``spamfilter explain``) and when the messages in the model were trained.
+
+    from spamfilter.config import load_config
+    from spamfilter.insight import Insight
+    from spamfilter.service import Filter
+
+    with Filter.open(load_config()) as f:
+        for word in Insight(f).top_words(10):
+            print(word.token, word.score)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date
+
+import numpy as np
+
+from spamfilter import model
+from spamfilter.config import counts_occurrences, has_absent_term
+from spamfilter.counts import Decision, IntArray, TokenCounts
+from spamfilter.mail import MailItem
+from spamfilter.service import Filter
+from spamfilter.vectorizer import term_counts
+
+
+@dataclass(frozen=True, slots=True)
+class WordScore:
+    """How strongly the model's smoothed estimates tie one token to a class.
+
+    score: log P(token|spam) - log P(token|ham) (its negative when ranking
+        for ham), with P(token|c) the configured event model's theta[c,j].
+    spam_count, ham_count: the counts those estimates come from: messages
+        containing the token (bernoulli, multinomial-binary) or its
+        occurrences (multinomial).
+    """
+
+    token: str
+    spam_count: int
+    ham_count: int
+    score: float
+
+
+@dataclass(frozen=True, slots=True)
+class Contribution:
+    """One term of a message's log-odds.
+
+    token: None for the Bernoulli model's absent-token term, the sum over
+        every vocabulary token the message lacks (its counts are None too).
+    contribution: what the term adds to the log-odds (positive: towards
+        spam), tempering included; 0 for a token ``min_evidence`` ignores.
+    spam_count, ham_count: as in ``WordScore``.
+    """
+
+    token: str | None
+    contribution: float
+    spam_count: int | None
+    ham_count: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Explanation:
+    """Why a message got its verdict: log_odds = prior + sum of the contributions.
+
+    verdict, score, log_odds: what ``Filter.classify`` answers for the message.
+    prior: log P(spam) - log P(ham) from the trained message counts.
+    tokens: every known token's contribution (and for bernoulli the
+        absent-token term), largest in magnitude first.
+    events: n, the token events that count; the evidence is divided by
+        n ** tempering, i.e. multiplied by ``factor``.
+    ignored: known tokens ``min_evidence`` leaves out (contribution 0).
+    unknown: distinct tokens of the message the model has never seen.
+    absent: vocabulary tokens in the absent-token term (bernoulli), else 0.
+    """
+
+    source: str
+    digest: str
+    verdict: Decision
+    score: float
+    log_odds: float
+    prior: float
+    tokens: tuple[Contribution, ...]
+    event_model: str
+    events: int
+    factor: float
+    ignored: int
+    unknown: int
+    absent: int
+
+
+@dataclass(frozen=True, slots=True)
+class TrainedDay:
+    """Messages in the model now that were trained on one (UTC) day."""
+
+    day: date
+    spam: int
+    ham: int
+
+
+class Insight:
+    """Reads a ``Filter``'s model (the one its ``classify`` uses: the user's,
+    the shared one or both merged) to say what it has learnt."""
+
+    def __init__(self, spamfilter: Filter) -> None:
+        self.filter = spamfilter
+
+    def _shown_counts(self, counts: TokenCounts) -> IntArray:
+        """The (2, m) counts the configured event model estimates from."""
+        return counts.term_count if counts_occurrences(self.filter.config.model.event_model) else counts.doc_count
+
+    def top_words(self, n: int = 30, *, spam: bool = True, min_count: int = 5) -> list[WordScore]:
+        """The ``n`` tokens the model ties most strongly to spam (or ham), best first.
+
+            score[j] = log theta[spam,j] - log theta[ham,j]   (negated for ham)
+
+        with theta the configured event model's smoothed P(token|class)
+        (``model.token_log_likelihood``). Tokens whose spam_count + ham_count
+        is below ``min_count`` are left out: a token seen once has a large
+        score from the smoothing alone. Ties are broken by the token.
+        Raises ``NotTrainedError`` without a trained spam and ham.
+        """
+        m = self.filter.config.model
+        n = max(n, 0)
+        best_tokens: list[str] = []
+        best = TokenCounts.zeros(0)
+        best_scores = np.zeros(0)
+        with self.filter.store.begin(write=False) as reader:
+            stats, owners = self.filter._model_of(reader)
+            model.log_prior(stats)  # NotTrainedError without both classes
+            # The vocabulary streams by in token order, a chunk at a time;
+            # only the best n so far are kept, so memory stays small.
+            chunks = reader.iter_frequent_tokens(min_count, occurrences=counts_occurrences(m.event_model), owners=owners)
+            for token_list, counts in chunks:
+                log_theta = model.token_log_likelihood(m.event_model, counts, stats, m.alpha)
+                score = log_theta[model.SPAM] - log_theta[model.HAM]
+                tokens_now = best_tokens + token_list
+                counts_now = TokenCounts(
+                    np.concatenate([best.doc_count, counts.doc_count], axis=1),
+                    np.concatenate([best.term_count, counts.term_count], axis=1),
+                )
+                scores_now = np.concatenate([best_scores, score if spam else -score])
+                # The kept ones precede the chunk in token order, so the
+                # stable sort breaks ties by token.
+                keep = np.argsort(-scores_now, kind="stable")[:n]
+                keep.sort()  # back to token order for the next round
+                best_tokens = [tokens_now[j] for j in keep.tolist()]
+                best, best_scores = counts_now.take(keep), scores_now[keep]
+        shown = self._shown_counts(best)
+        order = np.argsort(-best_scores, kind="stable")
+        return [
+            WordScore(best_tokens[j], int(shown[model.SPAM, j]), int(shown[model.HAM, j]), float(best_scores[j]))
+            for j in order.tolist()
+        ]
+
+    def explain(self, item: MailItem) -> Explanation:
+        """The message's verdict and its log-odds term by term (``model.log_odds_terms``):
+        the prior, each known token's contribution and, for bernoulli, the
+        absent-token term. They add up to the log-odds ``classify`` gives the
+        message. Raises ``MailParseError`` if it is not mail, ``NotTrainedError``
+        without a trained spam and ham.
+        """
+        counts = term_counts(self.filter.tokens(item))
+        fitted = self.filter._fit([counts])
+        m = self.filter.config.model
+        odds = model.log_odds(model.joint_log_likelihood(fitted.X, fitted.params, m.tempering, m.min_evidence))
+        log_theta = model.token_log_likelihood(m.event_model, fitted.counts, fitted.stats, m.alpha)
+        terms = model.log_odds_terms(fitted.X, fitted.params, log_theta, m.tempering, m.min_evidence)
+        shown = self._shown_counts(fitted.counts)
+        contributions = [
+            Contribution(token, float(terms.token[j]), int(shown[model.SPAM, j]), int(shown[model.HAM, j]))
+            for j, token in enumerate(self.filter.cache.tokens[i] for i in fitted.ids.tolist())
+        ]
+        absent = 0
+        if has_absent_term(m.event_model):
+            absent = fitted.stats.vocabulary_size - int(terms.used.sum())
+            contributions.append(Contribution(None, terms.absent, None, None))
+        contributions.sort(key=lambda c: (-abs(c.contribution), c.token or ""))
+        return Explanation(
+            source=item.source,
+            digest=item.digest,
+            verdict=Decision.of_code(int(model.decide(odds, self.filter.thresholds)[0])),
+            score=float(model.spam_probability(odds)[0]),
+            log_odds=float(odds[0]),
+            prior=terms.prior,
+            tokens=tuple(contributions),
+            event_model=m.event_model,
+            events=int(terms.events),
+            factor=terms.factor,
+            ignored=len(fitted.ids) - int(terms.used.sum()),
+            unknown=len(counts) - len(fitted.ids),
+            absent=absent,
+        )
+
+    def training_history(self) -> list[TrainedDay]:
+        """Per day, oldest first, how many of the messages the model holds now
+        were trained that day (from the ledger's trained_at)."""
+        with self.filter.store.begin(write=False) as reader:
+            rows = reader.trained_per_day()
+        days: dict[date, list[int]] = {}
+        for day, label, n in rows:
+            days.setdefault(day, [0, 0])[label] += n
+        return [TrainedDay(day, spam=c[model.SPAM], ham=c[model.HAM]) for day, c in sorted(days.items())]

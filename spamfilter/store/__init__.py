@@ -1,0 +1,338 @@
+"""The token store: the only package that speaks SQL.
+
+    __init__     Store: open, check and upgrade a database, begin transactions
+    schema       the tables and the schema revision they are
+    transaction  StoreTransaction: the reads and writes of one transaction
+    statements   the SQLAlchemy statements, built once per dialect
+    backends     the hot count statements on the raw driver cursor, per backend
+    engine       engines for SQLite and PostgreSQL; driver errors as ours
+    ledger       the ledger's blob of a message's token counts
+
+Tables (created and changed only by the Alembic revisions in ``migrations/``):
+
+    tokens         token -> ham_docs, spam_docs, ham_terms, spam_terms
+                   (messages containing it, occurrences; rows with both
+                   message counts 0 are deleted, so the row count is V)
+    class_totals   label -> messages, terms, binary_terms
+    doc_histogram  (label, doc_count) -> tokens: how many vocabulary tokens
+                   occur in exactly doc_count messages of the class; it makes
+                   the Bernoulli absent-token sum exact without a full scan
+    messages       digest -> label, trained_at, token_counts (the message's
+                   own token counts, packed by pack_token_counts) so forgetting or relabelling
+                   subtracts exactly what training added, whatever the
+                   tokenizer settings are by then
+    imap_folders   (account, folder) -> uidvalidity (the account column is the
+                   owner's: see StoreTransaction._imap_key)
+    imap_uids      (account, folder, uid) -> digest, keywords: the UIDs already
+                   handled, and which junk keywords they had when last looked at
+    imap_messages  (account, digest) -> label, origin, folder, pending: what
+                   ``spamfilter imap run`` decided and where the message
+                   belongs; ``pending`` marks a move not yet confirmed
+
+Every write goes through ``Store.begin()``: one transaction, taken with
+``BEGIN IMMEDIATE`` on SQLite so two writers queue on the busy timeout instead
+of failing on a lock upgrade. Counts change only by ``count = count + delta``
+upserts whose RETURNING clause gives the new values; the histogram delta is
+derived from those, so it stays right even when other processes write the
+same tokens concurrently.
+
+Pruning (``prune_tokens``) and importing counts (``spamfilter db import``)
+change the counts without a ledger entry. What the ledger no longer accounts
+for is kept in ``untracked_totals`` (owner, label -> messages, terms,
+binary_terms): per class what the owner's totals differ by from the sums
+over the ledger (imported counts add, pruned counts subtract). ``class_totals =
+ledger sums + untracked`` then always holds; while ``untracked`` is not zero,
+token counts may differ from the ledger's, and untraining a message stops at
+zero for tokens that are gone (``add_counts_clipped``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DBAPIError
+
+if TYPE_CHECKING:
+    from alembic.config import Config as AlembicConfig
+
+from spamfilter.counts import Totals
+from spamfilter.errors import SchemaOutOfDate, StoreError
+from spamfilter.store.engine import _make_engine, _make_owner_only, _store_error, sqlite_path
+from spamfilter.store.ledger import pack_token_counts, unpack_token_counts
+from spamfilter.store.schema import COUNT_COLUMNS, SCHEMA_REVISION, metadata
+from spamfilter.store.statements import _Statements
+from spamfilter.store.transaction import CountsWritten, ImapRecord, StoreTransaction, TrainedMessage
+
+__all__ = [
+    "COUNT_COLUMNS",
+    "SCHEMA_REVISION",
+    "CountsWritten",
+    "ImapRecord",
+    "Store",
+    "StoreTransaction",
+    "TrainedMessage",
+    "metadata",
+    "pack_token_counts",
+    "sqlite_path",
+    "unpack_token_counts",
+]
+
+
+#: The PostgreSQL advisory lock key that serialises schema upgrades (any
+#: constant no other program on the server is likely to use: "spamfilt" in ASCII).
+_UPGRADE_LOCK = 0x7370616D66696C74
+
+
+class Store:
+    """A token store on one database. Open with ``Store.open(url)``."""
+
+    def __init__(self, engine: Engine, url: str, owner: str = "") -> None:
+        self.engine = engine
+        self.url = url
+        self.owner = owner
+        dbapi = getattr(engine.dialect, "dbapi", None)
+        self._driver_error: type[Exception] = getattr(dbapi, "Error", DBAPIError)
+        self.statements = _Statements(engine.dialect.name)
+
+    @classmethod
+    def open(
+        cls,
+        url: str,
+        *,
+        busy_timeout: float = 30.0,
+        upgrade_new: bool = True,
+        check: bool = True,
+        owner: str = "",
+        create: bool = True,
+        create_dirs: bool = True,
+    ) -> Store:
+        """Connect, create the schema on a new (empty) database, check the revision.
+
+        Raises ``SchemaOutOfDate`` for a database at an older revision, and
+        ``StoreError`` when it cannot be reached or was written by a newer
+        spamfilter. ``check=False`` skips both (for ``upgrade`` itself).
+        A missing SQLite file is created (mode 0600) only with ``create``,
+        else ``NoSuchDatabase``; its missing parent folders only with
+        ``create_dirs``, else ``StoreError``.
+        """
+        engine = _make_engine(url, busy_timeout, create, create_dirs)
+        store = cls(engine, url, owner)
+        if not check:
+            return store
+        try:
+            revision = store.schema_revision()
+            if revision is None:
+                # Read again after the tables: another process may have
+                # created the schema in between.
+                if store._has_tables() and store.schema_revision() is None:
+                    raise StoreError(f"{store.display_url}: has tables but no spamfilter schema revision")
+                if not upgrade_new:
+                    raise SchemaOutOfDate(f"{store.display_url}: empty database; run `spamfilter db upgrade`")
+                store.upgrade()
+            elif revision != SCHEMA_REVISION:
+                if revision in store._known_revisions():
+                    raise SchemaOutOfDate(
+                        f"{store.display_url}: schema revision {revision} is older than {SCHEMA_REVISION}; "
+                        "run `spamfilter db upgrade`"
+                    )
+                raise StoreError(f"{store.display_url}: schema revision {revision} is unknown to this spamfilter (newer?)")
+        except DBAPIError as exc:
+            engine.dispose()
+            raise _store_error(exc, f"cannot open {store.display_url}") from None
+        except StoreError:
+            engine.dispose()
+            raise
+        return store
+
+    @property
+    def display_url(self) -> str:
+        """The URL with any password hidden."""
+        return sa.engine.make_url(self.url).render_as_string(hide_password=True)
+
+    def close(self) -> None:
+        """Release the connections."""
+        self.engine.dispose()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- schema -------------------------------------------------------------
+
+    def _has_tables(self) -> bool:
+        return bool(sa.inspect(self.engine).get_table_names())
+
+    def schema_revision(self) -> str | None:
+        """The database's Alembic revision, or None for a database without one."""
+        with self.engine.connect() as conn:
+            if not sa.inspect(conn).has_table("alembic_version"):
+                return None
+            row = conn.execute(sa.text("SELECT version_num FROM alembic_version")).first()
+            return None if row is None else str(row[0])
+
+    @staticmethod
+    def _alembic_config() -> AlembicConfig:
+        from importlib.resources import files
+
+        from alembic.config import Config as AlembicConfig
+
+        cfg = AlembicConfig()
+        cfg.set_main_option("script_location", str(files("spamfilter.migrations")))
+        return cfg
+
+    def _known_revisions(self) -> set[str]:
+        from alembic.script import ScriptDirectory
+
+        script = ScriptDirectory.from_config(self._alembic_config())
+        return {rev.revision for rev in script.walk_revisions()}
+
+    def upgrade(self, revision: str = "head") -> None:
+        """Apply the Alembic migrations up to ``revision`` in one transaction.
+
+        Processes that find the same new (or old) database at once take
+        turns: on SQLite the transaction holds the write lock from its
+        ``BEGIN IMMEDIATE``, on PostgreSQL a transaction-level advisory lock,
+        both taken before Alembic reads the revision. So the first creates
+        the schema and the others, once they get the lock, find it at head
+        and change nothing. Without that, eight processes opening one new
+        database failed with "database is locked" (SQLite: a read
+        transaction cannot become a writer while another writes) or a
+        duplicate ``pg_type`` row (PostgreSQL: two CREATE TABLE at once).
+        """
+        from alembic import command
+
+        cfg = self._alembic_config()
+        path = sqlite_path(self.url)
+        try:
+            if path is not None and not self._has_tables():
+                # The counts say a lot about someone's mail: owner-only file.
+                _make_owner_only(path)
+            with self.engine.connect() as conn:
+                if self.engine.dialect.name == "sqlite":
+                    conn = conn.execution_options(sqlite_begin="IMMEDIATE")
+                with conn.begin():
+                    if self.engine.dialect.name == "postgresql":
+                        conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _UPGRADE_LOCK})
+                    cfg.attributes["connection"] = conn
+                    command.upgrade(cfg, revision)
+        except DBAPIError as exc:
+            raise _store_error(exc, f"cannot upgrade {self.display_url}") from None
+
+    # -- transactions -------------------------------------------------------
+
+    @contextmanager
+    def begin(self, *, write: bool = True) -> Iterator[StoreTransaction]:
+        """One transaction: committed when the block ends, rolled back on error."""
+        options = {"sqlite_begin": "IMMEDIATE"} if write and self.engine.dialect.name == "sqlite" else {}
+        with self._transaction(options) as tx:
+            yield tx
+
+    @contextmanager
+    def _transaction(self, options: dict[str, str]) -> Iterator[StoreTransaction]:
+        try:
+            with self.engine.connect() as conn:
+                if options:
+                    conn = conn.execution_options(**options)
+                with conn.begin():
+                    yield StoreTransaction(conn, self.statements, self.owner)
+        except DBAPIError as exc:
+            raise _store_error(exc, f"database {self.display_url}") from None
+        except self._driver_error as exc:
+            # Raised by the raw driver cursors of the hot paths.
+            raise self._driver_failure(exc, f"database {self.display_url}") from None
+
+    def _driver_failure(self, exc: Exception, what: str) -> StoreError:
+        """The error for one the raw driver cursors raised (SQLAlchemy does not wrap those)."""
+        wrapped = DBAPIError.instance(None, None, exc, self._driver_error)
+        assert isinstance(wrapped, DBAPIError)
+        return _store_error(wrapped, what)
+
+    def totals(self) -> Totals:
+        """Shortcut: the aggregates in a read transaction of their own."""
+        with self.begin(write=False) as tx:
+            return tx.totals()
+
+    def size_bytes(self) -> int | None:
+        """Bytes on disk of a SQLite file (with its WAL), else None."""
+        path = sqlite_path(self.url)
+        if path is None or not path.exists():
+            return None
+        wal = path.with_name(path.name + "-wal")
+        return path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
+
+    # -- maintenance ----------------------------------------------------------
+
+    def checkpoint(self) -> bool:
+        """Copy a SQLite WAL into the file and truncate it, so ``size_bytes``
+        is the file's own size; False when a reader kept part of it (which
+        then still counts). True at once on other databases."""
+        if self.engine.dialect.name != "sqlite":
+            return True
+        try:
+            with self.engine.connect() as conn:
+                # The raw cursor of the autocommit connection: no BEGIN, as
+                # a checkpoint inside a read transaction cannot truncate.
+                dbapi = conn.connection.dbapi_connection
+                assert dbapi is not None
+                cursor = dbapi.cursor()
+                busy = cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+                cursor.close()
+        except DBAPIError as exc:
+            raise _store_error(exc, f"cannot checkpoint {self.display_url}") from None
+        except self._driver_error as exc:
+            raise self._driver_failure(exc, f"cannot checkpoint {self.display_url}") from None
+        return int(busy) == 0
+
+    @contextmanager
+    def snapshot(self) -> Iterator[StoreTransaction]:
+        """A read transaction that sees one state of the database from start
+        to end (a SQLite WAL reader does; PostgreSQL needs REPEATABLE READ),
+        for checks and exports that read several tables while others write."""
+        options = {"isolation_level": "REPEATABLE READ"} if self.engine.dialect.name == "postgresql" else {}
+        with self._transaction(options) as tx:
+            yield tx
+
+    def integrity_check(self) -> list[str] | None:
+        """The problems SQLite's ``PRAGMA integrity_check`` finds in the file
+        ([] when it is sound); None on other databases."""
+        if self.engine.dialect.name != "sqlite":
+            return None
+        try:
+            with self.engine.connect() as conn:
+                rows = [str(row[0]) for row in conn.exec_driver_sql("PRAGMA integrity_check")]
+        except DBAPIError as exc:
+            raise _store_error(exc, f"cannot check {self.display_url}") from None
+        return [] if rows == ["ok"] else rows
+
+    def vacuum(self) -> None:
+        """Give the space of deleted rows back and refresh the planner's statistics.
+
+        SQLite: copy the WAL into the file, ``VACUUM`` (rewrites the file
+        without its free pages), then checkpoint again and truncate the WAL,
+        which VACUUM filled. PostgreSQL: ``VACUUM ANALYZE`` of the count
+        tables; the space becomes reusable, the files rarely shrink. Both run
+        outside a transaction, as they must.
+        """
+        try:
+            with self.engine.connect() as conn:
+                if self.engine.dialect.name == "sqlite":
+                    # The sqlite3 connection is in autocommit mode (see
+                    # _make_engine), and its cursor bypasses SQLAlchemy's
+                    # autobegin, so no BEGIN precedes the VACUUM.
+                    dbapi = conn.connection.dbapi_connection
+                    assert dbapi is not None
+                    cursor = dbapi.cursor()
+                    for statement in ("PRAGMA wal_checkpoint(TRUNCATE)", "VACUUM", "PRAGMA wal_checkpoint(TRUNCATE)"):
+                        cursor.execute(statement).fetchall()
+                    cursor.close()
+                elif self.engine.dialect.name == "postgresql":
+                    auto = conn.execution_options(isolation_level="AUTOCOMMIT")
+                    auto.exec_driver_sql("VACUUM ANALYZE tokens, class_totals, doc_histogram, messages")
+        except DBAPIError as exc:
+            raise _store_error(exc, f"cannot vacuum {self.display_url}") from None

@@ -1,0 +1,142 @@
+"""Engines for the two supported databases, and their driver errors as ours."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
+from sqlalchemy.pool import StaticPool
+
+from spamfilter.errors import NoSuchDatabase, StoreBusyError, StoreConflict, StoreError
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The file behind a SQLite URL, or None (in-memory or another backend)."""
+    parsed = sa.engine.make_url(url)
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    return Path(parsed.database)
+
+
+def _sidecars_follow(path: Path) -> None:
+    """Give the SQLite file's -wal and -shm the file's own permissions again.
+
+    SQLite creates them with the file's mode; a reader of a file made
+    read-only (0400) leaves a 0400 -shm behind, and once the file is
+    writable again every write fails ("attempt to write a readonly
+    database") until the -shm is deleted. A sidecar not ours to change is
+    left as it is (SQLite then reports the error)."""
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except OSError:
+        return
+    for sidecar in (path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        try:
+            st = sidecar.lstat()
+            if stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) != mode:
+                sidecar.chmod(mode)
+        except OSError:
+            pass
+
+
+def _make_owner_only(path: Path) -> None:
+    """Take group and other permissions off a database file about to receive
+    the schema (an empty file created beforehand with the umask's 0644),
+    and off its sidecars."""
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+        if mode & 0o077:
+            path.chmod(mode & 0o700)
+    except OSError:
+        return
+    _sidecars_follow(path)
+
+
+def _make_engine(url: str, busy_timeout: float, create: bool = True, create_dirs: bool = True) -> Engine:
+    try:
+        parsed = sa.engine.make_url(url)
+    except sa.exc.ArgumentError:
+        raise StoreError(f"not a database URL: {url!r}") from None
+    if parsed.get_backend_name() != "sqlite":
+        connect_args: dict[str, object] = {}
+        if parsed.get_backend_name() == "postgresql":
+            # The busy timeout bounds lock waits here too (then 55P03).
+            connect_args["options"] = f"-c lock_timeout={int(busy_timeout * 1000)}"
+        try:
+            return sa.create_engine(parsed, pool_pre_ping=True, connect_args=connect_args)
+        except (ImportError, SQLAlchemyError) as exc:
+            raise StoreError(f"cannot use database {parsed.render_as_string(hide_password=True)}: {_driver_message(exc)}") from None
+    path = sqlite_path(url)
+    if path is None:
+        engine = sa.create_engine(parsed, poolclass=StaticPool, connect_args={"check_same_thread": False})
+    else:
+        if not path.exists():
+            if not create:
+                raise NoSuchDatabase(f"no such database: {path}")
+            if not create_dirs and not path.parent.is_dir():
+                raise StoreError(
+                    f"cannot create database {path}: folder {path.parent} does not exist (--create-dirs creates it)"
+                )
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                # The counts say a lot about someone's mail: owner-only file.
+                fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
+                os.close(fd)
+            except OSError as exc:
+                raise StoreError(f"cannot create database {path}: {exc.strerror}") from None
+        else:
+            _sidecars_follow(path)
+        engine = sa.create_engine(parsed, connect_args={"timeout": busy_timeout})
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn, _record):  # type: ignore[no-untyped-def]
+        # Let SQLAlchemy's begin event (below) issue BEGIN itself, so writes
+        # can take the lock up front with BEGIN IMMEDIATE.
+        dbapi_conn.isolation_level = None
+        cursor = dbapi_conn.cursor()
+        cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+        if path is not None:
+            cursor.execute("PRAGMA journal_mode = WAL")
+            # WAL + NORMAL: a commit is atomic and survives a killed process;
+            # only a power cut can lose the last commits, never half of one.
+            cursor.execute("PRAGMA synchronous = NORMAL")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn):  # type: ignore[no-untyped-def]
+        mode = conn.get_execution_options().get("sqlite_begin", "DEFERRED")
+        conn.exec_driver_sql(f"BEGIN {mode}")
+
+    return engine
+
+
+#: PostgreSQL SQLSTATEs of a transaction that lost a race and can simply be
+#: run again: deadlock detected, serialization failure, unique violation
+#: (two processes inserting the same new message into the ledger).
+_RETRYABLE_SQLSTATES = {"40P01", "40001", "23505"}
+
+
+def _driver_message(exc: BaseException) -> str:
+    """The first line of a driver's error: PostgreSQL's DETAIL, HINT and
+    LINE (with the SQL) and SQLAlchemy's statement, parameters and link
+    follow on lines of their own, and an error is one line on stderr."""
+    orig = getattr(exc, "orig", None)
+    text = str(orig if orig is not None else exc).strip()
+    return text.splitlines()[0].strip() if text else type(exc).__name__
+
+
+def _store_error(exc: DBAPIError, what: str) -> StoreError:
+    text = _driver_message(exc)
+    sqlstate = getattr(exc.orig, "sqlstate", None)
+    if sqlstate in _RETRYABLE_SQLSTATES:
+        return StoreConflict(f"{what}: lost a race with another process ({text})")
+    if sqlstate == "55P03":
+        return StoreBusyError(f"{what}: a lock stayed held by another process past the busy timeout ({text})")
+    if isinstance(exc, OperationalError) and "locked" in text:
+        return StoreBusyError(f"{what}: the database stayed locked by another process ({text})")
+    return StoreError(f"{what}: {text}")

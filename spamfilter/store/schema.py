@@ -1,0 +1,106 @@
+"""The tables (created and changed only by the Alembic revisions in
+``migrations/``; tests/test_schema.py checks the two agree)."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+
+#: The Alembic head this code reads and writes; tests check it is the
+#: migrations' head. Kept as a constant so opening a store needs no Alembic import.
+SCHEMA_REVISION = "0004"
+
+metadata = sa.MetaData()
+
+tokens = sa.Table(
+    "tokens",
+    metadata,
+    sa.Column("owner", sa.Text(), primary_key=True),
+    sa.Column("token", sa.Text(), primary_key=True),
+    sa.Column("ham_docs", sa.BigInteger(), nullable=False, server_default="0"),
+    sa.Column("spam_docs", sa.BigInteger(), nullable=False, server_default="0"),
+    sa.Column("ham_terms", sa.BigInteger(), nullable=False, server_default="0"),
+    sa.Column("spam_terms", sa.BigInteger(), nullable=False, server_default="0"),
+    sa.Column("last_seen", sa.Date(), nullable=True),
+    sqlite_with_rowid=False,
+)
+
+def _class_total_columns() -> list[sa.Column[object]]:
+    """(owner, label) -> messages, terms, binary_terms: the class totals and
+    the untracked totals have the same shape."""
+    return [
+        sa.Column("owner", sa.Text(), primary_key=True),
+        sa.Column("label", sa.SmallInteger(), primary_key=True, autoincrement=False),
+        sa.Column("messages", sa.BigInteger(), nullable=False, server_default="0"),
+        sa.Column("terms", sa.BigInteger(), nullable=False, server_default="0"),
+        sa.Column("binary_terms", sa.BigInteger(), nullable=False, server_default="0"),
+    ]
+
+
+class_totals = sa.Table("class_totals", metadata, *_class_total_columns())
+
+doc_histogram = sa.Table(
+    "doc_histogram",
+    metadata,
+    sa.Column("owner", sa.Text(), primary_key=True),
+    sa.Column("label", sa.SmallInteger(), primary_key=True, autoincrement=False),
+    sa.Column("doc_count", sa.BigInteger(), primary_key=True, autoincrement=False),
+    sa.Column("tokens", sa.BigInteger(), nullable=False),
+)
+
+messages = sa.Table(
+    "messages",
+    metadata,
+    sa.Column("owner", sa.Text(), primary_key=True),
+    sa.Column("digest", sa.String(32), primary_key=True),
+    sa.Column("label", sa.SmallInteger(), nullable=False),
+    sa.Column("trained_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("token_counts", sa.LargeBinary(), nullable=False),
+)
+
+untracked_totals = sa.Table("untracked_totals", metadata, *_class_total_columns())
+
+model_versions = sa.Table(
+    "model_versions",
+    metadata,
+    sa.Column("owner", sa.Text(), primary_key=True),
+    sa.Column("version", sa.BigInteger(), nullable=False),
+)
+
+imap_folders = sa.Table(
+    "imap_folders",
+    metadata,
+    sa.Column("account", sa.Text(), primary_key=True),
+    sa.Column("folder", sa.Text(), primary_key=True),
+    sa.Column("uidvalidity", sa.BigInteger(), nullable=False),
+)
+
+imap_uids = sa.Table(
+    "imap_uids",
+    metadata,
+    sa.Column("account", sa.Text(), primary_key=True),
+    sa.Column("folder", sa.Text(), primary_key=True),
+    sa.Column("uid", sa.BigInteger(), primary_key=True, autoincrement=False),
+    sa.Column("digest", sa.String(32), nullable=False),
+    sa.Column("keywords", sa.SmallInteger(), nullable=True),
+)
+
+imap_messages = sa.Table(
+    "imap_messages",
+    metadata,
+    sa.Column("account", sa.Text(), primary_key=True),
+    sa.Column("digest", sa.String(32), primary_key=True),
+    sa.Column("label", sa.SmallInteger(), nullable=False),
+    sa.Column("origin", sa.String(8), nullable=False),
+    sa.Column("folder", sa.Text(), nullable=False),
+    sa.Column("pending", sa.Boolean(), nullable=False),
+    sa.Column("log_odds", sa.Float(), nullable=True),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("source", sa.Text(), nullable=True),
+)
+
+COUNT_COLUMNS = ("ham_docs", "spam_docs", "ham_terms", "spam_terms")
+
+# Rows per multi-row statement: 5 bound values a token keeps far below
+# SQLite's 32,766-variable limit and PostgreSQL's 65,535.
+_CHUNK = 2000

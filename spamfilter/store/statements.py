@@ -1,0 +1,100 @@
+"""The SQLAlchemy statements of the store, built once per dialect."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import sqlite
+
+from spamfilter.store.schema import (
+    class_totals,
+    doc_histogram,
+    imap_folders,
+    imap_messages,
+    imap_uids,
+    messages,
+    model_versions,
+    untracked_totals,
+)
+
+
+class _Statements:
+    """Every statement the store runs, built once per dialect.
+
+    Building a SQLAlchemy construct costs more than running it on SQLite;
+    with constant statements (IN lists as expanding parameters) each one is
+    compiled once and then served from the engine's compiled cache, which
+    took online classify-then-train from 64 to well over 100 messages/s.
+    """
+
+    def __init__(self, dialect: str) -> None:
+        insert: Any = sqlite.insert
+        if dialect == "postgresql":
+            # Imported only for PostgreSQL: 18 ms of every SQLite start.
+            from sqlalchemy.dialects import postgresql
+
+            insert = postgresql.insert
+        keys: sa.BindParameter[list[str]] = sa.bindparam("keys", expanding=True)
+        own: sa.BindParameter[str] = sa.bindparam("own")
+        self.class_totals = sa.select(
+            class_totals.c.label, class_totals.c.messages, class_totals.c.terms, class_totals.c.binary_terms
+        ).where(class_totals.c.owner == own)
+        self.histogram = (
+            sa.select(doc_histogram.c.label, doc_histogram.c.doc_count, doc_histogram.c.tokens)
+            .where(doc_histogram.c.owner == own)
+            .order_by(doc_histogram.c.label, doc_histogram.c.doc_count)
+        )
+        self.versions = sa.select(model_versions.c.owner, model_versions.c.version).where(model_versions.c.owner.in_(keys))
+        self.labels = sa.select(messages.c.digest, messages.c.label).where((messages.c.owner == own) & messages.c.digest.in_(keys))
+        self.take_ledger = (
+            sa.delete(messages)
+            .where((messages.c.owner == own) & messages.c.digest.in_(keys))
+            .returning(messages.c.digest, messages.c.label, messages.c.trained_at, messages.c.token_counts)
+        )
+        self.record = sa.insert(messages)
+        where_folder = (imap_uids.c.account == sa.bindparam("acct")) & (imap_uids.c.folder == sa.bindparam("fold"))
+        self.imap_validity = sa.select(imap_folders.c.uidvalidity).where(
+            (imap_folders.c.account == sa.bindparam("acct")) & (imap_folders.c.folder == sa.bindparam("fold"))
+        )
+        folder_row = insert(imap_folders)
+        self.set_imap_validity = folder_row.on_conflict_do_update(
+            index_elements=[imap_folders.c.account, imap_folders.c.folder],
+            set_={"uidvalidity": folder_row.excluded.uidvalidity},
+        )
+        self.imap_uids = sa.select(imap_uids.c.uid, imap_uids.c.digest, imap_uids.c.keywords).where(where_folder)
+        self.set_imap_keywords = (
+            sa.update(imap_uids)
+            .where(where_folder & (imap_uids.c.uid == sa.bindparam("u")))
+            .values(keywords=sa.bindparam("k"))
+        )
+        self.clear_imap_uids = sa.delete(imap_uids).where(where_folder)
+        self.delete_imap_uids = sa.delete(imap_uids).where(where_folder & imap_uids.c.uid.in_(sa.bindparam("keys", expanding=True)))
+        uid_row = insert(imap_uids)
+        self.add_imap_uids = uid_row.on_conflict_do_update(
+            index_elements=[imap_uids.c.account, imap_uids.c.folder, imap_uids.c.uid],
+            set_={"digest": uid_row.excluded.digest, "keywords": None},
+        )
+        self.imap_records = sa.select(imap_messages).where(
+            (imap_messages.c.account == sa.bindparam("acct")) & imap_messages.c.digest.in_(keys)
+        )
+        record_row = insert(imap_messages)
+        self.put_imap_records = record_row.on_conflict_do_update(
+            index_elements=[imap_messages.c.account, imap_messages.c.digest],
+            set_={c: record_row.excluded[c] for c in ("label", "origin", "folder", "pending", "log_odds", "updated_at", "source")},
+        )
+        self.imap_pending = sa.select(imap_messages).where(
+            (imap_messages.c.account == sa.bindparam("acct"))
+            & imap_messages.c.pending
+            & (imap_messages.c.source == sa.bindparam("src"))
+        )
+        totals_row = insert(class_totals)
+        self.add_totals = totals_row.on_conflict_do_update(
+            index_elements=[class_totals.c.owner, class_totals.c.label],
+            set_={name: class_totals.c[name] + totals_row.excluded[name] for name in ("messages", "terms", "binary_terms")},
+        )
+        untracked_row = insert(untracked_totals)
+        self.add_untracked = untracked_row.on_conflict_do_update(
+            index_elements=[untracked_totals.c.owner, untracked_totals.c.label],
+            set_={name: untracked_totals.c[name] + untracked_row.excluded[name] for name in ("messages", "terms", "binary_terms")},
+        )

@@ -1,0 +1,494 @@
+"""One open transaction's reads and writes (``Store.begin`` opens it), and
+the records it returns."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import date, datetime, timezone
+from typing import Any
+
+import numpy as np
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from spamfilter.counts import HAM, SPAM, ClassCounts, TokenCounts, Totals
+from spamfilter.errors import StoreError
+from spamfilter.store.backends import _CountSQL, _PgCountSQL, _SqliteCountSQL
+from spamfilter.store.ledger import pack_token_counts, unpack_token_counts
+from spamfilter.store.schema import _CHUNK, COUNT_COLUMNS, class_totals, doc_histogram, messages, tokens, untracked_totals
+from spamfilter.store.statements import _Statements
+
+
+@dataclass(frozen=True, slots=True)
+class TrainedMessage:
+    """One row of the trained-message ledger."""
+
+    digest: str
+    label: int
+    trained_at: datetime
+    token_counts: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class ImapRecord:
+    """What ``imap run`` knows of one message of an account.
+
+    label: 0 ham, 1 spam, 2 unsure (the filter's verdict, or the user's word).
+    origin: "filter" (classified), "train" (from a training folder) or
+        "user" (learnt from the user moving or flagging it).
+    folder: where the message belongs; pending: a move there from the
+        folder ``source`` was started and not yet seen to be done.
+    """
+
+    digest: str
+    label: int
+    origin: str
+    folder: str
+    pending: bool = False
+    log_odds: float | None = None
+    source: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CountsWritten:
+    """What ``add_counts`` left in the store: the tokens' new counts (2, m),
+    in the order given (a token now in no message has zeros and is gone from
+    the table), the model's new version, and what it added to the class
+    totals and to the histogram ((label, k) -> tokens), so a copy of the
+    totals can follow (``Totals.changed``)."""
+
+    token_list: list[str]
+    counts: TokenCounts
+    version: int
+    classes: ClassCounts
+    histogram: dict[tuple[int, int], int]
+
+
+class StoreTransaction:
+    """Reads and writes inside one open transaction (see ``Store.begin``)."""
+
+    def __init__(self, conn: Connection, statements: _Statements, owner: str = "") -> None:
+        self.conn = conn
+        self.sql = statements
+        #: Whose model the counts are: "" is the default (and shared) model.
+        self.owner = owner
+        self.today = datetime.now(timezone.utc).date()
+        dbapi = conn.connection.dbapi_connection
+        assert dbapi is not None
+        backend: type[_CountSQL] = _PgCountSQL if conn.dialect.name == "postgresql" else _SqliteCountSQL
+        self.counts_sql = backend(dbapi.cursor())
+
+    # -- reads --------------------------------------------------------------
+
+    def totals(self, owner: str | None = None) -> Totals:
+        """Class totals, vocabulary size and the per-class count histograms
+        (of this transaction's owner, or of ``owner``)."""
+        own = self.owner if owner is None else owner
+        classes = ClassCounts.zeros()
+        for label, m, t, b in self.counts_sql.select_totals(own):
+            classes.messages[label], classes.terms[label], classes.binary_terms[label] = m, t, b
+        rows: list[list[tuple[int, int]]] = [[], []]
+        for label, k, n in self.counts_sql.select_histogram(own):
+            rows[label].append((k, n))
+        hist = tuple(np.array(r, dtype=np.int64).reshape(-1, 2) for r in rows)
+        vocabulary = int(hist[0][:, 1].sum())
+        return Totals(classes, vocabulary, (hist[0], hist[1]))
+
+    def versions(self, owners: Sequence[str]) -> tuple[int, ...]:
+        """The model version of each owner: a number every transaction that
+        changes the owner's counts increases by one (0 for a model never
+        written). Equal versions mean equal counts, so an in-memory copy of
+        the counts stays valid while the versions do not move."""
+        found = {str(o): int(v) for o, v in self.conn.execute(self.sql.versions, {"keys": list(owners)})}
+        return tuple(found.get(o, 0) for o in owners)
+
+    def vocabulary_size(self, owners: Sequence[str]) -> int:
+        """Distinct tokens over the models of ``owners`` together."""
+        inner = sa.select(tokens.c.token).where(tokens.c.owner.in_(list(owners))).distinct().subquery()
+        return int(self.conn.execute(sa.select(sa.func.count()).select_from(inner)).scalar_one())
+
+    def token_counts(self, token_list: Sequence[str], owner: str | None = None) -> TokenCounts:
+        """Counts of the given tokens, in that order, each (2, len(token_list));
+        zeros for unknown tokens (of this transaction's owner, or of ``owner``)."""
+        own = self.owner if owner is None else owner
+        found: list[tuple[Any, ...]] = []
+        for start in range(0, len(token_list), _CHUNK):
+            found += self.counts_sql.select_tokens(own, list(token_list[start : start + _CHUNK]))
+        return _counts_at(token_list, found)
+
+    def trained_labels(self, digests: Sequence[str]) -> dict[str, int]:
+        """Label of each digest already in the ledger (absent ones are left out)."""
+        result: dict[str, int] = {}
+        for start in range(0, len(digests), _CHUNK):
+            chunk = list(digests[start : start + _CHUNK])
+            result.update({d: int(lbl) for d, lbl in self.conn.execute(self.sql.labels, {"own": self.owner, "keys": chunk})})
+        return result
+
+    # -- writes -------------------------------------------------------------
+
+    def record_messages(self, rows: Sequence[tuple[str, int, dict[str, int]]], when: datetime | None = None) -> None:
+        """Add (digest, label, token_counts) rows to the ledger."""
+        if not rows:
+            return
+        when = when or datetime.now(timezone.utc)
+        values = [
+            {"owner": self.owner, "digest": d, "label": lbl, "trained_at": when, "token_counts": pack_token_counts(c)}
+            for d, lbl, c in rows
+        ]
+        self.conn.execute(self.sql.record, values)
+
+    def take_messages(self, digests: Sequence[str]) -> list[TrainedMessage]:
+        """Delete the ledger rows of ``digests`` and return what they held, in
+        one statement per chunk (DELETE ... RETURNING): of two transactions
+        taking the same message, only one gets it."""
+        result: list[TrainedMessage] = []
+        for start in range(0, len(digests), _CHUNK):
+            chunk = list(digests[start : start + _CHUNK])
+            for d, lbl, when, blob in self.conn.execute(self.sql.take_ledger, {"own": self.owner, "keys": chunk}):
+                result.append(TrainedMessage(d, int(lbl), when, unpack_token_counts(blob)))
+        return result
+
+    def add_counts(self, token_list: Sequence[str], delta: TokenCounts, classes: ClassCounts) -> CountsWritten:
+        """Add ``delta`` (2, len(token_list)) to the tokens' counts and
+        ``classes`` to the class totals; returns the new counts.
+
+        Negative deltas untrain. Keeps ``doc_histogram`` in step, deletes
+        tokens whose message counts drop to zero in both classes, and
+        increases the model version by one. Raises ``StoreError`` if any
+        count would go negative (the caller's transaction then rolls back,
+        so nothing is written).
+        """
+        token_list = list(token_list)
+        if len(token_list) != len(delta):
+            raise ValueError("token_list and delta differ in length")
+        new = TokenCounts.zeros(len(token_list))
+        if token_list:
+            columns = np.concatenate([delta.doc_count, delta.term_count]).tolist()
+            new = _counts_at(token_list, self.counts_sql.upsert_tokens(self.owner, self.today, token_list, columns))
+            bad = new.any_negative()
+            if bad is not None:
+                raise StoreError(
+                    f"count of token {token_list[bad]!r} would go negative: the store is inconsistent (run `spamfilter db check`)"
+                )
+            histogram = {key: n for key, n in _histogram_delta(new - delta, new).items() if n != 0}
+            self._add_histogram(histogram)
+            if not new.known().all():
+                self.counts_sql.delete_dead(self.owner, token_list)
+        else:
+            histogram = {}
+        for label in (HAM, SPAM):
+            values = classes.of_class(label)
+            if any(values):
+                self.counts_sql.add_totals(self.owner, label, values)
+        return CountsWritten(token_list, new, self.counts_sql.bump_version(self.owner), classes, histogram)
+
+    def _add_histogram(self, delta: dict[tuple[int, int], int]) -> None:
+        rows = [(label, k, n) for (label, k), n in sorted(delta.items()) if n != 0]
+        if rows:
+            self.counts_sql.add_histogram(self.owner, rows)
+
+    # -- IMAP state ---------------------------------------------------------
+
+    def _imap_key(self, account: str) -> str:
+        """The ``account`` column of this owner's IMAP state: the account's
+        name, prefixed by the owner's name and a unit separator for a user
+        other than the default (user names are printable, so two users'
+        accounts of the same name never share a key)."""
+        return account if not self.owner else f"{self.owner}\x1f{account}"
+
+    def imap_uidvalidity(self, account: str, folder: str) -> int | None:
+        """The UIDVALIDITY recorded for the folder, or None if never seen."""
+        row = self.conn.execute(self.sql.imap_validity, {"acct": self._imap_key(account), "fold": folder}).first()
+        return None if row is None else int(row[0])
+
+    def set_imap_uidvalidity(self, account: str, folder: str, uidvalidity: int) -> None:
+        """Record a folder's UIDVALIDITY; the UIDs handled under the old one are dropped."""
+        self.conn.execute(self.sql.clear_imap_uids, {"acct": self._imap_key(account), "fold": folder})
+        self.conn.execute(self.sql.set_imap_validity, [{"account": self._imap_key(account), "folder": folder, "uidvalidity": uidvalidity}])
+
+    def imap_uids(self, account: str, folder: str) -> dict[int, tuple[str, int | None]]:
+        """UID -> (digest, keywords) of the folder's messages already handled;
+        keywords is what ``set_imap_keywords`` last recorded, or None."""
+        rows = self.conn.execute(self.sql.imap_uids, {"acct": self._imap_key(account), "fold": folder})
+        return {int(uid): (str(d), None if k is None else int(k)) for uid, d, k in rows}
+
+    def set_imap_keywords(self, account: str, folder: str, rows: Sequence[tuple[int, int]]) -> None:
+        """Record (uid, keywords) of handled messages (keywords: a bit set the caller defines)."""
+        if rows:
+            params = [{"acct": self._imap_key(account), "fold": folder, "u": uid, "k": k} for uid, k in rows]
+            self.conn.execute(self.sql.set_imap_keywords, params)
+
+    def add_imap_uids(self, account: str, folder: str, rows: Sequence[tuple[int, str]]) -> None:
+        """Mark (uid, digest) pairs of the folder as handled."""
+        if rows:
+            values = [{"account": self._imap_key(account), "folder": folder, "uid": uid, "digest": d} for uid, d in rows]
+            self.conn.execute(self.sql.add_imap_uids, values)
+
+    def delete_imap_uids(self, account: str, folder: str, uids: Sequence[int]) -> None:
+        """Forget UIDs that are no longer in the folder."""
+        uids = list(uids)
+        for start in range(0, len(uids), _CHUNK):
+            params = {"acct": self._imap_key(account), "fold": folder, "keys": uids[start : start + _CHUNK]}
+            self.conn.execute(self.sql.delete_imap_uids, params)
+
+    def imap_records(self, account: str, digests: Sequence[str]) -> dict[str, ImapRecord]:
+        """The records of those digests that have one."""
+        result: dict[str, ImapRecord] = {}
+        digests = list(digests)
+        for start in range(0, len(digests), _CHUNK):
+            params = {"acct": self._imap_key(account), "keys": digests[start : start + _CHUNK]}
+            for row in self.conn.execute(self.sql.imap_records, params).mappings():
+                result[row["digest"]] = _imap_record(row)
+        return result
+
+    def imap_pending(self, account: str, source: str) -> list[ImapRecord]:
+        """The records of moves out of ``source`` not yet seen to be done."""
+        return [_imap_record(row) for row in self.conn.execute(self.sql.imap_pending, {"acct": self._imap_key(account), "src": source}).mappings()]
+
+    def put_imap_records(self, account: str, records: Sequence[ImapRecord]) -> None:
+        """Insert or replace records."""
+        if not records:
+            return
+        now = datetime.now(timezone.utc)
+        values = [
+            {
+                "account": self._imap_key(account), "digest": r.digest, "label": r.label, "origin": r.origin,
+                "folder": r.folder, "pending": r.pending, "log_odds": r.log_odds, "updated_at": now,
+                "source": r.source or None,
+            }
+            for r in records
+        ]
+        self.conn.execute(self.sql.put_imap_records, values)
+
+    # -- insight --------------------------------------------------------------
+
+    def _frequent_query(self, min_count: int, occurrences: bool, owners: Sequence[str] | None) -> sa.Select[tuple[object, ...]]:
+        sums = [sa.func.sum(tokens.c[name]).label(name) for name in COUNT_COLUMNS]
+        if occurrences:
+            total = sa.func.sum(tokens.c.ham_terms + tokens.c.spam_terms)
+        else:
+            total = sa.func.sum(tokens.c.ham_docs + tokens.c.spam_docs)
+        column: sa.ColumnElement[str] = tokens.c.token
+        if self.conn.dialect.name == "postgresql":
+            column = tokens.c.token.collate("C")
+        return (
+            sa.select(tokens.c.token, *sums)
+            .where(tokens.c.owner.in_(list(owners) if owners is not None else [self.owner]))
+            .group_by(tokens.c.token)
+            .having(total >= min_count)
+            .order_by(column)
+        )
+
+    def iter_frequent_tokens(
+        self, min_count: int, *, occurrences: bool = False, owners: Sequence[str] | None = None, chunk: int = 20000
+    ) -> Iterator[tuple[list[str], TokenCounts]]:
+        """Tokens whose total count over both classes is at least ``min_count``,
+        with their counts, in token (code point) order, ``chunk`` tokens at a
+        time (a server-side cursor on PostgreSQL), so memory does not grow
+        with the vocabulary. The total is of messages containing the token,
+        or with ``occurrences`` of its occurrences. ``owners``: the models
+        whose counts are added (default: this owner's)."""
+        query = self._frequent_query(min_count, occurrences, owners)
+        result = self.conn.execute(query, execution_options={"stream_results": True, "yield_per": chunk})
+        for part in result.partitions(chunk):
+            rows = np.array([row[1:5] for row in part], dtype=np.int64).reshape(-1, 4).T
+            yield [str(row[0]) for row in part], TokenCounts(rows[0:2].copy(), rows[2:4].copy())
+
+    def trained_per_day(self) -> list[tuple[date, int, int]]:
+        """(day, label, messages) rows from the ledger: how many of the
+        messages trained now were trained on each day, oldest day first. A
+        forgotten message has left the ledger; a relabelled one counts on
+        the day of its new label."""
+        day = sa.func.date(messages.c.trained_at)
+        query = (
+            sa.select(day, messages.c.label, sa.func.count())
+            .where(messages.c.owner == self.owner)
+            .group_by(day, messages.c.label)
+            .order_by(day, messages.c.label)
+        )
+        result: list[tuple[date, int, int]] = []
+        for when, label, n in self.conn.execute(query):
+            result.append((when if isinstance(when, date) else date.fromisoformat(str(when)), int(label), int(n)))
+        return result
+
+    # -- maintenance ----------------------------------------------------------
+
+    def iter_tokens(self, chunk: int = 5000) -> Iterator[tuple[str, int, int, int, int, date | None]]:
+        """Every token of this owner as (token, ham_docs, spam_docs, ham_terms,
+        spam_terms, last_seen), in code point order of the token (the same
+        order as Python's ``sorted``), fetched ``chunk`` rows at a time (a
+        server-side cursor on PostgreSQL), so memory does not grow with the
+        vocabulary."""
+        column: sa.ColumnElement[str] = tokens.c.token
+        if self.conn.dialect.name == "postgresql":
+            # The default collation sorts by locale; "C" sorts UTF-8 bytes,
+            # i.e. code points, as SQLite's BINARY does.
+            column = tokens.c.token.collate("C")
+        query = (
+            sa.select(tokens.c.token, *(tokens.c[name] for name in COUNT_COLUMNS), tokens.c.last_seen)
+            .where(tokens.c.owner == self.owner)
+            .order_by(column)
+        )
+        result = self.conn.execute(query, execution_options={"stream_results": True, "yield_per": chunk})
+        for row in result:
+            yield str(row[0]), int(row[1]), int(row[2]), int(row[3]), int(row[4]), row[5]
+
+    def iter_ledger(self, chunk: int = 500) -> Iterator[tuple[int, dict[str, int]]]:
+        """(label, token_counts) of every message in this owner's ledger, streamed."""
+        query = sa.select(messages.c.label, messages.c.token_counts).where(messages.c.owner == self.owner)
+        for label, blob in self.conn.execute(query, execution_options={"stream_results": True, "yield_per": chunk}):
+            yield int(label), unpack_token_counts(blob)
+
+    def untracked(self) -> ClassCounts:
+        """What the ledger does not account for in this owner's class totals
+        (see the module docstring): zeros for a store never pruned or
+        imported into."""
+        out = ClassCounts.zeros()
+        query = sa.select(
+            untracked_totals.c.label, untracked_totals.c.messages, untracked_totals.c.terms, untracked_totals.c.binary_terms
+        ).where(untracked_totals.c.owner == self.owner)
+        for label, m, t, b in self.conn.execute(query):
+            out.messages[label], out.terms[label], out.binary_terms[label] = m, t, b
+        return out
+
+    def add_untracked(self, delta: ClassCounts) -> None:
+        """Add ``delta`` to ``untracked()``."""
+        for label in (HAM, SPAM):
+            m, t, b = delta.of_class(label)
+            if m or t or b:
+                row = {"owner": self.owner, "label": int(label), "messages": m, "terms": t, "binary_terms": b}
+                self.conn.execute(self.sql.add_untracked, [row])
+
+    def add_counts_clipped(self, token_list: Sequence[str], delta: TokenCounts, classes: ClassCounts) -> CountsWritten:
+        """``add_counts``, except that in a store that was pruned or imported
+        into (``untracked()`` not zero) a subtraction stops at zero.
+
+        Untraining a message there can meet a token that pruning removed, or
+        whose count now comes from other messages. Per token and class the
+        new counts are clipped to docs >= 0 and terms >= docs, and terms = 0
+        where docs = 0; what the clipping saved is left in the class totals
+        (they stay the sums over the tokens) and added to ``untracked``
+        (class totals = ledger sums + untracked stays exact). A store never
+        pruned or imported into keeps ``add_counts``' strictness: a count
+        going negative there is an inconsistency, and raises ``StoreError``.
+        """
+        shrinks = bool((delta.doc_count < 0).any() or (delta.term_count < 0).any())
+        if not shrinks or not self.untracked().any():
+            return self.add_counts(token_list, delta, classes)
+        # Writers are kept out meanwhile: SQLite's BEGIN IMMEDIATE holds the
+        # write lock, and on PostgreSQL the rows are locked below, so the
+        # clipping works on the counts it then changes.
+        token_list = list(token_list)
+        self.lock_tokens(token_list)
+        old = self.token_counts(token_list)
+        docs = np.maximum(old.doc_count + delta.doc_count, 0)
+        terms = np.where(docs == 0, 0, np.maximum(old.term_count + delta.term_count, docs))
+        shrinking = (delta.doc_count < 0) | (delta.term_count < 0)
+        effective = TokenCounts(
+            np.where(shrinking, docs - old.doc_count, delta.doc_count),
+            np.where(shrinking, terms - old.term_count, delta.term_count),
+        )
+        saved = (effective - delta).sums()
+        changed = np.flatnonzero(effective.doc_count.any(axis=0) | effective.term_count.any(axis=0))
+        written = self.add_counts([token_list[int(i)] for i in changed], effective.take(changed), classes + saved)
+        if saved.any():
+            self.add_untracked(saved)
+        return written
+
+    def lock_tokens(self, token_list: Sequence[str]) -> None:
+        """On PostgreSQL, lock the tokens' rows until the transaction ends (in
+        one order for every writer); SQLite's write transaction holds the
+        whole database already."""
+        if isinstance(self.counts_sql, _PgCountSQL):
+            self.counts_sql.rows(
+                "SELECT token FROM tokens WHERE owner = %s AND token = ANY(%s::text[]) ORDER BY token COLLATE \"C\" FOR UPDATE",
+                (self.owner, list(token_list)),
+            )
+
+    def prune_tokens(self, min_count: int, last_seen_by: date | None, *, dry_run: bool = False) -> tuple[int, ClassCounts]:
+        """Delete this owner's tokens that occur in fewer than ``min_count``
+        messages of both classes together and were last seen on or before
+        ``last_seen_by`` (None: whenever; a token without a date counts as
+        old). Returns how many tokens that is and what they held: per class
+        their occurrences (terms) and presences (binary_terms); ``dry_run``
+        only counts them.
+
+        The histogram loses the tokens' buckets, and the class totals their
+        occurrences and presences, so the totals stay the sums over the
+        tokens that are left; the messages counts do not change.
+        ``untracked`` records what was taken.
+        """
+        if self.conn.dialect.name == "postgresql" and not dry_run:
+            # The count, the histogram buckets and the delete below are three
+            # statements: keep writers out until the transaction ends, so all
+            # three see the same tokens (SQLite's BEGIN IMMEDIATE does this).
+            self.conn.execute(sa.text("LOCK TABLE tokens IN SHARE ROW EXCLUSIVE MODE"))
+        condition = (tokens.c.owner == self.owner) & ((tokens.c.ham_docs + tokens.c.spam_docs) < min_count)
+        if last_seen_by is not None:
+            condition = condition & (tokens.c.last_seen.is_(None) | (tokens.c.last_seen <= last_seen_by))
+        sums = [sa.func.coalesce(sa.func.sum(tokens.c[name]), 0) for name in COUNT_COLUMNS]
+        row = self.conn.execute(sa.select(sa.func.count(), *sums).where(condition)).one()
+        removed = int(row[0])
+        hd, sd, ht, st = (int(x) for x in row[1:])
+        taken = ClassCounts(np.zeros(2, dtype=np.int64), np.array([ht, st], dtype=np.int64), np.array([hd, sd], dtype=np.int64))
+        if dry_run or removed == 0:
+            return removed, taken
+        hist_delta: dict[tuple[int, int], int] = {}
+        for label, name in ((HAM, "ham_docs"), (SPAM, "spam_docs")):
+            column = tokens.c[name]
+            for k, n in self.conn.execute(sa.select(column, sa.func.count()).where(condition).group_by(column)):
+                hist_delta[(int(label), int(k))] = -int(n)
+        self.conn.execute(sa.delete(tokens).where(condition))
+        self._add_histogram(hist_delta)
+        for label in (HAM, SPAM):
+            self.counts_sql.add_totals(self.owner, label, (-taken).of_class(label))
+        self.add_untracked(-taken)
+        self.counts_sql.bump_version(self.owner)
+        return removed, taken
+
+    def clear_model(self) -> None:
+        """Delete this owner's whole model: tokens, totals, histogram, ledger."""
+        own = self.owner
+        self.conn.execute(sa.delete(tokens).where(tokens.c.owner == own))
+        self.conn.execute(sa.delete(doc_histogram).where(doc_histogram.c.owner == own))
+        self.conn.execute(sa.delete(messages).where(messages.c.owner == own))
+        self.conn.execute(sa.delete(class_totals).where(class_totals.c.owner == own))
+        self.conn.execute(sa.delete(untracked_totals).where(untracked_totals.c.owner == own))
+        self.counts_sql.bump_version(own)
+
+
+def _counts_at(token_list: Sequence[str], rows: Sequence[tuple[Any, ...]]) -> TokenCounts:
+    """(token, ham_docs, spam_docs, ham_terms, spam_terms) rows as counts in
+    the order of ``token_list``; zeros for tokens without a row."""
+    out = TokenCounts.zeros(len(token_list))
+    if rows:
+        position = dict(zip(token_list, range(len(token_list))))
+        columns = np.fromiter((position[row[0]] for row in rows), dtype=np.int64, count=len(rows))
+        values = np.array([row[1:] for row in rows], dtype=np.int64).T
+        out.doc_count[:, columns] = values[0:2]
+        out.term_count[:, columns] = values[2:4]
+    return out
+
+
+def _histogram_delta(old: TokenCounts, new: TokenCounts) -> dict[tuple[int, int], int]:
+    """How the (label, doc_count) -> tokens histogram changes when the
+    tokens' counts go from ``old`` to ``new``: each token leaves the bucket
+    of its old message count and joins the one of its new count, in each
+    class, as long as it is in the vocabulary (in some message) at all."""
+    delta: dict[tuple[int, int], int] = {}
+    for counts, sign in ((old, -1), (new, 1)):
+        in_vocabulary = counts.known()
+        for label in (HAM, SPAM):
+            # A token whose count did not change adds -1 and +1 to the same
+            # bucket; the caller drops the zeros.
+            uniq, n = np.unique(counts.doc_count[label][in_vocabulary], return_counts=True)
+            for k, c in zip(uniq.tolist(), n.tolist()):
+                delta[(int(label), k)] = delta.get((int(label), k), 0) + sign * c
+    return delta
+
+
+def _imap_record(row: sa.RowMapping) -> ImapRecord:
+    return ImapRecord(
+        row["digest"], int(row["label"]), row["origin"], row["folder"], bool(row["pending"]), row["log_odds"], row["source"] or ""
+    )
