@@ -22,7 +22,7 @@ from typing import BinaryIO, TextIO
 import numpy as np
 
 from spamfilter import model
-from spamfilter.errors import CountsFileError
+from spamfilter.errors import CountsFileError, StoreError
 from spamfilter.store import IntArray, Store
 
 
@@ -48,10 +48,29 @@ class Maintenance:
         docs <= messages per class, and SQLite's integrity check. The last
         equation is the strongest; it is skipped for a store that was pruned or
         imported into (``untracked`` not zero), whose ledger no longer holds
-        every count.
+        every count. On a SQLite file that fails the integrity check the
+        counts may not be readable at all: the report then says so and lists
+        what the integrity check found.
         """
         store = self.store
-        with store.snapshot() as tx:
+        problems = store.integrity_check()
+        if problems is None:
+            integrity = CheckItem("SQLite integrity_check", "skipped (not SQLite)")
+        else:
+            found = _Findings()
+            found.extend(problems)
+            integrity = found.item("SQLite integrity_check")
+        try:
+            items = self._compare_counts()
+        except StoreError as exc:
+            if not problems:
+                raise
+            items = [CheckItem("the stored counts", f"skipped (unreadable: {exc})")]
+        return CheckReport(store.owner, store.display_url, (*items, integrity))
+
+    def _compare_counts(self) -> list[CheckItem]:
+        """The comparisons of ``check`` but SQLite's integrity check."""
+        with self.store.snapshot() as tx:
             totals = tx.totals()
             untracked = tx.untracked()
             exact = not untracked.any()
@@ -120,12 +139,7 @@ class Maintenance:
         else:
             why = [w for w, flag in (("pruned", (untracked[1:] < 0).any()), ("imported", (untracked > 0).any())) if flag]
             items.append(CheckItem("token counts = sums over the ledger's messages", f"skipped ({', '.join(why) or 'pruned'})"))
-        problems = store.integrity_check()
-        if problems is None:
-            items.append(CheckItem("SQLite integrity_check", "skipped (not SQLite)"))
-        else:
-            items.append(CheckItem("SQLite integrity_check", "failed" if problems else "ok", tuple(problems)))
-        return CheckReport(store.owner, store.display_url, tuple(items))
+        return items
 
     def prune(self, min_count: int, older_than_days: int, *, dry_run: bool = False, today: date | None = None) -> PruneSummary:
         """Delete this user's tokens in fewer than ``min_count`` messages (spam
