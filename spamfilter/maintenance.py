@@ -23,7 +23,7 @@ import numpy as np
 
 from spamfilter import model
 from spamfilter.counts import ClassCounts, IntArray, Label, TokenCounts
-from spamfilter.errors import CountsFileError
+from spamfilter.errors import CountsFileError, StoreError
 from spamfilter.store import Store
 
 
@@ -49,84 +49,73 @@ class Maintenance:
         docs <= messages per class, and SQLite's integrity check. The last
         equation is the strongest; it is skipped for a store that was pruned or
         imported into (``untracked`` not zero), whose ledger no longer holds
-        every count.
+        every count. On a SQLite file that fails the integrity check the
+        counts may not be readable at all: the report then says so and lists
+        what the integrity check found.
         """
         store = self.store
-        with store.snapshot() as tx:
+        problems = store.integrity_check()
+        if problems is None:
+            integrity = CheckItem("SQLite integrity_check", "skipped (not SQLite)")
+        else:
+            found = _Findings()
+            found.extend(problems)
+            integrity = found.item("SQLite integrity_check")
+        try:
+            items = self._compare_counts()
+        except StoreError as exc:
+            if not problems:
+                raise
+            items = [CheckItem("the stored counts", f"skipped (unreadable: {exc})")]
+        return CheckReport(store.owner, store.display_url, (*items, integrity))
+
+    def _compare_counts(self) -> list[CheckItem]:
+        """The comparisons of ``check`` but SQLite's integrity check."""
+        with self.store.snapshot() as tx:
             totals = tx.totals()
             untracked = tx.untracked().table()
             exact = not untracked.any()
-            ledger_rows = np.zeros((3, 2), dtype=np.int64)
-            per_token: dict[str, list[int]] = {}
-            for label, counts in tx.iter_ledger():
-                ledger_rows[:, label] += (1, sum(counts.values()), len(counts))
-                if exact:
-                    for token, n in counts.items():
-                        row = per_token.get(token)
-                        if row is None:
-                            row = per_token[token] = [0, 0, 0, 0]
-                        row[label] += 1
-                        row[2 + label] += n
-            negative, empty, uneven, beyond, differ = (_Findings() for _ in range(5))
-            sums = [0, 0, 0, 0]
-            histogram: tuple[Counter[int], Counter[int]] = (Counter(), Counter())
-            messages = totals.messages.tolist()
+            ledger_rows, per_token = _ledger_sums(tx.iter_ledger(), per_token=exact)
+            scan = _TokenScan(totals.messages.tolist())
             for token, hd, sd, ht, st, _ in tx.iter_tokens():
                 row = [hd, sd, ht, st]
-                for i in range(4):
-                    sums[i] += row[i]
-                histogram[0][hd] += 1
-                histogram[1][sd] += 1
-                if min(row) < 0:
-                    negative.add(f"token {token!r} has counts {row}")
-                if hd <= 0 and sd <= 0:
-                    empty.add(f"token {token!r} is in no message")
-                for label in (model.HAM, model.SPAM):
-                    docs, terms = row[label], row[2 + label]
-                    if docs > terms or (docs == 0) != (terms == 0):
-                        uneven.add(f"token {token!r}: {Label(label).decision} messages {docs}, occurrences {terms}")
-                    if docs > messages[label]:
-                        beyond.add(f"token {token!r} is in {docs} {Label(label).decision} messages of {messages[label]}")
+                scan.add(token, row)
                 if exact:
                     expected = per_token.pop(token, None)
                     if expected != row:
-                        differ.add(f"token {token!r}: stored {row}, ledger {expected or [0, 0, 0, 0]}")
+                        scan.differ.add(f"token {token!r}: stored {row}, ledger {expected or [0, 0, 0, 0]}")
             for token, expected in sorted(per_token.items()):
-                differ.add(f"token {token!r}: not stored, ledger {expected}")
+                scan.differ.add(f"token {token!r}: not stored, ledger {expected}")
         stored = np.stack([totals.messages, totals.terms, totals.binary_terms])
-        negative.extend(
+        scan.negative.extend(
             f"class_totals {Label(c).decision} {name} is {int(stored[i, c])}"
             for i, name in enumerate(_TOTAL_NAMES) for c in (0, 1) if stored[i, c] < 0
         )
         for c in (0, 1):
-            negative.extend(f"doc_histogram {Label(c).decision} count {k} has {n} tokens" for k, n in totals.histogram[c].tolist() if n < 0)
+            scan.negative.extend(f"doc_histogram {Label(c).decision} count {k} has {n} tokens" for k, n in totals.histogram[c].tolist() if n < 0)
+        sums = scan.sums
         token_sums = np.array([[sums[2], sums[3]], [sums[0], sums[1]]], dtype=np.int64)
+        plus = " + untracked" if not exact else ""
         items = [
-            negative.item("no count is negative"),
-            empty.item("every stored token is in a message"),
-            uneven.item("occurrences >= messages >= 1 per class"),
-            beyond.item("no token is in more messages than its class has"),
+            scan.negative.item("no count is negative"),
+            scan.empty.item("every stored token is in a message"),
+            scan.uneven.item("occurrences >= messages >= 1 per class"),
+            scan.beyond.item("no token is in more messages than its class has"),
             _compare_item(
                 "class totals (terms, binary_terms) = sums over the tokens",
                 stored[1:], token_sums, "the tokens add up to", names=_TOTAL_NAMES[1:],
             ),
-            _histogram_item(totals.histogram, histogram),
+            _histogram_item(totals.histogram, scan.histogram),
             _compare_item(
-                "class totals = sums over the ledger" + (" + untracked" if not exact else ""),
-                stored, ledger_rows + untracked, "the ledger" + (" + untracked" if not exact else "") + " gives", names=_TOTAL_NAMES,
+                "class totals = sums over the ledger" + plus, stored, ledger_rows + untracked, "the ledger" + plus + " gives", names=_TOTAL_NAMES,
             ),
         ]
         if exact:
-            items.append(differ.item("token counts = sums over the ledger's messages"))
+            items.append(scan.differ.item("token counts = sums over the ledger's messages"))
         else:
             why = [w for w, flag in (("pruned", (untracked[1:] < 0).any()), ("imported", (untracked > 0).any())) if flag]
             items.append(CheckItem("token counts = sums over the ledger's messages", f"skipped ({', '.join(why) or 'pruned'})"))
-        problems = store.integrity_check()
-        if problems is None:
-            items.append(CheckItem("SQLite integrity_check", "skipped (not SQLite)"))
-        else:
-            items.append(CheckItem("SQLite integrity_check", "failed" if problems else "ok", tuple(problems)))
-        return CheckReport(store.owner, store.display_url, tuple(items))
+        return items
 
     def prune(self, min_count: int, older_than_days: int, *, dry_run: bool = False, today: date | None = None) -> PruneSummary:
         """Delete this user's tokens in fewer than ``min_count`` messages (spam
@@ -265,6 +254,52 @@ MAX_TOKEN_BYTES = 1000
 #: and four counts of 19 digits fit.
 MAX_LINE_BYTES = 4096
 _ESCAPED = re.compile(r"\\(.?)", re.DOTALL)
+
+
+def _ledger_sums(ledger: Iterable[tuple[int, dict[str, int]]], *, per_token: bool) -> tuple[IntArray, dict[str, list[int]]]:
+    """Over the ledger's (label, token counts) rows: per class the messages,
+    terms and binary_terms, shape (3, 2), and (with ``per_token``) each
+    token's [ham_docs, spam_docs, ham_terms, spam_terms]."""
+    rows = np.zeros((3, 2), dtype=np.int64)
+    tokens: dict[str, list[int]] = {}
+    for label, counts in ledger:
+        rows[:, label] += (1, sum(counts.values()), len(counts))
+        if per_token:
+            for token, n in counts.items():
+                row = tokens.get(token)
+                if row is None:
+                    row = tokens[token] = [0, 0, 0, 0]
+                row[label] += 1
+                row[2 + label] += n
+    return rows, tokens
+
+
+class _TokenScan:
+    """What one pass over the token table finds: sums, the count histogram,
+    and the tokens that break an invariant, per invariant."""
+
+    def __init__(self, messages: list[int]) -> None:
+        self.messages = messages
+        self.sums = [0, 0, 0, 0]
+        self.histogram: tuple[Counter[int], Counter[int]] = (Counter(), Counter())
+        self.negative, self.empty, self.uneven, self.beyond, self.differ = (_Findings() for _ in range(5))
+
+    def add(self, token: str, row: list[int]) -> None:
+        """One token's [ham_docs, spam_docs, ham_terms, spam_terms]."""
+        for i in range(4):
+            self.sums[i] += row[i]
+        self.histogram[0][row[0]] += 1
+        self.histogram[1][row[1]] += 1
+        if min(row) < 0:
+            self.negative.add(f"token {token!r} has counts {row}")
+        if row[0] <= 0 and row[1] <= 0:
+            self.empty.add(f"token {token!r} is in no message")
+        for label in (model.HAM, model.SPAM):
+            docs, terms = row[label], row[2 + label]
+            if docs > terms or (docs == 0) != (terms == 0):
+                self.uneven.add(f"token {token!r}: {Label(label).decision} messages {docs}, occurrences {terms}")
+            if docs > self.messages[label]:
+                self.beyond.add(f"token {token!r} is in {docs} {Label(label).decision} messages of {self.messages[label]}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ import hashlib
 import io
 import json
 import shutil
+import sqlite3
 from dataclasses import replace
 from datetime import date
 from pathlib import Path
@@ -166,6 +167,45 @@ def test_check_exits_0_and_json_says_ok(trained_url: str, runner: CliRunner) -> 
     data = json.loads(result.stdout)
     assert data["ok"] is True and data["user"] == ""
     assert {c["status"] for c in data["checks"]} == {"ok"}
+
+
+def damage_the_tokens_table(path: Path) -> int:
+    """Overwrite the tokens table's root page with garbage; its number."""
+    con = sqlite3.connect(path)
+    (root,) = con.execute("SELECT rootpage FROM sqlite_master WHERE name = 'tokens'").fetchone()
+    (page,) = con.execute("PRAGMA page_size").fetchone()
+    con.close()
+    with open(path, "r+b") as fh:
+        fh.seek((root - 1) * page)
+        fh.write(b"\xab" * page)
+    return int(root)
+
+
+def test_check_reports_a_damaged_file_and_writers_refuse_it(
+    trained_url: str, tmp_path: Path, runner: CliRunner, mail: dict[str, list[MailItem]]
+) -> None:
+    path = Path(trained_url.removeprefix("sqlite:///"))
+    root = damage_the_tokens_table(path)
+    result = runner.invoke(app, ["--db", trained_url, "db", "check", "--format", "json"])
+    assert result.exit_code == exitcodes.STORE_INCONSISTENT, result.output
+    checks = {c["name"]: c for c in json.loads(result.stdout)["checks"]}
+    assert checks["SQLite integrity_check"]["status"] == "failed"
+    problems = checks["SQLite integrity_check"]["problems"]
+    assert problems[0].startswith(f"Page {root}: ")
+    assert len(problems) == 11 and problems[-1].startswith("... and ")
+    assert checks["the stored counts"]["status"].startswith("skipped (unreadable: ")
+    table = runner.invoke(app, ["--db", trained_url, "db", "check"])
+    assert table.exit_code == exitcodes.STORE_INCONSISTENT
+    assert f"FAILED   SQLite integrity_check\n         Page {root}: " in table.stdout
+    # A writer refuses the file before writing, even where the write itself
+    # would not touch the damage (these messages are trained already).
+    message = tmp_path / "spam.eml"
+    message.write_bytes(mail["spam"][0].raw)
+    train = runner.invoke(app, ["--db", trained_url, "train", "--spam", str(message)])
+    assert train.exit_code == exitcodes.STORE_ERROR
+    assert f"the database file is damaged (Page {root}: " in train.stderr and "spamfilter db check" in train.stderr
+    with Filter.open(Config(), trained_url) as f, pytest.raises(StoreError, match="damaged"):
+        f.forget(mail["ham"][:1])
 
 
 # -- prune -----------------------------------------------------------------------

@@ -20,7 +20,6 @@ LONG_FUNCTIONS: dict[str, str] = {
     "cli/serve.py:serve": "a Typer command: most of its lines declare its options",
     "cli/tune.py:tune": "a Typer command: most of its lines declare its options",
     "store/statements.py:_Statements.__init__": "one flat list of the store's statements, built once per dialect",
-    "maintenance.py:Maintenance.check": "its docstring states the five invariants it checks (18 lines); not yet split into one helper per invariant",
     "evaluation.py:tune_settings": "its docstring describes the search and the ranking; not yet split (per-setting scoring is the helper to extract)",
     "evaluation.py:best_cutoffs": "its docstring gives the loss and the sweep; not yet split",
     "mail/parse.py:parse_message": "its docstring and comments give each refusal's reason; not yet split",

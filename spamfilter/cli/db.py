@@ -84,8 +84,9 @@ def check(
     Compares the class totals and the count histogram with sums over the
     tokens, and every token's counts with the trained-message ledger (skipped
     after `db prune` or `db import`, which leave counts the ledger does not
-    hold), and runs SQLite's integrity check. Prints each problem; exits 0
-    when there is none, 73 otherwise.
+    hold), and runs SQLite's integrity check, whose findings it lists when
+    the file is damaged. Prints each problem; exits 0 when there is none, 73
+    otherwise.
 
     Example: spamfilter --user alice db check --format json
     """

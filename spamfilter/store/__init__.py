@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, OperationalError
 
 if TYPE_CHECKING:
     from alembic.config import Config as AlembicConfig
@@ -97,6 +97,7 @@ class Store:
         dbapi = getattr(engine.dialect, "dbapi", None)
         self._driver_error: type[Exception] = getattr(dbapi, "Error", DBAPIError)
         self.statements = _Statements(engine.dialect.name)
+        self._checked = False  # the file passed a quick check (begin)
 
     @classmethod
     def open(
@@ -230,6 +231,16 @@ class Store:
     def begin(self, *, write: bool = True) -> Iterator[StoreTransaction]:
         """One transaction: committed when the block ends, rolled back on error."""
         options = {"sqlite_begin": "IMMEDIATE"} if write and self.engine.dialect.name == "sqlite" else {}
+        if write and not self._checked and sqlite_path(self.url) is not None:
+            # Writing into a damaged file can spread the damage: the first
+            # write of a process checks the file (PRAGMA quick_check).
+            problems = self.integrity_check(quick=True)
+            if problems:
+                raise StoreError(
+                    f"{self.display_url}: the database file is damaged ({problems[0]}); "
+                    "`spamfilter db check` lists the problems"
+                )
+            self._checked = True
         with self._transaction(options) as tx:
             yield tx
 
@@ -298,17 +309,22 @@ class Store:
         with self._transaction(options) as tx:
             yield tx
 
-    def integrity_check(self) -> list[str] | None:
-        """The problems SQLite's ``PRAGMA integrity_check`` finds in the file
-        ([] when it is sound); None on other databases."""
+    def integrity_check(self, *, quick: bool = False) -> list[str] | None:
+        """The problems SQLite's ``PRAGMA integrity_check`` (``quick_check``:
+        no index-to-table comparison, about 0.13 s of CPU for a 63 MB file)
+        finds in the file, one a line ([] when it is sound); None on other
+        databases. A file too damaged to be checked gives SQLite's error."""
         if self.engine.dialect.name != "sqlite":
             return None
         try:
             with self.engine.connect() as conn:
-                rows = [str(row[0]) for row in conn.exec_driver_sql("PRAGMA integrity_check")]
-        except DBAPIError as exc:
+                rows = [str(row[0]) for row in conn.exec_driver_sql(f"PRAGMA {'quick_check' if quick else 'integrity_check'}")]
+        except OperationalError as exc:  # locked, I/O: not an answer about the file
             raise _store_error(exc, f"cannot check {self.display_url}") from None
-        return [] if rows == ["ok"] else rows
+        except DBAPIError as exc:  # "database disk image is malformed"
+            rows = [str(exc.orig)]
+        lines = [line for row in rows for line in row.splitlines() if line and not line.startswith("*** in database")]
+        return [] if lines == ["ok"] else lines
 
     def vacuum(self) -> None:
         """Give the space of deleted rows back and refresh the planner's statistics.
