@@ -22,7 +22,6 @@ LONG_FUNCTIONS: dict[str, str] = {
     "store/statements.py:_Statements.__init__": "one flat list of the store's statements, built once per dialect",
     "evaluation.py:tune_settings": "its docstring describes the search and the ranking; not yet split (per-setting scoring is the helper to extract)",
     "evaluation.py:best_cutoffs": "its docstring gives the loss and the sweep; not yet split",
-    "mail/parse.py:parse_message": "its docstring and comments give each refusal's reason; not yet split",
 }
 
 

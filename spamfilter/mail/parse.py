@@ -54,6 +54,24 @@ class NestingTooDeepDefect(email.errors.MessageDefect):
     """
 
 
+def _refuse_non_mail(item: MailItem) -> None:
+    """Raise ``MailParseError`` for an empty message, or one without a
+    header block whose first bytes are mostly control bytes."""
+    raw = item.raw
+    # isspace() stops at the first non-space byte, unlike strip(), which would
+    # copy a whole multi-megabyte message just to test it.
+    if not raw or raw.isspace():
+        raise MailParseError(f"{item.source}: empty message")
+    head = raw[:_SNIFF_BYTES]
+    if _HEADER_START_RE.match(head) is None:
+        n_control = len(head) - len(head.translate(None, _CONTROL_BYTES))
+        if n_control > _MAX_CONTROL_SHARE * len(head):
+            raise MailParseError(
+                f"{item.source}: not a mail message (no header block, "
+                f"{n_control} of the first {len(head)} bytes are control bytes)"
+            )
+
+
 def parse_message(item: MailItem, *, max_bytes: int) -> email.message.Message:
     """Parse one message with the stdlib parser, refusing what is not mail.
 
@@ -95,20 +113,8 @@ def parse_message(item: MailItem, *, max_bytes: int) -> email.message.Message:
     """
     if max_bytes <= 0:
         raise ValueError(f"max_bytes must be positive, got {max_bytes}")
-    raw = item.raw
-    # isspace() stops at the first non-space byte, unlike strip(), which would
-    # copy a whole multi-megabyte message just to test it.
-    if not raw or raw.isspace():
-        raise MailParseError(f"{item.source}: empty message")
-    head = raw[:_SNIFF_BYTES]
-    if _HEADER_START_RE.match(head) is None:
-        n_control = len(head) - len(head.translate(None, _CONTROL_BYTES))
-        if n_control > _MAX_CONTROL_SHARE * len(head):
-            raise MailParseError(
-                f"{item.source}: not a mail message (no header block, "
-                f"{n_control} of the first {len(head)} bytes are control bytes)"
-            )
-    data = raw[:max_bytes]
+    _refuse_non_mail(item)
+    data = item.raw[:max_bytes]
     n_lines = data.count(b"\n") + data.count(b"\r") + 1
     if data.lower().count(b"multipart/") * n_lines > _MAX_BOUNDARY_TESTS:
         return _headers_only(data, NestingTooDeepDefect("too many MIME parts for the message's length; body left unparsed"))
