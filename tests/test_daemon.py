@@ -93,6 +93,15 @@ class Daemon:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+    def logged(self, text: str, at_least: int) -> int:
+        """How often ``text`` is in the log, once it is there ``at_least``
+        times (the daemon logs a request just after answering it, so the
+        last line may come a moment after spamc returned) or HANG passed."""
+        deadline = time.monotonic() + HANG
+        while (n := self.log().count(text)) < at_least and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return n
+
     def spamc(self, *args: str, message: bytes) -> subprocess.CompletedProcess[bytes]:
         assert SPAMC is not None
         return subprocess.run([SPAMC, *self.where, "-t", "60", *args], input=message, capture_output=True, timeout=HANG)
@@ -163,7 +172,7 @@ def test_spamc_check_gives_classifys_verdicts_on_200_messages(daemon: Daemon, tr
         assert r.returncode == (1 if v.verdict == "spam" else 0), item.source
         spam_seen += v.verdict == "spam"
     assert 50 < spam_seen < 150  # both verdicts were exercised
-    assert daemon.log().count("CHECK user=") >= 200
+    assert daemon.logged("CHECK user=", 200) >= 200
 
 
 @pytest.mark.corpus
@@ -525,7 +534,7 @@ def test_filter_connect_asks_the_daemon_and_falls_back_in_process(daemon: Daemon
     before = daemon.log().count("PROCESS user=")
     remote = _filter(trained, message, env={"SPAMFILTER_SERVER": str(daemon.address)})
     assert (remote.returncode, remote.stdout, remote.stderr) == (local.returncode, local.stdout, b"")
-    assert daemon.log().count("PROCESS user=") == before + 1
+    assert daemon.logged("PROCESS user=", before + 1) == before + 1
     verdict = _filter(trained, message, "--verdict-only", "--connect", str(daemon.address))
     assert verdict.stdout == _filter(trained, message, "--verdict-only").stdout
     # Nobody listening: filtered in-process, the same bytes and exit code.
