@@ -155,7 +155,12 @@ def estimate(event_model: str, counts: TokenCounts, stats: Totals, alpha: float)
 
 
 def joint_log_likelihood(
-    X: sp.csr_matrix, params: NBParams, tempering: float = 0.0, min_evidence: float = 0.0
+    X: sp.csr_matrix,
+    params: NBParams,
+    tempering: float = 0.0,
+    min_evidence: float = 0.0,
+    max_tokens: int = 0,
+    token_cap: float = 0.0,
 ) -> FloatArray:
     """Unnormalised log posterior per row, shape (n, 2):
 
@@ -174,6 +179,13 @@ def joint_log_likelihood(
     header-less enron1 it made it worse (0.32% to 0.50%): it is off by default
     and `spamfilter tune` tries it.
 
+    max_tokens = k > 0 then keeps, per message, only the k tokens with the
+    largest |weight[1, j] - weight[0, j]| (SpamBayes's max_discriminators,
+    bogofilter's selection by deviation from 0.5); token_cap = c > 0 clips each
+    token's log-likelihood ratio to [-c, c] nats (``capped_log_ratio``). Both
+    bound what one message's evidence can add up to, by at most k * c before
+    tempering; see ``evidence_features`` for what was measured.
+
     tempering = 0 is textbook naive Bayes. The independence assumption is
     badly wrong for mail: one spam's URL gives host, parent-domain and path
     tokens, its words repeat in subject, text and HTML parts, so the summed
@@ -187,19 +199,64 @@ def joint_log_likelihood(
     cutoffs from 3.05% to 0.32%, on csdmc2010 1-ROCA from 2.05% to 0.16%
     (multinomial-binary, alpha 0.1; docs/benchmarks.md).
     """
-    X = evidence_features(X, params, min_evidence)
-    evidence = np.asarray(X @ params.weight.T) + (params.bias - params.log_prior)
+    X = evidence_features(X, params, min_evidence, max_tokens)
+    absent = params.bias - params.log_prior
+    if token_cap > 0:
+        # Only the spam column moves: L = jll[:,1] - jll[:,0] gets the capped ratios.
+        ham = np.asarray(X @ params.weight[HAM]).ravel() + absent[HAM]
+        ratio = np.asarray(X @ capped_log_ratio(params, token_cap)).ravel() + (absent[SPAM] - absent[HAM])
+        evidence = np.stack([ham, ham + ratio], axis=1)
+    else:
+        evidence = np.asarray(X @ params.weight.T) + absent
     if tempering:
         evidence = evidence * tempering_factor(X, tempering)[:, None]
     jll: FloatArray = evidence + params.log_prior
     return jll
 
 
-def evidence_features(X: sp.csr_matrix, params: NBParams, min_evidence: float) -> sp.csr_matrix:
-    """X with the columns of the tokens ``min_evidence`` ignores set to 0, shape (n, m)."""
+def capped_log_ratio(params: NBParams, token_cap: float) -> FloatArray:
+    """d[j] = weight[1, j] - weight[0, j] clipped to [-token_cap, token_cap]
+    (unclipped for token_cap = 0), shape (m,): what a present token adds to
+    the log-odds before tempering.
+
+    A token seen only in one class's messages has a ratio that grows with the
+    log of that class's count, log((D[c,j] + alpha) / alpha) - log(D[c] / D[c'])
+    roughly: about 9 nats for a mailing-list token seen in 800 spams and no
+    ham at alpha 0.1. With the cap no token can say more than c nats, so a few
+    tokens the other class owns can turn a message round.
+    """
+    ratio: FloatArray = params.weight[SPAM] - params.weight[HAM]
+    if token_cap > 0:
+        ratio = np.clip(ratio, -token_cap, token_cap)
+    return ratio
+
+
+def evidence_features(X: sp.csr_matrix, params: NBParams, min_evidence: float, max_tokens: int = 0) -> sp.csr_matrix:
+    """X with the columns the message's selection drops set to 0, shape (n, m):
+    first every token with |d[j]| < min_evidence (d = weight[1] - weight[0]),
+    then, with max_tokens = k > 0, all but the k present tokens of largest
+    |d[j]| in each row (ties: the lower column first).
+
+    Measured (online 1-ROCA %, docs/benchmarks.md "Bounded evidence"): see
+    the table there; neither option is on by default.
+    """
     if min_evidence > 0:
         strong = np.abs(params.weight[SPAM] - params.weight[HAM]) >= min_evidence
         X = X @ sp.diags(strong.astype(np.float64))
+    if max_tokens > 0:
+        X = sp.csr_matrix(X)
+        X.eliminate_zeros()
+        strength = np.abs(params.weight[SPAM] - params.weight[HAM])
+        data = X.data.copy()
+        for i in range(X.shape[0]):
+            lo, hi = X.indptr[i], X.indptr[i + 1]
+            if hi - lo <= max_tokens:
+                continue
+            cols = X.indices[lo:hi]
+            order = np.lexsort((cols, -strength[cols]))  # strongest first, then lower column
+            data[lo + order[max_tokens:]] = 0.0
+        X = sp.csr_matrix((data, X.indices.copy(), X.indptr.copy()), shape=X.shape)
+        X.eliminate_zeros()
     return X
 
 
@@ -277,12 +334,12 @@ class LogOddsTerms:
 
     prior: log P(spam) - log P(ham).
     token: (m,) what each column adds; 0 for a column the message lacks or
-        that ``min_evidence`` ignores.
+        that ``min_evidence`` or ``max_tokens`` drops.
     absent: the Bernoulli sum over the tokens the message lacks (0 for the
         multinomial models, which have no such term).
     used: (m,) whether the column counts: present in the message and not
-        ignored by ``min_evidence``.
-    events: n, the token events that count (sum of x after min_evidence).
+        dropped by ``min_evidence`` or ``max_tokens``.
+    events: n, the token events that count (sum of x after the selection).
     factor: n ** -tempering (n at least 1), the scale already applied to
         ``token`` and ``absent``.
     """
@@ -296,19 +353,29 @@ class LogOddsTerms:
 
 
 def log_odds_terms(
-    x: sp.csr_matrix, params: NBParams, log_theta: FloatArray, tempering: float = 0.0, min_evidence: float = 0.0
+    x: sp.csr_matrix,
+    params: NBParams,
+    log_theta: FloatArray,
+    tempering: float = 0.0,
+    min_evidence: float = 0.0,
+    max_tokens: int = 0,
+    token_cap: float = 0.0,
 ) -> LogOddsTerms:
     """The log-odds of the one message in x (shape (1, m)), term by term, with
     the same feature selection and tempering as ``joint_log_likelihood``:
 
         L = prior + sum_j token[j] + absent
         prior    = log P(spam) - log P(ham)
-        token[j] = f * x'[j] * (log theta[1,j] - log theta[0,j])
+        token[j] = f * x'[j] * (d'[j] + log(1 - theta[1,j]) - log(1 - theta[0,j]))
+                 = f * x'[j] * (log theta[1,j] - log theta[0,j])           (no cap)
         absent   = f * sum_{j not in x'} (log(1 - theta[1,j]) - log(1 - theta[0,j]))    (bernoulli)
                  = f * (A[1] - A[0] - sum_j x'[j] * (log(1 - theta[1,j]) - log(1 - theta[0,j])))
 
-    x' is x without the columns min_evidence ignores (a Bernoulli token so
-    ignored counts as absent, as it does in scoring), f = n ** -tempering with
+    d' is ``capped_log_ratio`` (the weight difference, clipped by token_cap),
+    so a capped token shows its capped contribution and the absent term is
+    the same with or without a cap. x' is x without the columns min_evidence
+    and max_tokens drop (a Bernoulli token so dropped counts as absent, as it
+    does in scoring), f = n ** -tempering with
     n = sum_j x'[j], and log_theta (2, m) is ``token_log_likelihood`` of the
     columns. For the multinomial models log theta is the weight and the bias
     is the prior, so ``absent`` is 0. The terms sum to the classifier's
@@ -316,13 +383,14 @@ def log_odds_terms(
     """
     if x.shape[0] != 1:
         raise ValueError(f"log_odds_terms takes one message, not {x.shape[0]}")
-    selected = evidence_features(x, params, min_evidence)
+    selected = evidence_features(x, params, min_evidence, max_tokens)
     factor = float(tempering_factor(selected, tempering)[0]) if tempering else 1.0
     counts = np.asarray(selected.todense(), dtype=np.float64).ravel()
     log_one_minus = log_theta - params.weight  # log(1 - theta) for bernoulli, 0 otherwise
     absent_all = (params.bias - params.log_prior)[SPAM] - (params.bias - params.log_prior)[HAM]
     absent = absent_all - float(counts @ (log_one_minus[SPAM] - log_one_minus[HAM]))
-    token: FloatArray = factor * counts * (log_theta[SPAM] - log_theta[HAM])
+    ratio = capped_log_ratio(params, token_cap) + (log_one_minus[SPAM] - log_one_minus[HAM])
+    token: FloatArray = factor * counts * ratio
     return LogOddsTerms(
         prior=float(params.log_prior[SPAM] - params.log_prior[HAM]),
         token=token,

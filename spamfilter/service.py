@@ -530,7 +530,7 @@ class Filter:
     def _score(self, analysed: Sequence[_Analysed], tx: StoreTransaction | None = None) -> list[Verdict]:
         fitted = self._fit([a.counts for a in analysed], tx)
         m = self.config.model
-        odds = model.log_odds(model.joint_log_likelihood(fitted.X, fitted.params, m.tempering, m.min_evidence))
+        odds = model.log_odds(model.joint_log_likelihood(fitted.X, fitted.params, m.tempering, m.min_evidence, m.max_tokens, m.token_cap))
         probability = model.spam_probability(odds)
         decision = model.decide(odds, self.thresholds)
         return [
@@ -666,9 +666,9 @@ class Filter:
         counts = term_counts(self.tokens(item))
         fitted = self._fit([counts])
         m = self.config.model
-        odds = model.log_odds(model.joint_log_likelihood(fitted.X, fitted.params, m.tempering, m.min_evidence))
+        odds = model.log_odds(model.joint_log_likelihood(fitted.X, fitted.params, m.tempering, m.min_evidence, m.max_tokens, m.token_cap))
         log_theta = model.token_log_likelihood(m.event_model, fitted.counts, fitted.stats, m.alpha)
-        terms = model.log_odds_terms(fitted.X, fitted.params, log_theta, m.tempering, m.min_evidence)
+        terms = model.log_odds_terms(fitted.X, fitted.params, log_theta, m.tempering, m.min_evidence, m.max_tokens, m.token_cap)
         shown = self._shown_counts(fitted.counts)
         contributions = [
             Contribution(token, float(terms.token[j]), int(shown[model.SPAM, j]), int(shown[model.HAM, j]))

@@ -182,6 +182,9 @@ def test_equal_cutoffs_are_accepted() -> None:
         ({"tokenizer": {"max_word_length": 101}}, "tokenizer.max_word_length"),
         ({"store": {"batch_size": 0}}, "store.batch_size"),
         ({"store": {"busy_timeout": -1}}, "store.busy_timeout"),
+        ({"model": {"max_tokens": -1}}, "model.max_tokens"),
+        ({"model": {"token_cap": -0.5}}, "model.token_cap"),
+        ({"model": {"token_cap": 51.0}}, "model.token_cap"),
     ],
 )
 def test_other_out_of_range_values_raise(data: dict[str, Any], key: str) -> None:

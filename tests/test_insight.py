@@ -183,6 +183,9 @@ SETTINGS = [
     {"tempering": 0.0, "min_evidence": 0.0},  # textbook naive Bayes
     {"tempering": 0.3, "min_evidence": 2.0},
     {"tempering": 1.0, "min_evidence": 4.0, "alpha": 1.0},
+    {"tempering": 0.5, "min_evidence": 0.0, "max_tokens": 5},
+    {"tempering": 0.5, "min_evidence": 0.0, "token_cap": 1.5},
+    {"tempering": 0.5, "min_evidence": 1.0, "max_tokens": 8, "token_cap": 2.0},
 ]
 
 
@@ -215,8 +218,16 @@ def test_explanation_adds_up_to_the_classifiers_log_odds(
         assert zeros >= e.ignored
         ignored += e.ignored
         assert e.factor == pytest.approx(max(e.events, 1) ** -settings["tempering"], rel=1e-12)
-    # min_evidence really leaves tokens out, and only when it is set
-    assert (ignored > 0) == (settings["min_evidence"] > 0)
+        if settings.get("max_tokens"):
+            # at most k distinct tokens count (multinomial: each with its occurrences)
+            assert sum(1 for c in e.tokens if c.token is not None) - e.ignored <= settings["max_tokens"]
+        if settings.get("token_cap") and event_model == "multinomial-binary":
+            # a present token shows its capped contribution (multinomial: per
+            # occurrence; bernoulli caps log theta - log(1 - theta) and adds
+            # the uncapped log(1 - theta) ratio)
+            assert max(abs(c.contribution) for c in e.tokens if c.token is not None) <= settings["token_cap"] * e.factor + 1e-12
+    # min_evidence and max_tokens really leave tokens out, and only when set
+    assert (ignored > 0) == (settings["min_evidence"] > 0 or settings.get("max_tokens", 0) > 0)
     assert f.explain(items[-1]).unknown >= 3  # zyzzyva, quux, frobnicate
 
 
