@@ -31,6 +31,8 @@ import hashlib
 import json
 import os
 import pickle
+import subprocess
+import tempfile
 import tomllib
 from dataclasses import replace
 from pathlib import Path
@@ -40,7 +42,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from benchmarks.compare import ranking
-from benchmarks.long_stream import STREAMS, stream
+from benchmarks.long_stream import STREAMS, logit, stream
 from spamfilter import model as nb
 from spamfilter.config import Config, ModelConfig, counts_occurrences, load_config
 from spamfilter.counts import ClassCounts
@@ -54,7 +56,11 @@ Doc = dict[str, int]
 
 
 def tokenized(config: Config, name: str, limit: int | None) -> tuple[list[Doc], np.ndarray]:
-    """The stream's messages as token counts (unreadable ones left out) and labels, cached."""
+    """The stream's messages as token counts (unreadable ones left out) and labels, cached
+    (a concatenated stream from its parts' caches)."""
+    if len(STREAMS[name]) > 1 and limit is None:
+        parts = [tokenized(config, part, None) for part in STREAMS[name]]
+        return [d for docs, _ in parts for d in docs], np.concatenate([y for _, y in parts])
     tag = f"{name}-{limit or 'all'}-{hashlib.sha1(repr(config.tokenizer).encode()).hexdigest()[:8]}"
     cache = Path("results") / f"tokens-{tag}.pickle"
     if cache.exists():
@@ -75,7 +81,8 @@ def tokenized(config: Config, name: str, limit: int | None) -> tuple[list[Doc], 
 class Counts:
     """Token and class counts grown message by message (the store's sums, in memory)."""
 
-    def __init__(self) -> None:
+    def __init__(self, fisher: tuple[float, float, float] | None = None) -> None:
+        self.fisher = fisher  # (s, x, min_dev) adds a first score: Robinson-Fisher
         self.ids: dict[str, int] = {}
         self.doc = np.zeros((2, 1024), dtype=np.int64)
         self.term = np.zeros((2, 1024), dtype=np.int64)
@@ -100,13 +107,17 @@ class Counts:
     def score(self, doc: Doc, settings: list[ModelConfig]) -> list[float]:
         """The log-odds of one message under each setting (0 before both classes are known)."""
         if not self.classes.messages.all():
-            return [0.0] * len(settings)
+            return [0.0] * (len(settings) + bool(self.fisher))
         known = [(self.ids[t], n) for t, n in doc.items() if t in self.ids]
         cols = np.array([j for j, _ in known], dtype=np.int64)
         counts = nb.TokenCounts(self.doc[:, cols], self.term[:, cols])
         empty = np.zeros((0, 2), dtype=np.int64)
         stats = nb.Totals(self.classes, vocabulary_size=len(self.ids), histogram=(empty, empty))
         out = []
+        if self.fisher:
+            f = nb.robinson_probability(counts, stats, self.fisher[0], self.fisher[1])
+            X = sp.csr_matrix((np.ones(len(known)), (np.zeros(len(known), dtype=np.int64), np.arange(len(known)))), shape=(1, len(known)))
+            out.append(float(nb.fisher_log_odds(X, f, self.fisher[2])[0]))
         for m in settings:
             params = nb.estimate(m.event_model, counts, stats, m.alpha)
             values = np.array([float(n) for _, n in known]) if counts_occurrences(m.event_model) else np.ones(len(known))
@@ -116,9 +127,9 @@ class Counts:
         return out
 
 
-def run(docs: list[Doc], y: np.ndarray, settings: list[ModelConfig], split: str | None) -> tuple[np.ndarray, np.ndarray]:
-    """Log-odds (len(settings), n scored) and the scored labels."""
-    counts = Counts()
+def run(docs: list[Doc], y: np.ndarray, settings: list[ModelConfig], split: str | None, fisher: tuple[float, float, float] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Log-odds (len(settings) + bool(fisher), n scored) and the scored labels."""
+    counts = Counts(fisher)
     if split is None:
         scores = []
         for doc, is_spam in zip(docs, y):
@@ -129,6 +140,19 @@ def run(docs: list[Doc], y: np.ndarray, settings: list[ModelConfig], split: str 
     for doc, is_spam in zip(docs[:head], y[:head]):
         counts.add(doc, bool(is_spam))
     return np.array([counts.score(doc, settings) for doc in docs[head:]]).T, y[head:]
+
+
+def bogofilter_split(name: str, limit: int | None, split: str) -> tuple[np.ndarray, np.ndarray]:
+    """bogofilter 1.2.5 on the same split: `-B` bulk training on the head
+    (spam, then ham), `-b -T` on the rest; its spamicity's logit and the labels."""
+    items = [(s, it.source) for s, it in stream(name, limit)]
+    head = len(items) // 2 if split == "half" else 10_000
+    with tempfile.TemporaryDirectory() as db:
+        for flag, want in (("-s", True), ("-n", False)):
+            subprocess.run(["bogofilter", "-d", db, flag, "-B", *[p for s, p in items[:head] if s is want]], check=True)
+        out = subprocess.run(["bogofilter", "-d", db, "-b", "-T"], input="\n".join(p for _, p in items[head:]) + "\n", capture_output=True, text=True, check=False).stdout
+    spamicity = np.array([float(line.split()[-1]) for line in out.splitlines()])
+    return logit(spamicity), np.array([s for s, _ in items[head:]], dtype=bool)
 
 
 def parse_setting(base: ModelConfig, text: str) -> ModelConfig:
@@ -147,6 +171,8 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None)
     parser.add_argument("--window", type=int, default=None)
     parser.add_argument("--config", type=Path)
+    parser.add_argument("--bogofilter", action="store_true", help="with --split: bogofilter on the same split")
+    parser.add_argument("--fisher", type=float, nargs=3, metavar=("S", "X", "MIN_DEV"), help="also Robinson's f(w) with Fisher combining (bogofilter: 0.0178 0.52 0.375)")
     parser.add_argument("--check", type=int, default=0, help="compare the defaults with run_online on the first N messages")
     args = parser.parse_args()
     config = load_config(args.config) if args.config else Config()
@@ -161,14 +187,26 @@ def main() -> None:
             mine, _ = run(docs[: args.check], y[: args.check], settings[:1], None)
             diff = np.max(np.abs(mine[0][: len(scored)] - np.array([s.log_odds for s in scored])))
             print(f"check {name}: largest |log-odds difference| against run_online over {len(scored)} messages: {diff:.2e}")
-        odds, truth = run(docs, y, settings, args.split)
+        fisher = tuple(args.fisher) if args.fisher else None
+        odds, truth = run(docs, y, settings, args.split, fisher)
+        names = ([f"fisher s={fisher[0]:g} x={fisher[1]:g} min_dev={fisher[2]:g}"] if fisher else []) + labels
+        if args.split and args.bogofilter:
+            # bogofilter reads every file; spamfilter leaves unreadable ones out (none in these corpora)
+            bogo, bogo_y = bogofilter_split(name, args.limit, args.split)
+            if bogo_y.size == truth.size and (bogo_y == truth).all():
+                names.append("bogofilter 1.2.5 (-B, -b)")
+                odds = np.vstack([odds, bogo[None, :]])
+            else:
+                print(f"bogofilter left out: its split has {bogo_y.size} messages, spamfilter's {truth.size}")
         window = args.window or default_window(truth.size)
         print(f"\n{name} ({truth.size} scored, {args.split or 'online'}; windows of {window}; load {os.getloadavg()[0]:.1f})")
         print(f"{'setting':<36} {'1-ROCA%':>8} {'sm@hm.1%':>9} {'lam%':>7} {'max|L| err':>10}  1-ROCA% per window")
         rows: list[dict[str, Any]] = []
-        for label, score in zip(labels, odds):
-            r = ranking(truth, score, threshold)
-            wrong = np.where(truth, score <= threshold, score > threshold)
+        for label, score in zip(names, odds):
+            # bogofilter's own cutoff; the Fisher score's scale is its own: 0
+            cut = float(logit(np.array([0.99]))[0]) if label.startswith("bogofilter") else 0.0 if label.startswith("fisher") else threshold
+            r = ranking(truth, score, cut)
+            wrong = np.where(truth, score <= cut, score > cut)
             worst = float(np.max(np.abs(score[wrong]))) if wrong.any() else 0.0
             windows = [w.one_minus_roca for w in windowed_roca(truth, score, window)]
             rows.append({"setting": label, **r, "max_abs_log_odds_error": worst, "windows": windows})
