@@ -86,7 +86,7 @@ class ModelConfig:
 
     event_model: EventModel = "multinomial-binary"
     alpha: float = 0.1
-    tempering: float = 0.5
+    tempering: float = 0.55
     min_evidence: float = 0.0
     max_tokens: int = 0
     token_cap: float = 0.0

@@ -26,7 +26,7 @@ REPOSITORY_CONFIG = Path(__file__).resolve().parents[1] / "config.toml"
 def test_defaults() -> None:
     c = Config()
     assert c.store == StoreConfig(url="", busy_timeout=30.0, batch_size=500)
-    assert c.model == ModelConfig(event_model="multinomial-binary", alpha=0.1, tempering=0.5, min_evidence=0.0)
+    assert c.model == ModelConfig(event_model="multinomial-binary", alpha=0.1, tempering=0.55, min_evidence=0.0, max_tokens=0, token_cap=0.0)
     assert c.decision == DecisionConfig(
         cost_ham_as_spam=10.0, cost_spam_as_ham=1.0, cost_unsure=0.2, spam_cutoff=None, ham_cutoff=None
     )

@@ -179,7 +179,7 @@ def sample_filter(sample: Path) -> Iterator[Filter]:
 
 
 SETTINGS = [
-    {"tempering": 0.5, "min_evidence": 0.0},  # the defaults
+    {"tempering": 0.55, "min_evidence": 0.0},  # the defaults
     {"tempering": 0.0, "min_evidence": 0.0},  # textbook naive Bayes
     {"tempering": 0.3, "min_evidence": 2.0},
     {"tempering": 1.0, "min_evidence": 4.0, "alpha": 1.0},

@@ -154,10 +154,10 @@ def easy_stream(n: int) -> list[tuple[bool, MailItem]]:
 
 def test_ties_keep_the_configured_settings() -> None:
     config = Config()
-    results = tune(config, easy_stream(100), event_models=["multinomial-binary", "bernoulli"], alphas=[0.01, 0.1, 1.0], temperings=[0.0, 0.5], min_evidences=[0.0, 3.0], bigram_options=[True, False])
+    results = tune(config, easy_stream(100), event_models=["multinomial-binary", "bernoulli"], alphas=[0.01, 0.1, 1.0], temperings=[0.0, 0.5, 0.55], min_evidences=[0.0, 3.0], bigram_options=[True, False])
     assert {c.loss_per_message for c in results} == {0.0}
     best = results[0]
-    assert (best.event_model, best.alpha, best.tempering, best.min_evidence, best.bigrams) == ("multinomial-binary", 0.1, 0.5, 0.0, True)
+    assert (best.event_model, best.alpha, best.tempering, best.min_evidence, best.bigrams) == ("multinomial-binary", 0.1, 0.55, 0.0, True)
     # A changed configuration is kept the same way.
     config = Config(model=ModelConfig(alpha=1.0, tempering=0.0), tokenizer=TokenizerConfig(bigrams=False))
     best = tune(config, easy_stream(100), event_models=["multinomial-binary"], alphas=[0.1, 1.0], temperings=[0.0, 0.5], bigram_options=[True, False])[0]

@@ -51,7 +51,7 @@ def tune(
         stream,
         event_models=chosen_models,
         alphas=alphas or [0.01, 0.03, 0.1, 0.3, 1.0],
-        temperings=temperings or [0.0, 0.5],
+        temperings=temperings or sorted({0.0, 0.5, s.config.model.tempering}),
         min_evidences=min_evidences or [0.0, 2.0, 3.0],
         bigram_options=[s.config.tokenizer.bigrams, not s.config.tokenizer.bigrams] if try_bigrams else None,
         holdout=holdout,
