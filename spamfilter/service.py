@@ -160,7 +160,7 @@ class Contribution:
     token: None for the Bernoulli model's absent-token term, the sum over
         every vocabulary token the message lacks (its counts are None too).
     contribution: what the term adds to the log-odds (positive: towards
-        spam), tempering included; 0 for a token ``min_evidence`` ignores.
+        spam), tempering included; 0 for a token ``min_evidence`` or ``max_tokens`` leaves out.
     spam_count, ham_count: as in ``WordScore``.
     """
 
@@ -180,7 +180,7 @@ class Explanation:
         absent-token term), largest in magnitude first.
     events: n, the token events that count; the evidence is divided by
         n ** tempering, i.e. multiplied by ``factor``.
-    ignored: known tokens ``min_evidence`` leaves out (contribution 0).
+    ignored: known tokens ``min_evidence`` or ``max_tokens`` leaves out (contribution 0).
     unknown: distinct tokens of the message the model has never seen.
     absent: vocabulary tokens in the absent-token term (bernoulli), else 0.
     """

@@ -244,6 +244,20 @@ def test_explanation_of_the_tiny_model_by_hand(tiny: Filter) -> None:
     assert e.log_odds == pytest.approx(math.log(3 / 4) + sum(expected.values()), rel=1e-12)
 
 
+def test_explanation_with_max_tokens_and_token_cap_by_hand(tiny: Filter) -> None:
+    # the ratios of "cash money never": cash log 4.6, money log 1.15, ct log 0.92;
+    # max_tokens 2 keeps cash and money, token_cap 1 clips cash to 1 nat
+    f = with_model(tiny, "multinomial-binary", 1.0, tempering=0.0, max_tokens=2, token_cap=1.0)
+    assert hand_score("multinomial-binary", 1.0, "cash") == pytest.approx(math.log(4.6), rel=1e-12)
+    e = f.explain(body("cash money never"))
+    assert {c.token: c.contribution for c in e.tokens} == pytest.approx({"cash": 1.0, "money": math.log(1.15), CT: 0.0}, rel=1e-12)
+    assert (e.events, e.ignored, e.unknown) == (2, 1, 1)
+    assert e.log_odds == pytest.approx(math.log(3 / 4) + 1.0 + math.log(1.15), rel=1e-12)
+    verdict = next(iter(f.classify([body("cash money never")])))
+    assert isinstance(verdict, Verdict) and verdict.log_odds == pytest.approx(e.log_odds, rel=1e-12)
+    assert "3 known (1 left out by min_evidence or max_tokens, contributing 0), 1 never seen (ignored)" in explanation_lines(e)[4]
+
+
 def test_bernoulli_absent_term_by_hand(tiny: Filter) -> None:
     # theta = (D + 1) / (messages + 2); the message "cash" has ct and cash, so
     # the absent term runs over the other 8 vocabulary tokens.
