@@ -462,6 +462,7 @@ class Candidate:
     unsure: float
     costly: int = 0
     held_out: int = 0
+    max_tokens: int = 0
 
 
 #: The fewest messages the best setting must misfile or call unsure on the
@@ -499,6 +500,7 @@ def tune(
     min_evidences: Sequence[float] = (0.0,),
     bigram_options: Sequence[bool] | None = None,
     holdout: float = 0.2,
+    max_tokens_options: Sequence[int] | None = None,
 ) -> list[Candidate]:
     """``tune_settings`` for each tokenizer setting in ``bigram_options``
     (default: the configured one), all candidates ranked together."""
@@ -508,6 +510,7 @@ def tune(
         results += tune_settings(
             variant, labelled, event_models=event_models, alphas=alphas,
             temperings=temperings, min_evidences=min_evidences, holdout=holdout,
+            max_tokens_options=max_tokens_options,
         )
     results.sort(key=lambda c: _rank(c, config))
     return results
@@ -524,6 +527,7 @@ def _rank(c: Candidate, config: Config) -> tuple[float, int, float, float]:
             c.alpha != m.alpha,
             c.tempering != m.tempering,
             c.min_evidence != m.min_evidence,
+            c.max_tokens != m.max_tokens,
             c.bigrams != config.tokenizer.bigrams,
         )
     )
@@ -539,8 +543,11 @@ def tune_settings(
     temperings: Sequence[float],
     min_evidences: Sequence[float] = (0.0,),
     holdout: float = 0.2,
+    max_tokens_options: Sequence[int] | None = None,
 ) -> list[Candidate]:
-    """Try every (event model, alpha, tempering, min_evidence): train on the head of the
+    """Try every (event model, alpha, tempering, min_evidence, max_tokens
+    (default: the configured one); the configured token_cap throughout):
+    train on the head of the
     stream, score its last ``holdout`` share (later mail, as a filter meets
     it), choose each setting's cutoffs by ``best_cutoffs`` (never a spam
     cutoff below the loss matrix's, never a ham cutoff above it, so the
@@ -598,8 +605,9 @@ def tune_settings(
         for alpha in alphas:
             params = nb.estimate(event_model, counts, stats, alpha)
             X = valid_binary if params.binary else valid_terms
-            for tempering, min_evidence in ((t, e) for t in temperings for e in min_evidences):
-                odds = nb.log_odds(nb.joint_log_likelihood(X, params, tempering, min_evidence))
+            keeps = max_tokens_options if max_tokens_options is not None else (config.model.max_tokens,)
+            for tempering, min_evidence, keep in ((t, e, k) for t in temperings for e in min_evidences for k in keeps):
+                odds = nb.log_odds(nb.joint_log_likelihood(X, params, tempering, min_evidence, keep, config.model.token_cap))
                 cut = best_cutoffs(
                     valid_y, odds, cost_ham_as_spam=d.cost_ham_as_spam, cost_spam_as_ham=d.cost_spam_as_ham,
                     cost_unsure=d.cost_unsure, spam_min_floor=bounds.spam_min, ham_max_ceiling=bounds.ham_max,
@@ -622,6 +630,7 @@ def tune_settings(
                         unsure=100.0 * float((~verdict_spam & ~verdict_ham).mean()),
                         costly=int((verdict_spam & ~valid_y).sum() + (verdict_ham & valid_y).sum() + (~verdict_spam & ~verdict_ham).sum()),
                         held_out=int(valid_y.size),
+                        max_tokens=keep,
                     )
                 )
     results.sort(key=lambda c: _rank(c, config))
