@@ -180,8 +180,8 @@ def joint_log_likelihood(
     and `spamfilter tune` tries it.
 
     max_tokens = k > 0 then keeps, per message, only the k tokens with the
-    largest |weight[1, j] - weight[0, j]| (SpamBayes's max_discriminators,
-    bogofilter's selection by deviation from 0.5); token_cap = c > 0 clips each
+    largest |weight[1, j] - weight[0, j]| (SpamBayes's max_discriminators;
+    bogofilter instead drops the tokens near 0.5, as min_evidence does); token_cap = c > 0 clips each
     token's log-likelihood ratio to [-c, c] nats (``capped_log_ratio``). Both
     bound what one message's evidence can add up to, by at most k * c before
     tempering; see ``evidence_features`` for what was measured.
