@@ -86,8 +86,10 @@ class ModelConfig:
 
     event_model: EventModel = "multinomial-binary"
     alpha: float = 0.1
-    tempering: float = 0.5
+    tempering: float = 0.55
     min_evidence: float = 0.0
+    max_tokens: int = 0
+    token_cap: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,6 +316,8 @@ def validate(config: Config, origin: str = "config") -> None:
     need(math.isfinite(m.alpha) and m.alpha >= 1e-10, "model.alpha", "must be >= 1e-10", m.alpha)
     need(0.0 <= m.tempering <= 1.0, "model.tempering", "must be between 0 and 1", m.tempering)
     need(0.0 <= m.min_evidence <= 50.0, "model.min_evidence", "must be between 0 and 50", m.min_evidence)
+    need(0 <= m.max_tokens <= 100_000, "model.max_tokens", "must be between 0 (every token) and 100000", m.max_tokens)
+    need(0.0 <= m.token_cap <= 50.0, "model.token_cap", "must be between 0 (no cap) and 50", m.token_cap)
     need(d.cost_ham_as_spam > 0, "decision.cost_ham_as_spam", "must be > 0", d.cost_ham_as_spam)
     need(d.cost_spam_as_ham > 0, "decision.cost_spam_as_ham", "must be > 0", d.cost_spam_as_ham)
     need(d.cost_unsure >= 0, "decision.cost_unsure", "must be >= 0", d.cost_unsure)

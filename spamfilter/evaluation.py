@@ -114,6 +114,50 @@ def sm_at_hm(is_spam: BoolArray, score: FloatArray, hm_pct: float = 0.1) -> floa
     return 100.0 * float((spam <= threshold).mean())
 
 
+#: Messages per window of ``windowed_roca`` on a long stream (TREC reports
+#: drift per 10,000 messages).
+WINDOW = 10_000
+
+
+def default_window(n: int) -> int:
+    """Messages per window for a stream of n judged messages: ``WINDOW`` once
+    the stream holds at least two such windows, else a fifth of the stream
+    (rounded up), so a short stream still shows five points of drift."""
+    if n >= 2 * WINDOW:
+        return WINDOW
+    return max(1, math.ceil(n / 5))
+
+
+@dataclass(frozen=True, slots=True)
+class WindowRoca:
+    """1-ROCA% of the judged messages ``start`` (0-based, inclusive) to
+    ``end`` (exclusive) of a run, in stream order; ``one_minus_roca`` is
+    None when the window holds only one class (the area is undefined)."""
+
+    start: int
+    end: int
+    spam: int
+    ham: int
+    one_minus_roca: float | None
+
+
+def windowed_roca(is_spam: BoolArray, score: FloatArray, window: int) -> list[WindowRoca]:
+    """1-ROCA% per consecutive run of ``window`` messages (the last one
+    shorter), ranked within the window only: how well the filter ranks the
+    mail of that stretch of the stream, so drift over a long run shows."""
+    if window < 1:
+        raise ValueError("a window holds at least one message")
+    is_spam = np.asarray(is_spam, dtype=bool)
+    score = np.asarray(score, dtype=np.float64)
+    out: list[WindowRoca] = []
+    for start in range(0, is_spam.size, window):
+        y, s = is_spam[start : start + window], score[start : start + window]
+        n_spam = int(y.sum())
+        both = 0 < n_spam < y.size
+        out.append(WindowRoca(start, start + y.size, n_spam, y.size - n_spam, 100.0 * (1.0 - roc_area(y, s)) if both else None))
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class EvalReport:
     """The summary of an evaluation run (percentages are 0-100).
@@ -123,6 +167,8 @@ class EvalReport:
     hm, sm, lam: ham / spam misclassification and their logistic average at
         the two-way Bayes threshold of the loss matrix (no unsure verdict).
     rates: the three-way verdicts (spam / unsure / ham) against the truth.
+    windows: 1-ROCA% per window of the judged messages in stream order
+        (``windowed_roca``), so that drift over a long stream shows.
     """
 
     protocol: str
@@ -140,6 +186,7 @@ class EvalReport:
     classify_per_second: float
     train_per_second: float
     two_way_threshold: float
+    windows: tuple[WindowRoca, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,8 +209,11 @@ def summarise(
     two_way_threshold: float,
     classify_seconds: float,
     train_seconds: float,
+    window: int | None = None,
 ) -> EvalReport:
-    """Metrics of a finished run; ``two_way_threshold`` is in log-odds.
+    """Metrics of a finished run; ``two_way_threshold`` is in log-odds,
+    ``window`` the messages per window of the windowed 1-ROCA (default:
+    ``default_window`` of the judged messages).
 
     Raises ``EvaluationError`` unless the judged messages hold both spam and
     ham: the ROC area, sm at 0.1% hm and lam are undefined for one class, and
@@ -193,6 +243,7 @@ def summarise(
         classify_per_second=len(scored) / classify_seconds if classify_seconds > 0 else float("nan"),
         train_per_second=trained / train_seconds if train_seconds > 0 else float("nan"),
         two_way_threshold=two_way_threshold,
+        windows=tuple(windowed_roca(y, odds, window or default_window(len(scored)))),
     )
 
 
@@ -216,6 +267,7 @@ def run_online(
     train_mode: TrainMode = TrainMode.teft,
     url: str | None = None,
     jobs: int = 1,
+    window: int | None = None,
 ) -> tuple[EvalReport, list[Scored]]:
     """Walk the stream in order: classify each message, then train on its
     label; with ``jobs`` > 1 the next messages are read on other cores
@@ -236,7 +288,7 @@ def run_online(
                 refused += 1
     report = summarise(
         "online", scored, refused=refused, trained=trained, two_way_threshold=two_way,
-        classify_seconds=classify_seconds, train_seconds=train_seconds,
+        classify_seconds=classify_seconds, train_seconds=train_seconds, window=window,
     )
     return report, scored
 
@@ -261,6 +313,7 @@ def run_cross_validation(
     *,
     folds: int = 10,
     seed: int = 0,
+    window: int | None = None,
 ) -> tuple[EvalReport, list[Scored]]:
     """Stratified k-fold: train a fresh in-memory model on k-1 folds, classify
     the held-out fold, pool the held-out scores of all folds."""
@@ -291,7 +344,7 @@ def run_cross_validation(
     scored = [results[i] for i in sorted(results)]
     report = summarise(
         f"cv{folds}", scored, refused=refused, trained=trained, two_way_threshold=two_way,
-        classify_seconds=classify_seconds, train_seconds=train_seconds,
+        classify_seconds=classify_seconds, train_seconds=train_seconds, window=window,
     )
     return report, scored
 
@@ -409,6 +462,7 @@ class Candidate:
     unsure: float
     costly: int = 0
     held_out: int = 0
+    max_tokens: int = 0
 
 
 #: The fewest messages the best setting must misfile or call unsure on the
@@ -446,6 +500,7 @@ def tune(
     min_evidences: Sequence[float] = (0.0,),
     bigram_options: Sequence[bool] | None = None,
     holdout: float = 0.2,
+    max_tokens_options: Sequence[int] | None = None,
     jobs: int = 1,
     reading: Callable[[Iterable[tuple[bool, MailItem]]], Iterable[tuple[bool, MailItem]]] | None = None,
 ) -> list[Candidate]:
@@ -458,7 +513,8 @@ def tune(
         variant = replace(config, tokenizer=replace(config.tokenizer, bigrams=bigrams))
         results += tune_settings(
             variant, labelled, event_models=event_models, alphas=alphas,
-            temperings=temperings, min_evidences=min_evidences, holdout=holdout, jobs=jobs, reading=reading,
+            temperings=temperings, min_evidences=min_evidences, holdout=holdout,
+            max_tokens_options=max_tokens_options, jobs=jobs, reading=reading,
         )
     results.sort(key=lambda c: _rank(c, config))
     return results
@@ -475,6 +531,7 @@ def _rank(c: Candidate, config: Config) -> tuple[float, int, float, float]:
             c.alpha != m.alpha,
             c.tempering != m.tempering,
             c.min_evidence != m.min_evidence,
+            c.max_tokens != m.max_tokens,
             c.bigrams != config.tokenizer.bigrams,
         )
     )
@@ -490,10 +547,13 @@ def tune_settings(
     temperings: Sequence[float],
     min_evidences: Sequence[float] = (0.0,),
     holdout: float = 0.2,
+    max_tokens_options: Sequence[int] | None = None,
     jobs: int = 1,
     reading: Callable[[Iterable[tuple[bool, MailItem]]], Iterable[tuple[bool, MailItem]]] | None = None,
 ) -> list[Candidate]:
-    """Try every (event model, alpha, tempering, min_evidence): train on the head of the
+    """Try every (event model, alpha, tempering, min_evidence, max_tokens
+    (default: the configured one); the configured token_cap throughout):
+    train on the head of the
     stream, score its last ``holdout`` share (later mail, as a filter meets
     it), choose each setting's cutoffs by ``best_cutoffs`` (never a spam
     cutoff below the loss matrix's, never a ham cutoff above it, so the
@@ -556,8 +616,9 @@ def tune_settings(
         for alpha in alphas:
             params = nb.estimate(event_model, counts, stats, alpha)
             X = valid_binary if params.binary else valid_terms
-            for tempering, min_evidence in ((t, e) for t in temperings for e in min_evidences):
-                odds = nb.log_odds(nb.joint_log_likelihood(X, params, tempering, min_evidence))
+            keeps = max_tokens_options if max_tokens_options is not None else (config.model.max_tokens,)
+            for tempering, min_evidence, keep in ((t, e, k) for t in temperings for e in min_evidences for k in keeps):
+                odds = nb.log_odds(nb.joint_log_likelihood(X, params, tempering, min_evidence, keep, config.model.token_cap))
                 cut = best_cutoffs(
                     valid_y, odds, cost_ham_as_spam=d.cost_ham_as_spam, cost_spam_as_ham=d.cost_spam_as_ham,
                     cost_unsure=d.cost_unsure, spam_min_floor=bounds.spam_min, ham_max_ceiling=bounds.ham_max,
@@ -580,6 +641,7 @@ def tune_settings(
                         unsure=100.0 * float((~verdict_spam & ~verdict_ham).mean()),
                         costly=int((verdict_spam & ~valid_y).sum() + (verdict_ham & valid_y).sum() + (~verdict_spam & ~verdict_ham).sum()),
                         held_out=int(valid_y.size),
+                        max_tokens=keep,
                     )
                 )
     results.sort(key=lambda c: _rank(c, config))

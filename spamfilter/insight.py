@@ -50,7 +50,7 @@ class Contribution:
     token: None for the Bernoulli model's absent-token term, the sum over
         every vocabulary token the message lacks (its counts are None too).
     contribution: what the term adds to the log-odds (positive: towards
-        spam), tempering included; 0 for a token ``min_evidence`` ignores.
+        spam), tempering included; 0 for a token ``min_evidence`` or ``max_tokens`` leaves out.
     spam_count, ham_count: as in ``WordScore``.
     """
 
@@ -70,7 +70,7 @@ class Explanation:
         absent-token term), largest in magnitude first.
     events: n, the token events that count; the evidence is divided by
         n ** tempering, i.e. multiplied by ``factor``.
-    ignored: known tokens ``min_evidence`` leaves out (contribution 0).
+    ignored: known tokens ``min_evidence`` or ``max_tokens`` leaves out (contribution 0).
     unknown: distinct tokens of the message the model has never seen.
     absent: vocabulary tokens in the absent-token term (bernoulli), else 0.
     """
@@ -164,9 +164,9 @@ class Insight:
         counts = term_counts(self.filter.tokens(item))
         fitted = self.filter._fit([counts])
         m = self.filter.config.model
-        odds = model.log_odds(model.joint_log_likelihood(fitted.X, fitted.params, m.tempering, m.min_evidence))
+        odds = model.log_odds(model.joint_log_likelihood(fitted.X, fitted.params, m.tempering, m.min_evidence, m.max_tokens, m.token_cap))
         log_theta = model.token_log_likelihood(m.event_model, fitted.counts, fitted.stats, m.alpha)
-        terms = model.log_odds_terms(fitted.X, fitted.params, log_theta, m.tempering, m.min_evidence)
+        terms = model.log_odds_terms(fitted.X, fitted.params, log_theta, m.tempering, m.min_evidence, m.max_tokens, m.token_cap)
         shown = self._shown_counts(fitted.counts)
         contributions = [
             Contribution(token, float(terms.token[j]), int(shown[model.SPAM, j]), int(shown[model.HAM, j]))

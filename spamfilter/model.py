@@ -53,7 +53,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
-from scipy.special import expit
+from scipy.special import expit, gammaln, logsumexp
 
 from spamfilter.counts import HAM as HAM
 from spamfilter.counts import SPAM as SPAM
@@ -155,7 +155,12 @@ def estimate(event_model: str, counts: TokenCounts, stats: Totals, alpha: float)
 
 
 def joint_log_likelihood(
-    X: sp.csr_matrix, params: NBParams, tempering: float = 0.0, min_evidence: float = 0.0
+    X: sp.csr_matrix,
+    params: NBParams,
+    tempering: float = 0.0,
+    min_evidence: float = 0.0,
+    max_tokens: int = 0,
+    token_cap: float = 0.0,
 ) -> FloatArray:
     """Unnormalised log posterior per row, shape (n, 2):
 
@@ -174,6 +179,13 @@ def joint_log_likelihood(
     header-less enron1 it made it worse (0.32% to 0.50%): it is off by default
     and `spamfilter tune` tries it.
 
+    max_tokens = k > 0 then keeps, per message, only the k tokens with the
+    largest |weight[1, j] - weight[0, j]| (SpamBayes's max_discriminators;
+    bogofilter instead drops the tokens near 0.5, as min_evidence does); token_cap = c > 0 clips each
+    token's log-likelihood ratio to [-c, c] nats (``capped_log_ratio``). Both
+    bound what one message's evidence can add up to, by at most k * c before
+    tempering; see ``evidence_features`` for what was measured.
+
     tempering = 0 is textbook naive Bayes. The independence assumption is
     badly wrong for mail: one spam's URL gives host, parent-domain and path
     tokens, its words repeat in subject, text and HTML parts, so the summed
@@ -186,20 +198,81 @@ def joint_log_likelihood(
     took 1-ROCA from 2.26% to 2.05% and the ham filed as spam at the default
     cutoffs from 3.05% to 0.32%, on csdmc2010 1-ROCA from 2.05% to 0.16%
     (multinomial-binary, alpha 0.1; docs/benchmarks.md).
+
+    Later: the exponent trades the early online model (little data, wants
+    little shrinking) against later mail. Online 1-ROCA over the eight
+    shared streams went on average 3.5% better from 0.5 to 0.55, no stream
+    more than 2.2% worse (0.6: enron4 5.2% worse); trained on the first half
+    and classifying the second, csdmc2010 went 1.05% -> 0.74% (0.11% at 0.8,
+    which costs spamassassin online 39%). The default is 0.55.
+
+    Measured and not taken: token_cap alone (spamassassin online 0.337% ->
+    0.372% at 4 nats, 0.520% at 2): a capped token still counts, so a long
+    message still adds up.
     """
-    X = evidence_features(X, params, min_evidence)
-    evidence = np.asarray(X @ params.weight.T) + (params.bias - params.log_prior)
+    X = evidence_features(X, params, min_evidence, max_tokens)
+    absent = params.bias - params.log_prior
+    if token_cap > 0:
+        # Only the spam column moves: L = jll[:,1] - jll[:,0] gets the capped ratios.
+        ham = np.asarray(X @ params.weight[HAM]).ravel() + absent[HAM]
+        ratio = np.asarray(X @ capped_log_ratio(params, token_cap)).ravel() + (absent[SPAM] - absent[HAM])
+        evidence = np.stack([ham, ham + ratio], axis=1)
+    else:
+        evidence = np.asarray(X @ params.weight.T) + absent
     if tempering:
         evidence = evidence * tempering_factor(X, tempering)[:, None]
     jll: FloatArray = evidence + params.log_prior
     return jll
 
 
-def evidence_features(X: sp.csr_matrix, params: NBParams, min_evidence: float) -> sp.csr_matrix:
-    """X with the columns of the tokens ``min_evidence`` ignores set to 0, shape (n, m)."""
+def capped_log_ratio(params: NBParams, token_cap: float) -> FloatArray:
+    """d[j] = weight[1, j] - weight[0, j] clipped to [-token_cap, token_cap]
+    (unclipped for token_cap = 0), shape (m,): what a present token adds to
+    the log-odds before tempering.
+
+    A token seen only in one class's messages has a ratio that grows with the
+    log of that class's count, log((D[c,j] + alpha) / alpha) - log(D[c] / D[c'])
+    roughly: about 9 nats for a mailing-list token seen in 800 spams and no
+    ham at alpha 0.1. With the cap no token can say more than c nats, so a few
+    tokens the other class owns can turn a message round.
+    """
+    ratio: FloatArray = params.weight[SPAM] - params.weight[HAM]
+    if token_cap > 0:
+        ratio = np.clip(ratio, -token_cap, token_cap)
+    return ratio
+
+
+def evidence_features(X: sp.csr_matrix, params: NBParams, min_evidence: float, max_tokens: int = 0) -> sp.csr_matrix:
+    """X with the columns the message's selection drops set to 0, shape (n, m):
+    first every token with |d[j]| < min_evidence (d = weight[1] - weight[0]),
+    then, with max_tokens = k > 0, all but the k present tokens of largest
+    |d[j]| in each row (ties: the lower column first).
+
+    Measured (online 1-ROCA %, tempering 0.5, docs/benchmarks.md "Long
+    streams, later mail and bounded evidence"): k = 40 took spamassassin
+    from 0.337% to 0.240% (bogofilter: 0.278%) and csdmc2010 from 0.121% to
+    0.107%, and the largest |log-odds| of a misfiled spamassassin message
+    from 39 to 27; but on the header-less Enron mailboxes, whose evidence is
+    many weak words, it was worse on four of six (enron2 0.060% -> 0.120%,
+    the six concatenated 0.063% -> 0.076%). Off by default.
+    """
     if min_evidence > 0:
         strong = np.abs(params.weight[SPAM] - params.weight[HAM]) >= min_evidence
         X = X @ sp.diags(strong.astype(np.float64))
+    if max_tokens > 0:
+        X = sp.csr_matrix(X)
+        X.eliminate_zeros()
+        strength = np.abs(params.weight[SPAM] - params.weight[HAM])
+        data = X.data.copy()
+        for i in range(X.shape[0]):
+            lo, hi = X.indptr[i], X.indptr[i + 1]
+            if hi - lo <= max_tokens:
+                continue
+            cols = X.indices[lo:hi]
+            order = np.lexsort((cols, -strength[cols]))  # strongest first, then lower column
+            data[lo + order[max_tokens:]] = 0.0
+        X = sp.csr_matrix((data, X.indices.copy(), X.indptr.copy()), shape=X.shape)
+        X.eliminate_zeros()
     return X
 
 
@@ -209,6 +282,68 @@ def tempering_factor(X: sp.csr_matrix, tempering: float) -> FloatArray:
     n = np.maximum(np.asarray(X.sum(axis=1)).ravel(), 1.0)
     result: FloatArray = n**-tempering
     return result
+
+
+def robinson_probability(counts: TokenCounts, stats: Totals, s: float, x: float) -> FloatArray:
+    """Robinson's smoothed spam probability of each column, shape (m,):
+
+        p(w) = (b / n_s) / (b / n_s + g / n_h)       b, g = D[1,j], D[0,j]; n_s, n_h = D[1], D[0]
+        f(w) = (s * x + n * p(w)) / (s + n)          n = b + g
+
+    a Beta prior of strength s pulling a token seen in few messages towards
+    the background x (bogofilter's robs = 0.0178 and robx = 0.52; SpamBayes
+    uses s = 0.45, x = 0.5). A token in no message gets f = x.
+    """
+    d = counts.doc_count.astype(np.float64)
+    messages = stats.messages.astype(np.float64)
+    spam_rate, ham_rate = d[SPAM] / max(messages[SPAM], 1.0), d[HAM] / max(messages[HAM], 1.0)
+    total = spam_rate + ham_rate
+    p = np.divide(spam_rate, total, out=np.full(total.shape, x), where=total > 0)
+    n = d[SPAM] + d[HAM]
+    f: FloatArray = np.divide(s * x + n * p, s + n, out=np.full(n.shape, x), where=(s + n) > 0)
+    return f
+
+
+def fisher_log_odds(X: sp.csr_matrix, f: FloatArray, min_dev: float) -> FloatArray:
+    """Fisher's chi-square combining of the tokens with |f(w) - 0.5| > min_dev, per row of X (n, m):
+
+        S = -2 sum ln(1 - f),  H = -2 sum ln f      over the k selected tokens present
+        L = ln Q(H; 2k) - ln Q(S; 2k)                 Q: chi-square survival function
+
+    With an even number of degrees of freedom the tail has a closed form,
+    Q(t; 2k) = exp(-t/2) sum_{i<k} (t/2)^i / i!, taken here in logs
+    (logsumexp), so it does not underflow to 0 for hundreds of tokens.
+
+    Under the hypothesis that the f are uniform, H and S are chi-square with
+    2k degrees of freedom; Q(S) is small when many f are near 1 (spam), Q(H)
+    when many are near 0 (ham). bogofilter and SpamBayes combine the two as
+    (1 + Q(H) - Q(S)) / 2, which saturates at 0 and 1; the difference of the
+    log tails ranks the same way at the ends without the ties. 0 for a row
+    with no selected token. It is not a sum over tokens, so it has no
+    per-token decomposition like ``log_odds_terms``.
+
+    Measured only as an alternative (benchmarks/option_grid.py, docs/benchmarks.md
+    "Bounded evidence"); the filter does not score with it.
+    """
+    used = np.abs(f - 0.5) > min_dev
+    q = np.clip(f, 1e-300, 1.0)
+    one_minus = np.clip(1.0 - f, 1e-300, 1.0)
+    binary = X.copy()
+    binary.data = np.ones_like(binary.data)
+    k = np.asarray(binary @ used.astype(np.float64)).ravel().astype(np.int64)
+    ham_stat = -2.0 * np.asarray(binary @ np.where(used, np.log(q), 0.0)).ravel()
+    spam_stat = -2.0 * np.asarray(binary @ np.where(used, np.log(one_minus), 0.0)).ravel()
+    result: FloatArray = np.array(
+        [log_chi2_tail(h, n) - log_chi2_tail(t, n) if n else 0.0 for h, t, n in zip(ham_stat, spam_stat, k.tolist())]
+    )
+    return result
+
+
+def log_chi2_tail(t: float, k: int) -> float:
+    """ln Q(t; 2k) = -t/2 + ln sum_{i<k} (t/2)^i / i!  (k >= 1, t >= 0)."""
+    i = np.arange(k, dtype=np.float64)
+    half = max(t / 2.0, 1e-300)
+    return float(-half + logsumexp(i * np.log(half) - gammaln(i + 1.0)))
 
 
 def log_odds(jll: FloatArray) -> FloatArray:
@@ -277,12 +412,12 @@ class LogOddsTerms:
 
     prior: log P(spam) - log P(ham).
     token: (m,) what each column adds; 0 for a column the message lacks or
-        that ``min_evidence`` ignores.
+        that ``min_evidence`` or ``max_tokens`` drops.
     absent: the Bernoulli sum over the tokens the message lacks (0 for the
         multinomial models, which have no such term).
     used: (m,) whether the column counts: present in the message and not
-        ignored by ``min_evidence``.
-    events: n, the token events that count (sum of x after min_evidence).
+        dropped by ``min_evidence`` or ``max_tokens``.
+    events: n, the token events that count (sum of x after the selection).
     factor: n ** -tempering (n at least 1), the scale already applied to
         ``token`` and ``absent``.
     """
@@ -296,19 +431,29 @@ class LogOddsTerms:
 
 
 def log_odds_terms(
-    x: sp.csr_matrix, params: NBParams, log_theta: FloatArray, tempering: float = 0.0, min_evidence: float = 0.0
+    x: sp.csr_matrix,
+    params: NBParams,
+    log_theta: FloatArray,
+    tempering: float = 0.0,
+    min_evidence: float = 0.0,
+    max_tokens: int = 0,
+    token_cap: float = 0.0,
 ) -> LogOddsTerms:
     """The log-odds of the one message in x (shape (1, m)), term by term, with
     the same feature selection and tempering as ``joint_log_likelihood``:
 
         L = prior + sum_j token[j] + absent
         prior    = log P(spam) - log P(ham)
-        token[j] = f * x'[j] * (log theta[1,j] - log theta[0,j])
+        token[j] = f * x'[j] * (d'[j] + log(1 - theta[1,j]) - log(1 - theta[0,j]))
+                 = f * x'[j] * (log theta[1,j] - log theta[0,j])           (no cap)
         absent   = f * sum_{j not in x'} (log(1 - theta[1,j]) - log(1 - theta[0,j]))    (bernoulli)
                  = f * (A[1] - A[0] - sum_j x'[j] * (log(1 - theta[1,j]) - log(1 - theta[0,j])))
 
-    x' is x without the columns min_evidence ignores (a Bernoulli token so
-    ignored counts as absent, as it does in scoring), f = n ** -tempering with
+    d' is ``capped_log_ratio`` (the weight difference, clipped by token_cap),
+    so a capped token shows its capped contribution and the absent term is
+    the same with or without a cap. x' is x without the columns min_evidence
+    and max_tokens drop (a Bernoulli token so dropped counts as absent, as it
+    does in scoring), f = n ** -tempering with
     n = sum_j x'[j], and log_theta (2, m) is ``token_log_likelihood`` of the
     columns. For the multinomial models log theta is the weight and the bias
     is the prior, so ``absent`` is 0. The terms sum to the classifier's
@@ -316,13 +461,14 @@ def log_odds_terms(
     """
     if x.shape[0] != 1:
         raise ValueError(f"log_odds_terms takes one message, not {x.shape[0]}")
-    selected = evidence_features(x, params, min_evidence)
+    selected = evidence_features(x, params, min_evidence, max_tokens)
     factor = float(tempering_factor(selected, tempering)[0]) if tempering else 1.0
     counts = np.asarray(selected.todense(), dtype=np.float64).ravel()
     log_one_minus = log_theta - params.weight  # log(1 - theta) for bernoulli, 0 otherwise
     absent_all = (params.bias - params.log_prior)[SPAM] - (params.bias - params.log_prior)[HAM]
     absent = absent_all - float(counts @ (log_one_minus[SPAM] - log_one_minus[HAM]))
-    token: FloatArray = factor * counts * (log_theta[SPAM] - log_theta[HAM])
+    ratio = capped_log_ratio(params, token_cap) + (log_one_minus[SPAM] - log_one_minus[HAM])
+    token: FloatArray = factor * counts * ratio
     return LogOddsTerms(
         prior=float(params.log_prior[SPAM] - params.log_prior[HAM]),
         token=token,

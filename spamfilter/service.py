@@ -454,7 +454,7 @@ class Filter:
     def _score(self, analysed: Sequence[_Analysed], tx: StoreTransaction | None = None) -> list[Verdict]:
         fitted = self._fit([a.counts for a in analysed], tx)
         m = self.config.model
-        odds = model.log_odds(model.joint_log_likelihood(fitted.X, fitted.params, m.tempering, m.min_evidence))
+        odds = model.log_odds(model.joint_log_likelihood(fitted.X, fitted.params, m.tempering, m.min_evidence, m.max_tokens, m.token_cap))
         probability = model.spam_probability(odds)
         decision = model.decide(odds, self.thresholds)
         return [

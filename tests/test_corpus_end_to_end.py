@@ -44,10 +44,12 @@ def test_every_message_of_the_edge_case_corpora_is_classified(corpora_dir: Path,
 
 
 def test_train_first_half_classify_second_half_of_spamassassin(corpora_dir: Path, db_url: str, tmp_path: Path) -> None:
-    """Measured 2026-11-25 with the defaults (multinomial-binary, alpha 0.1,
-    tempering 0.5, bigrams): ROC area 0.9861, ham filed as spam 0.36%, spam
-    let through 6.80%, unsure 7.1% of ham and 4.2% of spam, accuracy 91.99%
-    (docs/benchmarks.md). The index is in date order, so the second half is
+    """Measured 2026-11-26 with the defaults (multinomial-binary, alpha 0.1,
+    tempering 0.55, bigrams): ROC area 0.98644, ham filed as spam 0.28%, spam
+    let through 6.20%, unsure 8.2% of ham and 6.4% of spam, accuracy 90.84%
+    (docs/benchmarks.md; with tempering 0.5: 0.9861, 0.36%, 6.80%, 7.1% /
+    4.2%, 91.99%: fewer errors both ways, more unsure, a lower loss at the
+    default costs). The index is in date order, so the second half is
     later mail than the first: a hard split."""
     runner = CliRunner()
     base = corpora_dir / "spamassassin"
@@ -65,7 +67,7 @@ def test_train_first_half_classify_second_half_of_spamassassin(corpora_dir: Path
     assert len(rows) == truth.size
     area = roc_area(truth, np.array([r["log_odds"] for r in rows]))
     rates = error_rates(truth, [r["verdict"] for r in rows])
-    assert area > 0.984
-    assert rates.ham_as_spam < 0.5
-    assert rates.spam_as_ham < 7.5
-    assert rates.accuracy > 91.0
+    assert area > 0.985
+    assert rates.ham_as_spam < 0.35
+    assert rates.spam_as_ham < 6.5
+    assert rates.accuracy > 90.5

@@ -210,3 +210,29 @@ def test_the_learning_curve_ham_line_ends_at_the_two_way_hm(index: Path, tmp_pat
     assert list(series) == ["all messages, two-way", "ham filed as spam, two-way (hm)", "spam let through, two-way (sm)"]
     assert series["ham filed as spam, two-way (hm)"][-1] == pytest.approx(report["hm"], rel=1e-12)
     assert series["spam let through, two-way (sm)"][-1] == pytest.approx(report["sm"], rel=1e-12)
+
+
+def test_windowed_roca_in_the_table_and_json_with_out_rows_in_index_order(index: Path, tmp_path: Path) -> None:
+    from spamfilter.evaluation import windowed_roca
+
+    out = tmp_path / "scores.tsv"
+    args = ["evaluate", "--index", str(index), "--window", "25", "--jobs", "2", "--out", str(out)]
+    report = json.loads(CliRunner().invoke(app, [*args, "--format", "json"]).stdout)
+    rows = read_tsv(out)[1:]
+    # --out follows the index (read ahead on two workers or not)
+    assert [Path(r[0]).name for r in rows] == [line.split()[1].split("/")[-1] for line in index.read_text().splitlines()]
+    y = np.array([r[1] == "spam" for r in rows])
+    odds = np.array([float(r[3]) for r in rows])
+    expected = windowed_roca(y, odds, 25)
+    # 60 messages in windows of 25: 1-25, 26-50, 51-60
+    assert [(w["start"], w["end"], w["spam"], w["ham"]) for w in report["windows"]] == [(0, 25, 12, 13), (25, 50, 13, 12), (50, 60, 5, 5)]
+    assert [w["one_minus_roca"] for w in report["windows"]] == [w.one_minus_roca for w in expected]
+    lines = CliRunner().invoke(app, args).stdout.splitlines()
+    at = lines.index("1-ROCA per window of 25 messages:")
+    assert [line.split()[1] for line in lines[at + 1 :]] == ["1-25", "26-50", "51-60"]
+    assert [line.split()[-1] for line in lines[at + 1 :]] == [f"{w.one_minus_roca:.3f}%" for w in expected]
+
+
+def test_the_default_window_is_a_fifth_of_a_short_stream(index: Path) -> None:
+    report = json.loads(CliRunner().invoke(app, ["evaluate", "--index", str(index), "--format", "json"]).stdout)
+    assert [(w["start"], w["end"]) for w in report["windows"]] == [(0, 12), (12, 24), (24, 36), (36, 48), (48, 60)]

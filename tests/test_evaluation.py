@@ -169,3 +169,31 @@ def test_sm_at_hm_with_few_ham_puts_the_threshold_at_the_highest_ham() -> None:
 def test_sm_at_hm_needs_both_classes() -> None:
     with pytest.raises(ValueError):
         sm_at_hm(np.array([True, True]), np.array([1.0, 2.0]))
+
+
+def test_windowed_roca_ranks_each_window_on_its_own() -> None:
+    from spamfilter.evaluation import WindowRoca, windowed_roca
+
+    # window 1 (messages 0-3): spam 5, 1 vs ham 2, 0 -> pairs (5>2, 5>0, 1<2, 1>0): 3 of 4 -> 25%
+    # window 2 (4-7): spam 9 vs ham 3, 9 (tie), 1 -> 1 + 0.5 + 1 of 3 -> 1-ROCA 16.67%
+    # window 3 (8-9): two ham, no spam -> undefined
+    is_spam = [True, False, True, False, False, True, False, False, False, False]
+    score = [5.0, 2.0, 1.0, 0.0, 3.0, 9.0, 9.0, 1.0, 4.0, -4.0]
+    got = windowed_roca(np.array(is_spam), np.array(score), 4)
+    assert [(w.start, w.end, w.spam, w.ham) for w in got] == [(0, 4, 2, 2), (4, 8, 1, 3), (8, 10, 0, 2)]
+    assert got[0].one_minus_roca == pytest.approx(25.0)
+    assert got[1].one_minus_roca == pytest.approx(100 / 6)
+    assert got[2] == WindowRoca(8, 10, 0, 2, None)
+
+
+def test_default_window_is_ten_thousand_on_long_streams_and_a_fifth_on_short_ones() -> None:
+    from spamfilter.evaluation import default_window
+
+    assert [default_window(n) for n in (1, 7, 6046, 19_999, 20_000, 75_419)] == [1, 2, 1210, 4000, 10_000, 10_000]
+
+
+def test_windowed_roca_needs_a_positive_window() -> None:
+    from spamfilter.evaluation import windowed_roca
+
+    with pytest.raises(ValueError):
+        windowed_roca(np.array([True, False]), np.array([1.0, 0.0]), 0)

@@ -308,3 +308,116 @@ def test_the_event_models_differ_in_what_they_count_and_whether_absent_tokens_co
 
     assert [m for m in EVENT_MODELS if counts_occurrences(m)] == ["multinomial"]
     assert [m for m in EVENT_MODELS if has_absent_term(m)] == ["bernoulli"]
+
+
+def three_token_params() -> model.NBParams:
+    # weight differences spam - ham: 0.5, 3, -4
+    return model.NBParams(
+        weight=np.array([[-1.0, -2.0, -1.0], [-0.5, 1.0, -5.0]]),
+        bias=np.log([0.5, 0.5]),
+        log_prior=np.log([0.5, 0.5]),
+        binary=True,
+    )
+
+
+def test_max_tokens_keeps_the_most_significant_tokens_of_each_message() -> None:
+    import scipy.sparse as sp
+
+    params = three_token_params()
+    X = sp.csr_matrix(np.array([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0], [1.0, 0.0, 0.0]]))
+    jll = model.joint_log_likelihood(X, params, tempering=0.5, max_tokens=1)
+    # row 0 keeps token 3 (|-4|): n = 1; row 1 keeps token 2 (|3|); row 2 has one token anyway
+    expected = np.log(0.5) + np.array([[-1.0, -5.0], [-2.0, 1.0], [-1.0, -0.5]])
+    assert jll.ravel().tolist() == pytest.approx(expected.ravel().tolist(), rel=1e-12)
+    # k = 2 on row 0 keeps tokens 2 and 3, as min_evidence 3 does
+    two = model.joint_log_likelihood(X[:1], params, tempering=0.5, max_tokens=2)
+    assert two.tolist() == model.joint_log_likelihood(X[:1], params, tempering=0.5, min_evidence=3.0).tolist()
+    # k at least the message's size changes nothing
+    assert model.joint_log_likelihood(X, params, 0.5, max_tokens=3).tolist() == model.joint_log_likelihood(X, params, 0.5).tolist()
+
+
+def test_max_tokens_breaks_ties_by_the_lower_column() -> None:
+    import scipy.sparse as sp
+
+    params = model.NBParams(weight=np.array([[0.0, 0.0, 0.0], [2.0, -2.0, 2.0]]), bias=np.zeros(2), log_prior=np.zeros(2), binary=True)
+    X = sp.csr_matrix(np.array([[1.0, 1.0, 1.0]]))
+    selected = model.evidence_features(X, params, 0.0, max_tokens=2)
+    assert selected.toarray().tolist() == [[1.0, 1.0, 0.0]]
+    assert model.log_odds(model.joint_log_likelihood(X, params, max_tokens=2)).tolist() == [0.0]
+
+
+def test_token_cap_clips_each_tokens_log_ratio() -> None:
+    import scipy.sparse as sp
+
+    params = three_token_params()
+    X = sp.csr_matrix(np.array([[1.0, 1.0, 1.0]]))
+    # ratios 0.5, 3, -4 capped at 2: 0.5 + 2 - 2 = 0.5, over sqrt(3) events
+    jll = model.joint_log_likelihood(X, params, tempering=0.5, token_cap=2.0)
+    assert model.log_odds(jll).tolist() == pytest.approx([0.5 / np.sqrt(3.0)], rel=1e-12)
+    # the ham column is untouched: -4 / sqrt(3) + log 0.5
+    assert jll[0, 0] == pytest.approx(np.log(0.5) - 4.0 / np.sqrt(3.0), rel=1e-12)
+    assert model.capped_log_ratio(params, 2.0).tolist() == [0.5, 2.0, -2.0]
+    assert model.capped_log_ratio(params, 0.0).tolist() == [0.5, 3.0, -4.0]
+    # with max_tokens 2: tokens 2 and 3, 2 - 2 = 0
+    both = model.joint_log_likelihood(X, params, tempering=0.5, max_tokens=2, token_cap=2.0)
+    assert model.log_odds(both).tolist() == pytest.approx([0.0], abs=1e-12)
+
+
+def test_log_odds_terms_show_the_capped_and_selected_contributions() -> None:
+    import scipy.sparse as sp
+
+    params = three_token_params()
+    X = sp.csr_matrix(np.array([[1.0, 1.0, 1.0]]))
+    # multinomial form: log theta is the weight, no absent term
+    terms = model.log_odds_terms(X, params, params.weight, tempering=0.5, max_tokens=2, token_cap=2.5)
+    f = 2.0**-0.5
+    assert terms.token.tolist() == pytest.approx([0.0, 2.5 * f, -2.5 * f], rel=1e-12)
+    assert (terms.used.tolist(), terms.events, terms.absent) == ([False, True, True], 2.0, 0.0)
+    odds = model.log_odds(model.joint_log_likelihood(X, params, 0.5, 0.0, 2, 2.5))
+    assert terms.prior + terms.token.sum() + terms.absent == pytest.approx(odds[0], abs=1e-12)
+
+
+def robinson_example() -> tuple[model.TokenCounts, model.Totals]:
+    from spamfilter.counts import ClassCounts
+
+    # 4 ham, 6 spam; token A in 1 ham and 3 spam, B in none, C in 2 ham
+    doc = np.array([[1, 0, 2], [3, 0, 0]], dtype=np.int64)
+    empty = np.zeros((0, 2), dtype=np.int64)
+    classes = ClassCounts(messages=np.array([4, 6]), terms=doc.sum(axis=1), binary_terms=doc.sum(axis=1))
+    return model.TokenCounts(doc, doc.copy()), model.Totals(classes, vocabulary_size=3, histogram=(empty, empty))
+
+
+def test_robinson_probability_by_hand() -> None:
+    counts, stats = robinson_example()
+    # A: p = (3/6) / (3/6 + 1/4) = 2/3, n = 4: f = (0.5 + 4 * 2/3) / 5; B: unseen, f = x; C: p = 0, n = 2: f = 0.5 / 3
+    f = model.robinson_probability(counts, stats, s=1.0, x=0.5)
+    assert f.tolist() == pytest.approx([(0.5 + 8 / 3) / 5, 0.5, 1 / 6], rel=1e-12)
+    # s = 0: the raw ratio of rates
+    assert model.robinson_probability(counts, stats, s=0.0, x=0.5)[[0, 2]].tolist() == pytest.approx([2 / 3, 0.0], abs=1e-12)
+
+
+def test_fisher_log_odds_by_hand() -> None:
+    import scipy.sparse as sp
+
+    counts, stats = robinson_example()
+    f = model.robinson_probability(counts, stats, s=1.0, x=0.5)
+    X = sp.csr_matrix(np.array([[1.0, 1.0, 1.0], [0.0, 1.0, 0.0]]))
+    # min_dev 0.1 keeps A and C (B sits at 0.5): 2k = 4 degrees of freedom, where
+    # the chi-square tail is Q(t; 4) = exp(-t/2) (1 + t/2)
+    h = -2 * (math.log(f[0]) + math.log(f[2]))
+    s = -2 * (math.log(1 - f[0]) + math.log(1 - f[2]))
+    expected = (-h / 2 + math.log1p(h / 2)) - (-s / 2 + math.log1p(s / 2))
+    got = model.fisher_log_odds(X, f, 0.1)
+    assert got.tolist() == pytest.approx([expected, 0.0], rel=1e-12)
+    # min_dev 0.2 keeps only C: Q(t; 2) = exp(-t/2), so L = logit f(C) = -log 5
+    assert model.fisher_log_odds(X, f, 0.2).tolist() == pytest.approx([-math.log(5.0), 0.0], rel=1e-12)
+
+
+def test_log_chi2_tail_matches_scipy_and_does_not_underflow() -> None:
+    from scipy.stats import chi2
+
+    for t, k in ((0.5, 1), (3.0, 2), (40.0, 7), (200.0, 50)):
+        assert model.log_chi2_tail(t, k) == pytest.approx(float(chi2.logsf(t, 2 * k)), rel=1e-9)
+    # far in the tail scipy's survival function is 0; the closed form is not
+    assert chi2.sf(5000.0, 200) == 0.0
+    assert model.log_chi2_tail(5000.0, 100) == pytest.approx(-2500 + 99 * math.log(2500) - math.lgamma(100) + math.log1p(99 / 2500 + 99 * 98 / 2500**2), rel=1e-6)

@@ -154,10 +154,10 @@ def easy_stream(n: int) -> list[tuple[bool, MailItem]]:
 
 def test_ties_keep_the_configured_settings() -> None:
     config = Config()
-    results = tune(config, easy_stream(100), event_models=["multinomial-binary", "bernoulli"], alphas=[0.01, 0.1, 1.0], temperings=[0.0, 0.5], min_evidences=[0.0, 3.0], bigram_options=[True, False])
+    results = tune(config, easy_stream(100), event_models=["multinomial-binary", "bernoulli"], alphas=[0.01, 0.1, 1.0], temperings=[0.0, 0.5, 0.55], min_evidences=[0.0, 3.0], bigram_options=[True, False])
     assert {c.loss_per_message for c in results} == {0.0}
     best = results[0]
-    assert (best.event_model, best.alpha, best.tempering, best.min_evidence, best.bigrams) == ("multinomial-binary", 0.1, 0.5, 0.0, True)
+    assert (best.event_model, best.alpha, best.tempering, best.min_evidence, best.bigrams) == ("multinomial-binary", 0.1, 0.55, 0.0, True)
     # A changed configuration is kept the same way.
     config = Config(model=ModelConfig(alpha=1.0, tempering=0.0), tokenizer=TokenizerConfig(bigrams=False))
     best = tune(config, easy_stream(100), event_models=["multinomial-binary"], alphas=[0.1, 1.0], temperings=[0.0, 0.5], bigram_options=[True, False])[0]
@@ -225,3 +225,29 @@ def test_cutoffs_as_probabilities_read_back_as_the_same_log_odds() -> None:
     assert (ham_cutoff, spam_cutoff) == pytest.approx((1 / (1 + math.exp(2.5)), 1 / (1 + math.exp(-4.0))), rel=1e-15)
     back = thresholds_from_cutoffs(ham_cutoff, spam_cutoff)
     assert (back.ham_max, back.spam_min) == pytest.approx((-2.5, 4.0), rel=1e-12)
+
+
+def test_tune_tries_max_tokens_and_scores_with_the_configured_one() -> None:
+    stream = easy_stream(100)
+    both = tune(Config(), stream, event_models=["multinomial-binary"], alphas=[1.0], temperings=[0.5], max_tokens_options=[0, 1])
+    assert sorted(c.max_tokens for c in both) == [0, 1]
+    one = next(c for c in both if c.max_tokens == 1)
+    every = next(c for c in both if c.max_tokens == 0)
+    # keeping one token per message changes the log-odds the tail is scored with
+    assert one.log_loss != every.log_loss
+    # without the option tune keeps (and scores with) the configured max_tokens
+    configured = Config(model=ModelConfig(alpha=1.0, tempering=0.5, max_tokens=1))
+    [only] = tune(configured, stream, event_models=["multinomial-binary"], alphas=[1.0], temperings=[0.5])
+    assert (only.max_tokens, only.log_loss, only.one_minus_roca) == (1, one.log_loss, one.one_minus_roca)
+
+
+def test_tune_command_writes_max_tokens(tmp_path: Path) -> None:
+    index = write_index(tmp_path, trap_stream())
+    config = tmp_path / "config.toml"
+    config.write_text("[model]\nalpha = 0.1\n")
+    args = ["--config", str(config), "tune", "--index", str(index), "--model", "multinomial-binary", "--alpha", "1", "--tempering", "0", "--min-evidence", "0", "--max-tokens", "3", "--keep-tokenizer", "--write"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    header, row = result.stdout.splitlines()[:2]
+    assert header.split()[6] == "keep" and row.split()[5] == "3"  # "event model" is two words
+    assert load_config(config).model.max_tokens == 3

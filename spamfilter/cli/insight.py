@@ -135,7 +135,7 @@ def explanation_lines(e: Explanation, *, colour: bool = False) -> list[str]:
         f"           = prior {e.prior:+.4f} + tokens {token_sum:+.4f}",
         f"model      {e.event_model}; {e.events} token events count, their evidence scaled by {e.factor:.4g}",
         f"tokens     {len([c for c in e.tokens if c.token is not None])} known"
-        + (f" ({e.ignored} below min_evidence, contributing 0)" if e.ignored else "")
+        + (f" ({e.ignored} left out by min_evidence or max_tokens, contributing 0)" if e.ignored else "")
         + f", {e.unknown} never seen (ignored)",
         "",
         f"{'contribution':>12} {'spam_count':>10} {'ham_count':>10}  token",

@@ -24,6 +24,7 @@ def tune(
     alphas: Annotated[list[float] | None, typer.Option("--alpha", metavar="A", help="Smoothing strength to try (repeatable).")] = None,
     temperings: Annotated[list[float] | None, typer.Option("--tempering", metavar="T", help="Tempering exponent to try (repeatable).")] = None,
     min_evidences: Annotated[list[float] | None, typer.Option("--min-evidence", metavar="E", help="Minimum token evidence (nats) to try (repeatable).")] = None,
+    max_tokens: Annotated[list[int] | None, typer.Option("--max-tokens", metavar="K", min=0, help="Tokens a message keeps, the k most significant, to try (repeatable; 0 = all; default the configured one).")] = None,
     try_bigrams: Annotated[bool, typer.Option("--try-bigrams/--keep-tokenizer", help="Also try the tokenizer with bigrams switched the other way.")] = True,
     top: Annotated[int, typer.Option("--top", min=1, help="Candidates to list.")] = 10,
     write: Annotated[bool, typer.Option("--write", help="Write the best settings and cutoffs into the config file.")] = False,
@@ -31,7 +32,7 @@ def tune(
     jobs: Jobs = None,
 ) -> None:
     """Choose the event model, alpha, tempering, minimum token evidence,
-    bigrams on or off, and the ham/spam cutoffs that
+    tokens kept per message (--max-tokens), bigrams on or off, and the ham/spam cutoffs that
     minimise the expected loss of the configured loss matrix on the held-out
     tail of a labelled stream (like bogotune). Cutoffs never go below the loss
     matrix's spam cutoff or above its ham cutoff; at equal loss the configured
@@ -53,10 +54,11 @@ def tune(
         stream,
         event_models=chosen_models,
         alphas=alphas or [0.01, 0.03, 0.1, 0.3, 1.0],
-        temperings=temperings or [0.0, 0.5],
+        temperings=temperings or sorted({0.0, 0.5, s.config.model.tempering}),
         min_evidences=min_evidences or [0.0, 2.0, 3.0],
         bigram_options=[s.config.tokenizer.bigrams, not s.config.tokenizer.bigrams] if try_bigrams else None,
         holdout=holdout,
+        max_tokens_options=max_tokens,
         jobs=default_jobs() if jobs is None else jobs,
         reading=lambda labelled: progress(labelled, "reading", total),
     )
@@ -64,10 +66,10 @@ def tune(
     if fmt is TableOrJson.json:
         typer.echo(json.dumps({"best": asdict(best), "candidates": [asdict(c) for c in candidates[:top]]}))
     else:
-        typer.echo(f"{'event model':<19} {'bigram':>6} {'alpha':>6} {'temper':>6} {'min_ev':>6} {'loss/msg':>9} {'1-ROCA%':>8} {'hm%':>6} {'sm%':>6} {'unsure%':>7} {'ham<=':>8} {'spam>':>8}")
+        typer.echo(f"{'event model':<19} {'bigram':>6} {'alpha':>6} {'temper':>6} {'min_ev':>6} {'keep':>5} {'loss/msg':>9} {'1-ROCA%':>8} {'hm%':>6} {'sm%':>6} {'unsure%':>7} {'ham<=':>8} {'spam>':>8}")
         for c in candidates[:top]:
             typer.echo(
-                f"{c.event_model:<19} {'yes' if c.bigrams else 'no':>6} {c.alpha:6g} {c.tempering:6g} {c.min_evidence:6g} {c.loss_per_message:9.4f} {c.one_minus_roca:8.3f} "
+                f"{c.event_model:<19} {'yes' if c.bigrams else 'no':>6} {c.alpha:6g} {c.tempering:6g} {c.min_evidence:6g} {c.max_tokens or 'all':>5} {c.loss_per_message:9.4f} {c.one_minus_roca:8.3f} "
                 f"{c.hm:6.2f} {c.sm:6.2f} {c.unsure:7.2f} {c.cutoffs.ham_max:8.2f} {c.cutoffs.spam_min:8.2f}"
             )
     if write:
@@ -81,6 +83,7 @@ def tune(
                 ("model", "alpha"): best.alpha,
                 ("model", "tempering"): best.tempering,
                 ("model", "min_evidence"): best.min_evidence,
+                ("model", "max_tokens"): best.max_tokens,
                 ("tokenizer", "bigrams"): best.bigrams,
                 ("decision", "ham_cutoff"): ham_cutoff,
                 ("decision", "spam_cutoff"): spam_cutoff,
