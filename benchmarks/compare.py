@@ -38,7 +38,8 @@ from pathlib import Path
 import numpy as np
 
 from spamfilter.config import EVENT_MODELS, Config, load_config
-from spamfilter.evaluation import fresh_filter, lam_pct, roc_area, run_online, sm_at_hm, tune
+from spamfilter.evaluation import fresh_filter, lam_pct, roc_area, run_online, sm_at_hm
+from spamfilter.tuning import tune
 from spamfilter.mail import read_index
 
 CORPORA = Path(__file__).resolve().parents[1].parent / "shared" / "corpora"

@@ -8,7 +8,7 @@ Each stream (as in benchmarks/long_stream.py) is parsed and tokenized once
 results/tokens-<stream>.pickle); every [model] setting given is then pure
 model arithmetic with the library's own functions (`model.estimate`,
 `model.joint_log_likelihood`) over counts kept in memory, like
-`evaluation.tune_settings`:
+`tuning.tune_settings`:
 
 - online (default): classify each message with the counts of the messages
   before it, then add its counts; before a spam and a ham are known a

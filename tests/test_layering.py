@@ -52,6 +52,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     # Beside service: may use it, never the reverse.
     "maintenance": BASE | {"store", "model", "service"},
     "evaluation": _SERVICE | {"service"},
+    "tuning": _SERVICE | {"evaluation"},
     # Beside service, like maintenance: the IMAP sync's state, its transactions.
     "imapstate": BASE | {"store", "service"},
     # Beside service too: what the model has learnt, read through a Filter.
@@ -60,7 +61,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "imapsync": (_SERVICE - {"store"}) | {"service", "imap", "imapstate"},
     "daemon": _SERVICE | {"service", "insight", "spamd"},
     "report": BASE | {"service", "insight", "evaluation", "plots"},
-    "cli": BASE | {"mail", "service", "insight", "maintenance", "evaluation", "imapsync", "report", "plots", "daemon", "spamd"},
+    "cli": BASE | {"mail", "service", "insight", "maintenance", "evaluation", "tuning", "imapsync", "report", "plots", "daemon", "spamd"},
     "__main__": frozenset({"cli"}),
 }
 

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from spamfilter.cli import app
 from spamfilter.config import Config, DecisionConfig, ModelConfig, TokenizerConfig, load_config, update_config_file
 from spamfilter.errors import ConfigError
-from spamfilter.evaluation import MIN_COSTLY, best_cutoffs, tune
+from spamfilter.tuning import MIN_COSTLY, best_cutoffs, tune
 from spamfilter.mail import MailItem
 
 LETTERS = "bcdfghjklmnpqrstvwxz"
@@ -218,7 +218,7 @@ def test_tune_refuses_to_write_what_a_small_tail_cannot_decide(tmp_path: Path) -
 
 
 def test_cutoffs_as_probabilities_read_back_as_the_same_log_odds() -> None:
-    from spamfilter.evaluation import Cutoffs
+    from spamfilter.tuning import Cutoffs
     from spamfilter.model import thresholds_from_cutoffs
 
     ham_cutoff, spam_cutoff = Cutoffs(ham_max=-2.5, spam_min=4.0, loss=0.0).probabilities()

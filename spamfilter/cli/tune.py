@@ -11,7 +11,7 @@ import typer
 from spamfilter.cli import app, state
 from spamfilter.cli._common import Jobs, TableOrJson, default_jobs, index_length, progress
 from spamfilter.config import EVENT_MODELS, default_config_path, update_config_file
-from spamfilter import evaluation
+from spamfilter import tuning
 from spamfilter.mail import read_index
 
 
@@ -49,7 +49,7 @@ def tune(
             raise typer.BadParameter(f"{m!r} is not one of {', '.join(EVENT_MODELS)}", param_hint="--model")
     total = index_length(index)
     stream = list(read_index(index))
-    candidates = evaluation.tune(
+    candidates = tuning.tune(
         s.config,
         stream,
         event_models=chosen_models,
@@ -73,7 +73,7 @@ def tune(
                 f"{c.hm:6.2f} {c.sm:6.2f} {c.unsure:7.2f} {c.cutoffs.ham_max:8.2f} {c.cutoffs.spam_min:8.2f}"
             )
     if write:
-        evaluation.require_separation(best, holdout)
+        tuning.require_separation(best, holdout)
         path = s.config_path or default_config_path()
         ham_cutoff, spam_cutoff = best.cutoffs.probabilities()
         update_config_file(
