@@ -40,6 +40,8 @@ from spamfilter.mail import MailItem
 from spamfilter.retry import retrying
 from spamfilter.store import CountsWritten, Store, StoreTransaction
 from spamfilter.tokenizer import Tokenizer
+from spamfilter.tokenizer.features import FEATURE_NAMES as FEATURE_NAMES
+from spamfilter.tokenizer.features import SCALE
 from spamfilter.vectorizer import indexed_matrix
 
 T = TypeVar("T")
@@ -143,6 +145,8 @@ class _Fitted:
     stats: Totals
     params: model.NBParams
     X: sp.csr_matrix
+    #: The feature densities with ``[model] features``, else None.
+    gaussian: model.GaussianParams | None = None
 
 
 def batched(items: Iterable[T], size: int) -> Iterator[list[T]]:
@@ -407,12 +411,30 @@ class Filter:
                 for other in view.owners[1:]:
                     counts = counts + reader.token_counts(missing, owner=other)
                 self.cache.add(missing, counts)
+            gaussian = self._gaussian(reader, view.owners) if self.config.model.features else None
         held = self.cache.rows()
         binary = not counts_occurrences(self.config.model.event_model)
         X, ids = indexed_matrix(docs, self.cache.index, held.known(), binary=binary)
         token_counts = held.take(ids)
         params = model.estimate(self.config.model.event_model, token_counts, view.totals, self.config.model.alpha)
-        return _Fitted(ids, token_counts, view.totals, params, X)
+        return _Fitted(ids, token_counts, view.totals, params, X, gaussian)
+
+    @staticmethod
+    def _gaussian(reader: StoreTransaction, owners: tuple[str, ...]) -> model.GaussianParams:
+        """The feature densities of the model made of ``owners``' sums (a few rows, read each time)."""
+        width = len(FEATURE_NAMES)
+        stats = FeatureStats.zeros(width)
+        for owner in owners:
+            stats = stats + reader.feature_stats(width, owner=owner)
+        return model.gaussian_estimate(stats, SCALE)
+
+    def feature_terms(self, fitted: _Fitted, analysed: Sequence[_Analysed]) -> model.FloatArray:
+        """What each message feature adds to each message's log-odds, (n, F);
+        zeros without ``[model] features``."""
+        if fitted.gaussian is None:
+            return np.zeros((len(analysed), len(FEATURE_NAMES)))
+        x = np.array([a.features for a in analysed], dtype=np.float64).reshape(len(analysed), -1) / SCALE
+        return model.feature_log_odds(x, fitted.gaussian, self.config.model.feature_weight)
 
     def _model_owners(self, owner: str) -> tuple[str, ...]:
         """Whose counts may make up the model of ``owner``'s mail."""
@@ -455,6 +477,8 @@ class Filter:
         fitted = self._fit([a.counts for a in analysed], tx)
         m = self.config.model
         odds = model.log_odds(model.joint_log_likelihood(fitted.X, fitted.params, m.tempering, m.min_evidence, m.max_tokens, m.token_cap))
+        if fitted.gaussian is not None:
+            odds = odds + self.feature_terms(fitted, analysed).sum(axis=1)
         probability = model.spam_probability(odds)
         decision = model.decide(odds, self.thresholds)
         return [
