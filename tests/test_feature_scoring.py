@@ -77,3 +77,21 @@ def test_feature_weight_must_be_in_range() -> None:
         validate(Config(model=replace(ModelConfig(), feature_weight=-1.0)))
     with pytest.raises(ConfigError, match="feature_weight"):
         validate(Config(model=replace(ModelConfig(), feature_weight=float("nan"))))
+
+
+def test_explain_shows_each_feature_and_still_adds_up(tmp_path: Path) -> None:
+    from spamfilter.insight import Insight
+
+    with open_filter(tmp_path, "gauss", features=True) as g:
+        g.train(LABELLED)
+        classified = log_odds(g, UNSEEN)
+        for item, odds in zip(UNSEEN, classified):
+            e = Insight(g).explain(item)
+            shown = {c.token: c.contribution for c in e.tokens if c.token is not None and c.token.startswith("feature:")}
+            assert sorted(shown) == sorted(f"feature:{name}" for name in FEATURE_NAMES)
+            assert any(v != 0 for v in shown.values())
+            assert e.prior + sum(c.contribution for c in e.tokens) == pytest.approx(e.log_odds, abs=1e-9)
+            assert e.log_odds == pytest.approx(odds, abs=1e-9)
+    with open_filter(tmp_path, "plain") as plain:
+        plain.train(LABELLED)
+        assert not any(c.token and c.token.startswith("feature:") for c in Insight(plain).explain(UNSEEN[0]).tokens)
