@@ -27,6 +27,7 @@ from spamfilter.config import TokenizerConfig
 from spamfilter.errors import MailParseError
 from spamfilter.mail import MailItem, parse_message
 from spamfilter.tokenizer import Tokenizer
+from spamfilter.tokenizer.features import TextShape, message_features
 from spamfilter.vectorizer import term_counts
 
 #: Messages per task sent to a worker: big enough that pickling and the
@@ -37,16 +38,21 @@ CHUNK = 32
 #: Inputs shorter than this are analysed in this process.
 MIN_PARALLEL = 4 * CHUNK
 
+#: What a worker sends back for a message it read: digest, token counts, features.
+Outcome = tuple[str, dict[str, int], tuple[int, ...]]
+
 
 @dataclass(frozen=True, slots=True)
 class Analysed:
-    """A message read as mail: where it came from, its identity and its
-    token counts (not its bytes: a batch of them is held while it is
-    scored or trained)."""
+    """A message read as mail: where it came from, its identity, its
+    token counts and its fixed-point feature vector
+    (``tokenizer.features``; not its bytes: a batch of them is held while
+    it is scored or trained)."""
 
     source: str
     digest: str
     counts: dict[str, int]
+    features: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,15 +92,22 @@ class Analyser:
         return self.tokenizer.tokenize(parse_message(item, max_bytes=self.max_bytes))
 
     def one(self, item: MailItem) -> Analysed | Refusal:
-        """Digest and token counts of one message, or why it is refused."""
+        """Digest, token counts and features of one message, or why it is refused."""
         outcome = self._outcome(item)
         if isinstance(outcome, str):
             return Refusal(item.source, outcome)
-        return Analysed(item.source, outcome[0], outcome[1])
+        return Analysed(item.source, *outcome)
 
-    def _outcome(self, item: MailItem) -> tuple[str, dict[str, int]] | str:
+    def _read(self, item: MailItem) -> tuple[dict[str, int], tuple[int, ...]]:
+        """Token counts and features from one parse and one tokenizer pass."""
+        message = parse_message(item, max_bytes=self.max_bytes)
+        shape = TextShape()
+        tokens = self.tokenizer.tokenize(message, shape)
+        return term_counts(tokens), message_features(message, tokens, len(item.raw), shape)
+
+    def _outcome(self, item: MailItem) -> Outcome | str:
         try:
-            counts = term_counts(self.tokens(item))
+            counts, features = self._read(item)
         except MailParseError as exc:
             return str(exc)
         except Exception as exc:  # noqa: BLE001 - one message's failure is that message's
@@ -105,11 +118,11 @@ class Analyser:
             # Whatever one message raises refuses that message and names
             # the error; the run goes on.
             return f"cannot be read: {type(exc).__name__}: {exc}"
-        return item.digest, counts
+        return item.digest, counts, features
 
-    def remote(self, chunk: list[MailItem]) -> list[tuple[str, dict[str, int]] | str]:
-        """``one`` for each message of a chunk, in a worker: only the digest
-        and counts (or the refusal's reason) travel back, not the message."""
+    def remote(self, chunk: list[MailItem]) -> list[Outcome | str]:
+        """``one`` for each message of a chunk, in a worker: only the digest,
+        counts and features (or the refusal's reason) travel back, not the message."""
         return [self._outcome(item) for item in chunk]
 
 
@@ -130,7 +143,7 @@ def analyse(analyser: Analyser, items: Iterable[MailItem], jobs: int = 1, ahead:
         return
     context = multiprocessing.get_context("fork")
     with context.Pool(jobs) as pool:
-        pending: deque[tuple[list[MailItem], AsyncResult[list[tuple[str, dict[str, int]] | str]]]] = deque()
+        pending: deque[tuple[list[MailItem], AsyncResult[list[Outcome | str]]]] = deque()
         chunks = _chunks(head, it)
         for chunk in chunks:
             pending.append((chunk, pool.apply_async(analyser.remote, (chunk,))))
@@ -148,7 +161,7 @@ def _chunks(head: list[MailItem], rest: Iterator[MailItem]) -> Iterator[list[Mai
 
 
 def _collect(
-    chunk: list[MailItem], result: AsyncResult[list[tuple[str, dict[str, int]] | str]]
+    chunk: list[MailItem], result: AsyncResult[list[Outcome | str]]
 ) -> Iterator[Analysed | Refusal]:
     for item, outcome in zip(chunk, result.get()):
-        yield Refusal(item.source, outcome) if isinstance(outcome, str) else Analysed(item.source, outcome[0], outcome[1])
+        yield Refusal(item.source, outcome) if isinstance(outcome, str) else Analysed(item.source, *outcome)

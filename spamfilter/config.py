@@ -90,6 +90,10 @@ class ModelConfig:
     min_evidence: float = 0.0
     max_tokens: int = 0
     token_cap: float = 0.0
+    #: Add the Gaussian log-odds of the continuous message features
+    #: (``model.feature_log_odds``), scaled by feature_weight.
+    features: bool = False
+    feature_weight: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,6 +322,7 @@ def validate(config: Config, origin: str = "config") -> None:
     need(0.0 <= m.min_evidence <= 50.0, "model.min_evidence", "must be between 0 and 50", m.min_evidence)
     need(0 <= m.max_tokens <= 100_000, "model.max_tokens", "must be between 0 (every token) and 100000", m.max_tokens)
     need(0.0 <= m.token_cap <= 50.0, "model.token_cap", "must be between 0 (no cap) and 50", m.token_cap)
+    need(0.0 <= m.feature_weight <= 10.0, "model.feature_weight", "must be between 0 and 10", m.feature_weight)
     need(d.cost_ham_as_spam > 0, "decision.cost_ham_as_spam", "must be > 0", d.cost_ham_as_spam)
     need(d.cost_spam_as_ham > 0, "decision.cost_spam_as_ham", "must be > 0", d.cost_spam_as_ham)
     need(d.cost_unsure >= 0, "decision.cost_unsure", "must be >= 0", d.cost_unsure)

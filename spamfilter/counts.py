@@ -11,6 +11,8 @@ on its first axis, indexed by ``Label`` (``HAM = 0``, ``SPAM = 1``).
                   messages     = D[c], trained messages
                   terms        = N[c], token occurrences (sum_j N[c,j])
                   binary_terms = distinct tokens summed over messages (sum_j D[c,j])
+    FeatureStats  per class c and feature i, each (2, F): n, sum x, sum x^2
+                  of the fixed-point message features (Gaussian NB)
     Totals        a model's ClassCounts, its vocabulary size V and the
                   per-class histogram H[c,k] of how many tokens occur in
                   exactly k class-c messages (for the exact Bernoulli
@@ -223,3 +225,39 @@ class Totals:
     def binary_terms(self) -> IntArray:
         """N[c] of the ``multinomial-binary`` model, shape (2,)."""
         return self.classes.binary_terms
+
+
+@dataclass(frozen=True, slots=True)
+class FeatureStats:
+    """Per-class sufficient statistics of the F continuous message features,
+    each field (2, F) of integers: n[c, i] messages, total[c, i] = sum of
+    the fixed-point values x, total_sq[c, i] = sum of x * x. Integer sums
+    add and subtract exactly, so untraining restores them bit for bit."""
+
+    n: IntArray
+    total: IntArray
+    total_sq: IntArray
+
+    @classmethod
+    def zeros(cls, f: int) -> FeatureStats:
+        return cls(*(np.zeros((2, f), dtype=np.int64) for _ in range(3)))
+
+    @classmethod
+    def of_message(cls, label: int, features: tuple[int, ...], sign: int = 1) -> FeatureStats:
+        """What training (sign +1) or untraining (-1) one message's vector adds."""
+        out = cls.zeros(len(features))
+        x = np.asarray(features, dtype=np.int64)
+        out.n[label] = sign
+        out.total[label] = sign * x
+        out.total_sq[label] = sign * x * x
+        return out
+
+    def __add__(self, other: FeatureStats) -> FeatureStats:
+        return FeatureStats(self.n + other.n, self.total + other.total, self.total_sq + other.total_sq)
+
+    def __sub__(self, other: FeatureStats) -> FeatureStats:
+        return FeatureStats(self.n - other.n, self.total - other.total, self.total_sq - other.total_sq)
+
+    def any(self) -> bool:
+        """Whether any statistic is non-zero."""
+        return bool(self.n.any() or self.total.any() or self.total_sq.any())

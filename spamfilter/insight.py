@@ -19,11 +19,13 @@ from datetime import date
 import numpy as np
 
 from spamfilter import model
+from spamfilter.analysis import Refusal
 from spamfilter.config import counts_occurrences, has_absent_term
 from spamfilter.counts import Decision, IntArray, TokenCounts
+from spamfilter.errors import MailParseError
 from spamfilter.mail import MailItem
 from spamfilter.service import Filter
-from spamfilter.vectorizer import term_counts
+from spamfilter.tokenizer.features import FEATURE_NAMES
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,10 +163,16 @@ class Insight:
         message. Raises ``MailParseError`` if it is not mail, ``NotTrainedError``
         without a trained spam and ham.
         """
-        counts = term_counts(self.filter.tokens(item))
+        analysed = self.filter.analyser.one(item)
+        if isinstance(analysed, Refusal):
+            raise MailParseError(analysed.reason)
+        counts = analysed.counts
         fitted = self.filter._fit([counts])
         m = self.filter.config.model
         odds = model.log_odds(model.joint_log_likelihood(fitted.X, fitted.params, m.tempering, m.min_evidence, m.max_tokens, m.token_cap))
+        features = self.filter.feature_terms(fitted, [analysed])[0] if fitted.gaussian is not None else None
+        if features is not None:
+            odds = odds + features.sum()
         log_theta = model.token_log_likelihood(m.event_model, fitted.counts, fitted.stats, m.alpha)
         terms = model.log_odds_terms(fitted.X, fitted.params, log_theta, m.tempering, m.min_evidence, m.max_tokens, m.token_cap)
         shown = self._shown_counts(fitted.counts)
@@ -176,6 +184,10 @@ class Insight:
         if has_absent_term(m.event_model):
             absent = fitted.stats.vocabulary_size - int(terms.used.sum())
             contributions.append(Contribution(None, terms.absent, None, None))
+        if features is not None:
+            # With [model] features each message feature's Gaussian term is
+            # one more contribution, named "feature:<name>" (no counts).
+            contributions += [Contribution(f"feature:{name}", float(v), None, None) for name, v in zip(FEATURE_NAMES, features.tolist())]
         contributions.sort(key=lambda c: (-abs(c.contribution), c.token or ""))
         return Explanation(
             source=item.source,

@@ -34,12 +34,14 @@ from spamfilter.analysis import Analyser, analyse
 from spamfilter.analysis import Refusal as Refusal
 from spamfilter.cache import CacheKey, CountCache, ModelView
 from spamfilter.config import Config, counts_occurrences, default_db_url, default_location_url
-from spamfilter.counts import ClassCounts, Decision, Label, TokenCounts, Totals
+from spamfilter.counts import ClassCounts, Decision, FeatureStats, Label, TokenCounts, Totals
 from spamfilter.errors import NotTrainedError
 from spamfilter.mail import MailItem
 from spamfilter.retry import retrying
 from spamfilter.store import CountsWritten, Store, StoreTransaction
 from spamfilter.tokenizer import Tokenizer
+from spamfilter.tokenizer.features import FEATURE_NAMES as FEATURE_NAMES
+from spamfilter.tokenizer.features import SCALE
 from spamfilter.vectorizer import indexed_matrix
 
 T = TypeVar("T")
@@ -143,6 +145,8 @@ class _Fitted:
     stats: Totals
     params: model.NBParams
     X: sp.csr_matrix
+    #: The feature densities with ``[model] features``, else None.
+    gaussian: model.GaussianParams | None = None
 
 
 def batched(items: Iterable[T], size: int) -> Iterator[list[T]]:
@@ -275,7 +279,7 @@ class Filter:
 
     def _train_batch(self, tx: StoreTransaction, batch: Sequence[tuple[Label, _Analysed]], relabel: bool) -> TrainSummary:
         known = tx.trained_labels([a.digest for _, a in batch])
-        add: dict[str, tuple[Label, dict[str, int]]] = {}
+        add: dict[str, tuple[Label, _Analysed]] = {}
         unchanged = conflicts = 0
         moving: list[str] = []
         for label, a in batch:
@@ -283,23 +287,23 @@ class Filter:
             if previous == label or (a.digest in add and add[a.digest][0] == label):
                 unchanged += 1
             elif previous is None and a.digest not in add:
-                add[a.digest] = (label, a.counts)
+                add[a.digest] = (label, a)
             elif relabel:
                 if previous is not None and a.digest not in add:
                     moving.append(a.digest)
-                add[a.digest] = (label, a.counts)
+                add[a.digest] = (label, a)
             else:
                 conflicts += 1
-        # A relabelled message is untrained with exactly the counts recorded
-        # when it was trained, then trained afresh with its new label.
-        removed = tx.take_messages(moving)
+        # A relabelled message is untrained with exactly the counts (and
+        # features) recorded when it was trained, then trained afresh with
+        # its new label.
         delta = _Delta()
-        for old in removed:
-            delta.add(old.label, old.token_counts, -1)
-        for label, counts in add.values():
-            delta.add(label, counts, +1)
+        for old in tx.take_messages(moving):
+            delta.add(old.label, old.token_counts, -1, old.features)
+        for label, a in add.values():
+            delta.add(label, a.counts, +1, a.features)
         self._apply(tx, delta)
-        tx.record_messages([(d, label, counts) for d, (label, counts) in add.items()])
+        tx.record_messages([(d, label, a.counts, a.features) for d, (label, a) in add.items()])
         new_labels = [label for d, (label, _) in add.items() if d not in moving]
         return TrainSummary(
             trained_ham=new_labels.count(model.HAM),
@@ -325,7 +329,7 @@ class Filter:
                     removed = tx.take_messages(digests)
                     delta = _Delta()
                     for old in removed:
-                        delta.add(old.label, old.token_counts, -1)
+                        delta.add(old.label, old.token_counts, -1, old.features)
                     self._apply(tx, delta)
                     return len(removed)
 
@@ -407,12 +411,30 @@ class Filter:
                 for other in view.owners[1:]:
                     counts = counts + reader.token_counts(missing, owner=other)
                 self.cache.add(missing, counts)
+            gaussian = self._gaussian(reader, view.owners) if self.config.model.features else None
         held = self.cache.rows()
         binary = not counts_occurrences(self.config.model.event_model)
         X, ids = indexed_matrix(docs, self.cache.index, held.known(), binary=binary)
         token_counts = held.take(ids)
         params = model.estimate(self.config.model.event_model, token_counts, view.totals, self.config.model.alpha)
-        return _Fitted(ids, token_counts, view.totals, params, X)
+        return _Fitted(ids, token_counts, view.totals, params, X, gaussian)
+
+    @staticmethod
+    def _gaussian(reader: StoreTransaction, owners: tuple[str, ...]) -> model.GaussianParams:
+        """The feature densities of the model made of ``owners``' sums (a few rows, read each time)."""
+        width = len(FEATURE_NAMES)
+        stats = FeatureStats.zeros(width)
+        for owner in owners:
+            stats = stats + reader.feature_stats(width, owner=owner)
+        return model.gaussian_estimate(stats, SCALE)
+
+    def feature_terms(self, fitted: _Fitted, analysed: Sequence[_Analysed]) -> model.FloatArray:
+        """What each message feature adds to each message's log-odds, (n, F);
+        zeros without ``[model] features``."""
+        if fitted.gaussian is None:
+            return np.zeros((len(analysed), len(FEATURE_NAMES)))
+        x = np.array([a.features for a in analysed], dtype=np.float64).reshape(len(analysed), -1) / SCALE
+        return model.feature_log_odds(x, fitted.gaussian, self.config.model.feature_weight)
 
     def _model_owners(self, owner: str) -> tuple[str, ...]:
         """Whose counts may make up the model of ``owner``'s mail."""
@@ -455,6 +477,8 @@ class Filter:
         fitted = self._fit([a.counts for a in analysed], tx)
         m = self.config.model
         odds = model.log_odds(model.joint_log_likelihood(fitted.X, fitted.params, m.tempering, m.min_evidence, m.max_tokens, m.token_cap))
+        if fitted.gaussian is not None:
+            odds = odds + self.feature_terms(fitted, analysed).sum(axis=1)
         probability = model.spam_probability(odds)
         decision = model.decide(odds, self.thresholds)
         return [
@@ -543,12 +567,18 @@ class _Delta:
         self.labels: list[int] = []
         self.signs: list[int] = []
         self.docs: list[dict[str, int]] = []
+        self.features: FeatureStats | None = None
 
-    def add(self, label: int, counts: dict[str, int], sign: int) -> None:
-        """Train (sign +1) or untrain (-1) one message's token counts."""
+    def add(self, label: int, counts: dict[str, int], sign: int, features: tuple[int, ...] = ()) -> None:
+        """Train (sign +1) or untrain (-1) one message's token counts and
+        its feature vector (none for a message trained before the feature
+        sums existed: it is in none of them)."""
         self.labels.append(label)
         self.signs.append(sign)
         self.docs.append(counts)
+        if features:
+            change = FeatureStats.of_message(label, features, sign)
+            self.features = change if self.features is None else self.features + change
 
     def sums(self) -> tuple[list[str], TokenCounts, ClassCounts]:
         """The tokens whose counts change, the change (2, m), and the class totals' change."""
@@ -581,6 +611,8 @@ class _Delta:
         """Write the sums in ``tx``; None when nothing changes."""
         if not self.docs:
             return None
+        if self.features is not None and self.features.any():
+            tx.add_feature_stats(self.features)
         token_list, delta, classes = self.sums()
         if not token_list and not classes.any():
             return None

@@ -134,7 +134,7 @@ def explanation_lines(e: Explanation, *, colour: bool = False) -> list[str]:
         f"verdict    {verdict}   P(spam) {e.score:.6g}   log-odds {e.log_odds:+.4f}",
         f"           = prior {e.prior:+.4f} + tokens {token_sum:+.4f}",
         f"model      {e.event_model}; {e.events} token events count, their evidence scaled by {e.factor:.4g}",
-        f"tokens     {len([c for c in e.tokens if c.token is not None])} known"
+        f"tokens     {len([c for c in e.tokens if c.spam_count is not None])} known"
         + (f" ({e.ignored} left out by min_evidence or max_tokens, contributing 0)" if e.ignored else "")
         + f", {e.unknown} never seen (ignored)",
         "",
@@ -144,6 +144,9 @@ def explanation_lines(e: Explanation, *, colour: bool = False) -> list[str]:
         if c.token is None:
             counts = f"{'':>10} {'':>10}"
             name = f"(the {e.absent} vocabulary tokens this message lacks)"
+        elif c.spam_count is None or c.ham_count is None:
+            counts = f"{'':>10} {'':>10}"  # a message feature's Gaussian term
+            name = printable(c.token)
         else:
             counts = f"{c.spam_count:>10} {c.ham_count:>10}"
             name = printable(c.token)

@@ -1,4 +1,4 @@
-"""The ledger's format: a message's own token counts as one blob."""
+"""The ledger's format: a message's own token counts (and features) as one blob."""
 
 from __future__ import annotations
 
@@ -42,6 +42,29 @@ def _unescape(token: str) -> str:
 # written before need no rewrite and forget them exactly.
 _LEDGER_V2: Final = b"\x02"
 
+# The third format is the second behind the message's feature vector (the
+# fixed-point integers of ``tokenizer.features``): ``\x03``, the values as
+# comma-separated ASCII, a NUL, then a whole second-format entry. Forgetting
+# subtracts exactly the vector training added; an entry of the earlier
+# formats has none, and forgetting it leaves the feature sums alone, as its
+# training did (it was trained before the sums existed).
+_LEDGER_V3: Final = b"\x03"
+
+
+def pack_ledger_entry(counts: dict[str, int], features: tuple[int, ...] = ()) -> bytes:
+    """``pack_token_counts``, preceded by the feature vector when there is one."""
+    if not features:
+        return pack_token_counts(counts)
+    return _LEDGER_V3 + ",".join(map(str, features)).encode("ascii") + b"\0" + pack_token_counts(counts)
+
+
+def unpack_features(blob: bytes) -> tuple[int, ...]:
+    """The feature vector of a ledger entry; () for an entry without one."""
+    if not blob.startswith(_LEDGER_V3):
+        return ()
+    head = blob[1 : blob.index(b"\0")]
+    return tuple(map(int, head.split(b",")))
+
 
 def pack_token_counts(counts: dict[str, int]) -> bytes:
     """Encode a message's token counts for the ledger: ``\x02`` then, zlib
@@ -59,7 +82,9 @@ def pack_token_counts(counts: dict[str, int]) -> bytes:
 
 
 def unpack_token_counts(blob: bytes) -> dict[str, int]:
-    """Inverse of ``pack_token_counts``; also reads the first format."""
+    """Inverse of ``pack_token_counts``; also reads the first and third formats."""
+    if blob.startswith(_LEDGER_V3):
+        blob = blob[blob.index(b"\0") + 1 :]
     if not blob.startswith(_LEDGER_V2):
         return _unpack_v1(blob)
     body = zlib.decompress(blob[1:])

@@ -8,7 +8,7 @@ import sqlalchemy as sa
 
 #: The Alembic head this code reads and writes; tests check it is the
 #: migrations' head. Kept as a constant so opening a store needs no Alembic import.
-SCHEMA_REVISION = "0004"
+SCHEMA_REVISION = "0005"
 
 metadata = sa.MetaData()
 
@@ -65,6 +65,17 @@ model_versions = sa.Table(
     metadata,
     sa.Column("owner", sa.Text(), primary_key=True),
     sa.Column("version", sa.BigInteger(), nullable=False),
+)
+
+feature_stats = sa.Table(
+    "feature_stats",
+    metadata,
+    sa.Column("owner", sa.Text(), primary_key=True),
+    sa.Column("label", sa.SmallInteger(), primary_key=True, autoincrement=False),
+    sa.Column("feature", sa.SmallInteger(), primary_key=True, autoincrement=False),
+    sa.Column("n", sa.BigInteger(), nullable=False, server_default="0"),
+    sa.Column("total", sa.BigInteger(), nullable=False, server_default="0"),
+    sa.Column("total_sq", sa.BigInteger(), nullable=False, server_default="0"),
 )
 
 imap_folders = sa.Table(

@@ -10,6 +10,7 @@ from sqlalchemy.dialects import sqlite
 from spamfilter.store.schema import (
     class_totals,
     doc_histogram,
+    feature_stats,
     imap_folders,
     imap_messages,
     imap_uids,
@@ -97,4 +98,9 @@ class _Statements:
         self.add_untracked = untracked_row.on_conflict_do_update(
             index_elements=[untracked_totals.c.owner, untracked_totals.c.label],
             set_={name: untracked_totals.c[name] + untracked_row.excluded[name] for name in ("messages", "terms", "binary_terms")},
+        )
+        feature_row = insert(feature_stats)
+        self.add_feature_stats = feature_row.on_conflict_do_update(
+            index_elements=[feature_stats.c.owner, feature_stats.c.label, feature_stats.c.feature],
+            set_={name: feature_stats.c[name] + feature_row.excluded[name] for name in ("n", "total", "total_sq")},
         )

@@ -12,11 +12,20 @@ import numpy as np
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from spamfilter.counts import HAM, SPAM, ClassCounts, TokenCounts, Totals
+from spamfilter.counts import HAM, SPAM, ClassCounts, FeatureStats, TokenCounts, Totals
 from spamfilter.errors import StoreError
 from spamfilter.store.backends import _CountSQL, _PgCountSQL, _SqliteCountSQL
-from spamfilter.store.ledger import pack_token_counts, unpack_token_counts
-from spamfilter.store.schema import _CHUNK, COUNT_COLUMNS, class_totals, doc_histogram, messages, tokens, untracked_totals
+from spamfilter.store.ledger import pack_ledger_entry, unpack_features, unpack_token_counts
+from spamfilter.store.schema import (
+    _CHUNK,
+    COUNT_COLUMNS,
+    class_totals,
+    doc_histogram,
+    feature_stats,
+    messages,
+    tokens,
+    untracked_totals,
+)
 from spamfilter.store.statements import _Statements
 
 
@@ -28,6 +37,7 @@ class TrainedMessage:
     label: int
     trained_at: datetime
     token_counts: dict[str, int]
+    features: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,14 +137,16 @@ class StoreTransaction:
 
     # -- writes -------------------------------------------------------------
 
-    def record_messages(self, rows: Sequence[tuple[str, int, dict[str, int]]], when: datetime | None = None) -> None:
-        """Add (digest, label, token_counts) rows to the ledger."""
+    def record_messages(
+        self, rows: Sequence[tuple[str, int, dict[str, int], tuple[int, ...]]], when: datetime | None = None
+    ) -> None:
+        """Add (digest, label, token_counts, features) rows to the ledger."""
         if not rows:
             return
         when = when or datetime.now(timezone.utc)
         values = [
-            {"owner": self.owner, "digest": d, "label": lbl, "trained_at": when, "token_counts": pack_token_counts(c)}
-            for d, lbl, c in rows
+            {"owner": self.owner, "digest": d, "label": lbl, "trained_at": when, "token_counts": pack_ledger_entry(c, f)}
+            for d, lbl, c, f in rows
         ]
         self.conn.execute(self.sql.record, values)
 
@@ -146,7 +158,7 @@ class StoreTransaction:
         for start in range(0, len(digests), _CHUNK):
             chunk = list(digests[start : start + _CHUNK])
             for d, lbl, when, blob in self.conn.execute(self.sql.take_ledger, {"own": self.owner, "keys": chunk}):
-                result.append(TrainedMessage(d, int(lbl), when, unpack_token_counts(blob)))
+                result.append(TrainedMessage(d, int(lbl), when, unpack_token_counts(blob), unpack_features(blob)))
         return result
 
     def add_counts(self, token_list: Sequence[str], delta: TokenCounts, classes: ClassCounts) -> CountsWritten:
@@ -182,6 +194,31 @@ class StoreTransaction:
             if any(values):
                 self.counts_sql.add_totals(self.owner, label, values)
         return CountsWritten(token_list, new, self.counts_sql.bump_version(self.owner), classes, histogram)
+
+    def feature_stats(self, width: int, owner: str | None = None) -> FeatureStats:
+        """The sums of the first ``width`` message features per class (of
+        this transaction's owner, or of ``owner``); zeros where none."""
+        own = self.owner if owner is None else owner
+        out = FeatureStats.zeros(width)
+        t = feature_stats.c
+        query = sa.select(t.label, t.feature, t.n, t.total, t.total_sq).where(t.owner == own)
+        for label, i, n, total, total_sq in self.conn.execute(query):
+            if 0 <= i < width:
+                out.n[label, i], out.total[label, i], out.total_sq[label, i] = n, total, total_sq
+        return out
+
+    def add_feature_stats(self, delta: FeatureStats) -> None:
+        """Add ``delta`` to this owner's feature sums: one upsert
+        (count = count + delta, atomic on both backends)."""
+        rows = [
+            {"owner": self.owner, "label": c, "feature": i, "n": int(delta.n[c, i]), "total": int(delta.total[c, i]),
+             "total_sq": int(delta.total_sq[c, i])}
+            for c in (HAM, SPAM)
+            for i in range(delta.n.shape[1])
+            if delta.n[c, i] or delta.total[c, i] or delta.total_sq[c, i]
+        ]
+        if rows:
+            self.conn.execute(self.sql.add_feature_stats, rows)
 
     def _add_histogram(self, delta: dict[tuple[int, int], int]) -> None:
         rows = [(label, k, n) for (label, k), n in sorted(delta.items()) if n != 0]
@@ -455,6 +492,7 @@ class StoreTransaction:
         self.conn.execute(sa.delete(messages).where(messages.c.owner == own))
         self.conn.execute(sa.delete(class_totals).where(class_totals.c.owner == own))
         self.conn.execute(sa.delete(untracked_totals).where(untracked_totals.c.owner == own))
+        self.conn.execute(sa.delete(feature_stats).where(feature_stats.c.owner == own))
         self.counts_sql.bump_version(own)
 
 

@@ -50,6 +50,7 @@ from spamfilter.config import Stemmer, TokenizerConfig
 from spamfilter.headers import FILTER_HEADERS
 from spamfilter.tokenizer import html as html_text
 from spamfilter.tokenizer import mime
+from spamfilter.tokenizer.features import TextShape
 from spamfilter.tokenizer.wordchars import DIGIT, WORD
 
 # -- token namespaces ------------------------------------------------------
@@ -217,8 +218,10 @@ class Tokenizer:
 
     # -- public -------------------------------------------------------------
 
-    def tokenize(self, message: email.message.Message) -> list[str]:
-        """All tokens of ``message``, repeats kept, in document order."""
+    def tokenize(self, message: email.message.Message, shape: TextShape | None = None) -> list[str]:
+        """All tokens of ``message``, repeats kept, in document order; with
+        ``shape``, also counts the body text's letters into it (for
+        ``features.message_features``)."""
         out: list[str] = []
         if self.config.header_tokens:
             self._headers(message, out)
@@ -226,7 +229,7 @@ class Tokenizer:
             subject = message.get("subject")
             if subject is not None:
                 out.extend(self.words(mime.decode_header(subject)))
-        self._body(message, out)
+        self._body(message, out, shape)
         return out
 
     def words(self, text: str, prefix: str = "") -> list[str]:
@@ -335,7 +338,7 @@ class Tokenizer:
 
     # -- body ---------------------------------------------------------------
 
-    def _body(self, message: email.message.Message, out: list[str]) -> None:
+    def _body(self, message: email.message.Message, out: list[str], shape: TextShape | None = None) -> None:
         limit = self.config.max_bytes
         scanned = 0
         text_parts = 0
@@ -367,6 +370,8 @@ class Tokenizer:
                 for link in page.links:
                     out.extend(url_tokens(link))
                 text = page.text
+            if shape is not None:
+                shape.add(text)
             self._text(text, out)
         if parts > 1:
             out.append(META + "parts:" + _bucket(parts))

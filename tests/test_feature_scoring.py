@@ -1,0 +1,97 @@
+"""Gaussian message features end to end: stored sums, forget, mark, scoring."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from spamfilter import model
+from spamfilter.analysis import Analysed
+from spamfilter.config import Config, ConfigError, ModelConfig, validate
+from spamfilter.service import FEATURE_NAMES, Filter
+from spamfilter.tokenizer.features import SCALE
+from tests.test_service import HAM, LABELLED, SPAM, UNSEEN, log_odds, open_filter, query
+
+
+def sums(f: Filter) -> list[tuple[object, ...]]:
+    return query(f.store, "SELECT label, feature, n, total, total_sq FROM feature_stats ORDER BY label, feature")
+
+
+def vectors(f: Filter, items: list) -> list[tuple[int, ...]]:  # type: ignore[type-arg]
+    out = [f.analyser.one(item) for item in items]
+    return [a.features for a in out if isinstance(a, Analysed)]
+
+
+def test_training_stores_the_integer_sums_of_the_vectors(tmp_path: Path) -> None:
+    with open_filter(tmp_path, "a") as f:
+        f.train(LABELLED)
+        got = sums(f)
+        for label, items in ((0, HAM), (1, SPAM)):
+            x = np.array(vectors(f, items), dtype=np.int64)
+            want = [(label, i, len(items), int(x[:, i].sum()), int((x[:, i] ** 2).sum())) for i in range(len(FEATURE_NAMES))]
+            assert [r for r in got if r[0] == label] == want
+
+
+def test_incremental_equals_batch_and_forget_restores_exactly(tmp_path: Path) -> None:
+    with open_filter(tmp_path, "batch") as batch, open_filter(tmp_path, "one", batch_size=1) as one:
+        batch.train(LABELLED)
+        one.train(LABELLED)
+        assert sums(batch) == sums(one)
+        before = sums(batch)
+        batch.train([(True, UNSEEN[1])])
+        assert sums(batch) != before
+        batch.forget([UNSEEN[1]])
+        assert sums(batch) == before
+        # mark moves the vector between the classes, and back.
+        batch.mark([(True, HAM[0])])
+        moved = {(r[0], r[1]): r[2] for r in sums(batch)}
+        assert moved[(0, 0)] == len(HAM) - 1 and moved[(1, 0)] == len(SPAM) + 1
+        batch.mark([(False, HAM[0])])
+        assert sums(batch) == before
+
+
+def test_features_add_the_gaussian_log_odds(tmp_path: Path) -> None:
+    with open_filter(tmp_path, "plain") as plain:
+        plain.train(LABELLED)
+        base = log_odds(plain, UNSEEN)
+        stats = [r for r in sums(plain)]
+        x = np.array(vectors(plain, UNSEEN), dtype=np.float64) / SCALE
+    with open_filter(tmp_path, "gauss", features=True, feature_weight=0.5) as g:
+        g.train(LABELLED)
+        with_features = log_odds(g, UNSEEN)
+    n = np.zeros((2, 7), dtype=np.int64)
+    total, total_sq = n.copy(), n.copy()
+    for label, i, k, s1, s2 in stats:
+        n[label, i], total[label, i], total_sq[label, i] = k, s1, s2  # type: ignore[index]
+    params = model.gaussian_estimate(model.FeatureStats(n, total, total_sq), SCALE)
+    expected = np.array(base) + model.feature_log_odds(x, params, 0.5).sum(axis=1)
+    assert with_features == pytest.approx(expected.tolist(), rel=1e-12, abs=1e-12)
+    assert with_features != pytest.approx(base)
+
+
+def test_feature_weight_must_be_in_range() -> None:
+    with pytest.raises(ConfigError, match="feature_weight"):
+        validate(Config(model=replace(ModelConfig(), feature_weight=-1.0)))
+    with pytest.raises(ConfigError, match="feature_weight"):
+        validate(Config(model=replace(ModelConfig(), feature_weight=float("nan"))))
+
+
+def test_explain_shows_each_feature_and_still_adds_up(tmp_path: Path) -> None:
+    from spamfilter.insight import Insight
+
+    with open_filter(tmp_path, "gauss", features=True) as g:
+        g.train(LABELLED)
+        classified = log_odds(g, UNSEEN)
+        for item, odds in zip(UNSEEN, classified):
+            e = Insight(g).explain(item)
+            shown = {c.token: c.contribution for c in e.tokens if c.token is not None and c.token.startswith("feature:")}
+            assert sorted(shown) == sorted(f"feature:{name}" for name in FEATURE_NAMES)
+            assert any(v != 0 for v in shown.values())
+            assert e.prior + sum(c.contribution for c in e.tokens) == pytest.approx(e.log_odds, abs=1e-9)
+            assert e.log_odds == pytest.approx(odds, abs=1e-9)
+    with open_filter(tmp_path, "plain") as plain:
+        plain.train(LABELLED)
+        assert not any(c.token and c.token.startswith("feature:") for c in Insight(plain).explain(UNSEEN[0]).tokens)
