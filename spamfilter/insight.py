@@ -4,7 +4,7 @@
 
     from spamfilter.config import load_config
     from spamfilter.insight import Insight
-    from spamfilter.service import Filter
+    from spamfilter.service import FEATURE_NAMES, Filter, Refusal
 
     with Filter.open(load_config()) as f:
         for word in Insight(f).top_words(10):
@@ -19,13 +19,12 @@ from datetime import date
 import numpy as np
 
 from spamfilter import model
-from spamfilter.analysis import Refusal
 from spamfilter.config import counts_occurrences, has_absent_term
 from spamfilter.counts import Decision, IntArray, TokenCounts
 from spamfilter.errors import MailParseError
 from spamfilter.mail import MailItem
-from spamfilter.service import Filter
-from spamfilter.tokenizer.features import FEATURE_NAMES
+from spamfilter.service import FEATURE_NAMES, Filter, Refusal
+
 
 
 @dataclass(frozen=True, slots=True)

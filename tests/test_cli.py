@@ -157,11 +157,13 @@ def test_filter_refuses_an_empty_message_with_exit_65(runner: CliRunner, trained
 
 
 def test_classify_goes_on_past_an_unreadable_message_and_exits_65(runner: CliRunner, trained: str, tmp_path: Path) -> None:
-    good = tmp_path / "a-good.eml"
+    folder = tmp_path / "mail"  # apart from the database file in tmp_path
+    folder.mkdir()
+    good = folder / "a-good.eml"
     good.write_bytes(b"Subject: meeting\n\nproject meeting notes attached\n")
-    empty = tmp_path / "b-empty.eml"
+    empty = folder / "b-empty.eml"
     empty.write_bytes(b"")
-    result = runner.invoke(app, ["--db", trained, "classify", str(tmp_path)])
+    result = runner.invoke(app, ["--db", trained, "classify", str(folder)])
     assert result.exit_code == 65
     assert len(result.stdout.splitlines()) == 2  # header + the good message
     assert f"skipped {empty}" in result.stderr
@@ -216,8 +218,8 @@ def test_old_schema_exits_76_and_db_upgrade_fixes_it(runner: CliRunner, trained:
     engine.dispose()
     result = runner.invoke(app, ["--db", trained, "db", "upgrade"])
     assert result.exit_code == 0
-    assert result.stdout.strip() == "schema upgraded from empty to revision 0004"
-    assert runner.invoke(app, ["--db", trained, "db", "upgrade"]).stdout.strip() == "schema already at revision 0004"
+    assert result.stdout.strip() == "schema upgraded from empty to revision 0005"
+    assert runner.invoke(app, ["--db", trained, "db", "upgrade"]).stdout.strip() == "schema already at revision 0005"
 
 
 def test_unreachable_database_exits_74(runner: CliRunner) -> None:

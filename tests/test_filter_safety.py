@@ -27,6 +27,7 @@ from spamfilter.config import Config
 from spamfilter.mail import MailItem, digest_bytes, filtered_pieces, with_filter_headers
 from spamfilter.service import Filter, Refusal, Verdict
 from spamfilter.tokenizer import Tokenizer
+from spamfilter.tokenizer.features import TextShape
 
 REPO = Path(__file__).resolve().parents[1]
 MESSAGE = b"From: a@example.com\r\nSubject: keep me\r\n\r\nThis body must survive.\nbare LF, then CRLF\r\n"
@@ -120,10 +121,10 @@ def tokenizer_times_out_on_marked_mail(monkeypatch: pytest.MonkeyPatch) -> None:
     text did); here the messages that say "slow-marker" do."""
     tokenize = Tokenizer.tokenize
 
-    def slow(self: Tokenizer, message: email.message.Message) -> list[str]:
+    def slow(self: Tokenizer, message: email.message.Message, shape: TextShape | None = None) -> list[str]:
         if "slow-marker" in str(message.get_payload()):
             raise TimeoutError("regular-expression match exceeded its 5.0s time limit")
-        return tokenize(self, message)
+        return tokenize(self, message, shape)
 
     monkeypatch.setattr(Tokenizer, "tokenize", slow)
 
@@ -145,6 +146,8 @@ def test_a_message_that_fails_to_tokenize_is_refused_and_the_run_goes_on(tmp_pat
 @pytest.mark.usefixtures("tokenizer_times_out_on_marked_mail")
 def test_classify_exits_65_and_filter_passes_through_when_tokenizing_fails(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 'db'}"
+    tmp_path = tmp_path / "mail"  # the messages apart from the database file
+    tmp_path.mkdir()
     (tmp_path / "spam.eml").write_bytes(b"Subject: cheap pills\n\nbuy cheap pills now\n")
     (tmp_path / "ham.eml").write_bytes(b"Subject: lunch\n\nlunch on friday\n")
     (tmp_path / "slow.eml").write_bytes(b"Subject: x\n\nslow-marker\n")
