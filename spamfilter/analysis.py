@@ -17,14 +17,15 @@ here: starting workers costs more than it saves.
 from __future__ import annotations
 
 import multiprocessing
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from itertools import islice
-from multiprocessing.pool import AsyncResult
 
 from spamfilter.config import TokenizerConfig
-from spamfilter.errors import MailParseError
+from spamfilter.errors import MailParseError, WorkerLost
 from spamfilter.mail import MailItem, parse_message
 from spamfilter.tokenizer import Tokenizer
 from spamfilter.tokenizer.features import TextShape, message_features
@@ -141,16 +142,19 @@ def analyse(analyser: Analyser, items: Iterable[MailItem], jobs: int = 1, ahead:
         yield from map(analyser.one, head)
         yield from map(analyser.one, it)
         return
-    context = multiprocessing.get_context("fork")
-    with context.Pool(jobs) as pool:
-        pending: deque[tuple[list[MailItem], AsyncResult[list[Outcome | str]]]] = deque()
-        chunks = _chunks(head, it)
-        for chunk in chunks:
-            pending.append((chunk, pool.apply_async(analyser.remote, (chunk,))))
+    executor = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("fork"))
+    try:
+        # Only the sources wait here with their chunk's future: the bytes
+        # went to the worker, and a message's bytes are not needed again.
+        pending: deque[tuple[list[str], Future[list[Outcome | str]]]] = deque()
+        for chunk in _chunks(head, it):
+            pending.append(([item.source for item in chunk], executor.submit(analyser.remote, chunk)))
             if len(pending) >= max(3 * jobs, -(-ahead // CHUNK)):
                 yield from _collect(*pending.popleft())
         while pending:
             yield from _collect(*pending.popleft())
+    finally:
+        executor.shutdown(wait=True, cancel_futures=True)
 
 
 def _chunks(head: list[MailItem], rest: Iterator[MailItem]) -> Iterator[list[MailItem]]:
@@ -160,8 +164,12 @@ def _chunks(head: list[MailItem], rest: Iterator[MailItem]) -> Iterator[list[Mai
         yield chunk
 
 
-def _collect(
-    chunk: list[MailItem], result: AsyncResult[list[Outcome | str]]
-) -> Iterator[Analysed | Refusal]:
-    for item, outcome in zip(chunk, result.get()):
-        yield Refusal(item.source, outcome) if isinstance(outcome, str) else Analysed(item.source, *outcome)
+def _collect(sources: list[str], result: Future[list[Outcome | str]]) -> Iterator[Analysed | Refusal]:
+    try:
+        outcomes = result.result()
+    except BrokenProcessPool as exc:
+        # A worker died (killed, out of memory, a crash in C code): its
+        # chunk will never come back, and waiting would hang the run.
+        raise WorkerLost(f"a process reading mail died before it finished (one of {sources[0]} ...): {exc}") from None
+    for source, outcome in zip(sources, outcomes):
+        yield Refusal(source, outcome) if isinstance(outcome, str) else Analysed(source, *outcome)

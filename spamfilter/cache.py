@@ -74,6 +74,17 @@ class CountCache:
         self._doc = np.zeros((2, 1024), dtype=np.int64)
         self._term = np.zeros((2, 1024), dtype=np.int64)
 
+    def make_room(self, docs: Sequence[Iterable[str]]) -> list[str]:
+        """The tokens of ``docs`` to read from the store, after starting the
+        copy afresh if holding them would pass ``max_tokens`` (then every
+        token of the batch is to be read: dropping rows under a batch that
+        is about to use them would score it without them)."""
+        missing = self.missing(docs)
+        if len(self.index) + len(missing) > self.max_tokens and self.key is not None and self.view is not None:
+            self.reset(self.key, self.view)
+            missing = self.missing(docs)
+        return missing
+
     def missing(self, docs: Iterable[Iterable[str]]) -> list[str]:
         """The tokens of ``docs`` the copy has no row for, each once."""
         seen: set[str] = set()
@@ -97,9 +108,6 @@ class CountCache:
             columns = np.flatnonzero(known)
             token_list = [token_list[int(j)] for j in columns]
             counts = counts.take(columns)
-        if len(self.index) + len(token_list) > self.max_tokens:
-            assert self.key is not None and self.view is not None
-            self.reset(self.key, self.view)
         start = len(self.index)
         end = start + len(token_list)
         if end > self._doc.shape[1]:
@@ -138,6 +146,9 @@ class CountCache:
             self._doc[:, rows] = new.doc_count[:, held]
             self._term[:, rows] = new.term_count[:, held]
         if fresh:
+            if len(self.index) + len(fresh) > self.max_tokens:
+                self.clear()  # read afresh by the next batch
+                return
             self.add([token_list[j] for j in fresh], new.take(fresh))
 
 

@@ -84,3 +84,7 @@ class ProtocolError(SpamfilterError):
     def __init__(self, message: str, code: int = 76) -> None:
         super().__init__(message)
         self.code = code
+
+
+class WorkerLost(SpamfilterError):
+    """A worker process reading mail (``--jobs``) died before it answered."""

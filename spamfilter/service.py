@@ -405,7 +405,7 @@ class Filter:
         # else in a read transaction of its own.
         with nullcontext(tx) if tx is not None else self.store.begin(write=False) as reader:
             view = self._cached_model(reader)
-            missing = self.cache.missing(docs)
+            missing = self.cache.make_room(docs)
             if missing:
                 counts = reader.token_counts(missing, owner=view.owners[0])
                 for other in view.owners[1:]:

@@ -165,6 +165,21 @@ def test_the_copy_is_bounded() -> None:
     assert len(cache) == 8
     cache.add(["unknown"], TokenCounts.zeros(1))
     assert len(cache) == 8 and "unknown" not in cache.index  # unknown tokens are not held
-    cache.add(["x", "y", "z"], ones.take([0, 1, 2]))
-    assert len(cache) == 3 and cache.tokens == ["x", "y", "z"] and cache.valid_for(key)
-    assert cache.rows().doc_count.tolist() == [[1, 1, 1], [1, 1, 1]]
+    # A batch that fits reads only its new tokens; one that would pass the
+    # bound starts the copy afresh and reads all of its tokens.
+    assert sorted(cache.make_room([{"t0": 1, "x": 1}])) == ["x"] and len(cache) == 8
+    batch = [{"t0": 1, "x": 1, "y": 1, "z": 1}]
+    assert sorted(cache.make_room(batch)) == ["t0", "x", "y", "z"]
+    assert len(cache) == 0 and cache.valid_for(key)
+
+
+def test_a_bounded_copy_scores_exactly(tmp_path: Path, stream: list[tuple[bool, MailItem]]) -> None:
+    config = replace(Config(), store=replace(Config().store, batch_size=30))
+    with Filter.open(config, f"sqlite:///{tmp_path / 'c.db'}") as f:
+        f.train(stream[:400])
+        probe = [item for _, item in stream[400:550]]
+        unbounded = odds(f, probe)
+        held = len(f.cache)
+        f.cache = CountCache(max_tokens=held // 3)  # passed several times over the run
+        assert odds(f, probe) == unbounded
+        assert len(f.cache) <= held // 3 + 5000

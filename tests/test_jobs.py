@@ -77,3 +77,31 @@ def test_classify_command_output_is_the_same_for_any_jobs(tmp_path: Path, corpor
     two = runner.invoke(app, ["--db", db, "classify", "--format", "tsv", "--jobs", "2", folder])
     assert one.exit_code == two.exit_code == 0
     assert one.stdout == two.stdout and one.stdout.count("\n") > 1000
+
+
+def test_a_worker_that_dies_ends_the_run_with_an_error_not_a_hang(
+    stream: list[tuple[bool, MailItem]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+    import signal
+    import time
+
+    from spamfilter.errors import WorkerLost
+
+    items = [item for _, item in stream]
+    doomed = items[150].source
+    remote = Analyser.remote
+
+    def dying(self: Analyser, chunk: list[MailItem]) -> object:
+        if any(item.source == doomed for item in chunk):
+            os.kill(os.getpid(), signal.SIGKILL)  # as the OOM killer would
+        return remote(self, chunk)
+
+    dying.__name__ = dying.__qualname__ = "remote"  # pickled by name to the workers
+    monkeypatch.setattr(Analyser, "remote", dying)
+    started = time.monotonic()
+    read = []
+    with pytest.raises(WorkerLost, match="died"):
+        for result in analyse(Analyser(TokenizerConfig(), 1 << 20), items, 2):
+            read.append(result)
+    assert 0 < len(read) <= 150 and time.monotonic() - started < 60  # a bound only against a hang

@@ -545,3 +545,57 @@ def test_a_huge_line_is_refused_after_reading_a_bounded_part_of_it() -> None:
     with pytest.raises(CountsFileError, match=f"line 2: longer than {MAX_LINE_BYTES} bytes"):
         next(lines)
     assert stream.tell() == len(HAND_MADE_LINES[0]) + MAX_LINE_BYTES + 2
+
+
+def test_a_forget_racing_a_prune_on_postgresql_waits_for_it(postgres_url: str, mail: dict[str, list[MailItem]], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A forget that has read `untracked` (still zero) while a prune commits
+    must not run the strict subtraction over the pruned tokens: it takes the
+    table lock a prune conflicts with first, so the prune waits for it."""
+    import sqlalchemy as sa
+    import threading
+
+    from spamfilter.store import StoreTransaction
+
+    url = sa.engine.make_url(postgres_url).set(database=f"{sa.engine.make_url(postgres_url).database}_race").render_as_string(hide_password=False)
+    admin = sa.create_engine(postgres_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{sa.engine.make_url(url).database}"'))
+        conn.execute(sa.text(f'CREATE DATABASE "{sa.engine.make_url(url).database}"'))
+    try:
+        with Filter.open(Config(), url) as f:
+            f.train(labelled(mail))
+        read, pruned = threading.Event(), threading.Event()
+        untracked = StoreTransaction.untracked
+
+        def slow_untracked(tx: StoreTransaction) -> object:
+            result = untracked(tx)
+            if threading.current_thread().name == "forget":
+                read.set()
+                pruned.wait(3)  # the prune gets 3 s to commit in between
+            return result
+
+        monkeypatch.setattr(StoreTransaction, "untracked", slow_untracked)
+        outcome: dict[str, object] = {}
+
+        def forget() -> None:
+            with Filter.open(Config(), url) as g:
+                try:
+                    outcome["forgotten"] = g.forget([m for _, m in labelled(mail)[:10]]).forgotten
+                except Exception as exc:  # noqa: BLE001 - reported below
+                    outcome["error"] = exc
+
+        worker = threading.Thread(target=forget, name="forget")
+        worker.start()
+        assert read.wait(60)
+        with Filter.open(Config(), url) as p:
+            Maintenance(p.store).prune(2, 0)
+        pruned.set()
+        worker.join(60)
+        assert "error" not in outcome, outcome
+        assert outcome["forgotten"] == 10
+        with Filter.open(Config(), url) as q:
+            assert Maintenance(q.store).check().ok
+    finally:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{sa.engine.make_url(url).database}" WITH (FORCE)'))
+        admin.dispose()

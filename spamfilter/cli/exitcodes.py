@@ -19,7 +19,8 @@ that sees 75 (temporary failure) queues the message and retries.
           that only reads the database found no database file
       68  the IMAP server cannot be reached (after retries), or the connection broke
       69  the model is not trained yet (needs a spam and a ham)
-      70  internal error: a bug in spamfilter, please report it
+      70  internal error: a bug in spamfilter, please report it; or a worker
+          process reading mail (--jobs) died (killed, out of memory)
       71  the IMAP server refused an operation
       73  `db check` found the stored counts inconsistent
       74  the database cannot be opened, read or written

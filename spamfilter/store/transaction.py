@@ -411,6 +411,13 @@ class StoreTransaction:
         going negative there is an inconsistency, and raises ``StoreError``.
         """
         shrinks = bool((delta.doc_count < 0).any() or (delta.term_count < 0).any())
+        if shrinks and isinstance(self.counts_sql, _PgCountSQL):
+            # A prune (SHARE ROW EXCLUSIVE) must not commit between reading
+            # `untracked` and the subtraction: the strict path would then
+            # meet its deleted tokens. ROW EXCLUSIVE, which every writer
+            # takes anyway, waits for a prune and keeps one out, and lets
+            # other writers through. (SQLite's BEGIN IMMEDIATE already does.)
+            self.counts_sql.cursor.execute("LOCK TABLE tokens IN ROW EXCLUSIVE MODE")
         if not shrinks or not self.untracked().any():
             return self.add_counts(token_list, delta, classes)
         # Writers are kept out meanwhile: SQLite's BEGIN IMMEDIATE holds the
