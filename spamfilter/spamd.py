@@ -285,11 +285,17 @@ def _read_reply(sock: socket.socket, limit: int) -> Reply:
         name, _, value = line.partition(":")
         headers[name.strip().lower()] = value.strip()
     code = int(m.group(1))
-    if code != EX_OK or not sep:
+    if code != EX_OK:
         return Reply(code, headers, b"")
-    length_text = headers.get("content-length", "")
-    if not length_text.isdigit():
+    if not sep:
+        # A head cut off (the server died, or something else answered):
+        # what came is no whole answer, and its message must not be used.
+        raise ProtocolError("the reply ended inside its head")
+    length_text = headers.get("content-length")
+    if length_text is None:
         return Reply(code, headers, rest)
+    if not length_text.isdigit():
+        raise ProtocolError(f"bad Content-length in the reply: {length_text[:20]!r}")
     length = int(length_text)
     if length > limit:
         raise ProtocolError("reply larger than asked for")
@@ -318,6 +324,10 @@ def request(
     or a body of another length than announced)."""
     fields = [*headers]
     if user:
+        if not _USER_RE.fullmatch(user):
+            # The daemon refuses such a name too; say so before connecting,
+            # so the caller falls back instead of failing.
+            raise ProtocolError(f"the user name {user!r} cannot be sent to a spamd server")
         fields.append(("User", user))
     fields.append(("Content-length", str(len(message))))
     head = "".join(f"{n}: {v}\r\n" for n, v in fields)

@@ -554,6 +554,10 @@ def test_filter_connect_falls_back_on_a_broken_answer(tmp_path: Path, trained: t
         b"HTTP/1.0 200 OK\r\n\r\n",
         b"SPAMD/1.5 0 EX_OK\r\nContent-length: 3\r\n\r\nabc",  # not scanned
         b"",
+        # a head cut off before its blank line: no message at all
+        b"SPAMD/1.5 0 EX_OK\r\nContent-length: 4876\r\nSpam: False ; -23.4 / 3.89\r\nVerdict: ham\r\nProbability: 0\r\nLog-odds: -23.4\r\n",
+        # a Content-length that is no number: whatever came is not the message
+        b"SPAMD/1.5 0 EX_OK\r\nContent-length: 12abc\r\nSpam: False ; -1 / 3.89\r\nVerdict: ham\r\nProbability: 0.2\r\nLog-odds: -1\r\n\r\nXYZ",
     ]
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
@@ -573,3 +577,15 @@ def test_filter_connect_falls_back_on_a_broken_answer(tmp_path: Path, trained: t
             assert (r.returncode, r.stdout) == (local.returncode, local.stdout)
             assert b"filtering in-process" in r.stderr
         t.join(HANG)
+
+
+def test_filter_connect_with_a_user_name_spamd_cannot_carry_filters_in_process(trained: tuple[str, Path]) -> None:
+    message = b"Subject: hello\n\nsome words\n"
+    with pytest.raises(ProtocolError, match="cannot be sent"):
+        spamd.request(("127.0.0.1", 9), "CHECK", message, user="jos\u00e9")
+    db, config = trained
+    args = [sys.executable, "-m", "spamfilter", "--db", db, "--config", str(config), "--user", "jos\u00e9"]
+    local = subprocess.run([*args, "filter"], input=message, capture_output=True, timeout=HANG)
+    r = subprocess.run([*args, "filter", "--connect", "127.0.0.1:9"], input=message, capture_output=True, timeout=HANG)
+    assert (r.returncode, r.stdout) == (local.returncode, local.stdout)
+    assert b"internal error" not in r.stderr
