@@ -410,9 +410,14 @@ class Server:
             self._log(request, self.pool.owner(user), "refused", None, size, started, who)
             return
         conn.settimeout(self.options.timeout)
-        with self._work, self.pool.lease(user) as (owner, f):
+        owner = self.pool.owner(user)
+        with self._work:
             try:
-                pieces, outcome, log_odds = self._answer(request, raw, f)
+                # Opening the user's model can fail too (a busy or damaged
+                # database): that is an answer with its error code, not an
+                # internal error.
+                with self.pool.lease(user) as (owner, f):
+                    pieces, outcome, log_odds = self._answer(request, raw, f)
             except SpamfilterError as exc:
                 code = _error_code(exc)
                 pieces, outcome, log_odds = [spamd.reply_head(code, text=str(exc))], f"error={code}", None
