@@ -40,6 +40,7 @@ def serve(
 
     Example: spamfilter serve --socket /run/spamfilter/spamd.sock & spamc -U /run/spamfilter/spamd.sock -c < message.eml
     """
+    # Over 60 lines: most of this command is its options' declarations.
     from spamfilter import spamd
     from spamfilter.daemon import FilterPool, Server, ServeOptions
 

@@ -42,6 +42,7 @@ def tune(
 
     Example: spamfilter tune --index corpus/index --write
     """
+    # Over 60 lines: most of this command is its options' declarations.
     s = state(ctx)
     chosen_models = models or list(EVENT_MODELS)
     for m in chosen_models:

@@ -30,6 +30,8 @@ class _Statements:
     """
 
     def __init__(self, dialect: str) -> None:
+        """Build every statement for ``dialect``: one assignment each, in one
+        flat list, which makes this longer than 60 lines on purpose."""
         insert: Any = sqlite.insert
         if dialect == "postgresql":
             # Imported only for PostgreSQL: 18 ms of every SQLite start.
