@@ -81,8 +81,10 @@ class Daemon:
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
         deadline = time.monotonic() + HANG
         while (m := re.search(r"listening on (\S+)", self.log())) is None:
-            assert self.proc.poll() is None, self.log()
-            assert time.monotonic() < deadline, "the daemon did not start"
+            if self.proc.poll() is not None or time.monotonic() >= deadline:
+                self.proc.kill()  # never left running behind a failed test
+                self.proc.wait()
+                raise AssertionError(f"the daemon did not start: {self.log()}")
             time.sleep(0.05)
         self.address = spamd.parse_address(m.group(1))
         if self.address.path:
