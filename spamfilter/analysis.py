@@ -148,7 +148,11 @@ def analyse(analyser: Analyser, items: Iterable[MailItem], jobs: int = 1, ahead:
         # went to the worker, and a message's bytes are not needed again.
         pending: deque[tuple[list[str], Future[list[Outcome | str]]]] = deque()
         for chunk in _chunks(head, it):
-            pending.append(([item.source for item in chunk], executor.submit(analyser.remote, chunk)))
+            try:
+                future = executor.submit(analyser.remote, chunk)
+            except BrokenProcessPool as exc:  # a worker died since the last answer
+                raise WorkerLost(f"a process reading mail died before it finished: {exc}") from None
+            pending.append(([item.source for item in chunk], future))
             if len(pending) >= max(3 * jobs, -(-ahead // CHUNK)):
                 yield from _collect(*pending.popleft())
         while pending:

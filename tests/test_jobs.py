@@ -104,4 +104,4 @@ def test_a_worker_that_dies_ends_the_run_with_an_error_not_a_hang(
     with pytest.raises(WorkerLost, match="died"):
         for result in analyse(Analyser(TokenizerConfig(), 1 << 20), items, 2):
             read.append(result)
-    assert 0 < len(read) <= 150 and time.monotonic() - started < 60  # a bound only against a hang
+    assert len(read) <= 150 and time.monotonic() - started < 60  # a bound only against a hang
