@@ -161,6 +161,22 @@ def analyse(analyser: Analyser, items: Iterable[MailItem], jobs: int = 1, ahead:
         executor.shutdown(wait=True, cancel_futures=True)
 
 
+def analyse_labelled(
+    analyser: Analyser, labelled: Iterable[tuple[bool, MailItem]], jobs: int = 1, ahead: int = 0
+) -> Iterator[tuple[bool, Analysed | Refusal]]:
+    """``analyse`` of (is_spam, message) pairs: each result with its label,
+    in input order."""
+    labels: deque[bool] = deque()
+
+    def items() -> Iterator[MailItem]:
+        for is_spam, item in labelled:
+            labels.append(is_spam)
+            yield item
+
+    for result in analyse(analyser, items(), jobs, ahead):
+        yield labels.popleft(), result
+
+
 def _chunks(head: list[MailItem], rest: Iterator[MailItem]) -> Iterator[list[MailItem]]:
     for start in range(0, len(head), CHUNK):
         yield head[start : start + CHUNK]

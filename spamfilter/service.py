@@ -16,7 +16,6 @@ of the last whole batch. The command line is a thin shell over this module.
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -30,7 +29,7 @@ import scipy.sparse as sp
 
 from spamfilter import model
 from spamfilter.analysis import Analysed as _Analysed
-from spamfilter.analysis import Analyser, analyse
+from spamfilter.analysis import Analyser, analyse, analyse_labelled
 from spamfilter.analysis import Refusal as Refusal
 from spamfilter.cache import CacheKey, CountCache, ModelView
 from spamfilter.config import Config, counts_occurrences, default_db_url, default_location_url
@@ -238,9 +237,6 @@ class Filter:
         """The message's tokens; raises ``MailParseError`` if it is not mail."""
         return self.analyser.tokens(item)
 
-    def _analyse(self, items: Sequence[MailItem]) -> list[_Analysed | Refusal]:
-        return [self.analyser.one(item) for item in items]
-
     # -- training -----------------------------------------------------------
 
     def train(self, labelled: Iterable[tuple[bool, MailItem]]) -> TrainSummary:
@@ -254,15 +250,8 @@ class Filter:
 
     def _read_labelled(self, labelled: Iterable[tuple[bool, MailItem]]) -> Iterator[tuple[Label, _Analysed | Refusal]]:
         """Each (is_spam, message) read on ``self.jobs`` processes, in order."""
-        labels: deque[Label] = deque()
-
-        def items() -> Iterator[MailItem]:
-            for is_spam, item in labelled:
-                labels.append(Label.of(is_spam))
-                yield item
-
-        for result in analyse(self.analyser, items(), self.jobs, self.config.store.batch_size):
-            yield labels.popleft(), result
+        for is_spam, result in analyse_labelled(self.analyser, labelled, self.jobs, self.config.store.batch_size):
+            yield Label.of(is_spam), result
 
     def _train(self, labelled: Iterable[tuple[bool, MailItem]], *, relabel: bool) -> TrainSummary:
         total = TrainSummary()

@@ -8,14 +8,14 @@ under the loss matrix; the cutoffs come from ``best_cutoffs``.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy.special import log_expit
 
 from spamfilter import model as nb
-from spamfilter.analysis import Analysed, Analyser, analyse
+from spamfilter.analysis import Analysed, Analyser, analyse_labelled
 from spamfilter.config import Config
 from spamfilter.counts import ClassCounts, IntArray
 from spamfilter.errors import EvaluationError
@@ -267,20 +267,13 @@ def _read(
     """The token counts and labels of the messages that read as mail, read on
     ``jobs`` processes through ``reading``."""
     stream = reading(labelled) if reading is not None else labelled
-    labels_in: list[bool] = []
-
-    def items() -> Iterator[MailItem]:
-        for is_spam, item in stream:
-            labels_in.append(is_spam)
-            yield item
-
     docs: list[dict[str, int]] = []
     labels: list[bool] = []
     analyser = Analyser(config.tokenizer, config.tokenizer.max_bytes)
-    for i, result in enumerate(analyse(analyser, items(), jobs)):
+    for is_spam, result in analyse_labelled(analyser, stream, jobs):
         if isinstance(result, Analysed):
             docs.append(result.counts)
-            labels.append(labels_in[i])
+            labels.append(is_spam)
     return docs, labels
 
 

@@ -151,7 +151,7 @@ def test_online_learning_keeps_the_copy_exact(
         # once (a token new to the model is trained at once, and the copy
         # takes its counts from the write), where reading afresh read the
         # common ones at every step.
-        distinct = set().union(*(cached.tokens(item) for _, item in steps if isinstance(cached._analyse([item])[0], _Analysed)))
+        distinct = set().union(*(cached.tokens(item) for _, item in steps if isinstance(cached.analyser.one(item), _Analysed)))
         assert warm_reads == len(distinct) < reads.tokens - warm_reads
 
 

@@ -37,9 +37,9 @@ class TableOrJson(str, Enum):
     json = "json"
 
 
-def default_jobs() -> int:
-    """Processes that read mail in long runs: one per core."""
-    return os.cpu_count() or 1
+def jobs_or_default(jobs: int | None) -> int:
+    """The processes that read mail in a long run: ``--jobs``, or one per core."""
+    return jobs if jobs is not None else (os.cpu_count() or 1)
 
 
 #: The --jobs option of the commands that read many messages (None: one
@@ -65,7 +65,7 @@ def open_filter(
     ``jobs`` processes (None: one per core); ``write_deadline``: see
     ``Filter.open``."""
     s = state(ctx)
-    jobs = default_jobs() if jobs is None else jobs
+    jobs = jobs_or_default(jobs)
     with Filter.open(
         s.config, s.db_url, s.user, create=create, create_dirs=s.create_dirs, jobs=jobs, write_deadline=write_deadline
     ) as f:

@@ -13,7 +13,7 @@ import numpy as np
 import typer
 
 from spamfilter.cli import app, exitcodes, state
-from spamfilter.cli._common import Jobs, TableOrJson, default_jobs, index_length, progress
+from spamfilter.cli._common import Jobs, TableOrJson, jobs_or_default, index_length, progress
 from spamfilter.evaluation import EvalReport, Scored, run_cross_validation, run_online
 from spamfilter.counts import Label
 from spamfilter.mail import read_index
@@ -118,7 +118,7 @@ def evaluate(
     if protocol is Protocol.online:
         report, scored = run_online(
             s.config, progress(labelled, "evaluating", total), train_mode=train_mode, url=s.db_url,
-            jobs=default_jobs() if jobs is None else jobs, window=window,
+            jobs=jobs_or_default(jobs), window=window,
         )
     else:
         stream = list(labelled)

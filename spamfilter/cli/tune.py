@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from spamfilter.cli import app, state
-from spamfilter.cli._common import Jobs, TableOrJson, default_jobs, index_length, progress
+from spamfilter.cli._common import Jobs, TableOrJson, jobs_or_default, index_length, progress
 from spamfilter.config import EVENT_MODELS, default_config_path, update_config_file
 from spamfilter import tuning
 from spamfilter.mail import read_index
@@ -60,7 +60,7 @@ def tune(
         bigram_options=[s.config.tokenizer.bigrams, not s.config.tokenizer.bigrams] if try_bigrams else None,
         holdout=holdout,
         max_tokens_options=max_tokens,
-        jobs=default_jobs() if jobs is None else jobs,
+        jobs=jobs_or_default(jobs),
         reading=lambda labelled: progress(labelled, "reading", total),
     )
     best = candidates[0]

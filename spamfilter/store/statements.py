@@ -9,7 +9,6 @@ from sqlalchemy.dialects import sqlite
 
 from spamfilter.store.schema import (
     class_totals,
-    doc_histogram,
     feature_stats,
     imap_folders,
     imap_messages,
@@ -40,14 +39,6 @@ class _Statements:
             insert = postgresql.insert
         keys: sa.BindParameter[list[str]] = sa.bindparam("keys", expanding=True)
         own: sa.BindParameter[str] = sa.bindparam("own")
-        self.class_totals = sa.select(
-            class_totals.c.label, class_totals.c.messages, class_totals.c.terms, class_totals.c.binary_terms
-        ).where(class_totals.c.owner == own)
-        self.histogram = (
-            sa.select(doc_histogram.c.label, doc_histogram.c.doc_count, doc_histogram.c.tokens)
-            .where(doc_histogram.c.owner == own)
-            .order_by(doc_histogram.c.label, doc_histogram.c.doc_count)
-        )
         self.versions = sa.select(model_versions.c.owner, model_versions.c.version).where(model_versions.c.owner.in_(keys))
         self.labels = sa.select(messages.c.digest, messages.c.label).where((messages.c.owner == own) & messages.c.digest.in_(keys))
         self.take_ledger = (
