@@ -346,16 +346,18 @@ class Filter:
         for the cache to follow if it holds the model as it was just before.
 
         The cache is kept only when this write is the one change between
-        the versions: the owner's version went up by exactly one (no other
-        process wrote in between) and the model that classifies this user's
-        mail was and still is the user's own counts alone (the shared model
-        of "fallback" or "merge" is not updated in place, it is read again).
+        the versions: the owner's version went up by exactly one from the
+        one the cache holds (no other process wrote in between, so the
+        versions need not be read again here) and the model that classifies
+        this user's mail was and still is the user's own counts alone (the
+        shared model of "fallback" or "merge" is not updated in place, it is
+        read again).
         """
         candidates = self._model_owners(tx.owner)
-        before: CacheKey | None = (candidates, tx.versions(candidates)) if self.cache.key is not None else None
+        before: CacheKey | None = self.cache.key
         own_before = self.cache.view is not None and self.cache.view.owners == (tx.owner,)
         written = delta.apply(tx)
-        if written is None or before is None or not self.cache.valid_for(before):
+        if written is None or before is None or before[0] != candidates:
             return
         own = candidates.index(tx.owner)
         assert self.cache.view is not None
