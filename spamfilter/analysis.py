@@ -16,13 +16,14 @@ here: starting workers costs more than it saves.
 
 from __future__ import annotations
 
-import multiprocessing
-from concurrent.futures import Future, ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from itertools import islice
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 from spamfilter.config import TokenizerConfig
 from spamfilter.errors import MailParseError, WorkerLost
@@ -142,6 +143,12 @@ def analyse(analyser: Analyser, items: Iterable[MailItem], jobs: int = 1, ahead:
         yield from map(analyser.one, head)
         yield from map(analyser.one, it)
         return
+    # Imported here: a delivery filter reads one message and never needs a
+    # pool (the two modules cost 11 ms of every start).
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
     executor = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("fork"))
     try:
         # Only the sources wait here with their chunk's future: the bytes
@@ -185,6 +192,8 @@ def _chunks(head: list[MailItem], rest: Iterator[MailItem]) -> Iterator[list[Mai
 
 
 def _collect(sources: list[str], result: Future[list[Outcome | str]]) -> Iterator[Analysed | Refusal]:
+    from concurrent.futures.process import BrokenProcessPool
+
     try:
         outcomes = result.result()
     except BrokenProcessPool as exc:
