@@ -14,12 +14,15 @@ import os
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any, Literal, get_args
 
 from spamfilter.errors import ConfigError
 
 EventModel = Literal["bernoulli", "multinomial", "multinomial-binary"]
 EVENT_MODELS: tuple[str, ...] = get_args(EventModel)
+Dependence = Literal["none", "spode", "aode"]
+DEPENDENCES: tuple[str, ...] = get_args(Dependence)
 
 
 # The event models' two differences that matter outside the maths of
@@ -94,6 +97,16 @@ class ModelConfig:
     #: (``model.feature_log_odds``), scaled by feature_weight.
     features: bool = False
     feature_weight: float = 1.0
+    #: "none": naive Bayes; "aode"/"spode": one-dependence estimators over
+    #: parent tokens (``spamfilter.aode``), with aode_parents parents (SPODE:
+    #: one) and pairs counted with aode_children child tokens, the support
+    #: threshold m' = aode_min_support, chosen again when the ledger has
+    #: grown reselect_growth times (0: only by ``db reselect``).
+    dependence: Dependence = "none"
+    aode_parents: int = 200
+    aode_children: int = 5000
+    aode_min_support: int = 30
+    reselect_growth: float = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,6 +321,20 @@ def _overlay(default: Any, table: dict[str, Any], where: str) -> Any:
     return replace(default, **values)
 
 
+def _validate_dependence(config: Config, need: Callable[[bool, str, str, object], None]) -> None:
+    """The one-dependence keys of [model] (see ``validate``)."""
+    m, s = config.model, config.store
+    need(m.dependence in DEPENDENCES, "model.dependence", f"must be one of {', '.join(DEPENDENCES)}", m.dependence)
+    need(1 <= m.aode_parents <= 10_000, "model.aode_parents", "must be between 1 and 10000", m.aode_parents)
+    need(m.aode_parents <= m.aode_children <= 1_000_000, "model.aode_children", "must be between aode_parents and 1000000", m.aode_children)
+    need(m.aode_min_support >= 1, "model.aode_min_support", "must be >= 1", m.aode_min_support)
+    need(m.reselect_growth == 0 or 1.0 < m.reselect_growth <= 100.0, "model.reselect_growth", "must be 0 (only db reselect) or between 1 and 100", m.reselect_growth)
+    if m.dependence != "none":
+        need(m.event_model == "multinomial-binary", "model.dependence", 'needs event_model = "multinomial-binary"', m.dependence)
+        need(m.token_cap == 0, "model.dependence", "does not combine with token_cap", m.dependence)
+        need(s.shared_model != "merge", "model.dependence", 'does not combine with store.shared_model = "merge"', m.dependence)
+
+
 def validate(config: Config, origin: str = "config") -> None:
     """Raise ``ConfigError`` for any value out of its range."""
 
@@ -323,6 +350,7 @@ def validate(config: Config, origin: str = "config") -> None:
     need(0 <= m.max_tokens <= 100_000, "model.max_tokens", "must be between 0 (every token) and 100000", m.max_tokens)
     need(0.0 <= m.token_cap <= 50.0, "model.token_cap", "must be between 0 (no cap) and 50", m.token_cap)
     need(0.0 <= m.feature_weight <= 10.0, "model.feature_weight", "must be between 0 and 10", m.feature_weight)
+    _validate_dependence(config, need)
     need(d.cost_ham_as_spam > 0, "decision.cost_ham_as_spam", "must be > 0", d.cost_ham_as_spam)
     need(d.cost_spam_as_ham > 0, "decision.cost_spam_as_ham", "must be > 0", d.cost_spam_as_ham)
     need(d.cost_unsure >= 0, "decision.cost_unsure", "must be >= 0", d.cost_unsure)

@@ -1,6 +1,7 @@
-"""Maintenance of a user's model: ``check``, ``prune``, ``vacuum``, and the
-counts file (``export_counts`` / ``import_counts``), over the store a
-``Filter`` uses (``spamfilter db check | prune | vacuum | export | import``).
+"""Maintenance of a user's model: ``check``, ``prune``, ``reselect``,
+``vacuum``, and the counts file (``export_counts`` / ``import_counts``), over
+the store a ``Filter`` uses (``spamfilter db check | prune | reselect |
+vacuum | export | import``).
 
     from spamfilter.config import load_config
     from spamfilter.maintenance import Maintenance
@@ -21,7 +22,8 @@ from typing import BinaryIO, TextIO
 
 import numpy as np
 
-from spamfilter import model
+from spamfilter import dependence, model
+from spamfilter.config import ModelConfig
 from spamfilter.counts import ClassCounts, IntArray, Label, TokenCounts
 from spamfilter.errors import CountsFileError, StoreError
 from spamfilter.store import Store
@@ -154,6 +156,18 @@ class Maintenance:
             dry_run=dry_run,
             checkpointed=checkpointed,
         )
+
+    def reselect(self, m: ModelConfig) -> dependence.Selection:
+        """Choose the one-dependence parents and children for ``m`` (its
+        ``dependence``, ``aode_parents``, ``aode_children`` and
+        ``aode_min_support``) from the counts, and rebuild their pair counts
+        from the ledger, in one transaction (``spamfilter db reselect``);
+        with ``dependence = "none"`` drop them."""
+        with self.store.begin() as tx:
+            if m.dependence == "none":
+                tx.pairs.clear()
+                return dependence.Selection([], 0, int(tx.ledger_counts().sum()), 0)
+            return dependence.reselect(tx, dependence.parents_of(m), m.aode_children, m.aode_min_support)
 
     def vacuum(self) -> VacuumSummary:
         """Give the database's free space back (``spamfilter db vacuum``);

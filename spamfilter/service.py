@@ -27,11 +27,12 @@ import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
 
-from spamfilter import model
+from spamfilter import aode, dependence, model
 from spamfilter.analysis import Analysed as _Analysed
 from spamfilter.analysis import Analyser, analyse, analyse_labelled
 from spamfilter.analysis import Refusal as Refusal
 from spamfilter.cache import CacheKey, CountCache, ModelView
+from spamfilter.delta import CountDelta
 from spamfilter.config import Config, counts_occurrences, default_db_url, default_location_url
 from spamfilter.counts import ClassCounts, Decision, FeatureStats, Label, TokenCounts, Totals
 from spamfilter.errors import NotTrainedError
@@ -146,6 +147,8 @@ class _Fitted:
     X: sp.csr_matrix
     #: The feature densities with ``[model] features``, else None.
     gaussian: model.GaussianParams | None = None
+    #: The one-dependence counts of X's columns with ``[model] dependence``, else None.
+    pairs: aode.PairCounts | None = None
 
 
 def batched(items: Iterable[T], size: int) -> Iterator[list[T]]:
@@ -286,13 +289,15 @@ class Filter:
         # A relabelled message is untrained with exactly the counts (and
         # features) recorded when it was trained, then trained afresh with
         # its new label.
-        delta = _Delta()
+        delta = CountDelta()
         for old in tx.take_messages(moving):
             delta.add(old.label, old.token_counts, -1, old.features)
         for label, a in add.values():
             delta.add(label, a.counts, +1, a.features)
         self._apply(tx, delta)
         tx.record_messages([(d, label, a.counts, a.features) for d, (label, a) in add.items()])
+        # With the batch in the ledger: a new choice of parents counts it.
+        dependence.reselect_if_due(tx, self.config.model)
         new_labels = [label for d, (label, _) in add.items() if d not in moving]
         return TrainSummary(
             trained_ham=new_labels.count(model.HAM),
@@ -316,7 +321,7 @@ class Filter:
                     # a second process forgetting the same message at once
                     # gets nothing back and subtracts nothing.
                     removed = tx.take_messages(digests)
-                    delta = _Delta()
+                    delta = CountDelta()
                     for old in removed:
                         delta.add(old.label, old.token_counts, -1, old.features)
                     self._apply(tx, delta)
@@ -341,7 +346,7 @@ class Filter:
         if update is not None:
             update()
 
-    def _apply(self, tx: StoreTransaction, delta: _Delta) -> None:
+    def _apply(self, tx: StoreTransaction, delta: CountDelta) -> None:
         """Write ``delta`` in ``tx`` (a ``_write_transaction``), and arrange
         for the cache to follow if it holds the model as it was just before.
 
@@ -394,6 +399,8 @@ class Filter:
         """
         # Inside the caller's transaction if it has one (online learning),
         # else in a read transaction of its own.
+        m = self.config.model
+        binary = not counts_occurrences(m.event_model)
         with nullcontext(tx) if tx is not None else self.store.begin(write=False) as reader:
             view = self._cached_model(reader)
             missing = self.cache.make_room(docs)
@@ -402,13 +409,15 @@ class Filter:
                 for other in view.owners[1:]:
                     counts = counts + reader.token_counts(missing, owner=other)
                 self.cache.add(missing, counts)
-            gaussian = self._gaussian(reader, view.owners) if self.config.model.features else None
-        held = self.cache.rows()
-        binary = not counts_occurrences(self.config.model.event_model)
-        X, ids = indexed_matrix(docs, self.cache.index, held.known(), binary=binary)
+            gaussian = self._gaussian(reader, view.owners) if m.features else None
+            held = self.cache.rows()
+            X, ids = indexed_matrix(docs, self.cache.index, held.known(), binary=binary)
+            pairs = None
+            if m.dependence != "none":
+                pairs = dependence.pair_counts(reader, view.owners[0], [self.cache.tokens[i] for i in ids.tolist()])
         token_counts = held.take(ids)
-        params = model.estimate(self.config.model.event_model, token_counts, view.totals, self.config.model.alpha)
-        return _Fitted(ids, token_counts, view.totals, params, X, gaussian)
+        params = model.estimate(m.event_model, token_counts, view.totals, m.alpha)
+        return _Fitted(ids, token_counts, view.totals, params, X, gaussian, pairs)
 
     @staticmethod
     def _gaussian(reader: StoreTransaction, owners: tuple[str, ...]) -> model.GaussianParams:
@@ -468,6 +477,8 @@ class Filter:
         fitted = self._fit([a.counts for a in analysed], tx)
         m = self.config.model
         odds = model.log_odds(model.joint_log_likelihood(fitted.X, fitted.params, m.tempering, m.min_evidence, m.max_tokens, m.token_cap))
+        if fitted.pairs is not None:
+            odds = self._dependence_odds(fitted, odds)
         if fitted.gaussian is not None:
             odds = odds + self.feature_terms(fitted, analysed).sum(axis=1)
         probability = model.spam_probability(odds)
@@ -476,6 +487,18 @@ class Filter:
             Verdict(a.source, a.digest, float(p), float(lo), Decision.of_code(int(v)))
             for a, p, lo, v in zip(analysed, probability, odds, decision)
         ]
+
+    def _dependence_odds(self, fitted: _Fitted, naive: model.FloatArray) -> model.FloatArray:
+        """The one-dependence log-odds of the batch where a parent value has
+        support, naive Bayes's elsewhere."""
+        assert fitted.pairs is not None
+        m = self.config.model
+        X = model.evidence_features(fitted.X, fitted.params, m.min_evidence, m.max_tokens)
+        jll, covered = aode.joint_log_likelihood(
+            X, fitted.counts.doc_count, fitted.stats.classes, fitted.stats.vocabulary_size, fitted.pairs,
+            m.alpha, m.tempering, m.aode_min_support,
+        )
+        return np.where(covered, jll[:, 1] - jll[:, 0], naive)
 
     # -- learning online ----------------------------------------------------
 
@@ -544,70 +567,6 @@ class Filter:
             alpha=self.config.model.alpha,
             user=self.store.owner,
         )
-
-
-class _Delta:
-    """Accumulates the count changes of a batch for one write to the store.
-
-    Messages are only listed as they come; ``apply`` sums them with numpy
-    (``bincount`` over token ids), with no Python loop over their tokens: a
-    dict-of-lists loop here was a tenth of the training time.
-    """
-
-    def __init__(self) -> None:
-        self.labels: list[int] = []
-        self.signs: list[int] = []
-        self.docs: list[dict[str, int]] = []
-        self.features: FeatureStats | None = None
-
-    def add(self, label: int, counts: dict[str, int], sign: int, features: tuple[int, ...] = ()) -> None:
-        """Train (sign +1) or untrain (-1) one message's token counts and
-        its feature vector (none for a message trained before the feature
-        sums existed: it is in none of them)."""
-        self.labels.append(label)
-        self.signs.append(sign)
-        self.docs.append(counts)
-        if features:
-            change = FeatureStats.of_message(label, features, sign)
-            self.features = change if self.features is None else self.features + change
-
-    def sums(self) -> tuple[list[str], TokenCounts, ClassCounts]:
-        """The tokens whose counts change, the change (2, m), and the class totals' change."""
-        docs = self.docs
-        unique = list(dict.fromkeys(chain.from_iterable(docs)))
-        index = dict(zip(unique, range(len(unique))))
-        lengths = np.fromiter(map(len, docs), dtype=np.int64, count=len(docs))
-        total = int(lengths.sum())
-        ids = np.fromiter(map(index.__getitem__, chain.from_iterable(docs)), dtype=np.int64, count=total)
-        values = np.fromiter(chain.from_iterable(d.values() for d in docs), dtype=np.int64, count=total)
-        labels = np.asarray(self.labels, dtype=np.int64)
-        signs = np.asarray(self.signs, dtype=np.int64)
-        slot = np.repeat(labels, lengths) * len(unique) + ids
-        sign_of = np.repeat(signs, lengths)
-        doc_count = np.bincount(slot, weights=sign_of, minlength=2 * len(unique))
-        term_count = np.bincount(slot, weights=sign_of * values, minlength=2 * len(unique))
-        delta = TokenCounts(
-            np.rint(doc_count).astype(np.int64).reshape(2, -1), np.rint(term_count).astype(np.int64).reshape(2, -1)
-        )
-        per_message_terms = np.fromiter((sum(d.values()) for d in docs), dtype=np.int64, count=len(docs))
-        classes = ClassCounts(
-            np.bincount(labels, weights=signs, minlength=2).astype(np.int64),
-            np.rint(np.bincount(labels, weights=signs * per_message_terms, minlength=2)).astype(np.int64),
-            np.bincount(labels, weights=signs * lengths, minlength=2).astype(np.int64),
-        )
-        changed = np.flatnonzero(delta.doc_count.any(axis=0) | delta.term_count.any(axis=0))
-        return [unique[j] for j in changed.tolist()], delta.take(changed), classes
-
-    def apply(self, tx: StoreTransaction) -> CountsWritten | None:
-        """Write the sums in ``tx``; None when nothing changes."""
-        if not self.docs:
-            return None
-        if self.features is not None and self.features.any():
-            tx.add_feature_stats(self.features)
-        token_list, delta, classes = self.sums()
-        if not token_list and not classes.any():
-            return None
-        return tx.add_counts_clipped(token_list, delta, classes)
 
 
 def _database(url: str | None, config: Config) -> tuple[str, bool]:

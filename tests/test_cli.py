@@ -218,8 +218,8 @@ def test_old_schema_exits_76_and_db_upgrade_fixes_it(runner: CliRunner, trained:
     engine.dispose()
     result = runner.invoke(app, ["--db", trained, "db", "upgrade"])
     assert result.exit_code == 0
-    assert result.stdout.strip() == "schema upgraded from empty to revision 0005"
-    assert runner.invoke(app, ["--db", trained, "db", "upgrade"]).stdout.strip() == "schema already at revision 0005"
+    assert result.stdout.strip() == "schema upgraded from empty to revision 0006"
+    assert runner.invoke(app, ["--db", trained, "db", "upgrade"]).stdout.strip() == "schema already at revision 0006"
 
 
 def test_unreachable_database_exits_74(runner: CliRunner) -> None:

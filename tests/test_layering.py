@@ -9,11 +9,15 @@ layer before it can go in. From the bottom up:
    cross from store to model; nothing); ``headers`` (the header fields the
    filter writes, which mail and tokenizer both know; nothing); ``retry``
    (trying a busy transaction again; errors only).
-1. Leaves: ``mail``, ``tokenizer``, ``vectorizer``, ``model``, ``store``,
+1. Leaves: ``mail``, ``tokenizer``, ``vectorizer``, ``model``, ``aode``
+   (one-dependence estimators, the maths only), ``store``,
    ``imap``, ``plots``, ``cache``, ``spamd`` (the spamd protocol, standard
    library only) import only errors, config and counts,
-   never each other; ``model`` does no I/O; only ``store`` imports SQLAlchemy.
-2. ``analysis`` (reading mail, here or in worker processes) over mail,
+   never each other; ``model`` and ``aode`` do no I/O; only ``store``
+   imports SQLAlchemy.
+2. ``dependence`` (keeping and reading the one-dependence counts) over
+   store and aode; ``delta`` (a batch's count change) over store and
+   dependence; ``analysis`` (reading mail, here or in worker processes) over mail,
    tokenizer and vectorizer; ``service`` over it, the cache and the leaves
    (``maintenance``, ``insight`` (top words, explain) and ``imapstate``,
    the IMAP sync's records and transactions, beside it);
@@ -34,8 +38,8 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "spamfilter"
 
 BASE = frozenset({"errors", "config", "counts", "headers"})
-LEAVES = frozenset({"mail", "tokenizer", "vectorizer", "model", "store", "imap", "plots", "cache", "spamd"})
-_SERVICE = BASE | {"mail", "tokenizer", "vectorizer", "model", "store", "cache", "analysis", "retry"}
+LEAVES = frozenset({"mail", "tokenizer", "vectorizer", "model", "aode", "store", "imap", "plots", "cache", "spamd"})
+_SERVICE = BASE | {"mail", "tokenizer", "vectorizer", "model", "aode", "store", "cache", "analysis", "retry", "dependence"}
 
 #: module -> the package modules it may import ("__init__" is the package itself).
 ALLOWED: dict[str, frozenset[str]] = {
@@ -48,9 +52,13 @@ ALLOWED: dict[str, frozenset[str]] = {
     "retry": frozenset({"errors"}),
     **{leaf: BASE for leaf in LEAVES},
     "analysis": BASE | {"mail", "tokenizer", "vectorizer"},
-    "service": _SERVICE,
+    # The one-dependence counts between the store and the aode maths.
+    "dependence": BASE | {"store", "aode"},
+    # A batch's count change, written through the store.
+    "delta": BASE | {"store", "dependence"},
+    "service": _SERVICE | {"delta"},
     # Beside service: may use it, never the reverse.
-    "maintenance": BASE | {"store", "model", "service"},
+    "maintenance": BASE | {"store", "model", "service", "dependence"},
     "evaluation": _SERVICE | {"service"},
     "tuning": _SERVICE | {"evaluation"},
     # Beside service, like maintenance: the IMAP sync's state, its transactions.
@@ -67,7 +75,8 @@ ALLOWED: dict[str, frozenset[str]] = {
 
 #: Modules that may not import SQLAlchemy, or anything doing I/O.
 SQL_MODULES = frozenset({"store"})
-NO_IO = {"model": frozenset({"os", "io", "pathlib", "sqlite3", "sqlalchemy", "shutil", "socket"})}
+_IO = frozenset({"os", "io", "pathlib", "sqlite3", "sqlalchemy", "shutil", "socket"})
+NO_IO = {"model": _IO, "aode": _IO}
 
 
 def imports(path: Path) -> set[str]:

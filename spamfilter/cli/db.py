@@ -138,6 +138,29 @@ def prune(
 
 
 @db_app.command()
+def reselect(ctx: typer.Context) -> None:
+    """Choose the parent and child tokens of the one-dependence model
+    ([model] dependence, aode_parents, aode_children, aode_min_support) from
+    the counts, and rebuild their pair counts from the trained messages, in
+    one transaction. With dependence = "none" the pair counts are dropped.
+
+    Training also chooses again, once the trained messages have grown
+    [model] reselect_growth times since the last choice.
+
+    Example: spamfilter db reselect
+    """
+    with open_filter(ctx, create=False) as f:
+        s = Maintenance(f.store).reselect(f.config.model)
+    if not s.parents:
+        typer.echo(f"no parents for {_whose(f.store.owner)}: one-dependence counts dropped ({s.messages} trained messages)")
+        return
+    typer.echo(
+        f"chose {len(s.parents)} parent(s) and {s.children} child tokens for {_whose(f.store.owner)}: "
+        f"{s.pairs} pair counts from {s.messages} trained messages"
+    )
+
+
+@db_app.command()
 def vacuum(ctx: typer.Context) -> None:
     """Give the space of deleted rows back to the file system (SQLite VACUUM;
     PostgreSQL VACUUM ANALYZE), for every user's model.

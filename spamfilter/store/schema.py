@@ -8,7 +8,7 @@ import sqlalchemy as sa
 
 #: The Alembic head this code reads and writes; tests check it is the
 #: migrations' head. Kept as a constant so opening a store needs no Alembic import.
-SCHEMA_REVISION = "0005"
+SCHEMA_REVISION = "0006"
 
 metadata = sa.MetaData()
 
@@ -76,6 +76,48 @@ feature_stats = sa.Table(
     sa.Column("n", sa.BigInteger(), nullable=False, server_default="0"),
     sa.Column("total", sa.BigInteger(), nullable=False, server_default="0"),
     sa.Column("total_sq", sa.BigInteger(), nullable=False, server_default="0"),
+)
+
+# One-dependence counts (``spamfilter.aode``): the parents chosen by
+# ``db reselect`` with D[c,p] and N[c,p], the child tokens, and D[c,p,j] for
+# each parent p and child j seen together, over the messages in the ledger.
+aode_parents = sa.Table(
+    "aode_parents",
+    metadata,
+    sa.Column("owner", sa.Text(), primary_key=True),
+    sa.Column("token", sa.Text(), primary_key=True),
+    sa.Column("ham_docs", sa.BigInteger(), nullable=False, server_default="0"),
+    sa.Column("spam_docs", sa.BigInteger(), nullable=False, server_default="0"),
+    sa.Column("ham_terms", sa.BigInteger(), nullable=False, server_default="0"),
+    sa.Column("spam_terms", sa.BigInteger(), nullable=False, server_default="0"),
+    sqlite_with_rowid=False,
+)
+
+aode_pairs = sa.Table(
+    "aode_pairs",
+    metadata,
+    sa.Column("owner", sa.Text(), primary_key=True),
+    sa.Column("token", sa.Text(), primary_key=True),
+    sa.Column("parent", sa.Text(), primary_key=True),
+    sa.Column("ham_docs", sa.BigInteger(), nullable=False, server_default="0"),
+    sa.Column("spam_docs", sa.BigInteger(), nullable=False, server_default="0"),
+    sqlite_with_rowid=False,
+)
+
+aode_children = sa.Table(
+    "aode_children",
+    metadata,
+    sa.Column("owner", sa.Text(), primary_key=True),
+    sa.Column("token", sa.Text(), primary_key=True),
+    sqlite_with_rowid=False,
+)
+
+aode_selection = sa.Table(
+    "aode_selection",
+    metadata,
+    sa.Column("owner", sa.Text(), primary_key=True),
+    sa.Column("messages", sa.BigInteger(), nullable=False),
+    sa.Column("selected_at", sa.DateTime(timezone=True), nullable=False),
 )
 
 imap_folders = sa.Table(

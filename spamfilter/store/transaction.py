@@ -12,10 +12,11 @@ import numpy as np
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from spamfilter.counts import HAM, SPAM, ClassCounts, FeatureStats, TokenCounts, Totals
+from spamfilter.counts import HAM, SPAM, ClassCounts, FeatureStats, IntArray, TokenCounts, Totals
 from spamfilter.errors import StoreError
 from spamfilter.store.backends import _CountSQL, _PgCountSQL, _SqliteCountSQL
 from spamfilter.store.ledger import pack_ledger_entry, unpack_features, unpack_token_counts
+from spamfilter.store.pairs import PairTables
 from spamfilter.store.schema import (
     _CHUNK,
     COUNT_COLUMNS,
@@ -377,6 +378,22 @@ class StoreTransaction:
         for label, blob in self.conn.execute(query, execution_options={"stream_results": True, "yield_per": chunk}):
             yield int(label), unpack_token_counts(blob)
 
+    @property
+    def pairs(self) -> PairTables:
+        """This owner's one-dependence counts (``spamfilter.store.pairs``)."""
+        return self.pairs_of(self.owner)
+
+    def pairs_of(self, owner: str) -> PairTables:
+        """The one-dependence counts of ``owner``'s model."""
+        return PairTables(self.conn, owner)
+
+    def ledger_counts(self) -> IntArray:
+        """Messages per class the ledger holds, (2,): the class totals less the untracked."""
+        messages_ = np.zeros(2, dtype=np.int64)
+        for label, m, _, _ in self.counts_sql.select_totals(self.owner):
+            messages_[label] = m
+        return messages_ - self.untracked().messages
+
     def untracked(self) -> ClassCounts:
         """What the ledger does not account for in this owner's class totals
         (see the module docstring): zeros for a store never pruned or
@@ -500,6 +517,7 @@ class StoreTransaction:
         self.conn.execute(sa.delete(class_totals).where(class_totals.c.owner == own))
         self.conn.execute(sa.delete(untracked_totals).where(untracked_totals.c.owner == own))
         self.conn.execute(sa.delete(feature_stats).where(feature_stats.c.owner == own))
+        self.pairs.clear()
         self.counts_sql.bump_version(own)
 
 

@@ -1,0 +1,172 @@
+"""One-dependence counts in the store: kept exactly by training, forget and
+mark, rebuilt by reselect, chosen on schedule, and scored as the maths says."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from spamfilter import aode, dependence
+from spamfilter.cli import app
+from spamfilter.config import Config, ConfigError, ModelConfig, StoreConfig, validate
+from spamfilter.mail import MailItem
+from spamfilter.mail.sources import read_messages
+from spamfilter.maintenance import Maintenance
+from spamfilter.service import Filter, Verdict
+from tests.test_aode import loop_log_likelihood
+from tests.test_service import query
+
+AODE = {"dependence": "aode", "aode_parents": 12, "aode_children": 300, "aode_min_support": 3, "reselect_growth": 0.0}
+
+
+def sample_mail(sample: Path) -> tuple[list[tuple[bool, MailItem]], list[MailItem]]:
+    spam = list(read_messages([str(sample / "train-spam.mbox")]))
+    ham = list(read_messages([str(sample / "train-ham.mbox")]))
+    labelled = [pair for two in zip([(True, m) for m in spam], [(False, m) for m in ham]) for pair in two]
+    return labelled, list(read_messages([str(sample / "inbox.mbox")]))
+
+
+def open_aode(url: str, batch_size: int = 200, **model: object) -> Filter:
+    m = replace(ModelConfig(), **{**AODE, **model})  # type: ignore[arg-type]
+    return Filter.open(Config(store=StoreConfig(url=url, batch_size=batch_size), model=m))
+
+
+def tables(f: Filter) -> dict[str, list[tuple[object, ...]]]:
+    return {
+        "parents": query(f.store, "SELECT token, ham_docs, spam_docs, ham_terms, spam_terms FROM aode_parents ORDER BY token"),
+        "children": query(f.store, "SELECT token FROM aode_children ORDER BY token"),
+        "pairs": query(f.store, "SELECT token, parent, ham_docs, spam_docs FROM aode_pairs ORDER BY token, parent"),
+    }
+
+
+def test_forget_and_mark_restore_the_pairs_exactly(any_db_url: str, sample: Path) -> None:
+    labelled, _ = sample_mail(sample)
+    with open_aode(any_db_url, batch_size=7) as f:
+        f.train(labelled[:80])
+        chosen = Maintenance(f.store).reselect(f.config.model)
+        assert len(chosen.parents) == 12 and chosen.messages == 80 and chosen.pairs > 0
+        rebuilt = tables(f)
+        assert len(rebuilt["children"]) == chosen.children
+        f.train(labelled[80:])  # seven at a time
+        assert tables(f) != rebuilt
+        before = tables(f)
+        f.forget([m for _, m in labelled[:30]])
+        assert tables(f) != before
+        f.train(labelled[:30])
+        assert tables(f) == before
+        f.mark([(not is_spam, m) for is_spam, m in labelled[:5]])
+        moved = tables(f)
+        assert moved != before
+        f.mark(labelled[:5])
+        assert tables(f) == before
+
+
+def test_incremental_counts_equal_a_rebuild_for_the_same_parents(tmp_path: Path, sample: Path) -> None:
+    labelled, _ = sample_mail(sample)
+    with open_aode(f"sqlite:///{tmp_path / 'a.db'}", batch_size=1) as f:
+        f.train(labelled[:60])
+        Maintenance(f.store).reselect(f.config.model)
+        f.train(labelled[60:])
+        incremental = tables(f)
+        # rebuild the same parents and children from the whole ledger
+        with f.store.begin() as tx:
+            parents = [r[0] for r in incremental["parents"]]
+            children = {r[0] for r in incremental["children"]}
+            docs, labels = zip(*[(counts, label) for label, counts in tx.iter_ledger()])
+            parent_rows, pair_rows = dependence.pair_sums(sorted(parents), children, list(docs), list(labels), [1] * len(docs))
+        assert sorted(parent_rows) == [r for r in incremental["parents"] if any(r[1:])]
+        assert sorted(pair_rows) == incremental["pairs"]
+
+
+def test_scores_are_the_formulas_over_the_trained_messages(tmp_path: Path, sample: Path) -> None:
+    labelled, inbox = sample_mail(sample)
+    with open_aode(f"sqlite:///{tmp_path / 'a.db'}") as f:
+        f.train(labelled)
+        Maintenance(f.store).reselect(f.config.model)
+        verdicts = [v for v in f.classify(inbox) if isinstance(v, Verdict)]
+        docs = [f.analyser.one(m).counts for _, m in labelled]  # type: ignore[union-attr]
+        naive = [v.log_odds for v in Filter.open(replace(f.config, model=replace(f.config.model, dependence="none"))).classify(inbox) if isinstance(v, Verdict)]
+        parents = [r[0] for r in tables(f)["parents"]]
+        children = {r[0] for r in tables(f)["children"]}
+    vocabulary = sorted({t for d in docs for t in d})
+    ids = {t: i for i, t in enumerate(vocabulary)}
+    train = [({ids[t] for t in d}, int(is_spam)) for d, (is_spam, _) in zip(docs, labelled)]
+    m = f.config.model
+    differ = 0
+    for v, item, nb in zip(verdicts, inbox, naive):
+        x = {ids[t] for t in f.analyser.one(item).counts if t in ids}  # type: ignore[union-attr]
+        ham, spam = loop_log_likelihood(train, [ids[p] for p in parents], x, len(vocabulary), m.alpha, m.tempering, m.aode_min_support, {ids[c] for c in children})
+        assert v.log_odds == pytest.approx(spam - ham, abs=1e-9)
+        differ += abs(v.log_odds - nb) > 1e-6
+    assert differ == len(inbox)
+
+
+def test_training_chooses_the_parents_when_the_ledger_has_grown(tmp_path: Path, sample: Path) -> None:
+    labelled, _ = sample_mail(sample)
+    with open_aode(f"sqlite:///{tmp_path / 'a.db'}", batch_size=20, reselect_growth=2.0) as f:
+        f.train(labelled[:40])
+        assert query(f.store, "SELECT messages FROM aode_selection") == []
+        f.train(labelled[40:60])  # 60 >= 50: the first choice
+        assert query(f.store, "SELECT messages FROM aode_selection") == [(60,)]
+        f.train(labelled[60:100])  # 100 < 120: not yet
+        assert query(f.store, "SELECT messages FROM aode_selection") == [(60,)]
+        f.train(labelled[100:])
+        assert query(f.store, "SELECT messages FROM aode_selection") == [(120,)]
+        assert len(tables(f)["parents"]) == 12
+
+
+def test_spode_keeps_one_parent(tmp_path: Path, sample: Path) -> None:
+    labelled, inbox = sample_mail(sample)
+    with open_aode(f"sqlite:///{tmp_path / 'a.db'}", dependence="spode") as f:
+        f.train(labelled)
+        s = Maintenance(f.store).reselect(f.config.model)
+        assert len(s.parents) == 1
+        assert len([v for v in f.classify(inbox) if isinstance(v, Verdict)]) == len(inbox)
+
+
+def test_db_reselect_and_dropping_the_counts(tmp_path: Path, sample: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    config = tmp_path / "aode.toml"
+    config.write_text("[model]\n" + "".join(f"{k} = {v!r}\n".replace("'", '"') for k, v in AODE.items()))
+    runner = CliRunner()
+    train = runner.invoke(app, ["--db", url, "train", "--spam", str(sample / "train-spam.mbox"), "--ham", str(sample / "train-ham.mbox")])
+    assert train.exit_code == 0, train.output
+    result = runner.invoke(app, ["--db", url, "--config", str(config), "db", "reselect"])
+    assert result.exit_code == 0, result.output
+    pairs = int(query(Filter.open(Config(store=StoreConfig(url=url))).store, "SELECT count(*) FROM aode_pairs")[0][0])  # type: ignore[call-overload]
+    assert result.stdout.strip() == f"chose 12 parent(s) and 300 child tokens for the default user: {pairs} pair counts from 120 trained messages"
+    dropped = runner.invoke(app, ["--db", url, "db", "reselect"])
+    assert dropped.stdout.strip() == "no parents for the default user: one-dependence counts dropped (120 trained messages)"
+    assert query(Filter.open(Config(store=StoreConfig(url=url))).store, "SELECT count(*) FROM aode_pairs") == [(0,)]
+
+
+@pytest.mark.parametrize(
+    ("model", "store", "words"),
+    [
+        ({"dependence": "tan"}, {}, "model.dependence must be one of none, spode, aode"),
+        ({"dependence": "aode", "event_model": "bernoulli"}, {}, 'needs event_model = "multinomial-binary"'),
+        ({"dependence": "aode", "token_cap": 3.0}, {}, "does not combine with token_cap"),
+        ({"dependence": "aode"}, {"shared_model": "merge"}, 'does not combine with store.shared_model = "merge"'),
+        ({"aode_parents": 10, "aode_children": 5}, {}, "model.aode_children must be between aode_parents"),
+        ({"reselect_growth": 1.0}, {}, "model.reselect_growth must be 0"),
+    ],
+)
+def test_bad_dependence_settings_are_refused(model: dict[str, object], store: dict[str, object], words: str) -> None:
+    config = Config(model=replace(ModelConfig(), **model), store=replace(StoreConfig(), **store))  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=words.replace("(", r"\(")):
+        validate(config)
+
+
+def test_rank_uses_the_ledger_counts(tmp_path: Path, sample: Path) -> None:
+    labelled, _ = sample_mail(sample)
+    with open_aode(f"sqlite:///{tmp_path / 'a.db'}") as f:
+        f.train(labelled)
+        s = Maintenance(f.store).reselect(f.config.model)
+        rows = query(f.store, "SELECT token, ham_docs, spam_docs FROM tokens")
+    names = [str(r[0]) for r in rows]
+    doc_count = np.array([[r[1] for r in rows], [r[2] for r in rows]], dtype=np.int64)
+    assert s.parents == sorted(aode.rank_tokens(names, doc_count, np.array([60, 60]), 3)[:12])
