@@ -99,12 +99,14 @@ class ModelConfig:
     feature_weight: float = 1.0
     #: "none": naive Bayes; "aode"/"spode": one-dependence estimators over
     #: parent tokens (``spamfilter.aode``), with aode_parents parents (SPODE:
-    #: one) and pairs counted with aode_children child tokens, the support
-    #: threshold m' = aode_min_support, chosen again when the ledger has
-    #: grown reselect_growth times (0: only by ``db reselect``).
+    #: one) and pairs counted with aode_children child tokens (in at least
+    #: aode_child_support messages), the support threshold m' =
+    #: aode_min_support, chosen again when the ledger has grown
+    #: reselect_growth times (0: only by ``db reselect``).
     dependence: Dependence = "none"
     aode_parents: int = 200
-    aode_children: int = 5000
+    aode_children: int = 20000
+    aode_child_support: int = 2
     aode_min_support: int = 30
     reselect_growth: float = 2.0
 
@@ -327,6 +329,7 @@ def _validate_dependence(config: Config, need: Callable[[bool, str, str, object]
     need(m.dependence in DEPENDENCES, "model.dependence", f"must be one of {', '.join(DEPENDENCES)}", m.dependence)
     need(1 <= m.aode_parents <= 10_000, "model.aode_parents", "must be between 1 and 10000", m.aode_parents)
     need(m.aode_parents <= m.aode_children <= 1_000_000, "model.aode_children", "must be between aode_parents and 1000000", m.aode_children)
+    need(m.aode_child_support >= 1, "model.aode_child_support", "must be >= 1", m.aode_child_support)
     need(m.aode_min_support >= 1, "model.aode_min_support", "must be >= 1", m.aode_min_support)
     need(m.reselect_growth == 0 or 1.0 < m.reselect_growth <= 100.0, "model.reselect_growth", "must be 0 (only db reselect) or between 1 and 100", m.reselect_growth)
     if m.dependence != "none":

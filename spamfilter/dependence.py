@@ -14,7 +14,7 @@ configuration of the process that trains.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,7 +24,12 @@ from spamfilter import aode
 from spamfilter.config import ModelConfig
 from spamfilter.counts import IntArray
 from spamfilter.store import StoreTransaction
-from spamfilter.store.pairs import PairRow, ParentRow
+from spamfilter.errors import StoreInconsistent
+from spamfilter.store.pairs import PAIR_COLUMNS, Pairs, ParentRow
+
+#: More than the most parents a model may have (``[model] aode_parents``): a
+#: (child, parent) pair's key in ``merged`` is child * _SLOTS + parent.
+_SLOTS = 1 << 16
 
 #: The ledger must hold this many messages, of both classes, before parents are first chosen.
 FIRST_SELECTION = 50
@@ -50,16 +55,22 @@ def _matrix(docs: Sequence[dict[str, int]], index: dict[str, int]) -> sp.csr_mat
     return sp.csr_matrix((np.ones(cols.size), cols, indptr), shape=(len(docs), len(index)))
 
 
+def _records(parent: IntArray, ham: IntArray, spam: IntArray) -> Pairs:
+    return np.stack([parent, ham, spam], axis=1).astype(np.int64).reshape(-1, PAIR_COLUMNS)
+
+
 def pair_sums(
     parents: Sequence[str],
     children: set[str],
     docs: Sequence[dict[str, int]],
     labels: Sequence[int],
     signs: Sequence[int],
-) -> tuple[list[ParentRow], list[PairRow]]:
-    """The signed change of D[c,p], N[c,p] and D[c,p,j] (j a child) that
-    training (+1) or untraining (-1) the messages ``docs`` makes, as store
-    rows (pairs with no change left out). The parents are children too."""
+) -> tuple[list[ParentRow], dict[str, Pairs]]:
+    """The signed change that training (+1) or untraining (-1) the messages
+    ``docs`` makes to D[c,p] and N[c,p] (store rows, unchanged parents left
+    out) and to each child's D[c,p,j] (packed records in parent order, zero
+    changes left out; children the docs do not hold left out). ``parents``
+    in index (token) order; the parents are children too."""
     kids = list(dict.fromkeys([*parents, *(t for doc in docs for t in doc if t in children)]))
     index = {t: i for i, t in enumerate(kids)}
     X = _matrix(docs, index)
@@ -68,52 +79,93 @@ def pair_sums(
     signs_ = np.asarray(signs, dtype=np.float64)
     held = sp.csr_matrix(X[:, : len(parents)])
     parent_counts = np.zeros((len(parents), 4), dtype=np.int64)
-    totals: dict[tuple[int, int], list[int]] = {}
+    entries = []
     for c in (0, 1):
         signed = sp.diags(np.where(labels_ == c, signs_, 0.0)) @ held
         parent_counts[:, c] = np.rint(np.asarray(signed.sum(axis=0)).ravel()).astype(np.int64)
         parent_counts[:, 2 + c] = np.rint(signed.T @ lengths).astype(np.int64)
         pair = sp.coo_matrix(signed.T @ X)
-        for p, j, value in zip(pair.row.tolist(), pair.col.tolist(), pair.data.tolist()):
-            totals.setdefault((j, p), [0, 0])[c] += int(round(value))
-    pair_rows: list[PairRow] = [(kids[j], parents[p], h, s) for (j, p), (h, s) in sorted(totals.items()) if h or s]
+        entries.append((pair.col.astype(np.int64) * len(parents) + pair.row, pair.data, c))
+    # one key per (child, parent): child-major, so each child's records are a run in parent order
+    keys, inverse = np.unique(np.concatenate([k for k, _, _ in entries]), return_inverse=True)
+    split = len(entries[0][0])
+    counts = [np.bincount(inverse[:split], weights=entries[0][1], minlength=keys.size),
+              np.bincount(inverse[split:], weights=entries[1][1], minlength=keys.size)]
+    ham, spam = (np.rint(x).astype(np.int64) for x in counts)
+    keep = (ham != 0) | (spam != 0)
+    keys, ham, spam = keys[keep], ham[keep], spam[keep]
+    child, parent = np.divmod(keys, max(len(parents), 1))
+    starts = np.flatnonzero(np.diff(child, prepend=-1))
+    ends = np.append(starts[1:], child.size)
+    changes = {kids[int(child[a])]: _records(parent[a:b], ham[a:b], spam[a:b]) for a, b in zip(starts.tolist(), ends.tolist())}
     parent_rows: list[ParentRow] = [
         (parents[p], int(a), int(b), int(t0), int(t1)) for p, (a, b, t0, t1) in enumerate(parent_counts.tolist()) if a or b or t0 or t1
     ]
-    return parent_rows, pair_rows
+    return parent_rows, changes
+
+
+def merged(old: Mapping[str, Pairs], changes: Mapping[str, Pairs]) -> dict[str, Pairs]:
+    """Each changed child's packed counts plus its change, zero counts
+    dropped, in parent order (all children at once)."""
+    names = list(changes)
+    parts = [old[t] for t in names] + [changes[t] for t in names]
+    if not names:
+        return {}
+    packed = np.concatenate(parts)
+    owner = np.repeat(np.tile(np.arange(len(names)), 2), [len(r) for r in parts])
+    keys, inverse = np.unique(owner * _SLOTS + packed[:, 0], return_inverse=True)
+    ham = np.rint(np.bincount(inverse, weights=packed[:, 1], minlength=keys.size)).astype(np.int64)
+    spam = np.rint(np.bincount(inverse, weights=packed[:, 2], minlength=keys.size)).astype(np.int64)
+    if (ham < 0).any() or (spam < 0).any():
+        raise StoreInconsistent("a one-dependence count would fall below zero: `spamfilter db reselect` rebuilds them")
+    child, parent = np.divmod(keys, _SLOTS)
+    keep = (ham != 0) | (spam != 0)
+    bounds = np.searchsorted(child[keep], np.arange(len(names) + 1))
+    records = _records(parent[keep], ham[keep], spam[keep])
+    return {t: records[bounds[i] : bounds[i + 1]] for i, t in enumerate(names)}
 
 
 def apply_delta(tx: StoreTransaction, docs: Sequence[dict[str, int]], labels: Sequence[int], signs: Sequence[int]) -> None:
     """Keep the owner's one-dependence counts with a training step (nothing without parents)."""
+    if not docs:
+        return
+    tx.pairs.lock(exclusive=False)
     parents, _, _ = tx.pairs.parents()
-    if parents and docs:
-        children = tx.pairs.children_among(list(dict.fromkeys(t for doc in docs for t in doc)))
-        tx.pairs.add(*pair_sums(parents, children, docs, labels, signs))
+    if not parents:
+        return
+    old = tx.pairs.children(list(dict.fromkeys(t for doc in docs for t in doc)), for_update=True)
+    parent_rows, changes = pair_sums(parents, set(old), docs, labels, signs)
+    tx.pairs.put_children(merged(old, changes))
+    tx.pairs.add_parents(parent_rows)
 
 
-def reselect(tx: StoreTransaction, parents: int, children: int, min_support: int) -> Selection:
-    """Choose the parents and children (the tokens of largest mutual
-    information with the class among those in at least ``min_support``
-    messages: the first ``parents``, the first ``children``) and rebuild
-    every pair count from the ledger (exact: the counts become those of
-    the messages the ledger holds)."""
+def reselect(tx: StoreTransaction, parents: int, children: int, min_support: int, child_support: int = 2) -> Selection:
+    """Choose the parents and children and rebuild every pair count from
+    the ledger (exact: the counts become those of the messages the ledger
+    holds). Parents: the ``parents`` tokens of largest mutual information
+    with the class among those in at least ``min_support`` messages;
+    children: the parents and the first ``children`` by the same order
+    among those in at least ``child_support`` messages."""
+    tx.pairs.lock(exclusive=True)
     names, ham, spam = [], [], []
     for token, ham_docs, spam_docs, _, _, _ in tx.iter_tokens():
         names.append(token)
         ham.append(ham_docs)
         spam.append(spam_docs)
     doc_count = np.array([ham, spam], dtype=np.int64).reshape(2, -1)
-    ranked = aode.rank_tokens(names, doc_count, tx.ledger_counts(), min_support)
-    chosen, kids = sorted(ranked[:parents]), ranked[: max(children, parents)]
+    ledger = tx.ledger_counts()
+    chosen = sorted(aode.rank_tokens(names, doc_count, ledger, min_support)[:parents])
+    kids = list(dict.fromkeys([*chosen, *aode.rank_tokens(names, doc_count, ledger, child_support)[:children]]))
     docs, labels = [], []
     for label, counts in tx.iter_ledger():
         docs.append(counts)
         labels.append(label)
-    parent_rows, pair_rows = pair_sums(chosen, set(kids), docs, labels, [1] * len(docs)) if chosen else ([], [])
+    parent_rows, changes = pair_sums(chosen, set(kids), docs, labels, [1] * len(docs)) if chosen else ([], {})
     present = {row[0] for row in parent_rows}
     parent_rows += [(p, 0, 0, 0, 0) for p in chosen if p not in present]
-    tx.pairs.replace(sorted(parent_rows), sorted(kids), pair_rows, len(docs))
-    return Selection(chosen, len(kids), len(docs), len(pair_rows))
+    empty = np.zeros((0, PAIR_COLUMNS), dtype=np.int64)
+    tx.pairs.replace(sorted(parent_rows), {t: changes.get(t, empty) for t in kids} if chosen else {}, len(docs))
+    return Selection(chosen, len(kids) if chosen else 0, len(docs), sum(len(r) for r in changes.values()))
 
 
 def reselect_if_due(tx: StoreTransaction, m: ModelConfig) -> Selection | None:
@@ -127,7 +179,7 @@ def reselect_if_due(tx: StoreTransaction, m: ModelConfig) -> Selection | None:
     wanted = FIRST_SELECTION if before is None else max(before + 1, int(np.ceil(before * m.reselect_growth)))
     if int(tracked.sum()) < wanted or not tracked.all():
         return None
-    return reselect(tx, parents_of(m), m.aode_children, m.aode_min_support)
+    return reselect(tx, parents_of(m), m.aode_children, m.aode_min_support, m.aode_child_support)
 
 
 def parents_of(m: ModelConfig) -> int:
@@ -140,15 +192,12 @@ def pair_counts(tx: StoreTransaction, owner: str, columns: Sequence[str]) -> aod
     pairs = tx.pairs_of(owner)
     parents, docs, terms = pairs.parents()
     where = {t: i for i, t in enumerate(columns)}
-    slot = {p: i for i, p in enumerate(parents)}
-    children = pairs.children_among(list(columns)) if parents else set()
-    rows = [r for r in pairs.pair_rows(sorted(children)) if r[1] in slot]
-    r_ = np.fromiter((slot[r[1]] for r in rows), dtype=np.int64, count=len(rows))
-    j_ = np.fromiter((where[r[0]] for r in rows), dtype=np.int64, count=len(rows))
-    out = [
-        sp.csr_matrix((np.fromiter((r[2 + c] for r in rows), dtype=np.float64, count=len(rows)), (r_, j_)), shape=(len(parents), len(columns)))
-        for c in (0, 1)
-    ]
+    found = pairs.children(list(columns)) if parents else {}
+    records = [found[t] for t in found]
+    cols = np.repeat(np.fromiter((where[t] for t in found), dtype=np.int64, count=len(found)), [len(r) for r in records])
+    packed = np.concatenate(records) if records else np.zeros((0, PAIR_COLUMNS), dtype=np.int64)
+    shape = (len(parents), len(columns))
+    out = [sp.csr_matrix((packed[:, 1 + c].astype(np.float64), (packed[:, 0], cols)), shape=shape) for c in (0, 1)]
     column: IntArray = np.array([where.get(p, -1) for p in parents], dtype=np.int64)
-    child = np.array([t in children for t in columns], dtype=bool)
+    child = np.array([t in found for t in columns], dtype=bool)
     return aode.PairCounts(docs, terms, (out[0], out[1]), column, child)

@@ -159,15 +159,15 @@ class Maintenance:
 
     def reselect(self, m: ModelConfig) -> dependence.Selection:
         """Choose the one-dependence parents and children for ``m`` (its
-        ``dependence``, ``aode_parents``, ``aode_children`` and
-        ``aode_min_support``) from the counts, and rebuild their pair counts
+        ``dependence``, ``aode_parents``, ``aode_children``,
+        ``aode_child_support`` and ``aode_min_support``) from the counts, and rebuild their pair counts
         from the ledger, in one transaction (``spamfilter db reselect``);
         with ``dependence = "none"`` drop them."""
         with self.store.begin() as tx:
             if m.dependence == "none":
                 tx.pairs.clear()
                 return dependence.Selection([], 0, int(tx.ledger_counts().sum()), 0)
-            return dependence.reselect(tx, dependence.parents_of(m), m.aode_children, m.aode_min_support)
+            return dependence.reselect(tx, dependence.parents_of(m), m.aode_children, m.aode_min_support, m.aode_child_support)
 
     def vacuum(self) -> VacuumSummary:
         """Give the database's free space back (``spamfilter db vacuum``);

@@ -17,6 +17,7 @@ from spamfilter.mail import MailItem
 from spamfilter.mail.sources import read_messages
 from spamfilter.maintenance import Maintenance
 from spamfilter.service import Filter, Verdict
+from spamfilter.store.pairs import unpack
 from tests.test_aode import loop_log_likelihood
 from tests.test_service import query
 
@@ -36,11 +37,12 @@ def open_aode(url: str, batch_size: int = 200, **model: object) -> Filter:
 
 
 def tables(f: Filter) -> dict[str, list[tuple[object, ...]]]:
-    return {
-        "parents": query(f.store, "SELECT token, ham_docs, spam_docs, ham_terms, spam_terms FROM aode_parents ORDER BY token"),
-        "children": query(f.store, "SELECT token FROM aode_children ORDER BY token"),
-        "pairs": query(f.store, "SELECT token, parent, ham_docs, spam_docs FROM aode_pairs ORDER BY token, parent"),
-    }
+    """The parents' rows, the children, and every pair count as (child, parent, ham, spam)."""
+    parents = sorted(query(f.store, "SELECT token, ham_docs, spam_docs, ham_terms, spam_terms FROM aode_parents"))
+    names = [str(r[0]) for r in parents]
+    children = sorted(query(f.store, "SELECT token, counts FROM aode_pairs"))
+    pairs = [(t, names[int(r[0])], int(r[1]), int(r[2])) for t, blob in children for r in unpack(bytes(blob))]  # type: ignore[arg-type]
+    return {"parents": parents, "children": [(t,) for t, _ in children], "pairs": pairs}
 
 
 def test_forget_and_mark_restore_the_pairs_exactly(any_db_url: str, sample: Path) -> None:
@@ -77,9 +79,10 @@ def test_incremental_counts_equal_a_rebuild_for_the_same_parents(tmp_path: Path,
             parents = [r[0] for r in incremental["parents"]]
             children = {r[0] for r in incremental["children"]}
             docs, labels = zip(*[(counts, label) for label, counts in tx.iter_ledger()])
-            parent_rows, pair_rows = dependence.pair_sums(sorted(parents), children, list(docs), list(labels), [1] * len(docs))
+            parent_rows, changes = dependence.pair_sums(sorted(parents), children, list(docs), list(labels), [1] * len(docs))
         assert sorted(parent_rows) == [r for r in incremental["parents"] if any(r[1:])]
-        assert sorted(pair_rows) == incremental["pairs"]
+        rebuilt = [(t, parents[int(r[0])], int(r[1]), int(r[2])) for t in sorted(changes) for r in changes[t]]
+        assert rebuilt == incremental["pairs"]
 
 
 def test_scores_are_the_formulas_over_the_trained_messages(tmp_path: Path, sample: Path) -> None:
@@ -137,7 +140,7 @@ def test_db_reselect_and_dropping_the_counts(tmp_path: Path, sample: Path) -> No
     assert train.exit_code == 0, train.output
     result = runner.invoke(app, ["--db", url, "--config", str(config), "db", "reselect"])
     assert result.exit_code == 0, result.output
-    pairs = int(query(Filter.open(Config(store=StoreConfig(url=url))).store, "SELECT count(*) FROM aode_pairs")[0][0])  # type: ignore[call-overload]
+    pairs = len(tables(Filter.open(Config(store=StoreConfig(url=url))))["pairs"])
     assert result.stdout.strip() == f"chose 12 parent(s) and 300 child tokens for the default user: {pairs} pair counts from 120 trained messages"
     dropped = runner.invoke(app, ["--db", url, "db", "reselect"])
     assert dropped.stdout.strip() == "no parents for the default user: one-dependence counts dropped (120 trained messages)"

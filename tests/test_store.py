@@ -88,7 +88,7 @@ def test_new_database_gets_schema_at_head_wal_and_owner_only_mode(store: Store) 
     assert store.schema_revision() == SCHEMA_REVISION
     assert query(store, "SELECT version_num FROM alembic_version") == [(SCHEMA_REVISION,)]
     tables = set(sa.inspect(store.engine).get_table_names())
-    assert tables == {"alembic_version", "tokens", "class_totals", "doc_histogram", "messages", "untracked_totals", "imap_folders", "imap_uids", "imap_messages", "model_versions", "feature_stats", "aode_parents", "aode_children", "aode_pairs", "aode_selection"}
+    assert tables == {"alembic_version", "tokens", "class_totals", "doc_histogram", "messages", "untracked_totals", "imap_folders", "imap_uids", "imap_messages", "model_versions", "feature_stats", "aode_parents", "aode_pairs", "aode_selection"}
     assert query(store, "SELECT label, messages, terms, binary_terms FROM class_totals ORDER BY label") == [
         (0, 0, 0, 0),
         (1, 0, 0, 0),

@@ -1,7 +1,7 @@
 """One-dependence counts (AODE/SPODE, ``[model] dependence``): the chosen
-parent tokens with their per-class message and distinct-token counts, the
-child tokens, the per-class counts of messages holding a parent and a
-child, and when they were chosen. Empty until ``spamfilter db reselect`` (or training
+parent tokens with their per-class message and distinct-token counts, per
+child token the per-class counts of messages holding it and each parent
+(packed, see ``spamfilter.store.pairs``), and when they were chosen. Empty until ``spamfilter db reselect`` (or training
 with a dependence model) chooses parents.
 
 Revision ID: 0006
@@ -37,15 +37,7 @@ def upgrade() -> None:
         "aode_pairs",
         sa.Column("owner", sa.Text(), primary_key=True),
         sa.Column("token", sa.Text(), primary_key=True),
-        sa.Column("parent", sa.Text(), primary_key=True),
-        sa.Column("ham_docs", sa.BigInteger(), nullable=False, server_default="0"),
-        sa.Column("spam_docs", sa.BigInteger(), nullable=False, server_default="0"),
-        sqlite_with_rowid=False,
-    )
-    op.create_table(
-        "aode_children",
-        sa.Column("owner", sa.Text(), primary_key=True),
-        sa.Column("token", sa.Text(), primary_key=True),
+        sa.Column("counts", sa.LargeBinary(), nullable=False),
         sqlite_with_rowid=False,
     )
     op.create_table(
@@ -59,5 +51,4 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_table("aode_selection")
     op.drop_table("aode_pairs")
-    op.drop_table("aode_children")
     op.drop_table("aode_parents")

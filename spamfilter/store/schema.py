@@ -79,8 +79,9 @@ feature_stats = sa.Table(
 )
 
 # One-dependence counts (``spamfilter.aode``): the parents chosen by
-# ``db reselect`` with D[c,p] and N[c,p], the child tokens, and D[c,p,j] for
-# each parent p and child j seen together, over the messages in the ledger.
+# ``db reselect`` with D[c,p] and N[c,p], and a row per child token j with
+# D[c,p,j] for the parents p seen with it (packed, ``store.pairs``), over
+# the messages in the ledger.
 aode_parents = sa.Table(
     "aode_parents",
     metadata,
@@ -98,17 +99,7 @@ aode_pairs = sa.Table(
     metadata,
     sa.Column("owner", sa.Text(), primary_key=True),
     sa.Column("token", sa.Text(), primary_key=True),
-    sa.Column("parent", sa.Text(), primary_key=True),
-    sa.Column("ham_docs", sa.BigInteger(), nullable=False, server_default="0"),
-    sa.Column("spam_docs", sa.BigInteger(), nullable=False, server_default="0"),
-    sqlite_with_rowid=False,
-)
-
-aode_children = sa.Table(
-    "aode_children",
-    metadata,
-    sa.Column("owner", sa.Text(), primary_key=True),
-    sa.Column("token", sa.Text(), primary_key=True),
+    sa.Column("counts", sa.LargeBinary(), nullable=False),
     sqlite_with_rowid=False,
 )
 
