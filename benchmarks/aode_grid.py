@@ -28,7 +28,9 @@ import numpy as np
 import scipy.sparse as sp
 
 from benchmarks.compare import ranking
-from benchmarks.long_stream import STREAMS
+from benchmarks.long_stream import STREAMS, stream
+from dataclasses import replace
+from spamfilter.evaluation import run_online
 from benchmarks.option_grid import Doc, tokenized
 from spamfilter import aode
 from spamfilter import model as nb
@@ -161,6 +163,19 @@ def run(docs: list[Doc], y: np.ndarray, k: int, children: int, child_support: in
     return np.array([model.score(doc, tempering, alpha) for doc in docs[head:]]).T, y[head:], model.pair_count()
 
 
+def check(config: Config, name: str, docs: list[Doc], y: np.ndarray, args: argparse.Namespace) -> None:
+    """Print the largest log-odds difference between this loop and the library's
+    online run with the same one-dependence settings on the first N messages."""
+    k = (args.parents or [aode.DEFAULT_PARENTS])[0]
+    children, child_support = (args.children or [0])[0], (args.child_support or [0])[0]
+    m = replace(config.model, dependence="aode", aode_parents=k, aode_children=children or 10**6,
+                aode_child_support=child_support or args.min_support, aode_min_support=args.min_support, reselect_growth=args.growth)
+    _, scored = run_online(replace(config, model=m), list(stream(name, args.check)))
+    odds, _, _ = run(docs[: args.check], y[: args.check], k, children or 10**6, child_support, args.min_support, args.growth, None, m.tempering, m.alpha)
+    diff = np.max(np.abs(odds[1][: len(scored)] - np.array([s.log_odds for s in scored])))
+    print(f"check {name}: largest |log-odds difference| against run_online (aode) over {len(scored)} messages: {diff:.2e}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", action="append", choices=sorted(STREAMS), required=True)
@@ -172,12 +187,15 @@ def main() -> None:
     parser.add_argument("--split", choices=["half", "10k"], default=None)
     parser.add_argument("--limit", type=int, default=None)
     parser.add_argument("--config", type=Path)
+    parser.add_argument("--check", type=int, default=0, help="compare AODE (first --parents, --children, --child-support) with run_online on the first N messages")
     args = parser.parse_args()
     config = load_config(args.config) if args.config else Config()
     threshold = nb.thresholds_from_loss(config.decision.cost_ham_as_spam, config.decision.cost_spam_as_ham, 0.0).spam_min
     Path("results").mkdir(exist_ok=True)
     for name in args.corpus:
         docs, y = tokenized(config, name, args.limit)
+        if args.check:
+            check(config, name, docs, y, args)
         rows: list[dict[str, Any]] = []
         print(f"\n{name} ({args.split or 'online'}; load {os.getloadavg()[0]:.1f})")
         print(f"{'setting':<28} {'1-ROCA%':>8} {'sm@hm.1%':>9} {'lam%':>7} {'pairs':>10} {'s':>7}")
