@@ -158,7 +158,9 @@ class Insight:
     def explain(self, item: MailItem) -> Explanation:
         """The message's verdict and its log-odds term by term (``model.log_odds_terms``):
         the prior, each known token's contribution and, for bernoulli, the
-        absent-token term. They add up to the log-odds ``classify`` gives the
+        absent-token term (with ``[model] features`` each feature's term,
+        with ``[model] dependence`` the one-dependence estimate's difference
+        from naive Bayes). They add up to the log-odds ``classify`` gives the
         message. Raises ``MailParseError`` if it is not mail, ``NotTrainedError``
         without a trained spam and ham.
         """
@@ -169,6 +171,11 @@ class Insight:
         fitted = self.filter._fit([counts])
         m = self.filter.config.model
         odds = model.log_odds(model.joint_log_likelihood(fitted.X, fitted.params, m.tempering, m.min_evidence, m.max_tokens, m.token_cap))
+        # With [model] dependence the one-dependence log-odds replace naive
+        # Bayes's: the difference is one more contribution, "dependence:<model>".
+        dependence = self.filter.dependence_odds(fitted, odds) - odds if fitted.pairs is not None else None
+        if dependence is not None:
+            odds = odds + dependence
         features = self.filter.feature_terms(fitted, [analysed])[0] if fitted.gaussian is not None else None
         if features is not None:
             odds = odds + features.sum()
@@ -187,6 +194,8 @@ class Insight:
             # With [model] features each message feature's Gaussian term is
             # one more contribution, named "feature:<name>" (no counts).
             contributions += [Contribution(f"feature:{name}", float(v), None, None) for name, v in zip(FEATURE_NAMES, features.tolist())]
+        if dependence is not None:
+            contributions.append(Contribution(f"dependence:{m.dependence}", float(dependence[0]), None, None))
         contributions.sort(key=lambda c: (-abs(c.contribution), c.token or ""))
         return Explanation(
             source=item.source,

@@ -478,7 +478,7 @@ class Filter:
         m = self.config.model
         odds = model.log_odds(model.joint_log_likelihood(fitted.X, fitted.params, m.tempering, m.min_evidence, m.max_tokens, m.token_cap))
         if fitted.pairs is not None:
-            odds = self._dependence_odds(fitted, odds)
+            odds = self.dependence_odds(fitted, odds)
         if fitted.gaussian is not None:
             odds = odds + self.feature_terms(fitted, analysed).sum(axis=1)
         probability = model.spam_probability(odds)
@@ -488,7 +488,7 @@ class Filter:
             for a, p, lo, v in zip(analysed, probability, odds, decision)
         ]
 
-    def _dependence_odds(self, fitted: _Fitted, naive: model.FloatArray) -> model.FloatArray:
+    def dependence_odds(self, fitted: _Fitted, naive: model.FloatArray) -> model.FloatArray:
         """The one-dependence log-odds of the batch where a parent value has
         support, naive Bayes's elsewhere."""
         assert fitted.pairs is not None

@@ -173,3 +173,19 @@ def test_rank_uses_the_ledger_counts(tmp_path: Path, sample: Path) -> None:
     names = [str(r[0]) for r in rows]
     doc_count = np.array([[r[1] for r in rows], [r[2] for r in rows]], dtype=np.int64)
     assert s.parents == sorted(aode.rank_tokens(names, doc_count, np.array([60, 60]), 3)[:12])
+
+
+def test_explain_adds_up_to_the_one_dependence_log_odds(tmp_path: Path, sample: Path) -> None:
+    from spamfilter.insight import Insight
+
+    labelled, inbox = sample_mail(sample)
+    with open_aode(f"sqlite:///{tmp_path / 'a.db'}") as f:
+        f.train(labelled)
+        Maintenance(f.store).reselect(f.config.model)
+        verdict = next(iter(f.classify(inbox[:1])))
+        e = Insight(f).explain(inbox[0])
+    assert isinstance(verdict, Verdict)
+    assert e.log_odds == pytest.approx(verdict.log_odds, abs=1e-9)
+    assert e.prior + sum(c.contribution for c in e.tokens) == pytest.approx(e.log_odds, abs=1e-9)
+    term = [c for c in e.tokens if c.token == "dependence:aode"]
+    assert len(term) == 1 and term[0].contribution != 0.0
