@@ -139,13 +139,19 @@ def apply_delta(tx: StoreTransaction, docs: Sequence[dict[str, int]], labels: Se
     tx.pairs.add_parents(parent_rows)
 
 
-def reselect(tx: StoreTransaction, parents: int, children: int, min_support: int, child_support: int = 2) -> Selection:
-    """Choose the parents and children and rebuild every pair count from
-    the ledger (exact: the counts become those of the messages the ledger
-    holds). Parents: the ``parents`` tokens of largest mutual information
-    with the class among those in at least ``min_support`` messages;
-    children: the parents and the first ``children`` by the same order
-    among those in at least ``child_support`` messages."""
+def reselect(tx: StoreTransaction, m: ModelConfig) -> Selection:
+    """Choose the parents and children for ``m`` and rebuild every pair
+    count from the ledger (exact: the counts become those of the messages
+    the ledger holds).
+
+    AODE's parents: the ``m.aode_parents`` tokens of largest mutual
+    information with the class among those in at least ``m.aode_min_support``
+    messages. SPODE's one parent: of the first ``aode.SPODE_CANDIDATES`` of
+    them, the one whose SPODE, trained on the first 80% of the ledger in
+    training order, ranks the last 20% best. Children: the parents and the
+    first ``m.aode_children`` by the same order among tokens in at least
+    ``m.aode_child_support`` messages.
+    """
     tx.pairs.lock(exclusive=True)
     names, ham, spam = [], [], []
     for token, ham_docs, spam_docs, _, _, _ in tx.iter_tokens():
@@ -154,18 +160,33 @@ def reselect(tx: StoreTransaction, parents: int, children: int, min_support: int
         spam.append(spam_docs)
     doc_count = np.array([ham, spam], dtype=np.int64).reshape(2, -1)
     ledger = tx.ledger_counts()
-    chosen = sorted(aode.rank_tokens(names, doc_count, ledger, min_support)[:parents])
-    kids = list(dict.fromkeys([*chosen, *aode.rank_tokens(names, doc_count, ledger, child_support)[:children]]))
+    ranked = aode.rank_tokens(names, doc_count, ledger, m.aode_min_support)
+    kids = list(dict.fromkeys([*ranked[: parents_of(m)], *aode.rank_tokens(names, doc_count, ledger, m.aode_child_support)[: m.aode_children]]))
     docs, labels = [], []
     for label, counts in tx.iter_ledger():
         docs.append(counts)
         labels.append(label)
+    chosen = sorted(ranked[: parents_of(m)])
+    if m.dependence == "spode" and chosen:
+        chosen = [_spode_parent(docs, labels, ranked[: aode.SPODE_CANDIDATES], set(kids), m)]
+        kids = list(dict.fromkeys([*chosen, *kids]))
     parent_rows, changes = pair_sums(chosen, set(kids), docs, labels, [1] * len(docs)) if chosen else ([], {})
     present = {row[0] for row in parent_rows}
     parent_rows += [(p, 0, 0, 0, 0) for p in chosen if p not in present]
     empty = np.zeros((0, PAIR_COLUMNS), dtype=np.int64)
     tx.pairs.replace(sorted(parent_rows), {t: changes.get(t, empty) for t in kids} if chosen else {}, len(docs))
     return Selection(chosen, len(kids) if chosen else 0, len(docs), sum(len(r) for r in changes.values()))
+
+
+def _spode_parent(docs: Sequence[dict[str, int]], labels: Sequence[int], candidates: list[str], children: set[str], m: ModelConfig) -> str:
+    """The candidate whose SPODE ranks the ledger's held-out tail best (``aode.spode_parent``)."""
+    vocabulary = list(dict.fromkeys([*candidates, *(t for doc in docs for t in doc)]))
+    index = {t: i for i, t in enumerate(vocabulary)}
+    child = np.array([t in children or t in candidates for t in vocabulary], dtype=bool)
+    X = _matrix(docs, index)
+    is_spam = np.asarray(labels, dtype=np.int64) == 1
+    column = aode.spode_parent(X, is_spam, list(range(len(candidates))), child, m.alpha, m.tempering, m.aode_min_support)
+    return vocabulary[column]
 
 
 def reselect_if_due(tx: StoreTransaction, m: ModelConfig) -> Selection | None:
@@ -179,7 +200,7 @@ def reselect_if_due(tx: StoreTransaction, m: ModelConfig) -> Selection | None:
     wanted = FIRST_SELECTION if before is None else max(before + 1, int(np.ceil(before * m.reselect_growth)))
     if int(tracked.sum()) < wanted or not tracked.all():
         return None
-    return reselect(tx, parents_of(m), m.aode_children, m.aode_min_support, m.aode_child_support)
+    return reselect(tx, m)
 
 
 def parents_of(m: ModelConfig) -> int:

@@ -167,7 +167,7 @@ class Maintenance:
             if m.dependence == "none":
                 tx.pairs.clear()
                 return dependence.Selection([], 0, int(tx.ledger_counts().sum()), 0)
-            return dependence.reselect(tx, dependence.parents_of(m), m.aode_children, m.aode_min_support, m.aode_child_support)
+            return dependence.reselect(tx, m)
 
     def vacuum(self) -> VacuumSummary:
         """Give the database's free space back (``spamfilter db vacuum``);

@@ -160,3 +160,21 @@ def test_rank_tokens_by_information_above_the_support() -> None:
     doc_count = np.array([[0, 5, 1, 0], [10, 5, 6, 2]])
     ranked = aode.rank_tokens(["perfect", "neutral", "strong", "rare"], doc_count, np.array([10, 10]), 3)
     assert ranked == ["perfect", "strong", "neutral"]
+
+
+def test_spode_parent_is_the_one_that_ranks_the_tail_best() -> None:
+    # Columns: 0 = B (noise), 1 = A, 2 = x. x means spam where A is present
+    # and ham where it is absent: only a SPODE with parent A can read x.
+    rng = np.random.default_rng(3)
+    rows = []
+    y = rng.random(400) < 0.5
+    for spam in y:
+        a, b = rng.random() < 0.5, rng.random() < 0.5
+        x = (spam and a) or (not spam and not a)
+        rows.append([float(b), float(a), float(x), 1.0])  # column 3: in every message
+    X = sp.csr_matrix(np.array(rows))
+    child = np.ones(4, dtype=bool)
+    assert aode.spode_parent(X, y, [0, 1], child, 1.0, 0.0, 1) == 1
+    assert aode.spode_parent(X, y, [1, 0], child, 1.0, 0.0, 1) == 1
+    # with only one class in the tail there is nothing to rank: the first candidate
+    assert aode.spode_parent(X, np.r_[y[:320], np.ones(80, dtype=bool)], [0, 1], child, 1.0, 0.0, 1) == 0

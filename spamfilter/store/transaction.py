@@ -373,8 +373,13 @@ class StoreTransaction:
             yield str(row[0]), int(row[1]), int(row[2]), int(row[3]), int(row[4]), row[5]
 
     def iter_ledger(self, chunk: int = 500) -> Iterator[tuple[int, dict[str, int]]]:
-        """(label, token_counts) of every message in this owner's ledger, streamed."""
-        query = sa.select(messages.c.label, messages.c.token_counts).where(messages.c.owner == self.owner)
+        """(label, token_counts) of every message in this owner's ledger, streamed
+        in the order they were trained (ties: by digest)."""
+        query = (
+            sa.select(messages.c.label, messages.c.token_counts)
+            .where(messages.c.owner == self.owner)
+            .order_by(messages.c.trained_at, messages.c.digest)
+        )
         for label, blob in self.conn.execute(query, execution_options={"stream_results": True, "yield_per": chunk}):
             yield int(label), unpack_token_counts(blob)
 
