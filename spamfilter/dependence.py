@@ -175,6 +175,7 @@ def reselect(tx: StoreTransaction, m: ModelConfig) -> Selection:
     parent_rows += [(p, 0, 0, 0, 0) for p in chosen if p not in present]
     empty = np.zeros((0, PAIR_COLUMNS), dtype=np.int64)
     tx.pairs.replace(sorted(parent_rows), {t: changes.get(t, empty) for t in kids} if chosen else {}, len(docs))
+    tx.bump_version()  # copies of the counts held in memory (PairCache) are stale now
     return Selection(chosen, len(kids) if chosen else 0, len(docs), sum(len(r) for r in changes.values()))
 
 
@@ -208,13 +209,39 @@ def parents_of(m: ModelConfig) -> int:
     return 1 if m.dependence == "spode" else m.aode_parents
 
 
-def pair_counts(tx: StoreTransaction, owner: str, columns: Sequence[str]) -> aode.PairCounts:
-    """The one-dependence counts for a batch whose token columns are ``columns``."""
-    pairs = tx.pairs_of(owner)
-    parents, docs, terms = pairs.parents()
+class PairCache:
+    """The parents and the child rows read so far, for one model key (the
+    ``CountCache`` key: owners and their model versions, which every
+    training step and every choice of parents moves), so a batch or a
+    resident process reads each child once. Tokens asked for that are not
+    children are remembered too."""
+
+    def __init__(self) -> None:
+        self.key: object = None
+        self.parents: tuple[list[str], IntArray, IntArray] | None = None
+        self.children: dict[str, Pairs] = {}
+        self.not_children: set[str] = set()
+
+    def rows(self, tx: StoreTransaction, owner: str, key: object, columns: Sequence[str]) -> tuple[tuple[list[str], IntArray, IntArray], dict[str, Pairs]]:
+        """The parents and the child rows among ``columns``, reading only what is not held for ``key``."""
+        pairs = tx.pairs_of(owner)
+        if key is None or key != self.key or self.parents is None:
+            self.key, self.parents, self.children, self.not_children = key, pairs.parents(), {}, set()
+        if self.parents[0]:
+            missing = [t for t in columns if t not in self.children and t not in self.not_children]
+            if missing:
+                found = pairs.children(missing)
+                self.children.update(found)
+                self.not_children.update(t for t in missing if t not in found)
+        return self.parents, {t: self.children[t] for t in columns if t in self.children}
+
+
+def pair_counts(tx: StoreTransaction, owner: str, columns: Sequence[str], cache: PairCache | None = None, key: object = None) -> aode.PairCounts:
+    """The one-dependence counts for a batch whose token columns are ``columns``
+    (through ``cache`` when given, valid while ``key`` is the same)."""
+    (parents, docs, terms), found = (cache or PairCache()).rows(tx, owner, key, columns)
     where = {t: i for i, t in enumerate(columns)}
-    found = pairs.children(list(columns)) if parents else {}
-    records = [found[t] for t in found]
+    records = list(found.values())
     cols = np.repeat(np.fromiter((where[t] for t in found), dtype=np.int64, count=len(found)), [len(r) for r in records])
     packed = np.concatenate(records) if records else np.zeros((0, PAIR_COLUMNS), dtype=np.int64)
     shape = (len(parents), len(columns))

@@ -167,6 +167,8 @@ class Filter:
         self.write_deadline = config.store.write_deadline if write_deadline is None else write_deadline
         #: The counts read so far, valid while the model versions hold.
         self.cache = CountCache()
+        #: The one-dependence counts read so far, for the same model key as the cache.
+        self.pair_cache = dependence.PairCache()
         self.tokenizer = Tokenizer(config.tokenizer)
         self.analyser = Analyser(config.tokenizer, config.tokenizer.max_bytes, self.tokenizer)
         #: Processes that read (parse and tokenize) the messages of a long
@@ -414,7 +416,8 @@ class Filter:
             X, ids = indexed_matrix(docs, self.cache.index, held.known(), binary=binary)
             pairs = None
             if m.dependence != "none":
-                pairs = dependence.pair_counts(reader, view.owners[0], [self.cache.tokens[i] for i in ids.tolist()])
+                columns = [self.cache.tokens[i] for i in ids.tolist()]
+                pairs = dependence.pair_counts(reader, view.owners[0], columns, self.pair_cache, self.cache.key)
         token_counts = held.take(ids)
         params = model.estimate(m.event_model, token_counts, view.totals, m.alpha)
         return _Fitted(ids, token_counts, view.totals, params, X, gaussian, pairs)

@@ -178,3 +178,14 @@ def test_spode_parent_is_the_one_that_ranks_the_tail_best() -> None:
     assert aode.spode_parent(X, y, [1, 0], child, 1.0, 0.0, 1) == 1
     # with only one class in the tail there is nothing to rank: the first candidate
     assert aode.spode_parent(X, np.r_[y[:320], np.ones(80, dtype=bool)], [0, 1], child, 1.0, 0.0, 1) == 0
+
+
+def test_dense_and_sparse_pair_sums_agree(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(11)
+    v = 30
+    train = [(set(rng.choice(v, size=int(rng.integers(2, 9)), replace=False).tolist()), int(rng.integers(0, 2))) for _ in range(80)]
+    tests = [set(rng.choice(v, size=int(rng.integers(1, 10)), replace=False).tolist()) for _ in range(15)]
+    dense, _ = vectorised(train, [1, 4, 7], tests, v, 0.2, 0.5, 3, set(range(v)) - {2, 3})
+    monkeypatch.setattr(aode, "_DENSE_CELLS", 0)
+    sparse, _ = vectorised(train, [1, 4, 7], tests, v, 0.2, 0.5, 3, set(range(v)) - {2, 3})
+    assert sparse == pytest.approx(dense, abs=1e-12)

@@ -189,3 +189,18 @@ def test_explain_adds_up_to_the_one_dependence_log_odds(tmp_path: Path, sample: 
     assert e.prior + sum(c.contribution for c in e.tokens) == pytest.approx(e.log_odds, abs=1e-9)
     term = [c for c in e.tokens if c.token == "dependence:aode"]
     assert len(term) == 1 and term[0].contribution != 0.0
+
+
+def test_a_new_choice_of_parents_is_seen_by_a_filter_holding_the_old_counts(tmp_path: Path, sample: Path) -> None:
+    labelled, inbox = sample_mail(sample)
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    with open_aode(url) as f:
+        f.train(labelled)
+        Maintenance(f.store).reselect(f.config.model)
+        first = [v.log_odds for v in f.classify(inbox) if isinstance(v, Verdict)]
+        with open_aode(url, aode_parents=5) as other:
+            Maintenance(other.store).reselect(other.config.model)
+        again = [v.log_odds for v in f.classify(inbox) if isinstance(v, Verdict)]
+        with open_aode(url) as fresh:
+            want = [v.log_odds for v in fresh.classify(inbox) if isinstance(v, Verdict)]
+    assert again == want and again != first

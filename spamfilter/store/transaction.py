@@ -383,6 +383,11 @@ class StoreTransaction:
         for label, blob in self.conn.execute(query, execution_options={"stream_results": True, "yield_per": chunk}):
             yield int(label), unpack_token_counts(blob)
 
+    def bump_version(self) -> int:
+        """Increase this owner's model version (a change that is not a count
+        write, e.g. a new choice of one-dependence parents); the new version."""
+        return self.counts_sql.bump_version(self.owner)
+
     @property
     def pairs(self) -> PairTables:
         """This owner's one-dependence counts (``spamfilter.store.pairs``)."""
