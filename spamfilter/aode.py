@@ -8,10 +8,15 @@ averages the SPODEs of every parent value with enough training support:
     P(c, x) ~ sum_{p : |D_{x_p}| >= m'} P(c, x_p) prod_{j != p} P(x_j | c, x_p)
 
 Here the attributes are tokens and the parents are a bounded set of K
-tokens chosen by their mutual information with the class (``select_parents``);
+tokens chosen by their mutual information with the class (``rank_tokens``);
 scoring never scans the vocabulary. A parent's value in a message is
 "present" or "absent", and both values are parents: the SPODE of an absent
-parent is naive Bayes over the messages lacking it.
+parent is naive Bayes over the messages lacking it. Pairs are counted for
+a bounded set of child tokens (the parents and the C most informative
+tokens seen in a few messages); a token that is not a child keeps naive
+Bayes's theta[c,j] in every SPODE (it is taken as independent of the
+parents), so it adds the same term to all of them. SPODE is the case of
+one parent (``spode_parent`` chooses it on held-out mail).
 
 The children follow the multinomial-binary event model (each distinct
 token of a message is one draw; absent tokens are not evidence), conditioned
