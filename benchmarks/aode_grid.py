@@ -34,8 +34,10 @@ from spamfilter.evaluation import run_online
 from benchmarks.option_grid import Doc, tokenized
 from spamfilter import aode
 from spamfilter import model as nb
+from spamfilter.analysis import Analysed, Analyser
 from spamfilter.config import Config, load_config
-from spamfilter.counts import ClassCounts, TokenCounts, Totals
+from spamfilter.counts import ClassCounts, FeatureStats, TokenCounts, Totals
+from spamfilter.tokenizer.features import SCALE
 
 
 class Model:
@@ -144,6 +146,38 @@ class Model:
         return naive, float(jll[0, 1] - jll[0, 0]) if covered[0] else naive
 
 
+def message_features(config: Config, name: str, limit: int | None, n: int) -> np.ndarray:
+    """The fixed-point feature vectors of the stream's messages (the ones
+    `tokenized` keeps), (n, F), cached in results/."""
+    cache = Path("results") / f"features-{name}-{limit or 'all'}.npy"
+    if cache.exists():
+        return np.load(cache)
+    analyser = Analyser(config.tokenizer, config.tokenizer.max_bytes)
+    rows = []
+    for _, item in stream(name, limit):
+        a = analyser.one(item)
+        if isinstance(a, Analysed):
+            rows.append(a.features)
+    out = np.array(rows, dtype=np.int64)
+    if len(out) != n:
+        raise SystemExit(f"{name}: {len(out)} feature vectors for {n} tokenized messages")
+    np.save(cache, out)
+    return out
+
+
+def feature_terms(features: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Online: each message's Gaussian feature log-odds (weight 1) from the
+    messages before it (0 before both classes are known), as Filter scores them."""
+    stats = FeatureStats.zeros(features.shape[1])
+    out = np.zeros(len(y))
+    for i, (x, spam) in enumerate(zip(features, y)):
+        if stats.n[:, 0].all():
+            params = nb.gaussian_estimate(stats, SCALE)
+            out[i] = float(nb.feature_log_odds(x[None, :] / SCALE, params, 1.0).sum())
+        stats = stats + FeatureStats.of_message(int(spam), tuple(int(v) for v in x))
+    return out
+
+
 def run(docs: list[Doc], y: np.ndarray, k: int, children: int, child_support: int, min_support: int, growth: float, split: str | None, tempering: float, alpha: float) -> tuple[np.ndarray, np.ndarray, int]:
     model = Model(k, children, min_support, child_support)
     next_selection = 50
@@ -187,6 +221,7 @@ def main() -> None:
     parser.add_argument("--split", choices=["half", "10k"], default=None)
     parser.add_argument("--limit", type=int, default=None)
     parser.add_argument("--config", type=Path)
+    parser.add_argument("--features", action="store_true", help="also the Gaussian message features (weights 1 and 0.2) on naive Bayes and AODE (online only)")
     parser.add_argument("--check", type=int, default=0, help="compare AODE (first --parents, --children, --child-support) with run_online on the first N messages")
     args = parser.parse_args()
     config = load_config(args.config) if args.config else Config()
@@ -205,8 +240,12 @@ def main() -> None:
             odds, truth, held = run(docs, y, k, children, child_support, args.min_support, args.growth, args.split, config.model.tempering, config.model.alpha)
             seconds = time.perf_counter() - start
             labels = ["naive Bayes (defaults)", f"aode K={k} C={children or 'all'}/{child_support or ''} m'={args.min_support}"]
+            if args.features and not args.split:
+                terms = feature_terms(message_features(config, name, args.limit, len(docs)), y)
+                odds = np.vstack([odds, odds[0] + terms, odds[0] + 0.2 * terms, odds[1] + terms, odds[1] + 0.2 * terms])
+                labels += ["+ features", "+ features w=0.2", "aode + features", "aode + features w=0.2"]
             for label, score in zip(labels, odds):
-                if label.startswith("naive") and rows:
+                if not label.startswith("aode") and any(r["setting"] == label for r in rows):
                     continue
                 r = ranking(truth, score, threshold)
                 rows.append({"setting": label, **r, "pairs": held, "seconds": seconds})
