@@ -190,6 +190,31 @@ def _spode_parent(docs: Sequence[dict[str, int]], labels: Sequence[int], candida
     return vocabulary[column]
 
 
+def differences(tx: StoreTransaction) -> list[str] | None:
+    """How the stored one-dependence counts differ from the ledger's (empty:
+    they agree); None without parents."""
+    parents, docs_, terms = tx.pairs.parents()
+    if not parents:
+        return None
+    stored = tx.pairs.all_children()
+    docs, labels = [], []
+    for label, counts in tx.iter_ledger():
+        docs.append(counts)
+        labels.append(label)
+    parent_rows, changes = pair_sums(parents, set(stored), docs, labels, [1] * len(docs))
+    expected = {row[0]: list(row[1:]) for row in parent_rows}
+    out = []
+    for i, p in enumerate(parents):
+        have = [int(docs_[0, i]), int(docs_[1, i]), int(terms[0, i]), int(terms[1, i])]
+        if have != expected.get(p, [0, 0, 0, 0]):
+            out.append(f"parent {p!r}: stored {have}, ledger {expected.get(p, [0, 0, 0, 0])}")
+    empty = np.zeros((0, PAIR_COLUMNS), dtype=np.int64)
+    for token in sorted(stored):
+        if not np.array_equal(stored[token], changes.get(token, empty)):
+            out.append(f"child {token!r}: stored {stored[token].tolist()}, ledger {changes.get(token, empty).tolist()}")
+    return out
+
+
 def reselect_if_due(tx: StoreTransaction, m: ModelConfig) -> Selection | None:
     """``reselect`` when the ledger has grown ``m.reselect_growth`` times
     since the last choice (the first once it holds ``FIRST_SELECTION``

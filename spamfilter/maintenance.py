@@ -88,6 +88,7 @@ class Maintenance:
                         scan.differ.add(f"token {token!r}: stored {row}, ledger {expected or [0, 0, 0, 0]}")
             for token, expected in sorted(per_token.items()):
                 scan.differ.add(f"token {token!r}: not stored, ledger {expected}")
+            pairs = dependence.differences(tx)
         stored = np.stack([totals.messages, totals.terms, totals.binary_terms])
         scan.negative.extend(
             f"class_totals {Label(c).decision} {name} is {int(stored[i, c])}"
@@ -112,6 +113,10 @@ class Maintenance:
                 "class totals = sums over the ledger" + plus, stored, ledger_rows + untracked, "the ledger" + plus + " gives", names=_TOTAL_NAMES,
             ),
         ]
+        if pairs is not None:
+            found = _Findings()
+            found.extend(pairs)
+            items.append(found.item("one-dependence counts = sums over the ledger's messages"))
         if exact:
             items.append(scan.differ.item("token counts = sums over the ledger's messages"))
         else:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import sqlalchemy as sa
 from typer.testing import CliRunner
 
 from spamfilter import aode, dependence
@@ -204,3 +205,21 @@ def test_a_new_choice_of_parents_is_seen_by_a_filter_holding_the_old_counts(tmp_
         with open_aode(url) as fresh:
             want = [v.log_odds for v in fresh.classify(inbox) if isinstance(v, Verdict)]
     assert again == want and again != first
+
+
+def test_db_check_compares_the_one_dependence_counts_with_the_ledger(tmp_path: Path, sample: Path) -> None:
+    labelled, _ = sample_mail(sample)
+    with open_aode(f"sqlite:///{tmp_path / 'a.db'}", batch_size=9) as f:
+        f.train(labelled[:60])
+        Maintenance(f.store).reselect(f.config.model)
+        f.train(labelled[60:])
+        f.forget([m for _, m in labelled[:7]])
+        items = {i.name: i for i in Maintenance(f.store).check().items}
+        assert items["one-dependence counts = sums over the ledger's messages"].status == "ok"
+        token, blob = query(f.store, "SELECT token, counts FROM aode_pairs WHERE length(counts) > 0 ORDER BY token LIMIT 1")[0]
+        rows = unpack(bytes(blob)).copy()  # type: ignore[arg-type]
+        rows[0, 2] += 1
+        with f.store.engine.begin() as conn:
+            conn.execute(sa.text("UPDATE aode_pairs SET counts = :b WHERE token = :t"), {"b": rows.astype("<i4").tobytes(), "t": token})
+        item = {i.name: i for i in Maintenance(f.store).check().items}["one-dependence counts = sums over the ledger's messages"]
+        assert item.status == "failed" and item.problems[0].startswith(f"child {token!r}: stored")

@@ -102,6 +102,12 @@ class PairTables:
                 out[str(token)] = unpack(bytes(blob))
         return out
 
+    def all_children(self) -> dict[str, Pairs]:
+        """Every child's packed counts."""
+        t = aode_pairs.c
+        rows = self.conn.execute(sa.select(t.token, t.counts).where(t.owner == self.owner))
+        return {str(token): unpack(bytes(blob)) for token, blob in rows}
+
     def put_children(self, rows: Mapping[str, Pairs]) -> None:
         """Write new packed counts for existing child rows."""
         t = aode_pairs.c
