@@ -223,3 +223,33 @@ def test_db_check_compares_the_one_dependence_counts_with_the_ledger(tmp_path: P
             conn.execute(sa.text("UPDATE aode_pairs SET counts = :b WHERE token = :t"), {"b": rows.astype("<i4").tobytes(), "t": token})
         item = {i.name: i for i in Maintenance(f.store).check().items}["one-dependence counts = sums over the ledger's messages"]
         assert item.status == "failed" and item.problems[0].startswith(f"child {token!r}: stored")
+
+
+def _train_part(url: str, part: list[tuple[bool, bytes, str]], reselect: bool) -> None:
+    with open_aode(url, batch_size=3) as f:
+        if reselect:
+            Maintenance(f.store).reselect(f.config.model)
+        f.train([(spam, MailItem(source, raw)) for spam, raw, source in part])
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_concurrent_training_and_reselect_keep_the_counts_exact(backend: str, tmp_path: Path, sample: Path, request: pytest.FixtureRequest) -> None:
+    import multiprocessing
+
+    url = f"sqlite:///{tmp_path / 'a.db'}" if backend == "sqlite" else str(request.getfixturevalue("fresh_postgres_url"))
+    labelled, _ = sample_mail(sample)
+    with open_aode(url) as f:
+        f.train(labelled[:60])
+        Maintenance(f.store).reselect(f.config.model)
+    rest = [(spam, m.raw, m.source) for spam, m in labelled[60:]]
+    context = multiprocessing.get_context("fork")
+    workers = [context.Process(target=_train_part, args=(url, rest[i::4], i == 0)) for i in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(timeout=120)
+        assert w.exitcode == 0
+    with open_aode(url) as f:
+        items = {i.name: i for i in Maintenance(f.store).check().items}
+        assert items["one-dependence counts = sums over the ledger's messages"].status == "ok", items
+        assert int(query(f.store, "SELECT count(*) FROM messages")[0][0]) == 120  # type: ignore[call-overload]
