@@ -1,11 +1,11 @@
 """Insight into a filter's model: the most class-indicative tokens
 (``spamfilter top-words``), one message's log-odds term by term
-(``spamfilter explain``) and when the messages in the model were trained.
+(``spamfilter explain``), when the messages in the model were trained and
+the class densities of the message features (``spamfilter report``).
 
     from spamfilter.config import load_config
     from spamfilter.insight import Insight
-    from spamfilter.service import FEATURE_NAMES, Filter, Refusal
-
+    from spamfilter.service import FEATURE_NAMES, FEATURE_UNITS, Filter, Refusal
     with Filter.open(load_config()) as f:
         for word in Insight(f).top_words(10):
             print(word.token, word.score)
@@ -23,8 +23,7 @@ from spamfilter.config import counts_occurrences, has_absent_term
 from spamfilter.counts import Decision, IntArray, TokenCounts
 from spamfilter.errors import MailParseError
 from spamfilter.mail import MailItem
-from spamfilter.service import FEATURE_NAMES, Filter, Refusal
-
+from spamfilter.service import FEATURE_NAMES, FEATURE_UNITS, Filter, Refusal
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +97,42 @@ class TrainedDay:
     day: date
     spam: int
     ham: int
+
+
+@dataclass(frozen=True, slots=True)
+class FeatureDensity:
+    """The two class-conditional normal densities of one message feature,
+    in its own units (the stored fixed-point value / SCALE); each pair is
+    (ham, spam).
+
+    n: messages in the feature sums.
+    mean, sd: mu and sigma of ``model.gaussian_estimate``, the variance
+        floored as the model floors it.
+    usable: both classes have the two messages a variance needs; the
+        model adds the feature's log-odds only then.
+    """
+
+    name: str
+    unit: str
+    n: tuple[int, int]
+    mean: tuple[float, float]
+    sd: tuple[float, float]
+    usable: bool
+
+
+@dataclass(frozen=True, slots=True)
+class FeatureDensities:
+    """The message features of the model ``classify`` uses.
+
+    messages: (ham, spam) messages in the model; the feature sums may hold
+        fewer (messages trained before the sums were kept are in none).
+    in_use: ``[model] features``: whether scoring adds them.
+    """
+
+    messages: tuple[int, int]
+    in_use: bool
+    weight: float
+    features: tuple[FeatureDensity, ...]
 
 
 class Insight:
@@ -212,6 +247,30 @@ class Insight:
             unknown=len(counts) - len(fitted.ids),
             absent=absent,
         )
+
+    def feature_densities(self) -> FeatureDensities:
+        """Per message feature, the normal density of each class that the
+        model estimates from its stored sums n, sum x, sum x^2 (kept by
+        training whatever ``[model] features`` says)."""
+        with self.filter.store.begin(write=False) as reader:
+            totals, owners = self.filter._model_of(reader)
+            sums = self.filter.feature_sums(reader, owners)
+        params = self.filter.feature_densities(sums)
+        sd = np.sqrt(params.var)
+        features = tuple(
+            FeatureDensity(
+                name=name,
+                unit=unit,
+                n=(int(sums.n[model.HAM, i]), int(sums.n[model.SPAM, i])),
+                mean=(float(params.mean[model.HAM, i]), float(params.mean[model.SPAM, i])),
+                sd=(float(sd[model.HAM, i]), float(sd[model.SPAM, i])),
+                usable=bool(params.usable[i]),
+            )
+            for i, (name, unit) in enumerate(zip(FEATURE_NAMES, FEATURE_UNITS, strict=True))
+        )
+        m = self.filter.config.model
+        messages = (int(totals.messages[model.HAM]), int(totals.messages[model.SPAM]))
+        return FeatureDensities(messages, m.features, m.feature_weight, features)
 
     def training_history(self) -> list[TrainedDay]:
         """Per day, oldest first, how many of the messages the model holds now

@@ -9,6 +9,7 @@ chart's size says which chart it is:
     top words           1200 x (150 + 25 * rows), rows = the longer of the two lists
     training history    900 x 350
     log-odds histogram  900 x 400
+    feature densities   1200 x (300 * rows), three panels a row
 """
 
 from __future__ import annotations
@@ -133,6 +134,10 @@ ROC_SIZE = (600, 600)
 HISTORY_SIZE = (900, 350)
 HISTOGRAM_SIZE = (900, 400)
 TOP_WORDS_WIDTH = 1200
+FEATURE_PANEL = (400, 300)
+FEATURE_COLUMNS = 3
+#: Half the width of a density plot's x range, in standard deviations.
+DENSITY_SPAN = 4.0
 # Labels longer than this are cut: a hostile 200-character token would squeeze the bars to nothing.
 _LABEL_CHARS = 36
 
@@ -243,3 +248,70 @@ def log_odds_histogram_png(
     ax.grid(True, alpha=0.3)
     fig.tight_layout()
     return _png(plt, fig)
+
+
+def density_curves(
+    mean: tuple[float, float], sd: tuple[float, float], points: int = 241
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """The (ham, spam) normal densities of one feature on a common grid:
+    x (points,) spans min(mu - 4 sigma) to max(mu + 4 sigma) over both
+    classes, and y (2, points) holds
+
+        y[c] = exp(-(x - mu[c])^2 / (2 sigma[c]^2)) / (sqrt(2 pi) sigma[c])
+    """
+    mu = np.asarray(mean, dtype=np.float64)
+    sigma = np.asarray(sd, dtype=np.float64)
+    low = float((mu - DENSITY_SPAN * sigma).min())
+    high = float((mu + DENSITY_SPAN * sigma).max())
+    if high - low < 1e-9:
+        low, high = low - 1.0, high + 1.0
+    x = np.linspace(low, high, points)
+    z = (x[None, :] - mu[:, None]) / sigma[:, None]
+    y: npt.NDArray[np.float64] = np.exp(-0.5 * z * z) / (np.sqrt(2 * np.pi) * sigma[:, None])
+    return x, y
+
+
+def feature_densities_size(panels: int) -> tuple[int, int]:
+    """(width, height) in pixels of the feature-density chart with ``panels`` features."""
+    rows = max(1, -(-panels // FEATURE_COLUMNS))
+    return FEATURE_PANEL[0] * FEATURE_COLUMNS, FEATURE_PANEL[1] * rows
+
+
+def feature_densities_figure(
+    features: Sequence[tuple[str, str, tuple[float, float], tuple[float, float]]],
+) -> Any:
+    """A matplotlib figure with one panel per (name, unit, (mu_ham, mu_spam),
+    (sigma_ham, sigma_spam)): the two ``density_curves`` and a dashed line
+    at each mean, labelled with its value (the lower mean's label to its
+    left, the higher one's to its right, so they never overlap)."""
+    plt = _pyplot()
+    width, height = feature_densities_size(len(features))
+    rows = height // FEATURE_PANEL[1]
+    fig, axes = plt.subplots(rows, FEATURE_COLUMNS, figsize=(width / 100, height / 100), dpi=100, squeeze=False)
+    for ax in axes.flat[len(features):]:
+        ax.set_visible(False)
+    for ax, (name, unit, mean, sd) in zip(axes.flat, features):
+        x, y = density_curves(mean, sd)
+        low = 0 if mean[0] <= mean[1] else 1
+        for c, (colour, cls) in enumerate(((HAM_COLOUR, "ham"), (SPAM_COLOUR, "spam"))):
+            ax.plot(x, y[c], color=colour, lw=1.5, label=f"{cls} (\u03c3 {sd[c]:.3g})")
+            ax.axvline(mean[c], color=colour, linestyle="--", lw=1)
+            ax.annotate(
+                f"{cls} \u03bc = {mean[c]:.3g}", xy=(mean[c], float(y[c].max())), xytext=(-4 if c == low else 4, -12),
+                textcoords="offset points", ha="right" if c == low else "left", color=colour, fontsize=8,
+                bbox={"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none", "alpha": 0.8},
+            )
+        ax.set_ylim(bottom=0, top=1.12 * float(y.max()))
+        ax.set_title(name, parse_math=False, fontsize=10)
+        ax.set_xlabel(unit, parse_math=False, fontsize=8)
+        ax.set_ylabel("density", fontsize=8)
+        ax.tick_params(labelsize=8)
+        ax.legend(fontsize=7, loc="best", frameon=False)
+        ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def feature_densities_png(features: Sequence[tuple[str, str, tuple[float, float], tuple[float, float]]]) -> bytes:
+    """``feature_densities_figure`` as PNG bytes, ``feature_densities_size`` pixels."""
+    return _png(_pyplot(), feature_densities_figure(features))

@@ -35,14 +35,14 @@ from spamfilter.config import ModelConfig, counts_occurrences
 from spamfilter.counts import Decision
 from spamfilter.errors import NotTrainedError, ScoresFileError
 from spamfilter.evaluation import error_rates, lam_pct, roc_area, sm_at_hm
-from spamfilter.insight import Insight, TrainedDay, WordScore
+from spamfilter.insight import FeatureDensities, Insight, TrainedDay, WordScore
 from spamfilter.service import Filter, Stats
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 
 #: The ids of the page's sections, in page order.
-SECTIONS = ("summary", "history", "top-words", "scores", "evaluation")
+SECTIONS = ("summary", "history", "top-words", "features", "scores", "evaluation")
 
 
 def printable(text: str) -> str:
@@ -157,6 +157,7 @@ class ReportData:
     two_way_threshold: the log-odds bound of the loss matrix without an
         unsure verdict, for the error rates of a labelled scores file.
     not_trained: why there are no top words (the model lacks a class), or None.
+    features: the class densities of the message features.
     """
 
     generated: datetime
@@ -169,6 +170,7 @@ class ReportData:
     ham_words: tuple[WordScore, ...]
     min_count: int
     not_trained: str | None
+    features: FeatureDensities
     scores: ScoreSample | None
 
 
@@ -195,6 +197,7 @@ def collect(f: Filter, *, scores: ScoreSample | None, now: datetime, n: int = 20
         ham_words=tuple(ham_words),
         min_count=min_count,
         not_trained=not_trained,
+        features=insight.feature_densities(),
         scores=scores,
     )
 
@@ -333,6 +336,46 @@ def _top_words(d: ReportData) -> str:
     return "".join(out)
 
 
+def _features(d: ReportData) -> str:
+    out = ['<section id="features"><h2>Message features</h2>']
+    fd = d.features
+    shown = [f for f in fd.features if f.usable]
+    held = (max((f.n[0] for f in fd.features), default=0), max((f.n[1] for f in fd.features), default=0))
+    ham, spam = fd.messages
+    cover = f"feature sums hold {held[0]} of the {ham} ham and {held[1]} of the {spam} spam in the model"
+    if held != fd.messages:
+        cover += " (messages trained before the sums were kept are in none of them)"
+    if not shown:
+        out.append(
+            f'<p class="note">No feature densities: the {_e(cover)}; a normal density needs at least two messages '
+            "of each class.</p></section>"
+        )
+        return "".join(out)
+    use = (
+        f"The model adds their log-density ratios, times {fd.weight:g} (<code>[model] features = true</code>)."
+        if fd.in_use
+        else "The model does not use them now (<code>[model] features = false</code>); training keeps the sums either way."
+    )
+    out.append(
+        "<p>Per class, the normal density Gaussian naive Bayes fits to each message feature from the stored sums "
+        "n, &Sigma;x, &Sigma;x&sup2; (sample variance, at least 0.01), in the feature's own units, drawn over "
+        f"the means &plusmn; 4 standard deviations of both classes. The {_e(cover)}. {use}</p>"
+    )
+    if len(shown) < len(fd.features):
+        left_out = ", ".join(f.name for f in fd.features if not f.usable)
+        out.append(f'<p class="note">Left out, with fewer than two messages of a class in their sums: {_e(left_out)}.</p>')
+    png = plots.feature_densities_png([(f.name, f.unit, f.mean, f.sd) for f in shown])
+    out.append(_img(png, "the ham and spam normal density of each message feature, means marked"))
+    head = [("feature", False), ("unit", False), ("ham n", True), ("ham mean", True), ("ham sd", True)]
+    head += [("spam n", True), ("spam mean", True), ("spam sd", True)]
+    rows = [
+        [_e(f.name), _e(f.unit), str(f.n[0]), f"{f.mean[0]:.4g}", f"{f.sd[0]:.4g}", str(f.n[1]), f"{f.mean[1]:.4g}", f"{f.sd[1]:.4g}"]
+        for f in shown
+    ]
+    out.append(_table(head, rows) + "</section>")
+    return "".join(out)
+
+
 def _scores(d: ReportData) -> str:
     out = ['<section id="scores"><h2>Score histogram</h2>']
     sample = d.scores
@@ -396,9 +439,12 @@ def render(d: ReportData) -> str:
         "default-src 'none'; img-src data:; "
         f"style-src {_csp_hash(_STYLE)}; script-src {_csp_hash(_SCRIPT)}; base-uri 'none'; form-action 'none'"
     )
-    titles = {"summary": "Database", "history": "Trained over time", "top-words": "Top words", "scores": "Scores", "evaluation": "Evaluation"}
+    titles = {
+        "summary": "Database", "history": "Trained over time", "top-words": "Top words", "features": "Message features",
+        "scores": "Scores", "evaluation": "Evaluation",
+    }
     nav = "".join(f'<a href="#{sid}">{_e(titles[sid])}</a>' for sid in SECTIONS)
-    body = _summary(d) + _history(d) + _top_words(d) + _scores(d) + _evaluation(d)
+    body = _summary(d) + _history(d) + _top_words(d) + _features(d) + _scores(d) + _evaluation(d)
     return (
         "<!DOCTYPE html>\n"
         '<html lang="en"><head><meta charset="utf-8">'

@@ -41,6 +41,7 @@ from spamfilter.retry import retrying
 from spamfilter.store import CountsWritten, Store, StoreTransaction
 from spamfilter.tokenizer import Tokenizer
 from spamfilter.tokenizer.features import FEATURE_NAMES as FEATURE_NAMES
+from spamfilter.tokenizer.features import FEATURE_UNITS as FEATURE_UNITS
 from spamfilter.tokenizer.features import SCALE
 from spamfilter.vectorizer import indexed_matrix
 
@@ -423,13 +424,27 @@ class Filter:
         return _Fitted(ids, token_counts, view.totals, params, X, gaussian, pairs)
 
     @staticmethod
-    def _gaussian(reader: StoreTransaction, owners: tuple[str, ...]) -> model.GaussianParams:
-        """The feature densities of the model made of ``owners``' sums (a few rows, read each time)."""
+    def feature_sums(reader: StoreTransaction, owners: tuple[str, ...]) -> FeatureStats:
+        """The per-class sums of the message features of the model made of
+        ``owners``' (a few rows, read each time). Training keeps them whatever
+        ``[model] features`` says; messages trained before schema revision
+        0005 are in none of them."""
         width = len(FEATURE_NAMES)
         stats = FeatureStats.zeros(width)
         for owner in owners:
             stats = stats + reader.feature_stats(width, owner=owner)
+        return stats
+
+    @staticmethod
+    def feature_densities(stats: FeatureStats) -> model.GaussianParams:
+        """The normal densities of ``stats`` (``model.gaussian_estimate``), in
+        the features' own units: stored value / SCALE."""
         return model.gaussian_estimate(stats, SCALE)
+
+    @staticmethod
+    def _gaussian(reader: StoreTransaction, owners: tuple[str, ...]) -> model.GaussianParams:
+        """The feature densities of the model made of ``owners``' sums."""
+        return Filter.feature_densities(Filter.feature_sums(reader, owners))
 
     def feature_terms(self, fitted: _Fitted, analysed: Sequence[_Analysed]) -> model.FloatArray:
         """What each message feature adds to each message's log-odds, (n, F);

@@ -14,16 +14,22 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import sqlalchemy as sa
+from scipy.stats import norm
 from typer.testing import CliRunner
 
+from spamfilter import plots
+from spamfilter.analysis import Analysed
 from spamfilter.cli import app, exitcodes
 from spamfilter.cli.evaluate import write_scores
 from spamfilter.config import Config, ModelConfig
 from spamfilter.evaluation import Scored
 from spamfilter.mail import read_messages
-from spamfilter.report import SECTIONS, ReportData, ScoreSample, read_scores, render
-from spamfilter.insight import TrainedDay, WordScore
-from spamfilter.service import Filter, Stats, Verdict
+from spamfilter.report import SECTIONS, ReportData, ScoreSample, collect, read_scores, render
+from spamfilter.insight import FeatureDensities, FeatureDensity, Insight, TrainedDay, WordScore
+from spamfilter.service import FEATURE_NAMES, FEATURE_UNITS, Filter, Stats, Verdict
+from spamfilter.tokenizer.features import SCALE
+from tests.test_service import HAM, SPAM, open_filter
 
 CHROMIUM = Path("/usr/bin/chromium")
 
@@ -94,8 +100,9 @@ def test_report_with_evaluation_scores_has_every_section_and_chart(sample_db: st
     page = Page(out.read_text(encoding="utf-8"))
     assert [i for i in page.ids() if i in SECTIONS] == list(SECTIONS)
     assert_self_contained(page)
-    # history 900x350, top words of 20 rows 1200x(150 + 25 * 20), histogram 900x400, ROC 600x600
-    assert page.images() == [(900, 350), (1200, 650), (900, 400), (600, 600)]
+    # history 900x350, top words of 20 rows 1200x(150 + 25 * 20), 7 feature panels in 3 rows 1200x900,
+    # histogram 900x400, ROC 600x600
+    assert page.images() == [(900, 350), (1200, 650), (1200, 900), (900, 400), (600, 600)]
     text = " ".join(page.text)
     assert "The 60 spam and 60 ham in the model now were trained on" in text
     assert "20 (10 spam, 10 ham)" in text and "1-ROCA" in text
@@ -109,7 +116,7 @@ def test_report_without_scores_says_so(sample_db: str, tmp_path: Path) -> None:
     page = Page(out.read_text(encoding="utf-8"))
     text = " ".join(page.text)
     assert "No scores file was given" in text and "No evaluation figures: no scores file was given" in text
-    assert page.images() == [(900, 350), (1200, 275)]
+    assert page.images() == [(900, 350), (1200, 275), (1200, 900)]
 
 
 def test_report_of_classify_jsonl_has_a_histogram_but_no_roc(sample_db: str, sample: Path, tmp_path: Path) -> None:
@@ -120,7 +127,7 @@ def test_report_of_classify_jsonl_has_a_histogram_but_no_roc(sample_db: str, sam
     code, _ = run_report(["--db", sample_db, "report", "--out", str(out), "--scores", str(scores)])
     assert code == 0
     page = Page(out.read_text(encoding="utf-8"))
-    assert page.images()[2:] == [(900, 400)]
+    assert page.images()[3:] == [(900, 400)]
     assert "the scores file has no true labels" in " ".join(page.text)
 
 
@@ -131,6 +138,7 @@ def test_an_untrained_database_still_gets_a_report(empty_db_url: str, tmp_path: 
     text = " ".join(Page(out.read_text(encoding="utf-8")).text)
     assert "No message is trained yet." in text
     assert "No top words: the model needs at least one trained spam and one trained ham" in text
+    assert "No feature densities: the feature sums hold 0 of the 0 ham and 0 of the 0 spam in the model;" in text
 
 
 def test_read_scores_reads_classify_and_evaluate_outputs(tmp_path: Path) -> None:
@@ -175,6 +183,103 @@ def test_report_option_errors_are_usage_errors(sample_db: str, tmp_path: Path) -
     assert "Traceback" not in missing.output + unwritable.output
 
 
+# -- message features -------------------------------------------------------------
+
+
+def trained_vectors(f: Filter, sample: Path) -> dict[str, np.ndarray]:
+    """The fixed-point feature vectors of the sample's trained messages, by class, (n, F)."""
+    out = {}
+    for cls in ("ham", "spam"):
+        analysed = [f.analyser.one(item) for item in read_messages([str(sample / f"train-{cls}.mbox")])]
+        out[cls] = np.array([a.features for a in analysed if isinstance(a, Analysed)], dtype=np.int64)
+    return out
+
+
+def mean_and_sd(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """mu and sigma of every column of fixed-point values x, computed from
+    n, sum x and sum x^2 as floats: the sample variance, floored at 0.01."""
+    n, s1, s2 = x.shape[0], x.sum(axis=0) / SCALE, (x.astype(np.float64) ** 2).sum(axis=0) / SCALE**2
+    var = (s2 - s1 * s1 / n) / (n - 1)
+    return s1 / n, np.sqrt(np.maximum(var, 0.01))
+
+
+def test_feature_densities_are_the_normals_of_the_trained_vectors(sample_db: str, sample: Path) -> None:
+    with Filter.open(Config(), sample_db) as f:
+        fd = Insight(f).feature_densities()
+        x = trained_vectors(f, sample)
+    assert fd.messages == (60, 60) and not fd.in_use
+    assert [d.name for d in fd.features] == list(FEATURE_NAMES) and len(FEATURE_UNITS) == len(FEATURE_NAMES)
+    (ham_mu, ham_sd), (spam_mu, spam_sd) = mean_and_sd(x["ham"]), mean_and_sd(x["spam"])
+    for i, d in enumerate(fd.features):
+        assert d.usable and d.n == (60, 60)
+        assert d.mean == pytest.approx((ham_mu[i], spam_mu[i]), rel=1e-9, abs=1e-12)
+        assert d.sd == pytest.approx((ham_sd[i], spam_sd[i]), rel=1e-9)
+    # The sample differs between the classes in size and HTML, not in Received lines.
+    assert abs(fd.features[0].mean[1] - fd.features[0].mean[0]) > 0.05
+    assert fd.features[FEATURE_NAMES.index("received")].sd == (0.1, 0.1)
+
+
+def test_the_plotted_curves_are_those_normals_over_the_means_plus_minus_4_sd(sample_db: str, sample: Path) -> None:
+    with Filter.open(Config(), sample_db) as f:
+        fd = Insight(f).feature_densities()
+        x = trained_vectors(f, sample)
+    fig = plots.feature_densities_figure([(d.name, d.unit, d.mean, d.sd) for d in fd.features])
+    try:
+        (ham_mu, ham_sd), (spam_mu, spam_sd) = mean_and_sd(x["ham"]), mean_and_sd(x["spam"])
+        panels = [ax for ax in fig.axes if ax.get_visible()]
+        assert [ax.get_title() for ax in panels] == list(FEATURE_NAMES)
+        assert [ax.get_xlabel() for ax in panels] == list(FEATURE_UNITS)
+        for i, ax in enumerate(panels):
+            ham, ham_mean, spam, spam_mean = (line.get_xydata() for line in ax.get_lines())
+            mu, sd = (ham_mu[i], spam_mu[i]), (ham_sd[i], spam_sd[i])
+            assert ham[0, 0] == pytest.approx(min(m - 4 * s for m, s in zip(mu, sd)), rel=1e-9, abs=1e-12)
+            assert ham[-1, 0] == pytest.approx(max(m + 4 * s for m, s in zip(mu, sd)), rel=1e-9, abs=1e-12)
+            assert ham[:, 1] == pytest.approx(norm.pdf(ham[:, 0], mu[0], sd[0]), rel=1e-9)
+            assert spam[:, 1] == pytest.approx(norm.pdf(spam[:, 0], mu[1], sd[1]), rel=1e-9)
+            # The means are marked (vertical lines) and labelled with their values.
+            assert ham_mean[:, 0] == pytest.approx([mu[0], mu[0]]) and spam_mean[:, 0] == pytest.approx([mu[1], mu[1]])
+            assert [t.get_text() for t in ax.texts] == [f"ham \u03bc = {mu[0]:.3g}", f"spam \u03bc = {mu[1]:.3g}"]
+    finally:
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
+
+
+def test_the_features_section_says_whether_the_model_uses_them(sample_db: str) -> None:
+    config = Config(model=ModelConfig(features=True, feature_weight=0.5))
+    with Filter.open(config, sample_db) as f:
+        data = collect(f, scores=None, now=datetime(2024, 5, 1, tzinfo=timezone.utc))
+    page = render(data)
+    assert "The feature sums hold 60 of the 60 ham and 60 of the 60 spam in the model." in page
+    assert "The model adds their log-density ratios, times 0.5 (<code>[model] features = true</code>)." in page
+
+
+def report_page(f: Filter) -> Page:
+    return Page(render(collect(f, scores=None, now=datetime(2024, 5, 1, tzinfo=timezone.utc))))
+
+
+def test_a_model_without_feature_sums_says_so_instead_of_plotting(tmp_path: Path) -> None:
+    with open_filter(tmp_path, "old") as f:
+        f.train([(False, m) for m in HAM] + [(True, m) for m in SPAM])
+        # A model trained before the sums were kept (schema revision 0005) has none.
+        with f.store.engine.begin() as conn:
+            conn.execute(sa.text("DELETE FROM feature_stats"))
+        page = report_page(f)
+    text = " ".join(page.text)
+    assert (
+        "No feature densities: the feature sums hold 0 of the 4 ham and 0 of the 3 spam in the model "
+        "(messages trained before the sums were kept are in none of them); a normal density needs at least two messages of each class."
+    ) in text
+    assert len(page.images()) == 2  # history and top words, no feature densities
+
+
+def test_a_class_with_one_message_has_no_densities(tmp_path: Path) -> None:
+    with open_filter(tmp_path, "one") as f:
+        f.train([(False, m) for m in HAM] + [(True, SPAM[0])])
+        text = " ".join(report_page(f).text)
+    assert "No feature densities: the feature sums hold 4 of the 4 ham and 1 of the 1 spam in the model; a normal density" in text
+
+
 HOSTILE = '<script>alert("x")</script>\x1b[2J"><img src=http://evil.example/x.png>'
 
 
@@ -193,6 +298,7 @@ def hostile_report() -> str:
             ham_words=(WordScore("\u202eevil", 0, 3, 1.0),),
             min_count=5,
             not_trained=None,
+            features=FeatureDensities((2, 1), False, 1.0, (FeatureDensity("size", "log(1 + bytes)", (2, 1), (7.0, 8.0), (0.5, 0.1), False),)),
             scores=ScoreSample(HOSTILE, np.array([-3.0, 0.5, 8.0]), np.array([False, False, True]), ("ham", "unsure", "spam")),
         )
     )
@@ -257,7 +363,7 @@ def test_the_report_loads_in_chromium_without_console_errors(chromium: Path, sam
     assert 'data-ready="1"' in dom  # its script ran: the CSP hash matched
     for section in SECTIONS:
         assert f'<section id="{section}">' in dom
-    assert dom.count('src="data:image/png;base64,') == 4
+    assert dom.count('src="data:image/png;base64,') == 5
 
 
 def test_the_hostile_report_loads_in_chromium_without_running_anything(chromium: Path, tmp_path: Path) -> None:

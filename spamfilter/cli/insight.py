@@ -205,7 +205,7 @@ def report(
 ) -> None:
     """Write one self-contained HTML page (no external files): database
     summary, messages trained over time, top words of both classes, the
-    score histogram of a classify or evaluate run given with --scores, and
+    ham and spam densities of each message feature, the score histogram of a classify or evaluate run given with --scores, and
     its evaluation figures and ROC when it has true labels.
 
     Example: spamfilter report --out report.html --scores scores.tsv

@@ -35,6 +35,18 @@ from dataclasses import dataclass
 #: The features, in the order of every vector.
 FEATURE_NAMES: tuple[str, ...] = ("size", "urls", "url_hosts", "html", "upper", "attachments", "received")
 
+#: What each feature's value measures, in the order of ``FEATURE_NAMES``
+#: (axis labels of the report's density plots).
+FEATURE_UNITS: tuple[str, ...] = (
+    "log(1 + bytes)",
+    "log(1 + URLs)",
+    "log(1 + distinct URL hosts)",
+    "share of text parts in HTML",
+    "share of upper-case letters",
+    "log(1 + attachments)",
+    "log(1 + Received lines)",
+)
+
 #: Fixed-point scale of the stored values: x is kept as round(x * SCALE).
 SCALE = 1024
 
