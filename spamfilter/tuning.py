@@ -2,7 +2,11 @@
 
 Train on the head of a labelled stream, score its held-out tail with every
 setting tried, and keep the one whose cutoffs give the lowest expected loss
-under the loss matrix; the cutoffs come from ``best_cutoffs``.
+under the loss matrix; the cutoffs come from ``best_cutoffs``. Besides the
+naive Bayes settings it may try the one-dependence estimators (``[model]
+dependence``, ``spamfilter.aode``) and the weight of the continuous message
+features (``[model] features``, ``feature_weight``), computed from the
+same head and tail with the filter's own functions.
 """
 
 from __future__ import annotations
@@ -10,18 +14,25 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
+from itertools import product
+from typing import NamedTuple
 
 import numpy as np
+import scipy.sparse as sp
 from scipy.special import log_expit
 
+from spamfilter import aode, dependence
 from spamfilter import model as nb
 from spamfilter.analysis import Analysed, Analyser, analyse_labelled
-from spamfilter.config import Config
-from spamfilter.counts import ClassCounts, IntArray
+from spamfilter.config import Config, ModelConfig
+from spamfilter.counts import HAM, SPAM, ClassCounts, FeatureStats, IntArray
 from spamfilter.errors import EvaluationError
 from spamfilter.evaluation import BoolArray, FloatArray, roc_area
 from spamfilter.mail import MailItem
+from spamfilter.tokenizer.features import SCALE
 from spamfilter.vectorizer import Vocabulary, count_matrix
+
+Reading = Callable[[Iterable[tuple[bool, MailItem]]], Iterable[tuple[bool, MailItem]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +135,22 @@ class Candidate:
     costly: int = 0
     held_out: int = 0
     max_tokens: int = 0
+    #: ``[model] dependence``: "none", "spode" or "aode".
+    dependence: str = "none"
+    #: ``[model] feature_weight`` with the message features on; 0: features off.
+    feature_weight: float = 0.0
+
+
+class _Setting(NamedTuple):
+    """One combination of the model settings ``tune`` tries."""
+
+    event_model: str
+    alpha: float
+    tempering: float
+    min_evidence: float
+    max_tokens: int
+    dependence: str
+    feature_weight: float
 
 
 #: The fewest messages the best setting must misfile or call unsure on the
@@ -162,8 +189,10 @@ def tune(
     bigram_options: Sequence[bool] | None = None,
     holdout: float = 0.2,
     max_tokens_options: Sequence[int] | None = None,
+    dependences: Sequence[str] | None = None,
+    feature_weights: Sequence[float] | None = None,
     jobs: int = 1,
-    reading: Callable[[Iterable[tuple[bool, MailItem]]], Iterable[tuple[bool, MailItem]]] | None = None,
+    reading: Reading | None = None,
 ) -> list[Candidate]:
     """``tune_settings`` for each tokenizer setting in ``bigram_options``
     (default: the configured one), all candidates ranked together; the mail
@@ -175,10 +204,16 @@ def tune(
         results += tune_settings(
             variant, labelled, event_models=event_models, alphas=alphas,
             temperings=temperings, min_evidences=min_evidences, holdout=holdout,
-            max_tokens_options=max_tokens_options, jobs=jobs, reading=reading,
+            max_tokens_options=max_tokens_options, dependences=dependences,
+            feature_weights=feature_weights, jobs=jobs, reading=reading,
         )
     results.sort(key=lambda c: _rank(c, config))
     return results
+
+
+def configured_feature_weight(m: ModelConfig) -> float:
+    """The feature weight a configuration scores with: 0 with the features off."""
+    return m.feature_weight if m.features else 0.0
 
 
 def _rank(c: Candidate, config: Config) -> tuple[float, int, float, float]:
@@ -194,9 +229,17 @@ def _rank(c: Candidate, config: Config) -> tuple[float, int, float, float]:
             c.min_evidence != m.min_evidence,
             c.max_tokens != m.max_tokens,
             c.bigrams != config.tokenizer.bigrams,
+            c.dependence != m.dependence,
+            c.feature_weight != configured_feature_weight(m),
         )
     )
     return (round(c.loss_per_message, 12), changes, round(c.one_minus_roca, 9), c.log_loss)
+
+
+def dependence_applies(config: Config, event_model: str) -> bool:
+    """Whether a one-dependence estimator may go with ``event_model`` under
+    ``config`` (the combinations ``config.validate`` accepts)."""
+    return event_model == "multinomial-binary" and config.model.token_cap == 0 and config.store.shared_model != "merge"
 
 
 def tune_settings(
@@ -209,26 +252,81 @@ def tune_settings(
     min_evidences: Sequence[float] = (0.0,),
     holdout: float = 0.2,
     max_tokens_options: Sequence[int] | None = None,
+    dependences: Sequence[str] | None = None,
+    feature_weights: Sequence[float] | None = None,
     jobs: int = 1,
-    reading: Callable[[Iterable[tuple[bool, MailItem]]], Iterable[tuple[bool, MailItem]]] | None = None,
+    reading: Reading | None = None,
 ) -> list[Candidate]:
-    """Try every (event model, alpha, tempering, min_evidence, max_tokens
-    (default: the configured one); the configured token_cap throughout):
-    train on the head of the
-    stream, score its last ``holdout`` share (later mail, as a filter meets
-    it), choose each setting's cutoffs by ``best_cutoffs`` (never a spam
-    cutoff below the loss matrix's, never a ham cutoff above it, so the
-    unsure band stays) and report the loss per message. Returns the
-    candidates, best first: lowest loss, then fewest changes to the
-    configured settings, then lowest 1-ROCA, then lowest log-loss (the mean
-    of -log P(true class), which prefers calibrated probabilities when the
-    classes separate perfectly).
+    """Try every (event model, alpha, tempering, min_evidence, max_tokens,
+    dependence, feature weight) (the last three default to the configured
+    ones; "spode" and "aode" only where ``dependence_applies``; the
+    configured token_cap throughout): train on the head of the stream,
+    score its last ``holdout`` share (later mail, as a filter meets it),
+    choose each setting's cutoffs by ``best_cutoffs`` (never a spam cutoff
+    below the loss matrix's, never a ham cutoff above it, so the unsure band
+    stays) and report the loss per message. Returns the candidates, best
+    first: lowest loss, then fewest changes to the configured settings, then
+    lowest 1-ROCA, then lowest log-loss (the mean of -log P(true class),
+    which prefers calibrated probabilities when the classes separate
+    perfectly).
 
     The messages are parsed and tokenized once; each setting is then pure
-    model arithmetic (``model.estimate`` and ``joint_log_likelihood``, the
-    functions the filter itself scores with) over one sparse matrix.
+    model arithmetic with the functions the filter itself scores with
+    (``model.estimate`` and ``joint_log_likelihood``; ``aode`` over the pair
+    counts ``db reselect`` would keep after training the head;
+    ``model.feature_log_odds`` over the head's feature densities).
     """
-    docs, labels = _read(config, labelled, jobs, reading)
+    s = _split(config, labelled, holdout, jobs, reading)
+    m = config.model
+    tried = list(dependences) if dependences is not None else [m.dependence]
+    weights = list(feature_weights) if feature_weights is not None else [configured_feature_weight(m)]
+    pairs: dict[str, aode.PairCounts] = {}
+    if any(dependence_applies(config, e) for e in event_models):
+        for dep in set(tried) - {"none"}:
+            pairs[dep] = _head_pairs(s, m, dependence.parents_of(replace(m, dependence=dep)))  # type: ignore[arg-type]
+    features = {w: _feature_odds(s, w) for w in weights}
+    keeps = max_tokens_options if max_tokens_options is not None else (m.max_tokens,)
+    results: list[Candidate] = []
+    for event_model, alpha in product(event_models, alphas):
+        params = nb.estimate(event_model, s.counts, s.stats, alpha)
+        X = s.valid_binary if params.binary else s.valid_terms
+        for tempering, min_evidence, keep in product(temperings, min_evidences, keeps):
+            naive = nb.log_odds(nb.joint_log_likelihood(X, params, tempering, min_evidence, keep, m.token_cap))
+            for dep in (d for d in tried if d == "none" or dependence_applies(config, event_model)):
+                setting = _Setting(event_model, alpha, tempering, min_evidence, keep, dep, 0.0)
+                odds = naive if dep == "none" else _dependence_odds(s, X, params, pairs[dep], setting, m.aode_min_support, naive)
+                for w in weights:
+                    scored = odds + features[w] if w else odds
+                    results.append(_candidate(s.valid_y, scored, setting._replace(feature_weight=w), config))
+    if not results:
+        raise EvaluationError('no setting to try: dependence "spode" or "aode" needs the event model "multinomial-binary", no token_cap and no merged shared model')
+    results.sort(key=lambda c: _rank(c, config))
+    return results
+
+
+@dataclass(frozen=True, slots=True)
+class _Split:
+    """The stream cut in two: the counts the store would hold after training
+    the head, the head's 0/1 matrix (n_head, V) over its tokens, and the
+    held-out tail's labels and matrices (n_valid, V); the Gaussian feature
+    densities of the head and the tail's feature vectors (n_valid, F)."""
+
+    counts: nb.TokenCounts
+    stats: nb.Totals
+    tokens: list[str]
+    head_y: BoolArray
+    head_binary: sp.csr_matrix
+    valid_y: BoolArray
+    valid_terms: sp.csr_matrix
+    valid_binary: sp.csr_matrix
+    gaussian: nb.GaussianParams
+    valid_features: FloatArray
+
+
+def _split(config: Config, labelled: Sequence[tuple[bool, MailItem]], holdout: float, jobs: int, reading: Reading | None) -> _Split:
+    """Read the stream and cut it into the training head and the held-out
+    tail (its last ``holdout`` share); both need spam and ham."""
+    docs, labels, vectors = _read(config, labelled, jobs, reading)
     y = np.array(labels, dtype=bool)
     n_valid = max(1, int(round(len(docs) * holdout)))
     split = len(docs) - n_valid
@@ -237,44 +335,97 @@ def tune_settings(
         raise EvaluationError("to tune, both the training head and the held-out tail of the index need spam and ham")
     vocabulary = Vocabulary(t for d in docs[:split] for t in d)
     counts, stats = _training_counts(docs[:split], train_y, vocabulary)
-    valid_terms = count_matrix(docs[split:], vocabulary)
-    valid_binary = count_matrix(docs[split:], vocabulary, binary=True)
-    d = config.decision
-    bounds = nb.thresholds_from_loss(d.cost_ham_as_spam, d.cost_spam_as_ham, d.cost_unsure)
-    results: list[Candidate] = []
-    for event_model in event_models:
-        for alpha in alphas:
-            params = nb.estimate(event_model, counts, stats, alpha)
-            X = valid_binary if params.binary else valid_terms
-            keeps = max_tokens_options if max_tokens_options is not None else (config.model.max_tokens,)
-            for tempering, min_evidence, keep in ((t, e, k) for t in temperings for e in min_evidences for k in keeps):
-                odds = nb.log_odds(nb.joint_log_likelihood(X, params, tempering, min_evidence, keep, config.model.token_cap))
-                cut = best_cutoffs(
-                    valid_y, odds, cost_ham_as_spam=d.cost_ham_as_spam, cost_spam_as_ham=d.cost_spam_as_ham,
-                    cost_unsure=d.cost_unsure, spam_min_floor=bounds.spam_min, ham_max_ceiling=bounds.ham_max,
-                )
-                results.append(_candidate(valid_y, odds, cut, (event_model, alpha, tempering, min_evidence, keep), config))
-    results.sort(key=lambda c: _rank(c, config))
-    return results
+    features = np.array(vectors, dtype=np.int64).reshape(len(vectors), -1)
+    return _Split(
+        counts, stats, vocabulary.tokens, train_y, count_matrix(docs[:split], vocabulary, binary=True),
+        valid_y, count_matrix(docs[split:], vocabulary), count_matrix(docs[split:], vocabulary, binary=True),
+        nb.gaussian_estimate(_feature_stats(features[:split], train_y), SCALE), features[split:] / SCALE,
+    )
 
 
 def _read(
     config: Config,
     labelled: Sequence[tuple[bool, MailItem]],
     jobs: int,
-    reading: Callable[[Iterable[tuple[bool, MailItem]]], Iterable[tuple[bool, MailItem]]] | None,
-) -> tuple[list[dict[str, int]], list[bool]]:
-    """The token counts and labels of the messages that read as mail, read on
-    ``jobs`` processes through ``reading``."""
+    reading: Reading | None,
+) -> tuple[list[dict[str, int]], list[bool], list[tuple[int, ...]]]:
+    """The token counts, labels and feature vectors of the messages that
+    read as mail, read on ``jobs`` processes through ``reading``."""
     stream = reading(labelled) if reading is not None else labelled
     docs: list[dict[str, int]] = []
     labels: list[bool] = []
+    vectors: list[tuple[int, ...]] = []
     analyser = Analyser(config.tokenizer, config.tokenizer.max_bytes)
     for is_spam, result in analyse_labelled(analyser, stream, jobs):
         if isinstance(result, Analysed):
             docs.append(result.counts)
             labels.append(is_spam)
-    return docs, labels
+            vectors.append(result.features)
+    return docs, labels, vectors
+
+
+def _feature_stats(features: IntArray, is_spam: BoolArray) -> FeatureStats:
+    """The per-class sums the store keeps after training messages with these
+    fixed-point feature vectors (n, F): the sum of ``FeatureStats.of_message``."""
+    rows = (~is_spam, is_spam)
+    count = np.stack([np.full(features.shape[1], int(r.sum())) for r in rows]).astype(np.int64)
+    total = np.stack([features[r].sum(axis=0) for r in rows]).astype(np.int64)
+    total_sq = np.stack([(features[r] * features[r]).sum(axis=0) for r in rows]).astype(np.int64)
+    return FeatureStats(count, total, total_sq)
+
+
+def _feature_odds(s: _Split, weight: float) -> FloatArray:
+    """What the message features add to each held-out message's log-odds at
+    ``weight`` (n_valid,), as the filter adds them with ``[model] features``;
+    zeros at weight 0 (features off)."""
+    if not weight:
+        return np.zeros(s.valid_y.size)
+    result: FloatArray = nb.feature_log_odds(s.valid_features, s.gaussian, weight).sum(axis=1)
+    return result
+
+
+def _head_pairs(s: _Split, m: ModelConfig, parents: int) -> aode.PairCounts:
+    """The one-dependence counts after training the head and
+    ``dependence.reselect`` with ``parents`` parents: the parents, sorted,
+    are the first ``parents`` by ``aode.rank_tokens`` among the tokens in
+    at least aode_min_support messages; the children are the parents and
+    the first aode_children among those in at least aode_child_support.
+    With Xp the parents' columns of the head's 0/1 rows X of class c,
+    D[c,p] = column sums of Xp, N[c,p] = Xp.T @ (distinct tokens per
+    message), D[c,p,j] = (Xp.T @ X)[p,j] for child j (0 for the others)."""
+    messages = s.stats.classes.messages
+    doc_count = s.counts.doc_count
+    chosen = sorted(aode.rank_tokens(s.tokens, doc_count, messages, m.aode_min_support)[:parents])
+    kids = [*chosen, *aode.rank_tokens(s.tokens, doc_count, messages, m.aode_child_support)[: m.aode_children]]
+    column = {t: j for j, t in enumerate(s.tokens)}
+    parent_column: IntArray = np.array([column[t] for t in chosen], dtype=np.int64)
+    child = np.zeros(len(s.tokens), dtype=bool)
+    child[[column[t] for t in kids]] = True
+    lengths = np.asarray(s.head_binary.sum(axis=1)).ravel()
+    docs = np.zeros((2, len(chosen)), dtype=np.int64)
+    terms = np.zeros((2, len(chosen)), dtype=np.int64)
+    pairs = []
+    for c, rows in ((HAM, ~s.head_y), (SPAM, s.head_y)):
+        X = s.head_binary[rows]
+        held = sp.csr_matrix(X[:, parent_column])
+        docs[c] = np.rint(np.asarray(held.sum(axis=0)).ravel())
+        terms[c] = np.rint(held.T @ lengths[rows])
+        pairs.append(sp.csr_matrix(held.T @ X @ sp.diags(child.astype(np.float64))))
+    return aode.PairCounts(docs, terms, (pairs[HAM], pairs[SPAM]), parent_column, child)
+
+
+def _dependence_odds(
+    s: _Split, X: sp.csr_matrix, params: nb.NBParams, pairs: aode.PairCounts, setting: _Setting, min_support: int, naive: FloatArray
+) -> FloatArray:
+    """The held-out log-odds of the one-dependence estimate where a parent
+    value has support, ``naive`` elsewhere (as ``Filter.dependence_odds``),
+    over the tokens the setting's min_evidence and max_tokens keep."""
+    kept = nb.evidence_features(X, params, setting.min_evidence, setting.max_tokens)
+    jll, covered = aode.joint_log_likelihood(
+        kept, s.counts.doc_count, s.stats.classes, s.stats.vocabulary_size, pairs, setting.alpha, setting.tempering, min_support
+    )
+    result: FloatArray = np.where(covered, jll[:, 1] - jll[:, 0], naive)
+    return result
 
 
 def _training_counts(docs: Sequence[dict[str, int]], is_spam: BoolArray, vocabulary: Vocabulary) -> tuple[nb.TokenCounts, nb.Totals]:
@@ -300,20 +451,23 @@ def _training_counts(docs: Sequence[dict[str, int]], is_spam: BoolArray, vocabul
     return nb.TokenCounts(doc_count=doc_count, term_count=term_count), stats
 
 
-def _candidate(
-    valid_y: BoolArray, odds: FloatArray, cut: Cutoffs, setting: tuple[str, float, float, float, int], config: Config
-) -> Candidate:
-    """How one (event model, alpha, tempering, min_evidence, max_tokens)
-    setting did on the held-out messages at its cutoffs."""
-    event_model, alpha, tempering, min_evidence, keep = setting
+def _candidate(valid_y: BoolArray, odds: FloatArray, setting: _Setting, config: Config) -> Candidate:
+    """How one setting did on the held-out messages at the cutoffs
+    ``best_cutoffs`` gives it within the loss matrix's own thresholds."""
+    d = config.decision
+    bounds = nb.thresholds_from_loss(d.cost_ham_as_spam, d.cost_spam_as_ham, d.cost_unsure)
+    cut = best_cutoffs(
+        valid_y, odds, cost_ham_as_spam=d.cost_ham_as_spam, cost_spam_as_ham=d.cost_spam_as_ham,
+        cost_unsure=d.cost_unsure, spam_min_floor=bounds.spam_min, ham_max_ceiling=bounds.ham_max,
+    )
     verdict_spam = odds > cut.spam_min
     verdict_ham = odds <= cut.ham_max
     unsure = ~verdict_spam & ~verdict_ham
     return Candidate(
-        event_model=event_model,
-        alpha=alpha,
-        tempering=tempering,
-        min_evidence=min_evidence,
+        event_model=setting.event_model,
+        alpha=setting.alpha,
+        tempering=setting.tempering,
+        min_evidence=setting.min_evidence,
         bigrams=config.tokenizer.bigrams,
         one_minus_roca=100.0 * (1.0 - roc_area(valid_y, odds)),
         cutoffs=cut,
@@ -324,7 +478,9 @@ def _candidate(
         unsure=100.0 * float(unsure.mean()),
         costly=int((verdict_spam & ~valid_y).sum() + (verdict_ham & valid_y).sum() + unsure.sum()),
         held_out=int(valid_y.size),
-        max_tokens=keep,
+        max_tokens=setting.max_tokens,
+        dependence=setting.dependence,
+        feature_weight=setting.feature_weight,
     )
 
 

@@ -5,17 +5,24 @@ from __future__ import annotations
 import json
 import math
 import tomllib
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
+from scipy.special import log_expit
 from typer.testing import CliRunner
 
 from spamfilter.cli import app
-from spamfilter.config import Config, DecisionConfig, ModelConfig, TokenizerConfig, load_config, update_config_file
-from spamfilter.errors import ConfigError
-from spamfilter.tuning import MIN_COSTLY, best_cutoffs, tune
+from spamfilter.config import Config, DecisionConfig, ModelConfig, StoreConfig, TokenizerConfig, load_config, update_config_file
+from spamfilter.errors import ConfigError, EvaluationError
+from spamfilter.evaluation import roc_area
+from spamfilter.maintenance import Maintenance
+from spamfilter.model import thresholds_from_loss
+from spamfilter.service import Filter
+from spamfilter.tuning import MIN_COSTLY, Candidate, best_cutoffs, tune
 from spamfilter.mail import MailItem
+from spamfilter.mail.sources import read_messages
 
 LETTERS = "bcdfghjklmnpqrstvwxz"
 
@@ -251,3 +258,111 @@ def test_tune_command_writes_max_tokens(tmp_path: Path) -> None:
     header, row = result.stdout.splitlines()[:2]
     assert header.split()[6] == "keep" and row.split()[5] == "3"  # "event model" is two words
     assert load_config(config).model.max_tokens == 3
+
+
+# -- one-dependence estimators and message features ---------------------------
+
+#: Small enough for the sample's 96 training messages (see tests/test_dependence.py).
+ONE_DEPENDENCE = {"aode_parents": 12, "aode_children": 300, "aode_min_support": 3, "reselect_growth": 0.0}
+
+
+def sample_stream(sample: Path) -> list[tuple[bool, MailItem]]:
+    """The sample's 120 training messages, spam and ham alternating."""
+    spam = read_messages([str(sample / "train-spam.mbox")])
+    ham = read_messages([str(sample / "train-ham.mbox")])
+    return [pair for two in zip(((True, m) for m in spam), ((False, m) for m in ham)) for pair in two]
+
+
+def filter_tail_odds(url: str, m: ModelConfig, labelled: list[tuple[bool, MailItem]], n_valid: int) -> np.ndarray:
+    """The log-odds a Filter configured with ``m`` gives the last ``n_valid``
+    messages after training the others and choosing its parents."""
+    with Filter.open(Config(store=StoreConfig(url=url), model=m)) as f:
+        f.train(labelled[:-n_valid])
+        Maintenance(f.store).reselect(f.config.model)
+        return np.array([v.log_odds for v in f.classify([item for _, item in labelled[-n_valid:]])])  # type: ignore[union-attr]
+
+
+def assert_scored_as(c: Candidate, is_spam: np.ndarray, odds: np.ndarray, config: Config) -> None:
+    """The candidate's figures are those of these held-out log-odds."""
+    d = config.decision
+    bounds = thresholds_from_loss(d.cost_ham_as_spam, d.cost_spam_as_ham, d.cost_unsure)
+    cut = best_cutoffs(is_spam, odds, cost_ham_as_spam=d.cost_ham_as_spam, cost_spam_as_ham=d.cost_spam_as_ham,
+                       cost_unsure=d.cost_unsure, spam_min_floor=bounds.spam_min, ham_max_ceiling=bounds.ham_max)
+    assert c.log_loss == pytest.approx(float(-np.mean(log_expit(np.where(is_spam, odds, -odds)))), rel=1e-9)
+    assert c.one_minus_roca == pytest.approx(100 * (1 - roc_area(is_spam, odds)), abs=1e-12)
+    assert (c.cutoffs.ham_max, c.cutoffs.spam_min) == pytest.approx((cut.ham_max, cut.spam_min), rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("dependence", "weight", "tempering", "min_evidence"),
+    [("aode", 0.0, 0.55, 0.0), ("spode", 0.0, 0.55, 0.0), ("aode", 0.0, 1.0, 1.0), ("none", 0.5, 0.55, 0.0), ("aode", 0.3, 1.0, 0.0)],
+)
+def test_tuned_candidates_score_the_tail_as_the_filter_does(
+    tmp_path: Path, sample: Path, dependence: str, weight: float, tempering: float, min_evidence: float
+) -> None:
+    # Tempering 1 divides the token evidence by each message's length, so
+    # the log-odds come near 0 and the log-loss weighs every message.
+    labelled = sample_stream(sample)
+    base = replace(ModelConfig(), tempering=tempering, min_evidence=min_evidence, **ONE_DEPENDENCE)  # type: ignore[arg-type]
+    config = Config(model=base)
+    results = tune(
+        config, labelled, event_models=["multinomial-binary"], alphas=[base.alpha], temperings=[tempering],
+        min_evidences=[min_evidence], dependences=sorted({"none", dependence}), feature_weights=sorted({0.0, weight}),
+    )
+    found = {(c.dependence, c.feature_weight): c for c in results}
+    tuned = found[(dependence, weight)]
+    assert tuned.held_out == 24
+    # the setting changes the scores: naive Bayes without features scores the tail otherwise
+    assert tuned.log_loss != found[("none", 0.0)].log_loss
+    m = replace(base, dependence=dependence, features=weight > 0, feature_weight=weight or 1.0)  # type: ignore[arg-type]
+    odds = filter_tail_odds(f"sqlite:///{tmp_path / 'f.db'}", m, labelled, 24)
+    assert_scored_as(tuned, np.array([is_spam for is_spam, _ in labelled[-24:]]), odds, config)
+
+
+def test_dependence_and_features_are_tried_only_when_asked(sample: Path) -> None:
+    labelled = sample_stream(sample)
+    config = Config(model=replace(ModelConfig(), **ONE_DEPENDENCE))  # type: ignore[arg-type]
+    grid = {"event_models": ["multinomial-binary", "bernoulli"], "alphas": [0.1, 1.0], "temperings": [0.0, 0.55], "min_evidences": [0.0, 2.0]}
+    default = tune(config, labelled, **grid)  # type: ignore[arg-type]
+    assert len(default) == 2 * 2 * 2 * 2
+    assert {(c.dependence, c.feature_weight) for c in default} == {("none", 0.0)}
+    assert default == tune(config, labelled, dependences=["none"], feature_weights=[0.0], **grid)  # type: ignore[arg-type]
+    # AODE only with multinomial-binary: 16 + 8 rows, each with and without features
+    both = tune(config, labelled, dependences=["none", "aode"], feature_weights=[0.0, 0.5], **grid)  # type: ignore[arg-type]
+    assert len(both) == (16 + 8) * 2
+    assert {c.event_model for c in both if c.dependence == "aode"} == {"multinomial-binary"}
+    # the configured dependence and feature weight are the defaults
+    configured = Config(model=replace(config.model, dependence="spode", features=True, feature_weight=0.5))
+    rows = tune(configured, labelled, event_models=["multinomial-binary"], alphas=[0.1], temperings=[0.55])
+    assert [(c.dependence, c.feature_weight) for c in rows] == [("spode", 0.5)]
+    with pytest.raises(EvaluationError, match="no setting to try"):
+        tune(config, labelled, event_models=["bernoulli"], alphas=[0.1], temperings=[0.55], dependences=["aode"])
+
+
+def test_ties_keep_the_configured_dependence_and_features() -> None:
+    config = Config(model=ModelConfig(dependence="aode", features=True, feature_weight=0.5))
+    results = tune(config, easy_stream(100), event_models=["multinomial-binary"], alphas=[0.1], temperings=[0.55], dependences=["none", "aode"], feature_weights=[0.0, 0.5, 1.0])
+    assert {c.loss_per_message for c in results} == {0.0}
+    assert (results[0].dependence, results[0].feature_weight) == ("aode", 0.5)
+
+
+def test_tune_command_writes_dependence_and_features(tmp_path: Path) -> None:
+    index = write_index(tmp_path, trap_stream())
+    config = tmp_path / "config.toml"
+    config.write_text("[model]\nalpha = 0.1\naode_min_support = 5\n\n[tokenizer]\nbigrams = false\n")
+    args = ["--config", str(config), "tune", "--index", str(index), "--model", "multinomial-binary", "--alpha", "1", "--tempering", "0",
+            "--min-evidence", "0", "--dependence", "aode", "--feature-weight", "0.25", "--keep-tokenizer", "--write"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    header, row = result.stdout.splitlines()[:2]
+    assert header.split()[7:9] == ["dep", "feat"] and row.split()[6:8] == ["aode", "0.25"]  # "event model" is two words
+    assert result.stdout.splitlines()[-1] == "dependence = 'aode' scores once `spamfilter db reselect` has chosen its parents"
+    written = load_config(config).model
+    assert (written.dependence, written.features, written.feature_weight, written.aode_min_support) == ("aode", True, 0.25, 5)
+    # features off (weight 0) writes features = false and keeps the configured weight
+    result = CliRunner().invoke(app, [*args[:-6], "--dependence", "none", "--feature-weight", "0", "--keep-tokenizer", "--write"])
+    assert result.exit_code == 0, result.output
+    written = load_config(config).model
+    assert (written.dependence, written.features, written.feature_weight) == ("none", False, 0.25)
+    result = CliRunner().invoke(app, [*args[:-6], "--dependence", "tan"])
+    assert result.exit_code == 64 and "'tan' is not one of none, spode, aode" in result.stderr

@@ -10,7 +10,7 @@ import typer
 
 from spamfilter.cli import app, state
 from spamfilter.cli._common import Jobs, TableOrJson, jobs_or_default, index_length, progress
-from spamfilter.config import EVENT_MODELS, default_config_path, update_config_file
+from spamfilter.config import DEPENDENCES, EVENT_MODELS, default_config_path, update_config_file
 from spamfilter import tuning
 from spamfilter.mail import read_index
 
@@ -25,6 +25,8 @@ def tune(
     temperings: Annotated[list[float] | None, typer.Option("--tempering", metavar="T", help="Tempering exponent to try (repeatable).")] = None,
     min_evidences: Annotated[list[float] | None, typer.Option("--min-evidence", metavar="E", help="Minimum token evidence (nats) to try (repeatable).")] = None,
     max_tokens: Annotated[list[int] | None, typer.Option("--max-tokens", metavar="K", min=0, help="Tokens a message keeps, the k most significant, to try (repeatable; 0 = all; default the configured one).")] = None,
+    dependences: Annotated[list[str] | None, typer.Option("--dependence", metavar="D", help="One-dependence estimator to try: none, spode or aode (repeatable; default the configured one; spode and aode with multinomial-binary only).")] = None,
+    feature_weights: Annotated[list[float] | None, typer.Option("--feature-weight", metavar="W", min=0.0, max=10.0, help="Weight of the message features to try (repeatable; 0 = features off; default the configured one).")] = None,
     try_bigrams: Annotated[bool, typer.Option("--try-bigrams/--keep-tokenizer", help="Also try the tokenizer with bigrams switched the other way.")] = True,
     top: Annotated[int, typer.Option("--top", min=1, help="Candidates to list.")] = 10,
     write: Annotated[bool, typer.Option("--write", help="Write the best settings and cutoffs into the config file.")] = False,
@@ -32,13 +34,17 @@ def tune(
     jobs: Jobs = None,
 ) -> None:
     """Choose the event model, alpha, tempering, minimum token evidence,
-    tokens kept per message (--max-tokens), bigrams on or off, and the ham/spam cutoffs that
+    tokens kept per message (--max-tokens), the one-dependence estimator
+    (--dependence), the message features' weight (--feature-weight),
+    bigrams on or off, and the ham/spam cutoffs that
     minimise the expected loss of the configured loss matrix on the held-out
     tail of a labelled stream (like bogotune). Cutoffs never go below the loss
     matrix's spam cutoff or above its ham cutoff; at equal loss the configured
     settings win. Prints the candidates, best first; --write stores the best
     in the config file, and refuses (exit 65) when the best setting misfiled or
     called unsure fewer than 10 held-out messages (too little mail to choose).
+    A newly written dependence scores once `spamfilter db reselect` has
+    chosen its parents.
 
     Example: spamfilter tune --index corpus/index --write
     """
@@ -48,6 +54,9 @@ def tune(
     for m in chosen_models:
         if m not in EVENT_MODELS:
             raise typer.BadParameter(f"{m!r} is not one of {', '.join(EVENT_MODELS)}", param_hint="--model")
+    for d in dependences or []:
+        if d not in DEPENDENCES:
+            raise typer.BadParameter(f"{d!r} is not one of {', '.join(DEPENDENCES)}", param_hint="--dependence")
     total = index_length(index)
     stream = list(read_index(index))
     candidates = tuning.tune(
@@ -60,6 +69,8 @@ def tune(
         bigram_options=[s.config.tokenizer.bigrams, not s.config.tokenizer.bigrams] if try_bigrams else None,
         holdout=holdout,
         max_tokens_options=max_tokens,
+        dependences=dependences or None,
+        feature_weights=feature_weights or None,
         jobs=jobs_or_default(jobs),
         reading=lambda labelled: progress(labelled, "reading", total),
     )
@@ -67,10 +78,10 @@ def tune(
     if fmt is TableOrJson.json:
         typer.echo(json.dumps({"best": asdict(best), "candidates": [asdict(c) for c in candidates[:top]]}))
     else:
-        typer.echo(f"{'event model':<19} {'bigram':>6} {'alpha':>6} {'temper':>6} {'min_ev':>6} {'keep':>5} {'loss/msg':>9} {'1-ROCA%':>8} {'hm%':>6} {'sm%':>6} {'unsure%':>7} {'ham<=':>8} {'spam>':>8}")
+        typer.echo(f"{'event model':<19} {'bigram':>6} {'alpha':>6} {'temper':>6} {'min_ev':>6} {'keep':>5} {'dep':>5} {'feat':>5} {'loss/msg':>9} {'1-ROCA%':>8} {'hm%':>6} {'sm%':>6} {'unsure%':>7} {'ham<=':>8} {'spam>':>8}")
         for c in candidates[:top]:
             typer.echo(
-                f"{c.event_model:<19} {'yes' if c.bigrams else 'no':>6} {c.alpha:6g} {c.tempering:6g} {c.min_evidence:6g} {c.max_tokens or 'all':>5} {c.loss_per_message:9.4f} {c.one_minus_roca:8.3f} "
+                f"{c.event_model:<19} {'yes' if c.bigrams else 'no':>6} {c.alpha:6g} {c.tempering:6g} {c.min_evidence:6g} {c.max_tokens or 'all':>5} {c.dependence:>5} {c.feature_weight or 'off':>5} {c.loss_per_message:9.4f} {c.one_minus_roca:8.3f} "
                 f"{c.hm:6.2f} {c.sm:6.2f} {c.unsure:7.2f} {c.cutoffs.ham_max:8.2f} {c.cutoffs.spam_min:8.2f}"
             )
     if write:
@@ -85,9 +96,14 @@ def tune(
                 ("model", "tempering"): best.tempering,
                 ("model", "min_evidence"): best.min_evidence,
                 ("model", "max_tokens"): best.max_tokens,
+                ("model", "dependence"): best.dependence,
+                ("model", "features"): best.feature_weight > 0,
+                **({("model", "feature_weight"): best.feature_weight} if best.feature_weight > 0 else {}),
                 ("tokenizer", "bigrams"): best.bigrams,
                 ("decision", "ham_cutoff"): ham_cutoff,
                 ("decision", "spam_cutoff"): spam_cutoff,
             },
         )
         typer.echo(f"wrote the best settings to {path}")
+        if best.dependence != "none" and best.dependence != s.config.model.dependence:
+            typer.echo(f"dependence = {best.dependence!r} scores once `spamfilter db reselect` has chosen its parents")
