@@ -43,8 +43,10 @@ from spamfilter.tokenizer.features import SCALE
 class Model:
     """Token, class and pair counts grown message by message."""
 
-    def __init__(self, k: int, children: int, min_support: int, child_support: int = 0) -> None:
+    def __init__(self, k: int, children: int, min_support: int, child_support: int = 0, spode: tuple[float, float] | None = None) -> None:
         self.k, self.children, self.min_support, self.child_support = k, children, min_support, child_support
+        self.spode = spode is not None  # SPODE: one parent chosen on the held-out tail with (alpha, tempering)
+        self.alpha, self.tempering = spode or (0.0, 0.0)
         self.child = np.zeros(0, dtype=bool)
         self.ids: dict[str, int] = {}
         self.names: list[str] = []
@@ -99,7 +101,7 @@ class Model:
         """Choose the parents from the counts and rebuild their pair counts from every message."""
         v = len(self.ids)
         ranked = aode.rank_tokens(self.names, self.doc[:, :v], self.classes.messages, self.min_support)
-        self.parents = np.array([self.ids[t] for t in ranked[: self.k]], dtype=np.int64)
+        self.parents = np.array([self.ids[t] for t in ranked[: 1 if self.spode else self.k]], dtype=np.int64)
         self.child = np.zeros(self.doc.shape[1], dtype=bool)
         if self.child_support:
             kids = aode.rank_tokens(self.names, self.doc[:, :v], self.classes.messages, self.child_support)
@@ -111,6 +113,11 @@ class Model:
         lengths = np.array([len(r) for r in self.rows])
         X = sp.csr_matrix((np.ones(int(lengths.sum())), np.concatenate(self.rows), np.concatenate([[0], np.cumsum(lengths)])), shape=(len(self.rows), v))
         labels = np.array(self.labels)
+        if self.spode and self.parents.size:
+            candidates = [self.ids[t] for t in ranked[: aode.SPODE_CANDIDATES]]
+            self.child[candidates] = True
+            best = aode.spode_parent(X, labels == 1, candidates, self.child[:v], self.alpha, self.tempering, self.min_support)
+            self.parents = np.array([best], dtype=np.int64)
         self.pair = np.zeros((2, len(self.parents), self.doc.shape[1]), dtype=np.int32)
         terms = []
         for c in (0, 1):
@@ -178,8 +185,9 @@ def feature_terms(features: np.ndarray, y: np.ndarray) -> np.ndarray:
     return out
 
 
-def run(docs: list[Doc], y: np.ndarray, k: int, children: int, child_support: int, min_support: int, growth: float, split: str | None, tempering: float, alpha: float) -> tuple[np.ndarray, np.ndarray, int]:
-    model = Model(k, children, min_support, child_support)
+def run(docs: list[Doc], y: np.ndarray, k: int, children: int, child_support: int, min_support: int, growth: float, split: str | None,
+        tempering: float, alpha: float, spode: bool = False) -> tuple[np.ndarray, np.ndarray, int]:
+    model = Model(k, children, min_support, child_support, (alpha, tempering) if spode else None)
     next_selection = 50
     if split is None:
         scores = []
@@ -202,12 +210,12 @@ def check(config: Config, name: str, docs: list[Doc], y: np.ndarray, args: argpa
     online run with the same one-dependence settings on the first N messages."""
     k = (args.parents or [aode.DEFAULT_PARENTS])[0]
     children, child_support = (args.children or [0])[0], (args.child_support or [0])[0]
-    m = replace(config.model, dependence="aode", aode_parents=k, aode_children=children or 10**6,
+    m = replace(config.model, dependence="spode" if args.spode else "aode", aode_parents=k, aode_children=children or 10**6,
                 aode_child_support=child_support or args.min_support, aode_min_support=args.min_support, reselect_growth=args.growth)
     _, scored = run_online(replace(config, model=m), list(stream(name, args.check)))
-    odds, _, _ = run(docs[: args.check], y[: args.check], k, children or 10**6, child_support, args.min_support, args.growth, None, m.tempering, m.alpha)
+    odds, _, _ = run(docs[: args.check], y[: args.check], k, children or 10**6, child_support, args.min_support, args.growth, None, m.tempering, m.alpha, args.spode)
     diff = np.max(np.abs(odds[1][: len(scored)] - np.array([s.log_odds for s in scored])))
-    print(f"check {name}: largest |log-odds difference| against run_online (aode) over {len(scored)} messages: {diff:.2e}")
+    print(f"check {name}: largest |log-odds difference| against run_online ({m.dependence}) over {len(scored)} messages: {diff:.2e}")
 
 
 def main() -> None:
@@ -221,6 +229,7 @@ def main() -> None:
     parser.add_argument("--split", choices=["half", "10k"], default=None)
     parser.add_argument("--limit", type=int, default=None)
     parser.add_argument("--config", type=Path)
+    parser.add_argument("--spode", action="store_true", help="SPODE: one parent, chosen on the held-out tail (of the 20 best-ranked)")
     parser.add_argument("--features", action="store_true", help="also the Gaussian message features (weights 1 and 0.2) on naive Bayes and AODE (online only)")
     parser.add_argument("--check", type=int, default=0, help="compare AODE (first --parents, --children, --child-support) with run_online on the first N messages")
     args = parser.parse_args()
@@ -237,9 +246,9 @@ def main() -> None:
         grid = [(k, c, cs) for k in args.parents or [aode.DEFAULT_PARENTS] for c in args.children or [0] for cs in args.child_support or [0]]
         for k, children, child_support in grid:
             start = time.perf_counter()
-            odds, truth, held = run(docs, y, k, children, child_support, args.min_support, args.growth, args.split, config.model.tempering, config.model.alpha)
+            odds, truth, held = run(docs, y, k, children, child_support, args.min_support, args.growth, args.split, config.model.tempering, config.model.alpha, args.spode)
             seconds = time.perf_counter() - start
-            labels = ["naive Bayes (defaults)", f"aode K={k} C={children or 'all'}/{child_support or ''} m'={args.min_support}"]
+            labels = ["naive Bayes (defaults)", f"{'spode' if args.spode else 'aode'} K={1 if args.spode else k} C={children or 'all'}/{child_support or ''} m'={args.min_support}"]
             if args.features and not args.split:
                 terms = feature_terms(message_features(config, name, args.limit, len(docs)), y)
                 odds = np.vstack([odds, odds[0] + terms, odds[0] + 0.2 * terms, odds[1] + terms, odds[1] + 0.2 * terms])
