@@ -189,6 +189,7 @@ def parse(base: ModelConfig, text: str) -> Setting:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     stream_arguments(parser, "drop=<class>+<class>[, header_apart=K][, [model] key=value...] (repeatable)")
+    parser.add_argument("--slice", metavar="A:B", help="run on the messages from fraction A to B of the stream only (0:0.6667 --split half: train on the first third, classify the second)")
     parser.add_argument("--class", dest="extra", action="append", default=[], metavar="NAME=REGEX", help="a further class, tried before the listed ones (repeatable)")
     parser.add_argument("--classes", action="store_true", help="print each class's share of the tokens and stop")
     args = parser.parse_args()
@@ -202,6 +203,9 @@ def main() -> None:
     parsed = [parse(config.model, s) for s in ["", *args.setting]]
     for name in args.corpus:
         docs, y = tokenized(config, name, args.limit)
+        if args.slice:
+            a, b = (int(float(f) * len(docs)) for f in args.slice.split(":"))
+            docs, y = docs[a:b], y[a:b]
         if args.classes:
             print(f"\n{name}: class, % of token occurrences (once per message), % of the vocabulary")
             for kind, (occ, voc) in sorted(class_shares(docs).items(), key=lambda kv: -kv[1][0]):
@@ -214,7 +218,7 @@ def main() -> None:
             odds, truth = run(without(docs, dropped), y, [], args.split, counts=ApartCounts([parsed[i] for i in chosen]))
             for i, row in zip(chosen, odds):
                 scores[i] = row
-        report(f"{name}, {truth.size} scored, {args.split or 'online'}", labels, np.array(scores), truth, threshold)
+        report(f"{name}{' ' + args.slice if args.slice else ''}, {truth.size} scored, {args.split or 'online'}", labels, np.array(scores), truth, threshold)
 
 
 if __name__ == "__main__":
