@@ -127,9 +127,12 @@ class Counts:
         return out
 
 
-def run(docs: list[Doc], y: np.ndarray, settings: list[ModelConfig], split: str | None, fisher: tuple[float, float, float] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Log-odds (len(settings) + bool(fisher), n scored) and the scored labels."""
-    counts = Counts(fisher)
+def run(
+    docs: list[Doc], y: np.ndarray, settings: list[ModelConfig], split: str | None, fisher: tuple[float, float, float] | None = None, counts: Counts | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Log-odds (len(settings) + bool(fisher), n scored) and the scored labels
+    (``counts``: an empty Counts, or a subclass that scores otherwise)."""
+    counts = counts or Counts(fisher)
     if split is None:
         scores = []
         for doc, is_spam in zip(docs, y):
@@ -155,6 +158,27 @@ def bogofilter_split(name: str, limit: int | None, split: str) -> tuple[np.ndarr
     return logit(spamicity), np.array([s for s, _ in items[head:]], dtype=bool)
 
 
+def report(title: str, names: list[str], odds: np.ndarray, truth: np.ndarray, threshold: float, window: int | None = None) -> list[dict[str, Any]]:
+    """Print one row per scored setting (1-ROCA %, sm at 0.1% hm, lam % at
+    ``threshold``, largest |log-odds| of a misfiled message, 1-ROCA % per
+    window) under ``title``, and return the rows."""
+    window = window or default_window(truth.size)
+    print(f"\n{title} (windows of {window}; load {os.getloadavg()[0]:.1f})")
+    print(f"{'setting':<36} {'1-ROCA%':>8} {'sm@hm.1%':>9} {'lam%':>7} {'max|L| err':>10}  1-ROCA% per window")
+    rows: list[dict[str, Any]] = []
+    for label, score in zip(names, odds):
+        # bogofilter's own cutoff; the Fisher score's scale is its own: 0
+        cut = float(logit(np.array([0.99]))[0]) if label.startswith("bogofilter") else 0.0 if label.startswith("fisher") else threshold
+        r = ranking(truth, score, cut)
+        wrong = np.where(truth, score <= cut, score > cut)
+        worst = float(np.max(np.abs(score[wrong]))) if wrong.any() else 0.0
+        windows = [w.one_minus_roca for w in windowed_roca(truth, score, window)]
+        rows.append({"setting": label, **r, "max_abs_log_odds_error": worst, "windows": windows})
+        shown = " ".join("-" if w is None else f"{w:.3f}" for w in windows)
+        print(f"{label:<36} {r['one_minus_roca_pct']:8.4f} {r['sm_at_hm01_pct']:9.2f} {r['lam_pct']:7.3f} {worst:10.1f}  {shown}")
+    return rows
+
+
 def parse_setting(base: ModelConfig, text: str) -> ModelConfig:
     """``key=value,key=value`` over the [model] defaults (values in TOML)."""
     if not text:
@@ -163,23 +187,34 @@ def parse_setting(base: ModelConfig, text: str) -> ModelConfig:
     return replace(base, **values)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def stream_arguments(parser: argparse.ArgumentParser, setting_help: str) -> None:
+    """The options every grid over cached tokenizations takes."""
     parser.add_argument("--corpus", action="append", choices=sorted(STREAMS), required=True)
-    parser.add_argument("--setting", action="append", default=[], help="[model] keys, comma-separated (repeatable); the defaults always run")
+    parser.add_argument("--setting", action="append", default=[], help=setting_help)
     parser.add_argument("--split", choices=["half", "10k"], default=None)
     parser.add_argument("--limit", type=int, default=None)
-    parser.add_argument("--window", type=int, default=None)
     parser.add_argument("--config", type=Path)
+
+
+def setup(args: argparse.Namespace) -> tuple[Config, float]:
+    """The configuration (--config or the defaults) and its two-way log-odds
+    threshold; makes results/."""
+    config = load_config(args.config) if args.config else Config()
+    Path("results").mkdir(exist_ok=True)
+    return config, nb.thresholds_from_loss(config.decision.cost_ham_as_spam, config.decision.cost_spam_as_ham, 0.0).spam_min
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    stream_arguments(parser, "[model] keys, comma-separated (repeatable); the defaults always run")
+    parser.add_argument("--window", type=int, default=None)
     parser.add_argument("--bogofilter", action="store_true", help="with --split: bogofilter on the same split")
     parser.add_argument("--fisher", type=float, nargs=3, metavar=("S", "X", "MIN_DEV"), help="also Robinson's f(w) with Fisher combining (bogofilter: 0.0178 0.52 0.375)")
     parser.add_argument("--check", type=int, default=0, help="compare the defaults with run_online on the first N messages")
     args = parser.parse_args()
-    config = load_config(args.config) if args.config else Config()
+    config, threshold = setup(args)
     labels = ["defaults", *args.setting]
     settings = [parse_setting(config.model, s) for s in ["", *args.setting]]
-    threshold = nb.thresholds_from_loss(config.decision.cost_ham_as_spam, config.decision.cost_spam_as_ham, 0.0).spam_min
-    Path("results").mkdir(exist_ok=True)
     for name in args.corpus:
         docs, y = tokenized(config, name, args.limit)
         if args.check:
@@ -198,23 +233,9 @@ def main() -> None:
                 odds = np.vstack([odds, bogo[None, :]])
             else:
                 print(f"bogofilter left out: its split has {bogo_y.size} messages, spamfilter's {truth.size}")
-        window = args.window or default_window(truth.size)
-        print(f"\n{name} ({truth.size} scored, {args.split or 'online'}; windows of {window}; load {os.getloadavg()[0]:.1f})")
-        print(f"{'setting':<36} {'1-ROCA%':>8} {'sm@hm.1%':>9} {'lam%':>7} {'max|L| err':>10}  1-ROCA% per window")
-        rows: list[dict[str, Any]] = []
-        for label, score in zip(names, odds):
-            # bogofilter's own cutoff; the Fisher score's scale is its own: 0
-            cut = float(logit(np.array([0.99]))[0]) if label.startswith("bogofilter") else 0.0 if label.startswith("fisher") else threshold
-            r = ranking(truth, score, cut)
-            wrong = np.where(truth, score <= cut, score > cut)
-            worst = float(np.max(np.abs(score[wrong]))) if wrong.any() else 0.0
-            windows = [w.one_minus_roca for w in windowed_roca(truth, score, window)]
-            rows.append({"setting": label, **r, "max_abs_log_odds_error": worst, "windows": windows})
-            shown = " ".join("-" if w is None else f"{w:.3f}" for w in windows)
-            print(f"{label:<36} {r['one_minus_roca_pct']:8.4f} {r['sm_at_hm01_pct']:9.2f} {r['lam_pct']:7.3f} {worst:10.1f}  {shown}")
+        rows = report(f"{name}, {truth.size} scored, {args.split or 'online'}", names, odds, truth, threshold, args.window)
         out = Path("results") / f"option_grid-{name}-{args.split or 'online'}-{args.limit or 'all'}.json"
         out.write_text(json.dumps({"stream": name, "split": args.split, "scored": int(truth.size), "rows": rows}, indent=2) + "\n")
-
 
 if __name__ == "__main__":
     main()

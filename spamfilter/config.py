@@ -141,6 +141,9 @@ class TokenizerConfig:
     stemmer: Stemmer = "none"
     header_tokens: bool = True
     fold_case: bool = True
+    #: Words of the headers a mailing list adds (List-*, Sender, Errors-To,
+    #: Precedence, X-BeenThere, ...); false keeps only their ``header:<name>``.
+    list_header_words: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,7 +31,14 @@ def test_defaults() -> None:
         cost_ham_as_spam=10.0, cost_spam_as_ham=1.0, cost_unsure=0.2, spam_cutoff=None, ham_cutoff=None
     )
     assert c.tokenizer == TokenizerConfig(
-        max_bytes=200_000, min_word_length=3, max_word_length=20, bigrams=True, stemmer="none", header_tokens=True, fold_case=True
+        max_bytes=200_000,
+        min_word_length=3,
+        max_word_length=20,
+        bigrams=True,
+        stemmer="none",
+        header_tokens=True,
+        fold_case=True,
+        list_header_words=True,
     )
 
 

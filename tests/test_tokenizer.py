@@ -585,6 +585,55 @@ def test_header_tokens_off_gives_unprefixed_subject_words_then_body() -> None:
     ]
 
 
+LIST_MAIL = (
+    b"List-Id: Fans of Widgets <widgets.lists.example.org>\n"
+    b"List-Unsubscribe: <mailto:widgets-leave@lists.example.org>\n"
+    b"Sender: widgets-admin@lists.example.org\n"
+    b"Precedence: bulk\n"
+    b"X-BeenThere: widgets@lists.example.org\n"
+    b"Organization: Widget Works\n"
+    b"Subject: gears\n\nnew gears\n"
+)
+
+
+def test_list_header_words_are_kept_by_default() -> None:
+    toks = tokenize(LIST_MAIL)
+    assert toks[:14] == [
+        "header:list-id",
+        "list-id:fans",
+        "list-id:widgets",
+        "list-id:skip:w:20",
+        "header:list-unsubscribe",
+        "list-unsubscribe:mailto",
+        "list-unsubscribe:widgets-leave",
+        "list-unsubscribe:lists.example.org",
+        "header:sender",
+        "sender:widgets-admin",
+        "sender:lists.example.org",
+        "header:precedence",
+        "precedence:bulk",
+        "header:x-beenthere",
+    ]
+
+
+def test_list_header_words_off_keeps_only_the_list_headers_names() -> None:
+    assert tokenize(LIST_MAIL, list_header_words=False) == [
+        "header:list-id",
+        "header:list-unsubscribe",
+        "header:sender",
+        "header:precedence",
+        "header:x-beenthere",
+        "header:organization",
+        "organization:widget",
+        "organization:works",
+        "header:subject",
+        "subject:gears",
+        "content-type:text/plain",
+        "new",
+        "gears",
+    ]
+
+
 def test_bigrams_add_pairs_of_adjacent_plain_words() -> None:
     raw = b"Subject: x\n\nCheap pills, order NOW today\n"
     toks = tokenize(raw, bigrams=True)
