@@ -57,7 +57,6 @@ import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
 from scipy.special import logsumexp, xlogy
-from scipy.stats import rankdata
 
 from spamfilter.counts import HAM, SPAM, ClassCounts, IntArray
 
@@ -289,6 +288,9 @@ def spode_parent(
 
 def _roc_area(is_spam: npt.NDArray[np.bool_], odds: FloatArray) -> float:
     """The Mann-Whitney area under the ROC curve (ties count a half)."""
+    # Imported here: scipy.stats is 0.1 s of every delivery filter's start.
+    from scipy.stats import rankdata
+
     ranks = rankdata(odds)
     n_spam, n_ham = int(is_spam.sum()), int((~is_spam).sum())
     return float((ranks[is_spam].sum() - n_spam * (n_spam + 1) / 2) / (n_spam * n_ham))

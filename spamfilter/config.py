@@ -97,6 +97,11 @@ class ModelConfig:
     #: (``model.feature_log_odds``), scaled by feature_weight.
     features: bool = False
     feature_weight: float = 1.0
+    #: Score the tokens of header lines (``tokenizer.is_header_line``) apart
+    #: from the rest: their own tempering, and only their header_max_tokens
+    #: strongest (0 = all) (``model.joint_log_likelihood``).
+    header_apart: bool = False
+    header_max_tokens: int = 10
     #: "none": naive Bayes; "aode"/"spode": one-dependence estimators over
     #: parent tokens (``spamfilter.aode``), with aode_parents parents (SPODE:
     #: one) and pairs counted with aode_children child tokens (in at least
@@ -326,6 +331,19 @@ def _overlay(default: Any, table: dict[str, Any], where: str) -> Any:
     return replace(default, **values)
 
 
+def _validate_model(config: Config, need: Callable[[bool, str, str, object], None]) -> None:
+    """The naive Bayes keys of [model] (see ``validate``)."""
+    m = config.model
+    need(m.event_model in EVENT_MODELS, "model.event_model", f"must be one of {', '.join(EVENT_MODELS)}", m.event_model)
+    need(math.isfinite(m.alpha) and m.alpha >= 1e-10, "model.alpha", "must be >= 1e-10", m.alpha)
+    need(0.0 <= m.tempering <= 1.0, "model.tempering", "must be between 0 and 1", m.tempering)
+    need(0.0 <= m.min_evidence <= 50.0, "model.min_evidence", "must be between 0 and 50", m.min_evidence)
+    need(0 <= m.max_tokens <= 100_000, "model.max_tokens", "must be between 0 (every token) and 100000", m.max_tokens)
+    need(0.0 <= m.token_cap <= 50.0, "model.token_cap", "must be between 0 (no cap) and 50", m.token_cap)
+    need(0 <= m.header_max_tokens <= 100_000, "model.header_max_tokens", "must be between 0 (every token) and 100000", m.header_max_tokens)
+    need(0.0 <= m.feature_weight <= 10.0, "model.feature_weight", "must be between 0 and 10", m.feature_weight)
+
+
 def _validate_dependence(config: Config, need: Callable[[bool, str, str, object], None]) -> None:
     """The one-dependence keys of [model] (see ``validate``)."""
     m, s = config.model, config.store
@@ -336,6 +354,7 @@ def _validate_dependence(config: Config, need: Callable[[bool, str, str, object]
     need(m.aode_min_support >= 1, "model.aode_min_support", "must be >= 1", m.aode_min_support)
     need(m.reselect_growth == 0 or 1.0 < m.reselect_growth <= 100.0, "model.reselect_growth", "must be 0 (only db reselect) or between 1 and 100", m.reselect_growth)
     if m.dependence != "none":
+        need(not m.header_apart, "model.dependence", "does not combine with header_apart", m.dependence)
         need(m.event_model == "multinomial-binary", "model.dependence", 'needs event_model = "multinomial-binary"', m.dependence)
         need(m.token_cap == 0, "model.dependence", "does not combine with token_cap", m.dependence)
         need(s.shared_model != "merge", "model.dependence", 'does not combine with store.shared_model = "merge"', m.dependence)
@@ -349,13 +368,7 @@ def validate(config: Config, origin: str = "config") -> None:
             raise ConfigError(f"{origin}: {key} {rule} (got {value!r})")
 
     m, d, t, s = config.model, config.decision, config.tokenizer, config.store
-    need(m.event_model in EVENT_MODELS, "model.event_model", f"must be one of {', '.join(EVENT_MODELS)}", m.event_model)
-    need(math.isfinite(m.alpha) and m.alpha >= 1e-10, "model.alpha", "must be >= 1e-10", m.alpha)
-    need(0.0 <= m.tempering <= 1.0, "model.tempering", "must be between 0 and 1", m.tempering)
-    need(0.0 <= m.min_evidence <= 50.0, "model.min_evidence", "must be between 0 and 50", m.min_evidence)
-    need(0 <= m.max_tokens <= 100_000, "model.max_tokens", "must be between 0 (every token) and 100000", m.max_tokens)
-    need(0.0 <= m.token_cap <= 50.0, "model.token_cap", "must be between 0 (no cap) and 50", m.token_cap)
-    need(0.0 <= m.feature_weight <= 10.0, "model.feature_weight", "must be between 0 and 10", m.feature_weight)
+    _validate_model(config, need)
     _validate_dependence(config, need)
     need(d.cost_ham_as_spam > 0, "decision.cost_ham_as_spam", "must be > 0", d.cost_ham_as_spam)
     need(d.cost_spam_as_ham > 0, "decision.cost_spam_as_ham", "must be > 0", d.cost_spam_as_ham)

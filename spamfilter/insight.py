@@ -205,17 +205,16 @@ class Insight:
         counts = analysed.counts
         fitted = self.filter._fit([counts])
         m = self.filter.config.model
-        odds = model.log_odds(model.joint_log_likelihood(fitted.X, fitted.params, m.tempering, m.min_evidence, m.max_tokens, m.token_cap))
+        naive, dependent, terms_of_features = self.filter.log_odds_parts(fitted, [analysed])
         # With [model] dependence the one-dependence log-odds replace naive
         # Bayes's: the difference is one more contribution, "dependence:<model>".
-        dependence = self.filter.dependence_odds(fitted, odds) - odds if fitted.pairs is not None else None
-        if dependence is not None:
-            odds = odds + dependence
-        features = self.filter.feature_terms(fitted, [analysed])[0] if fitted.gaussian is not None else None
-        if features is not None:
-            odds = odds + features.sum()
+        dependence = None if dependent is None else dependent - naive
+        features = terms_of_features[0] if fitted.gaussian is not None else None
+        odds = (naive if dependent is None else dependent) + terms_of_features.sum(axis=1)
         log_theta = model.token_log_likelihood(m.event_model, fitted.counts, fitted.stats, m.alpha)
-        terms = model.log_odds_terms(fitted.X, fitted.params, log_theta, m.tempering, m.min_evidence, m.max_tokens, m.token_cap)
+        terms = model.log_odds_terms(
+            fitted.X, fitted.params, log_theta, m.tempering, m.min_evidence, m.max_tokens, m.token_cap, fitted.header, m.header_max_tokens
+        )
         shown = self._shown_counts(fitted.counts)
         contributions = [
             Contribution(token, float(terms.token[j]), int(shown[model.SPAM, j]), int(shown[model.HAM, j]))

@@ -39,7 +39,7 @@ from spamfilter.errors import NotTrainedError
 from spamfilter.mail import MailItem
 from spamfilter.retry import retrying
 from spamfilter.store import CountsWritten, Store, StoreTransaction
-from spamfilter.tokenizer import Tokenizer
+from spamfilter.tokenizer import Tokenizer, is_header_line
 from spamfilter.tokenizer.features import FEATURE_NAMES as FEATURE_NAMES
 from spamfilter.tokenizer.features import FEATURE_UNITS as FEATURE_UNITS
 from spamfilter.tokenizer.features import SCALE
@@ -150,6 +150,8 @@ class _Fitted:
     gaussian: model.GaussianParams | None = None
     #: The one-dependence counts of X's columns with ``[model] dependence``, else None.
     pairs: aode.PairCounts | None = None
+    #: Which of X's columns are header-line tokens, with ``[model] header_apart``; else None.
+    header: npt.NDArray[np.bool_] | None = None
 
 
 def batched(items: Iterable[T], size: int) -> Iterator[list[T]]:
@@ -415,13 +417,16 @@ class Filter:
             gaussian = self._gaussian(reader, view.owners) if m.features else None
             held = self.cache.rows()
             X, ids = indexed_matrix(docs, self.cache.index, held.known(), binary=binary)
-            pairs = None
-            if m.dependence != "none":
+            pairs = header = None
+            if m.dependence != "none" or m.header_apart:
                 columns = [self.cache.tokens[i] for i in ids.tolist()]
-                pairs = dependence.pair_counts(reader, view.owners[0], columns, self.pair_cache, self.cache.key)
+                if m.header_apart:
+                    header = np.fromiter(map(is_header_line, columns), dtype=bool, count=len(columns))
+                if m.dependence != "none":
+                    pairs = dependence.pair_counts(reader, view.owners[0], columns, self.pair_cache, self.cache.key)
         token_counts = held.take(ids)
         params = model.estimate(m.event_model, token_counts, view.totals, m.alpha)
-        return _Fitted(ids, token_counts, view.totals, params, X, gaussian, pairs)
+        return _Fitted(ids, token_counts, view.totals, params, X, gaussian, pairs, header)
 
     @staticmethod
     def feature_sums(reader: StoreTransaction, owners: tuple[str, ...]) -> FeatureStats:
@@ -493,18 +498,30 @@ class Filter:
 
     def _score(self, analysed: Sequence[_Analysed], tx: StoreTransaction | None = None) -> list[Verdict]:
         fitted = self._fit([a.counts for a in analysed], tx)
-        m = self.config.model
-        odds = model.log_odds(model.joint_log_likelihood(fitted.X, fitted.params, m.tempering, m.min_evidence, m.max_tokens, m.token_cap))
-        if fitted.pairs is not None:
-            odds = self.dependence_odds(fitted, odds)
-        if fitted.gaussian is not None:
-            odds = odds + self.feature_terms(fitted, analysed).sum(axis=1)
+        naive, dependent, features = self.log_odds_parts(fitted, analysed)
+        odds = (naive if dependent is None else dependent) + features.sum(axis=1)
         probability = model.spam_probability(odds)
         decision = model.decide(odds, self.thresholds)
         return [
             Verdict(a.source, a.digest, float(p), float(lo), Decision.of_code(int(v)))
             for a, p, lo, v in zip(analysed, probability, odds, decision)
         ]
+
+    def log_odds_parts(
+        self, fitted: _Fitted, analysed: Sequence[_Analysed]
+    ) -> tuple[model.FloatArray, model.FloatArray | None, model.FloatArray]:
+        """What a batch's log-odds are made of: naive Bayes's (n,); with
+        ``[model] dependence`` the one-dependence estimate's (n,), which
+        replace them, else None; each message feature's term (n, F), zeros
+        without ``[model] features``, added."""
+        m = self.config.model
+        naive = model.log_odds(
+            model.joint_log_likelihood(
+                fitted.X, fitted.params, m.tempering, m.min_evidence, m.max_tokens, m.token_cap, fitted.header, m.header_max_tokens
+            )
+        )
+        dependent = self.dependence_odds(fitted, naive) if fitted.pairs is not None else None
+        return naive, dependent, self.feature_terms(fitted, analysed)
 
     def dependence_odds(self, fitted: _Fitted, naive: model.FloatArray) -> model.FloatArray:
         """The one-dependence log-odds of the batch where a parent value has

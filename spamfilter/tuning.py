@@ -18,6 +18,7 @@ from itertools import product
 from typing import NamedTuple
 
 import numpy as np
+import numpy.typing as npt
 import scipy.sparse as sp
 from scipy.special import log_expit
 
@@ -29,6 +30,7 @@ from spamfilter.counts import HAM, SPAM, ClassCounts, FeatureStats, IntArray
 from spamfilter.errors import EvaluationError
 from spamfilter.evaluation import BoolArray, FloatArray, roc_area
 from spamfilter.mail import MailItem
+from spamfilter.tokenizer import is_header_line
 from spamfilter.tokenizer.features import SCALE
 from spamfilter.vectorizer import Vocabulary, count_matrix
 
@@ -291,7 +293,7 @@ def tune_settings(
         params = nb.estimate(event_model, s.counts, s.stats, alpha)
         X = s.valid_binary if params.binary else s.valid_terms
         for tempering, min_evidence, keep in product(temperings, min_evidences, keeps):
-            naive = nb.log_odds(nb.joint_log_likelihood(X, params, tempering, min_evidence, keep, m.token_cap))
+            naive = nb.log_odds(nb.joint_log_likelihood(X, params, tempering, min_evidence, keep, m.token_cap, s.header, m.header_max_tokens))
             for dep in (d for d in tried if d == "none" or dependence_applies(config, event_model)):
                 setting = _Setting(event_model, alpha, tempering, min_evidence, keep, dep, 0.0)
                 odds = naive if dep == "none" else _dependence_odds(s, X, params, pairs[dep], setting, m.aode_min_support, naive)
@@ -321,6 +323,8 @@ class _Split:
     valid_binary: sp.csr_matrix
     gaussian: nb.GaussianParams
     valid_features: FloatArray
+    #: Which tokens are header lines, with ``[model] header_apart``; else None.
+    header: npt.NDArray[np.bool_] | None = None
 
 
 def _split(config: Config, labelled: Sequence[tuple[bool, MailItem]], holdout: float, jobs: int, reading: Reading | None) -> _Split:
@@ -340,6 +344,7 @@ def _split(config: Config, labelled: Sequence[tuple[bool, MailItem]], holdout: f
         counts, stats, vocabulary.tokens, train_y, count_matrix(docs[:split], vocabulary, binary=True),
         valid_y, count_matrix(docs[split:], vocabulary), count_matrix(docs[split:], vocabulary, binary=True),
         nb.gaussian_estimate(_feature_stats(features[:split], train_y), SCALE), features[split:] / SCALE,
+        np.fromiter(map(is_header_line, vocabulary.tokens), dtype=bool, count=len(vocabulary.tokens)) if config.model.header_apart else None,
     )
 
 

@@ -421,3 +421,34 @@ def test_log_chi2_tail_matches_scipy_and_does_not_underflow() -> None:
     # far in the tail scipy's survival function is 0; the closed form is not
     assert chi2.sf(5000.0, 200) == 0.0
     assert model.log_chi2_tail(5000.0, 100) == pytest.approx(-2500 + 99 * math.log(2500) - math.lgamma(100) + math.log1p(99 / 2500 + 99 * 98 / 2500**2), rel=1e-6)
+
+
+def test_header_lines_apart_have_their_own_selection_and_tempering() -> None:
+    rng = np.random.default_rng(5)
+    m = 12
+    doc_count = rng.integers(0, 30, size=(2, m))
+    counts = model.TokenCounts(doc_count, doc_count)
+    empty = np.zeros((0, 2), dtype=np.int64)
+    stats = model.Totals(ClassCounts(np.array([40, 50]), doc_count.sum(axis=1), doc_count.sum(axis=1)), 400, (empty, empty))
+    params = model.estimate("multinomial-binary", counts, stats, 0.1)
+    header = np.zeros(m, dtype=bool)
+    header[[1, 4, 5, 7, 9]] = True
+    X = sp.csr_matrix(np.array([[1, 1, 0, 1, 1, 1, 0, 1, 1, 1, 0, 1], [1, 0, 1, 1, 0, 0, 1, 0, 1, 0, 1, 1]], dtype=np.float64))
+    jll = model.joint_log_likelihood(X, params, 0.55, header=header, header_max_tokens=2)
+    d = params.weight[SPAM] - params.weight[HAM]
+    prior = params.log_prior[SPAM] - params.log_prior[HAM]
+    row = X.toarray()[0].astype(bool)
+    rest = np.flatnonzero(row & ~header)
+    head = np.flatnonzero(row & header)
+    strongest = head[np.argsort(-np.abs(d[head]), kind="stable")][:2]
+    want = prior + d[rest].sum() * len(rest) ** -0.55 + d[strongest].sum() * 2 ** -0.55
+    assert jll[0, SPAM] - jll[0, HAM] == pytest.approx(want, abs=1e-12)
+    # the second message has no header-line token: as without the mask, to the bit
+    alone = model.joint_log_likelihood(X[1], params, 0.55)
+    assert (jll[1] == alone[0]).all()
+    # term by term, the parts add up to the same log-odds
+    terms = model.log_odds_terms(X[:1], params, model.token_log_likelihood("multinomial-binary", counts, stats, 0.1), 0.55,
+                                 header=header, header_max_tokens=2)
+    assert terms.prior + terms.token.sum() + terms.absent == pytest.approx(want, abs=1e-12)
+    assert (terms.events, terms.header_events) == (len(rest), 2.0)
+    assert terms.header_factor == pytest.approx(2 ** -0.55)

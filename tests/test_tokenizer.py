@@ -873,3 +873,16 @@ def test_words_of_any_text_never_contain_whitespace(text: str) -> None:
 def test_bigrams_are_on_by_default_and_join_adjacent_body_words() -> None:
     assert Tokenizer().words("cheap pills now") == ["cheap", "pills", "now", "bi:cheap+pills", "bi:pills+now"]
     assert Tokenizer().words("cheap pills", "subject:") == ["subject:cheap", "subject:pills"]
+
+
+def test_header_line_tokens_are_told_from_the_rest() -> None:
+    from spamfilter.tokenizer import is_header_line
+
+    header = ["header:x-mailer", "from:domain:example.com", "to:name:bob", "reply-to:domain:a.b", "received:ip:10.0",
+              "received:host:mx.example.com", "message-id:domain:example.com", "mailer:outlook", "x-spam-level:high",
+              "list-id:users", "precedence:bulk"]
+    rest = ["header:subject", "subject:free", "content-type:text/html", "charset:utf-8", "encoding:base64",
+            "attachment:ext:exe", "url:host:bit.ly", "email:domain:x.org", "html:tag:img", "skip:l:20", "num:12345",
+            "bi:free+money", "meta:empty", "money", "don't"]
+    assert [t for t in header if is_header_line(t)] == header
+    assert [t for t in rest if is_header_line(t)] == []

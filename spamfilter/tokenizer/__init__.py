@@ -86,6 +86,28 @@ NUMBER = "num:"
 BIGRAM = "bi:"
 META = "meta:"
 
+#: Namespaces whose tokens come from header lines other than the Subject's
+#: words (``is_header_line``), and the ones that do not: the Subject, MIME
+#: parts, the body's URLs, addresses, HTML and words.
+_HEADER_LINE_NAMESPACES = frozenset(p[:-1] for p in (FROM, TO, REPLY_TO, RECEIVED, MESSAGE_ID, MAILER, HEADER))
+_TEXT_NAMESPACES = frozenset(
+    p[:-1] for p in (SUBJECT, CONTENT_TYPE, CHARSET, ENCODING, ATTACHMENT, URL, EMAIL, HTML, SKIP, NUMBER, BIGRAM, META)
+)
+
+
+def is_header_line(token: str) -> bool:
+    """Whether ``token`` comes from a header line other than the Subject's
+    words: ``header:<name>`` (but ``header:subject``), From, To, Reply-To,
+    Received, Message-ID and mailer tokens, and the ``<name>:<word>`` of
+    other headers. ``[model] header_apart`` scores these apart from the rest."""
+    namespace, colon, _ = token.partition(":")
+    if not colon:
+        return False
+    if namespace in _HEADER_LINE_NAMESPACES:
+        return token != HEADER + "subject"
+    return namespace not in _TEXT_NAMESPACES
+
+
 #: Headers spamfilter writes when filtering (and other filters' verdicts of
 #: the same name): never evidence, or a filtered message would vouch for itself.
 _FILTER_HEADERS = frozenset(name.lower() for name in FILTER_HEADERS)
