@@ -1,0 +1,51 @@
+"""[model] header_apart end to end: classify, explain and tune score header lines apart."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from spamfilter import model
+from spamfilter.config import Config, ConfigError, ModelConfig, StoreConfig, validate
+from spamfilter.insight import Insight
+from spamfilter.service import Filter, Verdict
+from spamfilter.tokenizer import is_header_line
+from tests.test_dependence import sample_mail
+
+
+def open_filter(url: str, **model_keys: object) -> Filter:
+    return Filter.open(Config(store=StoreConfig(url=url), model=replace(ModelConfig(), **model_keys)))  # type: ignore[arg-type]
+
+
+def test_classify_and_explain_score_the_header_lines_apart(tmp_path: Path, sample: Path) -> None:
+    labelled, inbox = sample_mail(sample)
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    with open_filter(url) as f:
+        f.train(labelled)
+        joint = [v.log_odds for v in f.classify(inbox) if isinstance(v, Verdict)]
+    with open_filter(url, header_apart=True, header_max_tokens=3) as f:
+        verdicts = [v for v in f.classify(inbox) if isinstance(v, Verdict)]
+        m = f.config.model
+        for item, verdict in zip(inbox[:5], verdicts):
+            counts = f.analyser.one(item).counts  # type: ignore[union-attr]
+            fitted = f._fit([counts])
+            tokens = [f.cache.tokens[i] for i in fitted.ids.tolist()]
+            d = fitted.params.weight[model.SPAM] - fitted.params.weight[model.HAM]
+            head = np.array([is_header_line(t) for t in tokens])
+            strongest = np.flatnonzero(head)[np.argsort(-np.abs(d[head]), kind="stable")][:3]
+            rest = np.flatnonzero(~head)
+            prior = fitted.params.log_prior[model.SPAM] - fitted.params.log_prior[model.HAM]
+            want = prior + d[rest].sum() * len(rest) ** -m.tempering + d[strongest].sum() * max(len(strongest), 1) ** -m.tempering
+            assert verdict.log_odds == pytest.approx(want, abs=1e-9)
+            e = Insight(f).explain(item)
+            assert e.log_odds == pytest.approx(verdict.log_odds, abs=1e-12)
+            assert e.prior + sum(c.contribution for c in e.tokens) == pytest.approx(e.log_odds, abs=1e-9)
+    assert all(a != b for a, b in zip(joint, [v.log_odds for v in verdicts]))
+
+
+def test_header_apart_does_not_combine_with_a_dependence_model() -> None:
+    with pytest.raises(ConfigError, match="does not combine with header_apart"):
+        validate(Config(model=replace(ModelConfig(), header_apart=True, dependence="aode")))
