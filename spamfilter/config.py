@@ -100,7 +100,7 @@ class ModelConfig:
     #: Score the tokens of header lines (``tokenizer.is_header_line``) apart
     #: from the rest: their own tempering, and only their header_max_tokens
     #: strongest (0 = all) (``model.joint_log_likelihood``).
-    header_apart: bool = False
+    header_apart: bool = True
     header_max_tokens: int = 10
     #: "none": naive Bayes; "aode"/"spode": one-dependence estimators over
     #: parent tokens (``spamfilter.aode``), with aode_parents parents (SPODE:
@@ -148,7 +148,7 @@ class TokenizerConfig:
     fold_case: bool = True
     #: Words of the headers a mailing list adds (List-*, Sender, Errors-To,
     #: Precedence, X-BeenThere, ...); false keeps only their ``header:<name>``.
-    list_header_words: bool = True
+    list_header_words: bool = False
 
 
 @dataclass(frozen=True, slots=True)
