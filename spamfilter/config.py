@@ -354,7 +354,6 @@ def _validate_dependence(config: Config, need: Callable[[bool, str, str, object]
     need(m.aode_min_support >= 1, "model.aode_min_support", "must be >= 1", m.aode_min_support)
     need(m.reselect_growth == 0 or 1.0 < m.reselect_growth <= 100.0, "model.reselect_growth", "must be 0 (only db reselect) or between 1 and 100", m.reselect_growth)
     if m.dependence != "none":
-        need(not m.header_apart, "model.dependence", "does not combine with header_apart", m.dependence)
         need(m.event_model == "multinomial-binary", "model.dependence", 'needs event_model = "multinomial-binary"', m.dependence)
         need(m.token_cap == 0, "model.dependence", "does not combine with token_cap", m.dependence)
         need(s.shared_model != "merge", "model.dependence", 'does not combine with store.shared_model = "merge"', m.dependence)

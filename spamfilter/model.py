@@ -295,7 +295,8 @@ def evidence_features(X: sp.csr_matrix, params: NBParams, min_evidence: float, m
     """X with the columns the message's selection drops set to 0, shape (n, m):
     first every token with |d[j]| < min_evidence (d = weight[1] - weight[0]),
     then, with max_tokens = k > 0, all but the k present tokens of largest
-    |d[j]| in each row (ties: the lower column first).
+    |d[j]| in each row (ties: the smaller d[j] first, then the one that comes
+    first in the row, which keeps the message's token order).
 
     Measured (online 1-ROCA %, tempering 0.5, docs/benchmarks.md "Long
     streams, later mail and bounded evidence"): k = 40 took spamassassin
@@ -311,14 +312,19 @@ def evidence_features(X: sp.csr_matrix, params: NBParams, min_evidence: float, m
     if max_tokens > 0:
         X = sp.csr_matrix(X)
         X.eliminate_zeros()
-        strength = np.abs(params.weight[SPAM] - params.weight[HAM])
+        ratio = params.weight[SPAM] - params.weight[HAM]
+        strength = np.abs(ratio)
         data = X.data.copy()
         for i in range(X.shape[0]):
             lo, hi = X.indptr[i], X.indptr[i + 1]
             if hi - lo <= max_tokens:
                 continue
             cols = X.indices[lo:hi]
-            order = np.lexsort((cols, -strength[cols]))  # strongest first, then lower column
+            # strongest first; at equal strength the ham-side ratio first,
+            # then the token that comes first in the message: the same
+            # choice whatever the columns' order (a batch's, one message's
+            # and a cache's differ), so the same sum to the bit
+            order = np.lexsort((np.arange(hi - lo), ratio[cols], -strength[cols]))
             data[lo + order[max_tokens:]] = 0.0
         X = sp.csr_matrix((data, X.indices.copy(), X.indptr.copy()), shape=X.shape)
         X.eliminate_zeros()
@@ -525,9 +531,9 @@ def log_odds_terms(
         return LogOddsTerms(prior, token, absent, counts > 0, float(counts.sum()), factor)
     head, rest = split_columns(x, header)
     token, absent, counts, factor = _part_terms(rest, params, log_theta, tempering, min_evidence, max_tokens, token_cap, absent=True)
-    h_token, _, h_counts, h_factor = _part_terms(head, params, log_theta, tempering, min_evidence, header_max_tokens, token_cap, absent=False)
+    h_token, h_absent, h_counts, h_factor = _part_terms(head, params, log_theta, tempering, min_evidence, header_max_tokens, token_cap, absent=False)
     return LogOddsTerms(
-        prior, token + h_token, absent, (counts + h_counts) > 0, float(counts.sum()), factor, float(h_counts.sum()), h_factor
+        prior, token + h_token, absent + h_absent, (counts + h_counts) > 0, float(counts.sum()), factor, float(h_counts.sum()), h_factor
     )
 
 
@@ -541,7 +547,9 @@ def _part_terms(
     counts = np.asarray(selected.todense(), dtype=np.float64).ravel()
     log_one_minus = log_theta - params.weight  # log(1 - theta) for bernoulli, 0 otherwise
     absent_all = (params.bias - params.log_prior)[SPAM] - (params.bias - params.log_prior)[HAM]
-    rest = absent_all - float(counts @ (log_one_minus[SPAM] - log_one_minus[HAM])) if absent else 0.0
+    # the part's present tokens leave the absent-token sum: a part without it
+    # (the header lines) still takes their log(1 - theta) out
+    rest = (absent_all if absent else 0.0) - float(counts @ (log_one_minus[SPAM] - log_one_minus[HAM]))
     ratio = capped_log_ratio(params, token_cap) + (log_one_minus[SPAM] - log_one_minus[HAM])
     token: FloatArray = factor * counts * ratio
     return token, float(factor * rest), counts, factor

@@ -16,6 +16,7 @@ from spamfilter.config import Config
 from spamfilter.counts import ClassCounts, TokenCounts, Totals
 from spamfilter.analysis import Analysed as _Analysed
 from spamfilter.mail import MailItem, read_index
+from spamfilter.tokenizer import is_header_line
 from spamfilter.service import Filter, Refusal, Verdict
 from spamfilter.store import StoreTransaction
 from spamfilter.vectorizer import Vocabulary, batch_vocabulary, count_matrix, term_counts
@@ -49,7 +50,8 @@ def reference_odds(f: Filter, items: list[MailItem]) -> list[float]:
     m = f.config.model
     params = model.estimate(m.event_model, counts.take(known), totals, m.alpha)
     X = count_matrix(docs, columns, binary=params.binary)
-    return model.log_odds(model.joint_log_likelihood(X, params, m.tempering, m.min_evidence)).tolist()
+    header = np.array([is_header_line(t) for t in columns.tokens], dtype=bool) if m.header_apart else None
+    return model.log_odds(model.joint_log_likelihood(X, params, m.tempering, m.min_evidence, header=header, header_max_tokens=m.header_max_tokens)).tolist()
 
 
 def odds(f: Filter, items: list[MailItem]) -> list[float]:

@@ -38,7 +38,7 @@ def test_defaults() -> None:
         stemmer="none",
         header_tokens=True,
         fold_case=True,
-        list_header_words=True,
+        list_header_words=False,
     )
 
 

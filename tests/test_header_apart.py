@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from spamfilter import model
-from spamfilter.config import Config, ConfigError, ModelConfig, StoreConfig, validate
+from spamfilter.config import Config, ModelConfig, StoreConfig
 from spamfilter.insight import Insight
+from spamfilter.maintenance import Maintenance
 from spamfilter.service import Filter, Verdict
 from spamfilter.tokenizer import is_header_line
 from tests.test_dependence import sample_mail
@@ -46,6 +47,14 @@ def test_classify_and_explain_score_the_header_lines_apart(tmp_path: Path, sampl
     assert all(a != b for a, b in zip(joint, [v.log_odds for v in verdicts]))
 
 
-def test_header_apart_does_not_combine_with_a_dependence_model() -> None:
-    with pytest.raises(ConfigError, match="does not combine with header_apart"):
-        validate(Config(model=replace(ModelConfig(), header_apart=True, dependence="aode")))
+def test_a_dependence_model_scores_with_one_tempering_whatever_header_apart_says(tmp_path: Path, sample: Path) -> None:
+    labelled, inbox = sample_mail(sample)
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    got = {}
+    for apart in (False, True):
+        with open_filter(url, dependence="aode", header_apart=apart, aode_parents=12, aode_children=300, aode_min_support=3) as f:
+            if not apart:
+                f.train(labelled)
+                Maintenance(f.store).reselect(f.config.model)
+            got[apart] = [v.log_odds for v in f.classify(inbox) if isinstance(v, Verdict)]
+    assert got[False] == got[True]

@@ -596,8 +596,8 @@ LIST_MAIL = (
 )
 
 
-def test_list_header_words_are_kept_by_default() -> None:
-    toks = tokenize(LIST_MAIL)
+def test_list_header_words_are_kept_when_asked() -> None:
+    toks = tokenize(LIST_MAIL, list_header_words=True)
     assert toks[:14] == [
         "header:list-id",
         "list-id:fans",
@@ -616,8 +616,8 @@ def test_list_header_words_are_kept_by_default() -> None:
     ]
 
 
-def test_list_header_words_off_keeps_only_the_list_headers_names() -> None:
-    assert tokenize(LIST_MAIL, list_header_words=False) == [
+def test_list_header_words_off_by_default_keeps_only_the_list_headers_names() -> None:
+    assert tokenize(LIST_MAIL) == tokenize(LIST_MAIL, list_header_words=False) == [
         "header:list-id",
         "header:list-unsubscribe",
         "header:sender",
