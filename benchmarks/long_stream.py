@@ -49,7 +49,10 @@ from spamfilter.evaluation import default_window, run_online, windowed_roca
 from spamfilter.mail import MailItem, read_index
 
 ENRON = [f"enron{i}" for i in range(1, 7)]
-STREAMS = {**{name: [name] for name in ("spamassassin", "csdmc2010", *ENRON)}, "enron-all": ENRON}
+#: enron-all: the six Enron mailboxes one after the other; all: every shared
+#: corpus with both classes one after the other (spamassassin, csdmc2010,
+#: then Enron: the Enron messages carry no dates to merge them by).
+STREAMS = {**{name: [name] for name in ("spamassassin", "csdmc2010", *ENRON)}, "enron-all": ENRON, "all": ["spamassassin", "csdmc2010", *ENRON]}
 
 
 def stream(name: str, limit: int | None) -> Iterator[tuple[bool, MailItem]]:
