@@ -452,3 +452,28 @@ def test_header_lines_apart_have_their_own_selection_and_tempering() -> None:
     assert terms.prior + terms.token.sum() + terms.absent == pytest.approx(want, abs=1e-12)
     assert (terms.events, terms.header_events) == (len(rest), 2.0)
     assert terms.header_factor == pytest.approx(2 ** -0.55)
+
+
+@pytest.mark.parametrize("event_model", ["multinomial", "multinomial-binary", "bernoulli"])
+@pytest.mark.parametrize("k", [0, 1, 3])
+def test_header_lines_apart_by_entries_equal_the_sparse_parts_to_the_bit(event_model: str, k: int) -> None:
+    rng = np.random.default_rng(17)
+    m, n = 40, 25
+    doc_count = rng.integers(0, 4, size=(2, m))  # few distinct counts: many ties
+    term_count = doc_count * rng.integers(1, 3, size=(2, m))
+    counts = model.TokenCounts(doc_count, term_count)
+    hist = [np.stack(np.unique(doc_count[c], return_counts=True), axis=1).astype(np.int64) for c in (0, 1)]
+    stats = model.Totals(ClassCounts(np.array([10, 12]), term_count.sum(axis=1), doc_count.sum(axis=1)), m, (hist[0], hist[1]))
+    params = model.estimate(event_model, counts, stats, 0.5)
+    dense = (rng.random((n, m)) < 0.3) * (1 if params.binary else rng.integers(1, 4, size=(n, m)))
+    dense[3] = 0  # an empty message
+    X = sp.csr_matrix(dense.astype(np.float64))
+    header = rng.random(m) < 0.4
+    fast = model.joint_log_likelihood(X, params, 0.55, header=header, header_max_tokens=k)
+    head, rest = model.split_columns(X, header)
+    slow = (
+        model._tempered_evidence(rest, params, 0.55, 0.0, 0, 0.0, absent=True)
+        + model._tempered_evidence(head, params, 0.55, 0.0, k, 0.0, absent=False)
+        + params.log_prior
+    )
+    assert (fast == slow).all()
