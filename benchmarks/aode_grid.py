@@ -11,7 +11,9 @@ messages), and the pair counts rebuilt from every message trained so far,
 as `spamfilter db reselect` does from the ledger. With --split the parents
 are chosen once on the training part.
 
-Prints 1-ROCA %, sm at 0.1% hm and lam % per setting, and the pair counts
+Naive Bayes here scores every token with one tempering (`[model]
+header_apart = false`), and --check compares with the library at that
+setting. Prints 1-ROCA %, sm at 0.1% hm and lam % per setting, and the pair counts
 held at the end; writes results/aode_grid-<stream>-<split>.json. Asserts nothing.
 """
 
@@ -210,7 +212,7 @@ def check(config: Config, name: str, docs: list[Doc], y: np.ndarray, args: argpa
     online run with the same one-dependence settings on the first N messages."""
     k = (args.parents or [aode.DEFAULT_PARENTS])[0]
     children, child_support = (args.children or [0])[0], (args.child_support or [0])[0]
-    m = replace(config.model, dependence="spode" if args.spode else "aode", aode_parents=k, aode_children=children or 10**6,
+    m = replace(config.model, dependence="spode" if args.spode else "aode", header_apart=False, aode_parents=k, aode_children=children or 10**6,
                 aode_child_support=child_support or args.min_support, aode_min_support=args.min_support, reselect_growth=args.growth)
     _, scored = run_online(replace(config, model=m), list(stream(name, args.check)))
     odds, _, _ = run(docs[: args.check], y[: args.check], k, children or 10**6, child_support, args.min_support, args.growth, None, m.tempering, m.alpha, args.spode)
