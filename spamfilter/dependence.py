@@ -14,7 +14,7 @@ configuration of the process that trains.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,9 +26,10 @@ from spamfilter.counts import IntArray
 from spamfilter.store import StoreTransaction
 from spamfilter.errors import StoreInconsistent
 from spamfilter.store.pairs import PAIR_COLUMNS, Pairs, ParentRow
+from spamfilter.vectorizer import Vocabulary, count_matrix
 
 #: More than the most parents a model may have (``[model] aode_parents``): a
-#: (child, parent) pair's key in ``merged`` is child * _SLOTS + parent.
+#: (child, parent) pair's key in ``pair_sums`` and ``merged`` is child * _SLOTS + parent.
 _SLOTS = 1 << 16
 
 #: The ledger must hold this many messages, of both classes, before parents are first chosen.
@@ -44,15 +45,6 @@ class Selection:
     children: int
     messages: int
     pairs: int
-
-
-def _matrix(docs: Sequence[dict[str, int]], index: dict[str, int]) -> sp.csr_matrix:
-    """0/1 rows of the docs over ``index``'s columns (tokens not in it dropped)."""
-    rows = [np.fromiter((index[t] for t in doc if t in index), dtype=np.int64) for doc in docs]
-    lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
-    indptr = np.concatenate([[0], np.cumsum(lengths)])
-    cols = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)
-    return sp.csr_matrix((np.ones(cols.size), cols, indptr), shape=(len(docs), len(index)))
 
 
 def _records(parent: IntArray, ham: IntArray, spam: IntArray) -> Pairs:
@@ -71,9 +63,8 @@ def pair_sums(
     out) and to each child's D[c,p,j] (packed records in parent order, zero
     changes left out; children the docs do not hold left out). ``parents``
     in index (token) order; the parents are children too."""
-    kids = list(dict.fromkeys([*parents, *(t for doc in docs for t in doc if t in children)]))
-    index = {t: i for i, t in enumerate(kids)}
-    X = _matrix(docs, index)
+    kids = Vocabulary([*parents, *(t for doc in docs for t in doc if t in children)])
+    X = count_matrix(docs, kids, binary=True)
     lengths = np.fromiter(map(len, docs), dtype=np.float64, count=len(docs))
     labels_ = np.asarray(labels, dtype=np.int64)
     signs_ = np.asarray(signs, dtype=np.float64)
@@ -85,7 +76,7 @@ def pair_sums(
         parent_counts[:, c] = np.rint(np.asarray(signed.sum(axis=0)).ravel()).astype(np.int64)
         parent_counts[:, 2 + c] = np.rint(signed.T @ lengths).astype(np.int64)
         pair = sp.coo_matrix(signed.T @ X)
-        entries.append((pair.col.astype(np.int64) * len(parents) + pair.row, pair.data, c))
+        entries.append((pair.col.astype(np.int64) * _SLOTS + pair.row, pair.data, c))
     # one key per (child, parent): child-major, so each child's records are a run in parent order
     keys, inverse = np.unique(np.concatenate([k for k, _, _ in entries]), return_inverse=True)
     split = len(entries[0][0])
@@ -94,10 +85,10 @@ def pair_sums(
     ham, spam = (np.rint(x).astype(np.int64) for x in counts)
     keep = (ham != 0) | (spam != 0)
     keys, ham, spam = keys[keep], ham[keep], spam[keep]
-    child, parent = np.divmod(keys, max(len(parents), 1))
+    child, parent = np.divmod(keys, _SLOTS)
     starts = np.flatnonzero(np.diff(child, prepend=-1))
     ends = np.append(starts[1:], child.size)
-    changes = {kids[int(child[a])]: _records(parent[a:b], ham[a:b], spam[a:b]) for a, b in zip(starts.tolist(), ends.tolist())}
+    changes = {kids.tokens[int(child[a])]: _records(parent[a:b], ham[a:b], spam[a:b]) for a, b in zip(starts.tolist(), ends.tolist())}
     parent_rows: list[ParentRow] = [
         (parents[p], int(a), int(b), int(t0), int(t1)) for p, (a, b, t0, t1) in enumerate(parent_counts.tolist()) if a or b or t0 or t1
     ]
@@ -159,17 +150,17 @@ def reselect(tx: StoreTransaction, m: ModelConfig) -> Selection:
         ham.append(ham_docs)
         spam.append(spam_docs)
     doc_count = np.array([ham, spam], dtype=np.int64).reshape(2, -1)
-    ledger = tx.ledger_counts()
-    ranked = aode.rank_tokens(names, doc_count, ledger, m.aode_min_support)
-    kids = list(dict.fromkeys([*ranked[: parents_of(m)], *aode.rank_tokens(names, doc_count, ledger, m.aode_child_support)[: m.aode_children]]))
-    docs, labels = [], []
-    for label, counts in tx.iter_ledger():
-        docs.append(counts)
-        labels.append(label)
-    chosen = sorted(ranked[: parents_of(m)])
-    if m.dependence == "spode" and chosen:
-        chosen = [_spode_parent(docs, labels, ranked[: aode.SPODE_CANDIDATES], set(kids), m)]
-        kids = list(dict.fromkeys([*chosen, *kids]))
+    docs, labels = _ledger(tx)
+
+    def spode_parent(candidates: list[str], children: set[str]) -> str:
+        vocabulary = Vocabulary([*candidates, *(t for doc in docs for t in doc)])
+        child = np.array([t in children or t in candidates for t in vocabulary.tokens], dtype=bool)
+        X = count_matrix(docs, vocabulary, binary=True)
+        is_spam = np.asarray(labels, dtype=np.int64) == 1
+        column = aode.spode_parent(X, is_spam, list(range(len(candidates))), child, m.alpha, m.tempering, m.aode_min_support)
+        return vocabulary.tokens[column]
+
+    chosen, kids = chosen_tokens(names, doc_count, tx.ledger_counts(), m, spode_parent)
     parent_rows, changes = pair_sums(chosen, set(kids), docs, labels, [1] * len(docs)) if chosen else ([], {})
     present = {row[0] for row in parent_rows}
     parent_rows += [(p, 0, 0, 0, 0) for p in chosen if p not in present]
@@ -179,15 +170,29 @@ def reselect(tx: StoreTransaction, m: ModelConfig) -> Selection:
     return Selection(chosen, len(kids) if chosen else 0, len(docs), sum(len(r) for r in changes.values()))
 
 
-def _spode_parent(docs: Sequence[dict[str, int]], labels: Sequence[int], candidates: list[str], children: set[str], m: ModelConfig) -> str:
-    """The candidate whose SPODE ranks the ledger's held-out tail best (``aode.spode_parent``)."""
-    vocabulary = list(dict.fromkeys([*candidates, *(t for doc in docs for t in doc)]))
-    index = {t: i for i, t in enumerate(vocabulary)}
-    child = np.array([t in children or t in candidates for t in vocabulary], dtype=bool)
-    X = _matrix(docs, index)
-    is_spam = np.asarray(labels, dtype=np.int64) == 1
-    column = aode.spode_parent(X, is_spam, list(range(len(candidates))), child, m.alpha, m.tempering, m.aode_min_support)
-    return vocabulary[column]
+def chosen_tokens(
+    names: list[str], doc_count: IntArray, messages: IntArray, m: ModelConfig, spode_parent: Callable[[list[str], set[str]], str]
+) -> tuple[list[str], list[str]]:
+    """The parents (in index order) and the children ``reselect`` keeps for
+    ``m``, from the tokens ``names`` and their D[c,j] (2, V) over
+    ``messages`` D[c] (see ``reselect``); for SPODE ``spode_parent(candidates,
+    children)`` picks the one parent. ``tune`` chooses with it too."""
+    ranked = aode.rank_tokens(names, doc_count, messages, m.aode_min_support)
+    parents = sorted(ranked[: parents_of(m)])
+    kids = list(dict.fromkeys([*parents, *aode.rank_tokens(names, doc_count, messages, m.aode_child_support)[: m.aode_children]]))
+    if m.dependence == "spode" and parents:
+        parents = [spode_parent(ranked[: aode.SPODE_CANDIDATES], set(kids))]
+        kids = list(dict.fromkeys([*parents, *kids]))
+    return parents, kids
+
+
+def _ledger(tx: StoreTransaction) -> tuple[list[dict[str, int]], list[int]]:
+    """The token counts and labels of the owner's ledger, in training order."""
+    docs, labels = [], []
+    for label, counts in tx.iter_ledger():
+        docs.append(counts)
+        labels.append(label)
+    return docs, labels
 
 
 def differences(tx: StoreTransaction) -> list[str] | None:
@@ -197,10 +202,7 @@ def differences(tx: StoreTransaction) -> list[str] | None:
     if not parents:
         return None
     stored = tx.pairs.all_children()
-    docs, labels = [], []
-    for label, counts in tx.iter_ledger():
-        docs.append(counts)
-        labels.append(label)
+    docs, labels = _ledger(tx)
     parent_rows, changes = pair_sums(parents, set(stored), docs, labels, [1] * len(docs))
     expected = {row[0]: list(row[1:]) for row in parent_rows}
     out = []

@@ -285,7 +285,7 @@ def tune_settings(
     pairs: dict[str, aode.PairCounts] = {}
     if any(dependence_applies(config, e) for e in event_models):
         for dep in set(tried) - {"none"}:
-            pairs[dep] = _head_pairs(s, m, dependence.parents_of(replace(m, dependence=dep)))  # type: ignore[arg-type]
+            pairs[dep] = _head_pairs(s, replace(m, dependence=dep))  # type: ignore[arg-type]
     features = {w: _feature_odds(s, w) for w in weights}
     keeps = max_tokens_options if max_tokens_options is not None else (m.max_tokens,)
     results: list[Candidate] = []
@@ -389,20 +389,21 @@ def _feature_odds(s: _Split, weight: float) -> FloatArray:
     return result
 
 
-def _head_pairs(s: _Split, m: ModelConfig, parents: int) -> aode.PairCounts:
+def _head_pairs(s: _Split, m: ModelConfig) -> aode.PairCounts:
     """The one-dependence counts after training the head and
-    ``dependence.reselect`` with ``parents`` parents: the parents, sorted,
-    are the first ``parents`` by ``aode.rank_tokens`` among the tokens in
-    at least aode_min_support messages; the children are the parents and
-    the first aode_children among those in at least aode_child_support.
-    With Xp the parents' columns of the head's 0/1 rows X of class c,
-    D[c,p] = column sums of Xp, N[c,p] = Xp.T @ (distinct tokens per
-    message), D[c,p,j] = (Xp.T @ X)[p,j] for child j (0 for the others)."""
-    messages = s.stats.classes.messages
-    doc_count = s.counts.doc_count
-    chosen = sorted(aode.rank_tokens(s.tokens, doc_count, messages, m.aode_min_support)[:parents])
-    kids = [*chosen, *aode.rank_tokens(s.tokens, doc_count, messages, m.aode_child_support)[: m.aode_children]]
+    ``dependence.reselect`` for ``m``: parents and children chosen as it
+    chooses them (``dependence.chosen_tokens``; SPODE's parent on the head's
+    held-out fifth). With Xp the parents' columns of the head's 0/1 rows X
+    of class c, D[c,p] = column sums of Xp, N[c,p] = Xp.T @ (distinct tokens
+    per message), D[c,p,j] = (Xp.T @ X)[p,j] for child j (0 for the others)."""
     column = {t: j for j, t in enumerate(s.tokens)}
+
+    def spode_parent(candidates: list[str], children: set[str]) -> str:
+        child = np.array([t in children or t in candidates for t in s.tokens], dtype=bool)
+        best = aode.spode_parent(s.head_binary, s.head_y, [column[t] for t in candidates], child, m.alpha, m.tempering, m.aode_min_support)
+        return s.tokens[best]
+
+    chosen, kids = dependence.chosen_tokens(s.tokens, s.counts.doc_count, s.stats.classes.messages, m, spode_parent)
     parent_column: IntArray = np.array([column[t] for t in chosen], dtype=np.int64)
     child = np.zeros(len(s.tokens), dtype=bool)
     child[[column[t] for t in kids]] = True

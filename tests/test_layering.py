@@ -17,7 +17,7 @@ layer before it can go in. From the bottom up:
    never each other; ``model``, ``gaussian`` and ``aode`` do no I/O; only ``store``
    imports SQLAlchemy.
 2. ``dependence`` (keeping and reading the one-dependence counts) over
-   store and aode; ``delta`` (a batch's count change) over store and
+   store, aode and vectorizer; ``delta`` (a batch's count change) over store and
    dependence; ``analysis`` (reading mail, here or in worker processes) over mail,
    tokenizer and vectorizer; ``service`` over it, the cache and the leaves
    (``maintenance``, ``insight`` (top words, explain) and ``imapstate``,
@@ -56,7 +56,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "model": BASE | {"gaussian"},
     "analysis": BASE | {"mail", "tokenizer", "vectorizer"},
     # The one-dependence counts between the store and the aode maths.
-    "dependence": BASE | {"store", "aode"},
+    "dependence": BASE | {"store", "aode", "vectorizer"},
     # A batch's count change, written through the store.
     "delta": BASE | {"store", "dependence"},
     "service": _SERVICE | {"delta"},
