@@ -49,7 +49,7 @@ from spamfilter.counts import ClassCounts
 from spamfilter.errors import MailParseError
 from spamfilter.evaluation import default_window, run_online, windowed_roca
 from spamfilter.mail import parse_message
-from spamfilter.tokenizer import Tokenizer
+from spamfilter.tokenizer import Tokenizer, is_header_line
 from spamfilter.vectorizer import term_counts
 
 Doc = dict[str, int]
@@ -88,7 +88,8 @@ class Counts:
         self.term = np.zeros((2, 1024), dtype=np.int64)
         self.classes = ClassCounts.zeros()
 
-    def add(self, doc: Doc, is_spam: bool) -> None:
+    def add(self, doc: Doc, is_spam: bool, weight: float = 1) -> None:
+        """Count ``doc`` as one more message of its class (``weight`` times, in a subclass with float counts)."""
         c = int(is_spam)
         for token in doc:
             if token not in self.ids:
@@ -98,11 +99,15 @@ class Counts:
             self.doc = np.pad(self.doc, ((0, 0), (0, grow)))
             self.term = np.pad(self.term, ((0, 0), (0, grow)))
         cols = np.fromiter((self.ids[t] for t in doc), dtype=np.int64, count=len(doc))
-        self.doc[c, cols] += 1
-        self.term[c, cols] += np.fromiter(doc.values(), dtype=np.int64, count=len(doc))
-        self.classes.messages[c] += 1
-        self.classes.terms[c] += sum(doc.values())
-        self.classes.binary_terms[c] += len(doc)
+        self.doc[c, cols] += weight
+        self.term[c, cols] += weight * np.fromiter(doc.values(), dtype=np.int64, count=len(doc))
+        self.classes.messages[c] += weight
+        self.classes.terms[c] += weight * sum(doc.values())
+        self.classes.binary_terms[c] += weight * len(doc)
+
+    def columns(self, cols: np.ndarray) -> tuple[nb.TokenCounts, ClassCounts]:
+        """The counts of the token columns ``cols`` and the class counts, as scoring sees them."""
+        return nb.TokenCounts(self.doc[:, cols], self.term[:, cols]), self.classes
 
     def score(self, doc: Doc, settings: list[ModelConfig]) -> list[float]:
         """The log-odds of one message under each setting (0 before both classes are known)."""
@@ -110,19 +115,24 @@ class Counts:
             return [0.0] * (len(settings) + bool(self.fisher))
         known = [(self.ids[t], n) for t, n in doc.items() if t in self.ids]
         cols = np.array([j for j, _ in known], dtype=np.int64)
-        counts = nb.TokenCounts(self.doc[:, cols], self.term[:, cols])
+        counts, classes = self.columns(cols)
         empty = np.zeros((0, 2), dtype=np.int64)
-        stats = nb.Totals(self.classes, vocabulary_size=len(self.ids), histogram=(empty, empty))
+        stats = nb.Totals(classes, vocabulary_size=len(self.ids), histogram=(empty, empty))
         out = []
         if self.fisher:
             f = nb.robinson_probability(counts, stats, self.fisher[0], self.fisher[1])
             X = sp.csr_matrix((np.ones(len(known)), (np.zeros(len(known), dtype=np.int64), np.arange(len(known)))), shape=(1, len(known)))
             out.append(float(nb.fisher_log_odds(X, f, self.fisher[2])[0]))
+        header = None
         for m in settings:
             params = nb.estimate(m.event_model, counts, stats, m.alpha)
             values = np.array([float(n) for _, n in known]) if counts_occurrences(m.event_model) else np.ones(len(known))
             X = sp.csr_matrix((values, (np.zeros(len(known), dtype=np.int64), np.arange(len(known)))), shape=(1, len(known)))
-            jll = nb.joint_log_likelihood(X, params, m.tempering, m.min_evidence, m.max_tokens, m.token_cap)
+            if m.header_apart and header is None:
+                header = np.fromiter((is_header_line(t) for t in doc if t in self.ids), dtype=bool, count=len(known))
+            jll = nb.joint_log_likelihood(
+                X, params, m.tempering, m.min_evidence, m.max_tokens, m.token_cap, header if m.header_apart else None, m.header_max_tokens
+            )
             out.append(float(nb.log_odds(jll)[0]))
         return out
 

@@ -183,7 +183,8 @@ def parse(base: ModelConfig, text: str) -> Setting:
         raise SystemExit(f"unknown token classes {sorted(unknown)}; known: {', '.join(CLASSES)}")
     apart = [int(p.partition("=")[2]) for p in parts if p.startswith("header_apart=")]
     rest = [p for p in parts if p not in drops and not p.startswith("header_apart=")]
-    return Setting(dropped, parse_setting(base, ",".join(rest)), apart[-1] if apart else None)
+    # header_apart=K is this module's own (ApartCounts); the library's is off here
+    return Setting(dropped, parse_setting(replace(base, header_apart=False), ",".join(rest)), apart[-1] if apart else None)
 
 
 def main() -> None:
