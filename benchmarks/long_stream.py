@@ -10,7 +10,9 @@ messages), spamassassin and csdmc2010 in date order.
 
 - spamfilter: the library's own online loop (`evaluation.run_online`,
   in-memory SQLite, two workers reading ahead), with the settings of
-  --config and --set (section.key=TOML value, repeatable).
+  --config and --set (section.key=TOML value, repeatable), learning from
+  the messages --train-mode and --margin say (default: the library's,
+  errors and those scored right by less than 12 nats; teft: every one).
 - bogofilter 1.2.5 defaults: one `bogofilter -T` and one `-s|-n` process per
   message, as in benchmarks/compare.py. Its result depends only on the
   stream, so it is kept in results/long_stream-bogofilter-<stream>-<limit>.json
@@ -47,6 +49,7 @@ from benchmarks.compare import CORPORA, INDEXES, ranking
 from spamfilter.config import Config, load_config
 from spamfilter.evaluation import default_window, run_online, windowed_roca
 from spamfilter.mail import MailItem, read_index
+from spamfilter.service import ONLINE_TRAIN_MODE, TUNE_MARGIN, TrainMode
 
 ENRON = [f"enron{i}" for i in range(1, 7)]
 #: enron-all: the six Enron mailboxes one after the other; all: every shared
@@ -83,16 +86,17 @@ def summary(y: np.ndarray, score: np.ndarray, threshold: float, window: int, sou
     }
 
 
-def run_spamfilter(config: Config, items: list[tuple[bool, MailItem]], window: int) -> dict[str, Any]:
+def run_spamfilter(config: Config, items: list[tuple[bool, MailItem]], window: int, train_mode: TrainMode = ONLINE_TRAIN_MODE, margin: float = TUNE_MARGIN) -> dict[str, Any]:
     started = time.perf_counter()
-    report, scored = run_online(config, items, jobs=2)
+    report, scored = run_online(config, items, jobs=2, train_mode=train_mode, margin=margin)
     seconds = time.perf_counter() - started
     y = np.array([s.is_spam for s in scored])
     odds = np.array([s.log_odds for s in scored])
     m = config.model
     return {
         "system": "spamfilter",
-        "setting": " ".join(f"{k}={getattr(m, k)}" for k in m.__dataclass_fields__) + f" bigrams={config.tokenizer.bigrams}",
+        "setting": " ".join(f"{k}={getattr(m, k)}" for k in m.__dataclass_fields__) + f" bigrams={config.tokenizer.bigrams} train_mode={train_mode} margin={margin}",
+        "trained": report.trained,
         **summary(y, odds, report.two_way_threshold, window, [s.source for s in scored], seconds),
     }
 
@@ -139,6 +143,8 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=None)
     parser.add_argument("--config", type=Path)
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    parser.add_argument("--train-mode", choices=[t.value for t in TrainMode], default=ONLINE_TRAIN_MODE.value, help="which messages spamfilter learns from (default: the library's)")
+    parser.add_argument("--margin", type=float, default=TUNE_MARGIN, help="nats, for --train-mode tune")
     parser.add_argument("--skip-bogofilter", action="store_true")
     parser.add_argument("--fresh-bogofilter", action="store_true")
     parser.add_argument("--label", default="", help="suffix of the results file (to keep settings apart)")
@@ -149,7 +155,7 @@ def main() -> None:
         items = list(stream(name, args.limit))
         window = args.window or default_window(len(items))
         tag = f"{name}-{args.limit or 'all'}"
-        rows = [run_spamfilter(config, items, window)]
+        rows = [run_spamfilter(config, items, window, TrainMode(args.train_mode), args.margin)]
         cached = Path("results") / f"long_stream-bogofilter-{tag}-w{window}.json"
         if not args.skip_bogofilter and shutil.which("bogofilter"):
             if cached.exists() and not args.fresh_bogofilter:

@@ -20,7 +20,7 @@ from spamfilter.config import Config
 from spamfilter.counts import Decision
 from spamfilter.errors import EvaluationError
 from spamfilter.mail import MailItem
-from spamfilter.service import Filter, TrainMode, Verdict
+from spamfilter.service import ONLINE_TRAIN_MODE, TUNE_MARGIN, Filter, TrainMode, Verdict
 
 BoolArray = npt.NDArray[np.bool_]
 FloatArray = npt.NDArray[np.float64]
@@ -260,7 +260,8 @@ def run_online(
     config: Config,
     labelled: Iterable[tuple[bool, MailItem]],
     *,
-    train_mode: TrainMode = TrainMode.teft,
+    train_mode: TrainMode = ONLINE_TRAIN_MODE,
+    margin: float = TUNE_MARGIN,
     url: str | None = None,
     jobs: int = 1,
     window: int | None = None,
@@ -273,7 +274,7 @@ def run_online(
     classify_seconds = train_seconds = 0.0
     with fresh_filter(config, url, jobs=jobs) as f:
         two_way = f.two_way_threshold
-        for step in f.learn_online(labelled, train_mode=train_mode):
+        for step in f.learn_online(labelled, train_mode=train_mode, margin=margin):
             classify_seconds += step.classify_seconds
             train_seconds += step.train_seconds
             trained += step.trained

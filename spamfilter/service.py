@@ -19,7 +19,6 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
-from enum import StrEnum
 from itertools import chain, islice
 from typing import TypeVar
 
@@ -29,6 +28,10 @@ import scipy.sparse as sp
 
 from spamfilter import aode, dependence, model
 from spamfilter.analysis import Analysed as _Analysed
+from spamfilter.learning import ONLINE_TRAIN_MODE as ONLINE_TRAIN_MODE
+from spamfilter.learning import TUNE_MARGIN as TUNE_MARGIN
+from spamfilter.learning import TrainMode as TrainMode
+from spamfilter.learning import wants_training
 from spamfilter.analysis import Analyser, analyse, analyse_labelled
 from spamfilter.analysis import Refusal as Refusal
 from spamfilter.cache import CacheKey, CountCache, ModelView
@@ -74,6 +77,8 @@ class TrainSummary:
     conflicts: trained with the other class; ``train`` leaves them, ``mark`` moves them.
     forgotten: removed from the model (``forget``).
     unknown: ``forget`` of a message that was never trained.
+    skipped: scored well enough not to be trained (``train`` with a
+        train mode of toe or tune).
     """
 
     trained_ham: int = 0
@@ -84,6 +89,7 @@ class TrainSummary:
     forgotten: int = 0
     unknown: int = 0
     refused: tuple[Refusal, ...] = field(default_factory=tuple)
+    skipped: int = 0
 
     def __add__(self, other: TrainSummary) -> TrainSummary:
         return TrainSummary(
@@ -95,6 +101,7 @@ class TrainSummary:
             self.forgotten + other.forgotten,
             self.unknown + other.unknown,
             self.refused + other.refused,
+            self.skipped + other.skipped,
         )
 
 
@@ -114,14 +121,6 @@ class Stats:
     event_model: str
     alpha: float
     user: str = ""
-
-
-class TrainMode(StrEnum):
-    """Which messages an online run trains on (``Filter.learn_online``)."""
-
-    teft = "teft"  # every message: train on everything
-    toe = "toe"  # train on error: misfiled or unsure
-    tune = "tune"  # errors, and messages near a decision bound
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,9 +246,25 @@ class Filter:
 
     # -- training -----------------------------------------------------------
 
-    def train(self, labelled: Iterable[tuple[bool, MailItem]]) -> TrainSummary:
-        """Train each (is_spam, message); already-trained messages are left as they are."""
-        return self._train(labelled, relabel=False)
+    def train(
+        self, labelled: Iterable[tuple[bool, MailItem]], *, train_mode: TrainMode = TrainMode.teft, margin: float = TUNE_MARGIN
+    ) -> TrainSummary:
+        """Train each (is_spam, message); already-trained messages are left as they are.
+
+        With ``train_mode`` toe or tune each message is first scored by the
+        model as trained so far, in stream order, and trained only if
+        ``learn_online`` would train it; the others count as ``skipped``.
+        """
+        if TrainMode(train_mode) is TrainMode.teft:
+            return self._train(labelled, relabel=False)
+        total = TrainSummary()
+        for step, summary in self._learn(labelled, TrainMode(train_mode), margin):
+            total = total + summary
+            if isinstance(step.result, Refusal):
+                total = total + TrainSummary(refused=(step.result,))
+            elif not step.trained:
+                total = total + TrainSummary(skipped=1)
+        return total
 
     def mark(self, labelled: Iterable[tuple[bool, MailItem]]) -> TrainSummary:
         """User feedback: make each message trained as (is_spam), moving it out
@@ -541,19 +556,23 @@ class Filter:
         self,
         labelled: Iterable[tuple[bool, MailItem]],
         *,
-        train_mode: TrainMode = TrainMode.teft,
-        margin: float = 1.0,
+        train_mode: TrainMode = ONLINE_TRAIN_MODE,
+        margin: float = TUNE_MARGIN,
     ) -> Iterator[OnlineStep]:
         """Classify each message, then train on its true label (the TREC
         spam-track protocol: a user who corrects every verdict at once).
 
         train_mode: "teft" trains every message; "toe" only misclassified
         ones (an unsure verdict counts as an error); "tune" also those whose
-        log-odds lie within ``margin`` of a decision bound. Before the model
-        has both classes a message gets score 0.5, log-odds 0 and "unsure".
-        Each message is parsed and tokenized once for both steps.
+        log-odds lie within ``margin`` nats of a decision bound. Before the
+        model has both classes a message gets score 0.5, log-odds 0 and
+        "unsure". Each message is parsed and tokenized once for both steps.
         """
-        train_mode = TrainMode(train_mode)
+        for step, _ in self._learn(labelled, TrainMode(train_mode), margin):
+            yield step
+
+    def _learn(self, labelled: Iterable[tuple[bool, MailItem]], train_mode: TrainMode, margin: float) -> Iterator[tuple[OnlineStep, TrainSummary]]:
+        """``learn_online``'s steps, each with what its training did."""
         # Reading the next message overlaps with scoring and training this
         # one when jobs > 1; classify_seconds is then the wall time from one
         # step to the next verdict, waiting for the readers included.
@@ -561,7 +580,7 @@ class Filter:
         for label, analysed in self._read_labelled(labelled):
             is_spam = label == Label.SPAM
             if isinstance(analysed, Refusal):
-                yield OnlineStep(is_spam, analysed, False, time.perf_counter() - started, 0.0)
+                yield OnlineStep(is_spam, analysed, False, time.perf_counter() - started, 0.0), TrainSummary()
                 started = time.perf_counter()
                 continue
             # One write transaction for both steps: the verdict is computed
@@ -572,12 +591,9 @@ class Filter:
                 except NotTrainedError:
                     verdict = Verdict(analysed.source, analysed.digest, 0.5, 0.0, Decision.UNSURE)
                 classified = time.perf_counter()
-                wrong = verdict.verdict != label.decision
-                near = min(abs(verdict.log_odds - self.thresholds.ham_max), abs(verdict.log_odds - self.thresholds.spam_min)) < margin
-                train = train_mode is TrainMode.teft or wrong or (train_mode is TrainMode.tune and near)
-                if train:
-                    self._train_batch(tx, [(label, analysed)], relabel=False)
-            yield OnlineStep(is_spam, verdict, train, classified - started, time.perf_counter() - classified)
+                train = wants_training(train_mode, label, verdict.verdict, verdict.log_odds, self.thresholds.ham_max, self.thresholds.spam_min, margin)
+                summary = self._train_batch(tx, [(label, analysed)], relabel=False) if train else TrainSummary()
+            yield OnlineStep(is_spam, verdict, train, classified - started, time.perf_counter() - classified), summary
             started = time.perf_counter()
 
     # -- facts --------------------------------------------------------------

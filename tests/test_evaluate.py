@@ -43,15 +43,14 @@ def read_tsv(path: Path) -> list[list[str]]:
     return [line.split("\t") for line in path.read_text().splitlines()]
 
 
-def test_online_scores_equal_a_manual_classify_then_train_loop(index: Path, tmp_path: Path) -> None:
-    out = tmp_path / "scores.tsv"
-    result = CliRunner().invoke(app, ["evaluate", "--index", str(index), "--out", str(out), "--format", "json"])
-    assert result.exit_code == 0, result.output
-    rows = read_tsv(out)
-    assert rows[0] == ["source", "gold", "score", "log_odds", "verdict"]
-
+def manual_online(index: Path, margin: float | None) -> tuple[list[tuple[str, str, float, float, str]], int]:
+    """The online protocol by hand: classify, then train when the rule says
+    (margin None: every message; else errors, unsure and those within
+    ``margin`` nats of a decision bound); the rows and how many were trained."""
     manual: list[tuple[str, str, float, float, str]] = []
+    trained = 0
     with Filter.open(Config(), "sqlite://") as f:
+        bounds = (f.thresholds.ham_max, f.thresholds.spam_min)
         for is_spam, item in read_index(str(index)):
             try:
                 v = next(iter(f.classify([item])))
@@ -60,19 +59,50 @@ def test_online_scores_equal_a_manual_classify_then_train_loop(index: Path, tmp_
             except NotTrainedError:
                 got = (item.source, "spam" if is_spam else "ham", 0.5, 0.0, "unsure")
             manual.append(got)
-            f.train([(is_spam, item)])
+            right = got[4] == got[1]
+            if margin is None or not right or min(abs(got[3] - b) for b in bounds) < margin:
+                f.train([(is_spam, item)])
+                trained += 1
+    return manual, trained
+
+
+@pytest.mark.parametrize(("args", "margin"), [(["--train-mode", "teft"], None), ([], 12.0), (["--margin", "2"], 2.0), (["--train-mode", "tune", "--margin", "0.5"], 0.5)])
+def test_online_scores_equal_a_manual_classify_then_train_loop(index: Path, tmp_path: Path, args: list[str], margin: float | None) -> None:
+    out = tmp_path / "scores.tsv"
+    result = CliRunner().invoke(app, ["evaluate", "--index", str(index), "--out", str(out), "--format", "json", *args])
+    assert result.exit_code == 0, result.output
+    rows = read_tsv(out)
+    assert rows[0] == ["source", "gold", "score", "log_odds", "verdict"]
+    manual, trained = manual_online(index, margin)
     assert [(r[0], r[1], float(r[2]), float(r[3]), r[4]) for r in rows[1:]] == manual
 
     report = json.loads(result.stdout)
-    assert (report["messages"], report["spam"], report["ham"], report["trained"]) == (60, 30, 30, 60)
+    assert (report["messages"], report["spam"], report["ham"], report["trained"]) == (60, 30, 30, trained)
     assert report["protocol"] == "online"
     # The first message meets an empty model: the rest are learnable.
     assert report["one_minus_roca"] < 5.0
+    if margin == 0.5:
+        assert trained < 40  # the rule does leave messages out on this stream
+
+
+def test_train_with_a_train_mode_trains_what_the_online_run_trains(index: Path, tmp_path: Path) -> None:
+    """`train --train-mode tune --index` scores in index order and trains
+    exactly the messages the online run trains; the rest are counted as left out."""
+    _, trained = manual_online(index, 0.5)
+    db = f"sqlite:///{tmp_path / 'm.db'}"
+    runner = CliRunner()
+    result = runner.invoke(app, ["--db", db, "train", "--index", str(index), "--train-mode", "tune", "--margin", "0.5"])
+    assert result.exit_code == 0, result.output
+    assert f"{60 - trained} left out" in result.stdout
+    stats = json.loads(runner.invoke(app, ["--db", db, "stats", "--format", "json"]).stdout)
+    assert stats["spam_messages"] + stats["ham_messages"] == trained < 60
+    again = runner.invoke(app, ["--db", db, "train", "--index", str(index)])
+    assert f"trained {30 - stats['spam_messages']} spam, {30 - stats['ham_messages']} ham; {trained} already trained" in again.stdout
 
 
 def test_train_on_error_trains_fewer_messages_than_train_everything(index: Path) -> None:
     runner = CliRunner()
-    teft = json.loads(runner.invoke(app, ["evaluate", "--index", str(index), "--format", "json"]).stdout)
+    teft = json.loads(runner.invoke(app, ["evaluate", "--index", str(index), "--train-mode", "teft", "--format", "json"]).stdout)
     toe = json.loads(runner.invoke(app, ["evaluate", "--index", str(index), "--train-mode", "toe", "--format", "json"]).stdout)
     assert teft["trained"] == 60
     assert 2 <= toe["trained"] < 60
@@ -106,7 +136,7 @@ def test_evaluate_never_touches_the_default_database(index: Path, tmp_path: Path
 
 def test_evaluate_uses_an_explicit_database_when_given(index: Path, db_url: str) -> None:
     runner = CliRunner()
-    assert runner.invoke(app, ["--db", db_url, "evaluate", "--index", str(index)]).exit_code == 0
+    assert runner.invoke(app, ["--db", db_url, "evaluate", "--index", str(index), "--train-mode", "teft"]).exit_code == 0
     stats = json.loads(runner.invoke(app, ["--db", db_url, "stats", "--format", "json"]).stdout)
     assert (stats["spam_messages"], stats["ham_messages"]) == (30, 30)
 

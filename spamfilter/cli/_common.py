@@ -143,6 +143,8 @@ def describe(summary: TrainSummary) -> str:
         parts.append(f"relabelled {summary.relabelled}")
     if summary.unchanged:
         parts.append(f"{summary.unchanged} already trained")
+    if summary.skipped:
+        parts.append(f"{summary.skipped} left out (scored right by a margin)")
     if summary.conflicts:
         parts.append(f"{summary.conflicts} trained with the other label (left as they were; use `spamfilter mark`)")
     if summary.forgotten or summary.unknown:

@@ -17,7 +17,7 @@ from spamfilter.cli._common import Jobs, TableOrJson, jobs_or_default, index_len
 from spamfilter.evaluation import EvalReport, Scored, run_cross_validation, run_online
 from spamfilter.counts import Label
 from spamfilter.mail import read_index
-from spamfilter.service import TrainMode
+from spamfilter.service import ONLINE_TRAIN_MODE, TUNE_MARGIN, TrainMode
 
 
 class Protocol(str, Enum):
@@ -94,7 +94,8 @@ def evaluate(
     protocol: Annotated[Protocol, typer.Option("--protocol", help="online: classify then train each message in order; cv: stratified k-fold.")] = Protocol.online,
     folds: Annotated[int, typer.Option("--folds", min=2, help="Folds for --protocol cv.")] = 10,
     seed: Annotated[int, typer.Option("--seed", help="Shuffling seed for --protocol cv.")] = 0,
-    train_mode: Annotated[TrainMode, typer.Option("--train-mode", help="online: teft trains every message, toe only errors, tune errors and near misses.")] = TrainMode.teft,
+    train_mode: Annotated[TrainMode, typer.Option("--train-mode", help="online: which messages the filter learns from once told their label: teft every one, toe only errors (misfiled or unsure), tune errors and those scored right by less than --margin.")] = ONLINE_TRAIN_MODE,
+    margin: Annotated[float, typer.Option("--margin", min=0.0, metavar="NATS", help="--train-mode tune: also learn a message scored right by less than this many nats of log-odds.")] = TUNE_MARGIN,
     out: Annotated[Path | None, typer.Option("--out", metavar="FILE", help="Write source/gold/score/log_odds/verdict TSV rows.")] = None,
     roc: Annotated[Path | None, typer.Option("--roc", metavar="PNG", help="Write the ROC curve (TREC's logit axes).")] = None,
     learning_curve: Annotated[Path | None, typer.Option("--learning-curve", metavar="PNG", help="Write the cumulative error rate over the stream.")] = None,
@@ -117,7 +118,7 @@ def evaluate(
     labelled = read_index(index)
     if protocol is Protocol.online:
         report, scored = run_online(
-            s.config, progress(labelled, "evaluating", total), train_mode=train_mode, url=s.db_url,
+            s.config, progress(labelled, "evaluating", total), train_mode=train_mode, margin=margin, url=s.db_url,
             jobs=jobs_or_default(jobs), window=window,
         )
     else:

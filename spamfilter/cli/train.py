@@ -13,6 +13,7 @@ from typer.core import TyperCommand
 from spamfilter.cli import app, exitcodes
 from spamfilter.cli._common import Jobs, SourceTally, describe, index_length, open_filter, progress, report_refusals
 from spamfilter.mail import MailItem, read_index, read_messages
+from spamfilter.service import TUNE_MARGIN, TrainMode
 
 _SOURCES_HELP = (
     "Message file, mbox, Maildir, MH or folder; - for stdin (an mbox when it starts with a `From ` line)."
@@ -74,6 +75,8 @@ def train(
     spam: Annotated[list[str], typer.Option("--spam", metavar="SRC...", help="Spam to learn from: one or more sources. " + _SOURCES_HELP)] = [],  # noqa: B006
     ham: Annotated[list[str], typer.Option("--ham", metavar="SRC...", help="Ham (good mail) to learn from: one or more sources. " + _SOURCES_HELP)] = [],  # noqa: B006
     index: Annotated[str | None, typer.Option("--index", metavar="FILE", help="TREC index file: lines `spam PATH` / `ham PATH`.")] = None,
+    train_mode: Annotated[TrainMode, typer.Option("--train-mode", help="teft: learn every message; toe: only those the model, as trained so far, misfiles or is unsure of; tune: also those it scores right by less than --margin. toe and tune score the messages in the order given: an --index in arrival order.")] = TrainMode.teft,
+    margin: Annotated[float, typer.Option("--margin", min=0.0, metavar="NATS", help="--train-mode tune: also learn a message scored right by less than this many nats of log-odds.")] = TUNE_MARGIN,
     jobs: Jobs = None,
 ) -> None:
     """Learn from labelled mail. Training the same message twice changes nothing.
@@ -90,7 +93,7 @@ def train(
         total = index_length(index)
         labelled = labelled_index if not (spam or ham) else itertools.chain(labelled, labelled_index)
     with open_filter(ctx, create=True, jobs=jobs) as f:
-        summary = f.train(progress(tally.count(labelled), "training", total))
+        summary = f.train(progress(tally.count(labelled), "training", total), train_mode=train_mode, margin=margin)
     tally.check()
     typer.echo(describe(summary))
     raise typer.Exit(report_refusals(summary.refused))
