@@ -33,6 +33,7 @@ from benchmarks.compare import ranking
 from benchmarks.long_stream import STREAMS, stream
 from dataclasses import replace
 from spamfilter.evaluation import run_online
+from spamfilter.learning import TrainMode
 from benchmarks.option_grid import Doc, tokenized
 from spamfilter import aode
 from spamfilter import model as nb
@@ -214,7 +215,7 @@ def check(config: Config, name: str, docs: list[Doc], y: np.ndarray, args: argpa
     children, child_support = (args.children or [0])[0], (args.child_support or [0])[0]
     m = replace(config.model, dependence="spode" if args.spode else "aode", header_apart=False, aode_parents=k, aode_children=children or 10**6,
                 aode_child_support=child_support or args.min_support, aode_min_support=args.min_support, reselect_growth=args.growth)
-    _, scored = run_online(replace(config, model=m), list(stream(name, args.check)))
+    _, scored = run_online(replace(config, model=m), list(stream(name, args.check)), train_mode=TrainMode.teft)
     odds, _, _ = run(docs[: args.check], y[: args.check], k, children or 10**6, child_support, args.min_support, args.growth, None, m.tempering, m.alpha, args.spode)
     diff = np.max(np.abs(odds[1][: len(scored)] - np.array([s.log_odds for s in scored])))
     print(f"check {name}: largest |log-odds difference| against run_online ({m.dependence}) over {len(scored)} messages: {diff:.2e}")

@@ -7,7 +7,8 @@ each message, then train on its true label), the TREC spam-track protocol:
 
 - spamfilter: each event model at the configured settings, and with
   --tuned-on the setting `spamfilter tune` picks on another corpus, through
-  the library's own online loop (evaluation.run_online, in-memory SQLite);
+  the library's own online loop (evaluation.run_online, in-memory SQLite,
+  learning as it does by default: from errors and near misses);
   then, on a fresh model, batch training on the whole stream and batch
   classification of the whole stream.
 - bogofilter (Debian package): one `bogofilter -T` process to classify and

@@ -13,8 +13,10 @@ model arithmetic with the library's own functions (`model.estimate`,
 - online (default): classify each message with the counts of the messages
   before it, then add its counts; before a spam and a ham are known a
   message scores 0, as `Filter.learn_online` leaves it. For the default
-  settings this gives the library online loop's log-odds (checked by
-  --check N against `evaluation.run_online` on the first N messages).
+  settings this gives the library online loop's log-odds when it trains
+  every message (checked by --check N against `evaluation.run_online`
+  with train_mode teft on the first N messages; benchmarks/forgetting.py
+  also trains on or near errors).
 - --split half: train on the first half, classify the second;
   --split 10k: train on the first 10,000, classify the rest.
 
@@ -48,6 +50,7 @@ from spamfilter.config import Config, ModelConfig, counts_occurrences, load_conf
 from spamfilter.counts import ClassCounts
 from spamfilter.errors import MailParseError
 from spamfilter.evaluation import default_window, run_online, windowed_roca
+from spamfilter.learning import TrainMode
 from spamfilter.mail import parse_message
 from spamfilter.tokenizer import Tokenizer, is_header_line
 from spamfilter.vectorizer import term_counts
@@ -228,7 +231,7 @@ def main() -> None:
     for name in args.corpus:
         docs, y = tokenized(config, name, args.limit)
         if args.check:
-            _, scored = run_online(config, list(stream(name, args.check)))
+            _, scored = run_online(config, list(stream(name, args.check)), train_mode=TrainMode.teft)
             mine, _ = run(docs[: args.check], y[: args.check], settings[:1], None)
             diff = np.max(np.abs(mine[0][: len(scored)] - np.array([s.log_odds for s in scored])))
             print(f"check {name}: largest |log-odds difference| against run_online over {len(scored)} messages: {diff:.2e}")
