@@ -77,8 +77,7 @@ class TrainSummary:
     conflicts: trained with the other class; ``train`` leaves them, ``mark`` moves them.
     forgotten: removed from the model (``forget``).
     unknown: ``forget`` of a message that was never trained.
-    skipped: scored well enough not to be trained (``train`` with a
-        train mode of toe or tune).
+    skipped: scored right by enough not to be trained (``train`` in toe or tune mode).
     """
 
     trained_ham: int = 0
@@ -246,9 +245,7 @@ class Filter:
 
     # -- training -----------------------------------------------------------
 
-    def train(
-        self, labelled: Iterable[tuple[bool, MailItem]], *, train_mode: TrainMode = TrainMode.teft, margin: float = TUNE_MARGIN
-    ) -> TrainSummary:
+    def train(self, labelled: Iterable[tuple[bool, MailItem]], *, train_mode: TrainMode = TrainMode.teft, margin: float = TUNE_MARGIN) -> TrainSummary:
         """Train each (is_spam, message); already-trained messages are left as they are.
 
         With ``train_mode`` toe or tune each message is first scored by the
@@ -583,16 +580,20 @@ class Filter:
                 yield OnlineStep(is_spam, analysed, False, time.perf_counter() - started, 0.0), TrainSummary()
                 started = time.perf_counter()
                 continue
-            # One write transaction for both steps: the verdict is computed
-            # from exactly the counts the training then updates.
-            with self._write_transaction() as tx:
-                try:
-                    verdict = self._score([analysed], tx)[0]
-                except NotTrainedError:
-                    verdict = Verdict(analysed.source, analysed.digest, 0.5, 0.0, Decision.UNSURE)
-                classified = time.perf_counter()
-                train = wants_training(train_mode, label, verdict.verdict, verdict.log_odds, self.thresholds.ham_max, self.thresholds.spam_min, margin)
-                summary = self._train_batch(tx, [(label, analysed)], relabel=False) if train else TrainSummary()
+            def step(label: Label = label, analysed: _Analysed = analysed) -> tuple[Verdict, bool, TrainSummary, float]:
+                # One write transaction for both steps (tried again while the
+                # database is busy): the verdict is computed from exactly the
+                # counts the training then updates.
+                with self._write_transaction() as tx:
+                    try:
+                        verdict = self._score([analysed], tx)[0]
+                    except NotTrainedError:
+                        verdict = Verdict(analysed.source, analysed.digest, 0.5, 0.0, Decision.UNSURE)
+                    classified = time.perf_counter()
+                    train = wants_training(train_mode, label, verdict.verdict, verdict.log_odds, self.thresholds.ham_max, self.thresholds.spam_min, margin)
+                    return verdict, train, self._train_batch(tx, [(label, analysed)], relabel=False) if train else TrainSummary(), classified
+
+            verdict, train, summary, classified = retrying(step, self.write_deadline)
             yield OnlineStep(is_spam, verdict, train, classified - started, time.perf_counter() - classified), summary
             started = time.perf_counter()
 

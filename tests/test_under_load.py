@@ -165,17 +165,19 @@ def write_locked(path: Path) -> Iterator[None]:
         holder.close()
 
 
-def training(tmp_path: Path, mail: tuple[Path, Path], deadline: float = 600.0) -> tuple[str, list[str]]:
+def training(tmp_path: Path, mail: tuple[Path, Path], deadline: float = 600.0, extra: tuple[str, ...] = ()) -> tuple[str, list[str]]:
     """A new SQLite database, and the command that trains the two messages
     into it with a 0.2 s busy timeout and the write deadline given."""
     url = f"sqlite:///{tmp_path / 'sf.db'}"
     Store.open(url).close()
     spam, ham = mail
-    return url, spamfilter(url, "train", "--spam", str(spam), "--ham", str(ham), config=short_timeout(tmp_path, deadline))
+    return url, spamfilter(url, "train", "--spam", str(spam), "--ham", str(ham), *extra, config=short_timeout(tmp_path, deadline))
 
 
-def test_training_waits_for_a_writer_that_holds_the_database(tmp_path: Path, mail: tuple[Path, Path]) -> None:
-    url, train = training(tmp_path, mail)
+# tune scores each message in its own transaction before training it
+@pytest.mark.parametrize("extra", [(), ("--train-mode", "tune")])
+def test_training_waits_for_a_writer_that_holds_the_database(tmp_path: Path, mail: tuple[Path, Path], extra: tuple[str, ...]) -> None:
+    url, train = training(tmp_path, mail, extra=extra)
     with write_locked(tmp_path / "sf.db"):
         proc = subprocess.Popen(
             train,
