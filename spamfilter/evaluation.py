@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -183,6 +183,8 @@ class EvalReport:
     train_per_second: float
     two_way_threshold: float
     windows: tuple[WindowRoca, ...] = ()
+    #: online: which messages were trained, in words ("" for cross-validation)
+    learned: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,7 +289,15 @@ def run_online(
         "online", scored, refused=refused, trained=trained, two_way_threshold=two_way,
         classify_seconds=classify_seconds, train_seconds=train_seconds, window=window,
     )
-    return report, scored
+    return replace(report, learned=LEARNED[TrainMode(train_mode)].format(margin=margin)), scored
+
+
+#: ``EvalReport.learned`` of an online run, per train mode.
+LEARNED = {
+    TrainMode.teft: "every message",
+    TrainMode.toe: "errors: misfiled or unsure",
+    TrainMode.tune: "errors and those scored right by less than {margin:g} nats",
+}
 
 
 def stratified_folds(is_spam: Sequence[bool], k: int, seed: int) -> list[int]:

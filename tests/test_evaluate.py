@@ -79,6 +79,7 @@ def test_online_scores_equal_a_manual_classify_then_train_loop(index: Path, tmp_
     report = json.loads(result.stdout)
     assert (report["messages"], report["spam"], report["ham"], report["trained"]) == (60, 30, 30, trained)
     assert report["protocol"] == "online"
+    assert report["learned"] == ("every message" if margin is None else f"errors and those scored right by less than {margin:g} nats")
     # The first message meets an empty model: the rest are learnable.
     assert report["one_minus_roca"] < 5.0
     if margin == 0.5:

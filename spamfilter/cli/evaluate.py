@@ -47,7 +47,7 @@ def render(report: EvalReport) -> list[str]:
     rows = [
         ("protocol", report.protocol),
         ("messages", f"{report.messages} ({report.spam} spam, {report.ham} ham, {report.refused} unreadable)"),
-        ("trained", str(report.trained)),
+        ("trained", f"{report.trained} ({report.learned})" if report.learned else str(report.trained)),
         ("area above the ROC curve (1-ROCA)", f(report.one_minus_roca)),
         ("spam let through when 0.1% of ham is filed as spam (sm at 0.1% hm)", f(report.sm_at_hm01)),
         ("two-way, spam above the loss matrix's threshold, no unsure:", ""),
