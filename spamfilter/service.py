@@ -28,10 +28,6 @@ import scipy.sparse as sp
 
 from spamfilter import aode, dependence, model
 from spamfilter.analysis import Analysed as _Analysed
-from spamfilter.learning import ONLINE_TRAIN_MODE as ONLINE_TRAIN_MODE
-from spamfilter.learning import TUNE_MARGIN as TUNE_MARGIN
-from spamfilter.learning import TrainMode as TrainMode
-from spamfilter.learning import wants_training
 from spamfilter.analysis import Analyser, analyse, analyse_labelled
 from spamfilter.analysis import Refusal as Refusal
 from spamfilter.cache import CacheKey, CountCache, ModelView
@@ -39,6 +35,10 @@ from spamfilter.delta import CountDelta
 from spamfilter.config import Config, counts_occurrences, default_db_url, default_location_url
 from spamfilter.counts import ClassCounts, Decision, FeatureStats, Label, TokenCounts, Totals
 from spamfilter.errors import NotTrainedError
+from spamfilter.learning import ONLINE_TRAIN_MODE as ONLINE_TRAIN_MODE
+from spamfilter.learning import TUNE_MARGIN as TUNE_MARGIN
+from spamfilter.learning import TrainMode as TrainMode
+from spamfilter.learning import wants_training
 from spamfilter.mail import MailItem
 from spamfilter.retry import retrying
 from spamfilter.store import CountsWritten, Store, StoreTransaction

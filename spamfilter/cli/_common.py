@@ -52,6 +52,13 @@ Jobs = Annotated[
     ),
 ]
 
+#: The --margin option of the commands that learn in a train mode
+#: (``learning.TrainMode.tune``).
+Margin = Annotated[
+    float,
+    typer.Option("--margin", min=0.0, metavar="NATS", help="--train-mode tune: also learn a message scored right by less than this many nats of log-odds."),
+]
+
 
 @contextmanager
 def open_filter(

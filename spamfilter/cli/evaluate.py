@@ -13,7 +13,7 @@ import numpy as np
 import typer
 
 from spamfilter.cli import app, exitcodes, state
-from spamfilter.cli._common import Jobs, TableOrJson, jobs_or_default, index_length, progress
+from spamfilter.cli._common import Jobs, Margin, TableOrJson, jobs_or_default, index_length, progress
 from spamfilter.evaluation import EvalReport, Scored, run_cross_validation, run_online
 from spamfilter.counts import Label
 from spamfilter.mail import read_index
@@ -95,7 +95,7 @@ def evaluate(
     folds: Annotated[int, typer.Option("--folds", min=2, help="Folds for --protocol cv.")] = 10,
     seed: Annotated[int, typer.Option("--seed", help="Shuffling seed for --protocol cv.")] = 0,
     train_mode: Annotated[TrainMode, typer.Option("--train-mode", help="online: which messages the filter learns from once told their label: teft every one, toe only errors (misfiled or unsure), tune errors and those scored right by less than --margin.")] = ONLINE_TRAIN_MODE,
-    margin: Annotated[float, typer.Option("--margin", min=0.0, metavar="NATS", help="--train-mode tune: also learn a message scored right by less than this many nats of log-odds.")] = TUNE_MARGIN,
+    margin: Margin = TUNE_MARGIN,
     out: Annotated[Path | None, typer.Option("--out", metavar="FILE", help="Write source/gold/score/log_odds/verdict TSV rows.")] = None,
     roc: Annotated[Path | None, typer.Option("--roc", metavar="PNG", help="Write the ROC curve (TREC's logit axes).")] = None,
     learning_curve: Annotated[Path | None, typer.Option("--learning-curve", metavar="PNG", help="Write the cumulative error rate over the stream.")] = None,

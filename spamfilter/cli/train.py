@@ -11,7 +11,7 @@ import typer
 from typer.core import TyperCommand
 
 from spamfilter.cli import app, exitcodes
-from spamfilter.cli._common import Jobs, SourceTally, describe, index_length, open_filter, progress, report_refusals
+from spamfilter.cli._common import Jobs, Margin, SourceTally, describe, index_length, open_filter, progress, report_refusals
 from spamfilter.mail import MailItem, read_index, read_messages
 from spamfilter.service import TUNE_MARGIN, TrainMode
 
@@ -76,7 +76,7 @@ def train(
     ham: Annotated[list[str], typer.Option("--ham", metavar="SRC...", help="Ham (good mail) to learn from: one or more sources. " + _SOURCES_HELP)] = [],  # noqa: B006
     index: Annotated[str | None, typer.Option("--index", metavar="FILE", help="TREC index file: lines `spam PATH` / `ham PATH`.")] = None,
     train_mode: Annotated[TrainMode, typer.Option("--train-mode", help="teft: learn every message; toe: only those the model, as trained so far, misfiles or is unsure of; tune: also those it scores right by less than --margin. toe and tune score the messages in the order given: an --index in arrival order.")] = TrainMode.teft,
-    margin: Annotated[float, typer.Option("--margin", min=0.0, metavar="NATS", help="--train-mode tune: also learn a message scored right by less than this many nats of log-odds.")] = TUNE_MARGIN,
+    margin: Margin = TUNE_MARGIN,
     jobs: Jobs = None,
 ) -> None:
     """Learn from labelled mail. Training the same message twice changes nothing.
