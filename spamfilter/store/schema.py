@@ -12,18 +12,27 @@ SCHEMA_REVISION = "0006"
 
 metadata = sa.MetaData()
 
+
+def _token_count_columns() -> list[sa.Column[object]]:
+    """D[c,j] and N[c,j] per class: a token's counts, and a parent's."""
+    return [
+        sa.Column("ham_docs", sa.BigInteger(), nullable=False, server_default="0"),
+        sa.Column("spam_docs", sa.BigInteger(), nullable=False, server_default="0"),
+        sa.Column("ham_terms", sa.BigInteger(), nullable=False, server_default="0"),
+        sa.Column("spam_terms", sa.BigInteger(), nullable=False, server_default="0"),
+    ]
+
+
 tokens = sa.Table(
     "tokens",
     metadata,
     sa.Column("owner", sa.Text(), primary_key=True),
     sa.Column("token", sa.Text(), primary_key=True),
-    sa.Column("ham_docs", sa.BigInteger(), nullable=False, server_default="0"),
-    sa.Column("spam_docs", sa.BigInteger(), nullable=False, server_default="0"),
-    sa.Column("ham_terms", sa.BigInteger(), nullable=False, server_default="0"),
-    sa.Column("spam_terms", sa.BigInteger(), nullable=False, server_default="0"),
+    *_token_count_columns(),
     sa.Column("last_seen", sa.Date(), nullable=True),
     sqlite_with_rowid=False,
 )
+
 
 def _class_total_columns() -> list[sa.Column[object]]:
     """(owner, label) -> messages, terms, binary_terms: the class totals and
@@ -87,10 +96,7 @@ aode_parents = sa.Table(
     metadata,
     sa.Column("owner", sa.Text(), primary_key=True),
     sa.Column("token", sa.Text(), primary_key=True),
-    sa.Column("ham_docs", sa.BigInteger(), nullable=False, server_default="0"),
-    sa.Column("spam_docs", sa.BigInteger(), nullable=False, server_default="0"),
-    sa.Column("ham_terms", sa.BigInteger(), nullable=False, server_default="0"),
-    sa.Column("spam_terms", sa.BigInteger(), nullable=False, server_default="0"),
+    *_token_count_columns(),
     sqlite_with_rowid=False,
 )
 
