@@ -2,7 +2,8 @@
 
     python -m benchmarks.half_split --corpus spamassassin --model multinomial-binary
 
-Runs the real library path (Filter over a fresh SQLite file), measures
+Runs the real library path (`evaluation.run_split`: a Filter over a fresh
+in-memory database, as `spamfilter evaluate --protocol split`), measures
 training and classification throughput, ROC area (ranked by log-odds) and
 the error rates at the configured decision thresholds, prints one line and
 writes results/half_split-<corpus>-<model>.json.
@@ -14,17 +15,14 @@ import argparse
 import json
 import platform
 import subprocess
-import tempfile
-import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
 
 from spamfilter.config import EVENT_MODELS, Config, load_config
-from spamfilter.evaluation import error_rates, roc_area
+from spamfilter.evaluation import roc_area, run_split
 from spamfilter.mail import read_index
-from spamfilter.service import Filter, Verdict
 
 CORPORA = Path(__file__).resolve().parents[1].parent / "shared" / "corpora"
 
@@ -38,32 +36,22 @@ def run(corpus: str, event_model: str, alpha: float | None, config: Config) -> d
     model = replace(config.model, event_model=event_model, **({"alpha": alpha} if alpha is not None else {}))
     config = replace(config, model=model)
     stream = list(read_index(str(CORPORA / corpus / "index")))
-    half = len(stream) // 2
-    train, test = stream[:half], stream[half:]
-    with tempfile.TemporaryDirectory() as tmp:
-        with Filter.open(config, f"sqlite:///{tmp}/bench.db") as f:
-            start = time.perf_counter()
-            summary = f.train(train)
-            train_seconds = time.perf_counter() - start
-            start = time.perf_counter()
-            results = list(f.classify(item for _, item in test))
-            classify_seconds = time.perf_counter() - start
-    pairs = [(is_spam, r) for (is_spam, _), r in zip(test, results) if isinstance(r, Verdict)]
-    y = np.array([s for s, _ in pairs])
-    odds = np.array([r.log_odds for _, r in pairs])
-    rates = error_rates(y, [r.verdict for _, r in pairs])
+    report, scored = run_split(config, stream)
+    y = np.array([s.is_spam for s in scored])
+    odds = np.array([s.log_odds for s in scored])
     return {
         "corpus": corpus,
         "event_model": event_model,
         "alpha": config.model.alpha,
-        "train_messages": len(train),
-        "test_messages": len(test),
-        "refused": len(summary.refused) + len(results) - len(pairs),
+        "train_messages": report.trained,
+        "test_messages": len(scored),
+        "refused": report.refused,
         "roc_area": roc_area(y, odds),
-        "one_minus_roca_pct": 100 * (1 - roc_area(y, odds)),
-        **asdict(rates),
-        "train_msgs_per_s": len(train) / train_seconds,
-        "classify_msgs_per_s": len(test) / classify_seconds,
+        "one_minus_roca_pct": report.one_minus_roca,
+        **asdict(report.rates),
+        "log_loss": report.calibration.log_loss if report.calibration else None,
+        "train_msgs_per_s": report.train_per_second,
+        "classify_msgs_per_s": report.classify_per_second,
         "git": git_sha(),
         "machine": f"{platform.machine()} {platform.processor() or ''} python {platform.python_version()}".strip(),
     }

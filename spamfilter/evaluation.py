@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy.stats import rankdata
 
+from spamfilter.calibration import Calibration, calibration
 from spamfilter.config import Config
 from spamfilter.counts import Decision
 from spamfilter.errors import EvaluationError
@@ -165,6 +166,8 @@ class EvalReport:
     rates: the three-way verdicts (spam / unsure / ham) against the truth.
     windows: 1-ROCA% per window of the judged messages in stream order
         (``windowed_roca``), so that drift over a long stream shows.
+    calibration: log-loss, Brier score, the P(spam) tails and the
+        reliability table of the judged messages (``spamfilter.calibration``).
     """
 
     protocol: str
@@ -185,6 +188,7 @@ class EvalReport:
     windows: tuple[WindowRoca, ...] = ()
     #: online: which messages were trained, in words ("" for cross-validation)
     learned: str = ""
+    calibration: Calibration | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,6 +246,7 @@ def summarise(
         train_per_second=trained / train_seconds if train_seconds > 0 else float("nan"),
         two_way_threshold=two_way_threshold,
         windows=tuple(windowed_roca(y, odds, window or default_window(len(scored)))),
+        calibration=calibration(y, odds),
     )
 
 
@@ -298,6 +303,41 @@ LEARNED = {
     TrainMode.toe: "errors: misfiled or unsure",
     TrainMode.tune: "errors and those scored right by less than {margin:g} nats",
 }
+
+
+def run_split(
+    config: Config,
+    labelled: Sequence[tuple[bool, MailItem]],
+    *,
+    head: int | None = None,
+    jobs: int = 1,
+    window: int | None = None,
+) -> tuple[EvalReport, list[Scored]]:
+    """Train once, classify later: train a fresh in-memory model on the first
+    ``head`` messages of the stream (default: the first half) as
+    ``spamfilter train`` does, then classify the rest without learning from
+    them, as a model trained once is used on the mail that arrives after."""
+    head = len(labelled) // 2 if head is None else head
+    if not 0 < head < len(labelled):
+        raise EvaluationError(f"--head {head} leaves nothing to train on or nothing to classify in a stream of {len(labelled)} messages")
+    train, test = labelled[:head], labelled[head:]
+    n_spam = sum(1 for s, _ in test if s)
+    _need_both_classes(n_spam, len(test) - n_spam)
+    with fresh_filter(config, jobs=jobs) as f:
+        two_way = f.two_way_threshold
+        started = time.perf_counter()
+        summary = f.train(train)
+        train_seconds = time.perf_counter() - started
+        started = time.perf_counter()
+        verdicts = list(f.classify(item for _, item in test))
+        classify_seconds = time.perf_counter() - started
+    scored = [Scored(v.source, is_spam, v.score, v.log_odds, v.verdict) for (is_spam, _), v in zip(test, verdicts) if isinstance(v, Verdict)]
+    refused = len(summary.refused) + len(verdicts) - len(scored)
+    report = summarise(
+        f"split {head}", scored, refused=refused, trained=summary.trained_ham + summary.trained_spam,
+        two_way_threshold=two_way, classify_seconds=classify_seconds, train_seconds=train_seconds, window=window,
+    )
+    return replace(report, learned=f"the first {head} messages, then none"), scored
 
 
 def stratified_folds(is_spam: Sequence[bool], k: int, seed: int) -> list[int]:

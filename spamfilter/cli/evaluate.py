@@ -14,7 +14,7 @@ import typer
 
 from spamfilter.cli import app, exitcodes, state
 from spamfilter.cli._common import Jobs, Margin, TableOrJson, jobs_or_default, index_length, progress
-from spamfilter.evaluation import EvalReport, Scored, run_cross_validation, run_online
+from spamfilter.evaluation import EvalReport, Scored, run_cross_validation, run_online, run_split
 from spamfilter.counts import Label
 from spamfilter.mail import read_index
 from spamfilter.service import ONLINE_TRAIN_MODE, TUNE_MARGIN, TrainMode
@@ -23,6 +23,7 @@ from spamfilter.service import ONLINE_TRAIN_MODE, TUNE_MARGIN, TrainMode
 class Protocol(str, Enum):
     online = "online"
     cv = "cv"
+    train_once = "split"
 
 
 def write_scores(path: Path, scored: list[Scored]) -> None:
@@ -61,6 +62,15 @@ def render(report: EvalReport) -> list[str]:
         ("classify", f(report.classify_per_second, " messages/s")),
         ("train", f(report.train_per_second, " messages/s")),
     ]
+    c = report.calibration
+    if c is not None:
+        rows += [
+            ("calibration of P(spam) = expit(log-odds):", ""),
+            ("  log-loss", f(c.log_loss, " nats/message")),
+            ("  Brier score / expected calibration error", f"{c.brier:.4f} / {c.ece:.4f}"),
+            ("  scored <= 0.01: messages, % spam, % of all ham", f"{c.low_tail}, {f(c.low_tail_spam_pct)}, {f(c.ham_in_low_tail_pct)}"),
+            ("  scored >= 0.99: messages, % ham, % of all spam", f"{c.high_tail}, {f(c.high_tail_ham_pct)}, {f(c.spam_in_high_tail_pct)}"),
+        ]
     if report.windows:
         rows.append((f"1-ROCA per window of {report.windows[0].end - report.windows[0].start} messages:", ""))
         rows += [
@@ -91,7 +101,8 @@ def report_json(report: EvalReport) -> str:
 def evaluate(
     ctx: typer.Context,
     index: Annotated[str, typer.Option("--index", metavar="FILE", help="TREC index: lines `spam PATH` / `ham PATH`, in stream order.")],
-    protocol: Annotated[Protocol, typer.Option("--protocol", help="online: classify then train each message in order; cv: stratified k-fold.")] = Protocol.online,
+    protocol: Annotated[Protocol, typer.Option("--protocol", help="online: classify then train each message in order; split: train on the first --head messages, classify the rest; cv: stratified k-fold.")] = Protocol.online,
+    head: Annotated[int | None, typer.Option("--head", min=1, metavar="N", help="Messages trained first with --protocol split (default: half the stream).")] = None,
     folds: Annotated[int, typer.Option("--folds", min=2, help="Folds for --protocol cv.")] = 10,
     seed: Annotated[int, typer.Option("--seed", help="Shuffling seed for --protocol cv.")] = 0,
     train_mode: Annotated[TrainMode, typer.Option("--train-mode", help="online: which messages the filter learns from once told their label: teft every one, toe only errors (misfiled or unsure), tune errors and those scored right by less than --margin.")] = ONLINE_TRAIN_MODE,
@@ -121,6 +132,8 @@ def evaluate(
             s.config, progress(labelled, "evaluating", total), train_mode=train_mode, margin=margin, url=s.db_url,
             jobs=jobs_or_default(jobs), window=window,
         )
+    elif protocol is Protocol.train_once:
+        report, scored = run_split(s.config, list(labelled), head=head, jobs=jobs_or_default(jobs), window=window)
     else:
         stream = list(labelled)
         report, scored = run_cross_validation(s.config, stream, folds=folds, seed=seed, window=window)
