@@ -42,7 +42,8 @@ def serve(
     """
     # Over 60 lines: most of this command is its options' declarations.
     from spamfilter import spamd
-    from spamfilter.daemon import FilterPool, Server, ServeOptions
+    from spamfilter.daemon import Server, ServeOptions
+    from spamfilter.filterpool import FilterPool
 
     s = state(ctx)
     try:
