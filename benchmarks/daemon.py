@@ -102,7 +102,7 @@ def main() -> None:
         with open(log, "wb") as err:
             daemon = subprocess.Popen(
                 [sys.executable, "-m", "spamfilter", "--db", url, "--config", str(config), "serve",
-                 "--listen", "127.0.0.1:0", "--no-user-header", "--max-size", MAX_SIZE, "--workers", "4"],
+                 "--listen", "127.0.0.1:0", "--max-size", MAX_SIZE, "--workers", "4"],
                 stdout=subprocess.DEVNULL, stderr=err,
             )
         try:

@@ -152,6 +152,19 @@ class TokenizerConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class DaemonConfig:
+    """How ``spamfilter serve`` chooses the model of a request.
+
+    per_user: the request's ``User`` header (spamc sends the Unix user it
+        runs as, or ``-u NAME``) chooses the model, and a user without one
+        follows ``store.shared_model``; false: every request is scored and
+        learned with the default model (``store.user``, or ``--user``).
+    """
+
+    per_user: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class ImapAccount:
     """One IMAP account (a ``[imap.NAME]`` table) that ``spamfilter imap run`` filters.
 
@@ -209,6 +222,7 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     decision: DecisionConfig = field(default_factory=DecisionConfig)
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    daemon: DaemonConfig = field(default_factory=DaemonConfig)
     imap: tuple[ImapAccount, ...] = ()
 
     def imap_account(self, name: str | None = None) -> ImapAccount:
@@ -238,6 +252,12 @@ def default_db_url() -> str:
     if explicit:
         return explicit
     return default_location_url()
+
+
+def database_url(url: str | None, config: Config) -> str:
+    """The database a command opens: ``url`` (``--db``), else the config's,
+    else `default_db_url`."""
+    return url or config.store.url or default_db_url()
 
 
 def default_location_url() -> str:

@@ -1,11 +1,15 @@
 """``spamfilter serve``: a resident filter that answers the spamd protocol.
 
+Every request is scored and learned with one model, the default one,
+whatever ``User`` the client names, unless per-user mode is on
+(``spamfilter.filterpool`` says which model answers a request).
+
 One process holds one ``Filter`` per model (user) for its whole life, so
 each request is scored from the filter's in-memory count cache; the cache
 is keyed by the store's model versions, so training done by the daemon
 itself (TELL) or by any other process (``spamfilter train``, ``imap run``)
-is seen by the next request, exactly. A ``Filter`` is not thread-safe: each
-one is used under its own lock, so the requests of one user run one at a
+is seen by the next request, exactly. Each filter is used under its own
+lock (``spamfilter.filterpool``): the requests of one user run one at a
 time while those of different users run side by side.
 
 Every connection gets a thread of its own (at most ``max_connections`` at
@@ -19,9 +23,12 @@ Messages longer than ``max_size`` are not scanned, as spamc does with its
 own ``-s``: PROCESS gives the message back unchanged (without a ``Spam``
 line), HEADERS its header block, the other commands an ``EX_TOOBIG`` reply.
 
-Logging (``logging`` module, logger ``spamfilter.daemon``): one line per
-request with the command, user, verdict, log-odds, size and milliseconds;
-never message content.
+Logging (``logging`` module, logger ``spamfilter.daemon``): at start the
+mode, the model, the database and whether TELL is accepted; one line per
+request with the command, user, verdict, log-odds, size and milliseconds,
+a warning with the reason when a request is not scanned or not learned
+(spamc passes such a message through, and reports a TELL as done whatever
+the answer); never message content.
 """
 
 from __future__ import annotations
@@ -34,9 +41,7 @@ import stat
 import tempfile
 import threading
 import time
-from collections import OrderedDict
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from ipaddress import IPv4Network, IPv6Network, ip_address, ip_network
 
@@ -54,6 +59,7 @@ from spamfilter.errors import (
 )
 from spamfilter.mail import MailItem, filter_fields, filtered_pieces
 from spamfilter.insight import Explanation, Insight
+from spamfilter.filterpool import FilterPool
 from spamfilter.service import Filter, Refusal, Verdict
 
 logger = logging.getLogger("spamfilter.daemon")
@@ -79,8 +85,6 @@ class ServeOptions:
     allowed_ips: client networks allowed over TCP; empty means loopback
         only, and then the server must listen on a loopback address.
     allow_tell: accept TELL (learning), like spamd's --allow-tell.
-    user_header: the request's ``User`` header chooses the model; without
-        it (or when False) the daemon's own user's model is used.
     """
 
     address: spamd.Address
@@ -92,92 +96,6 @@ class ServeOptions:
     timeout: float = 30.0
     allowed_ips: tuple[str, ...] = ()
     allow_tell: bool = False
-    user_header: bool = True
-
-
-class _Entry:
-    """One model's filter and the lock it is used under."""
-
-    __slots__ = ("filter", "lock", "closed")
-
-    def __init__(self) -> None:
-        self.filter: Filter | None = None
-        self.lock = threading.Lock()
-        self.closed = False
-
-    def close(self) -> None:
-        """Close the filter; the caller holds the lock."""
-        self.closed = True
-        if self.filter is not None:
-            self.filter.close()
-            self.filter = None
-
-
-class FilterPool:
-    """The open filters, one per model owner, least recently used first;
-    beyond ``max_users`` an idle one is closed."""
-
-    def __init__(self, config: Config, db_url: str | None, default_user: str | None, max_users: int = 64) -> None:
-        self._config = config
-        self._db_url = db_url
-        self._default_user = default_user
-        self._max_users = max_users
-        self._entries: OrderedDict[str, _Entry] = OrderedDict()
-        self._lock = threading.Lock()
-
-    @property
-    def config(self) -> Config:
-        return self._config
-
-    def owner(self, user: str | None) -> str:
-        """The model a request for ``user`` (None: no User header) uses."""
-        if user is not None:
-            return user
-        return self._default_user if self._default_user is not None else self._config.store.user
-
-    @contextmanager
-    def lease(self, user: str | None) -> Iterator[tuple[str, Filter]]:
-        """The owner and filter of ``user``'s model, held under its lock."""
-        while True:
-            with self._lock:
-                config = self._config
-                owner = self.owner(user)
-                entry = self._entries.get(owner)
-                if entry is None:
-                    entry = self._entries[owner] = _Entry()
-                    self._evict()
-                self._entries.move_to_end(owner)
-            with entry.lock:
-                if entry.closed:
-                    continue  # replaced by a reload or evicted meanwhile
-                if entry.filter is None:
-                    entry.filter = Filter.open(config, self._db_url, owner)
-                yield owner, entry.filter
-                return
-
-    def _evict(self) -> None:
-        # Under self._lock; an entry in use is skipped, never waited for.
-        for owner in list(self._entries)[: max(len(self._entries) - self._max_users, 0)]:
-            entry = self._entries[owner]
-            if entry.lock.acquire(blocking=False):
-                try:
-                    entry.close()
-                finally:
-                    entry.lock.release()
-                del self._entries[owner]
-
-    def replace(self, config: Config) -> None:
-        """Use ``config`` from now on; each open filter is closed once its
-        request in flight (if any) is done."""
-        with self._lock:
-            old, self._entries, self._config = self._entries, OrderedDict(), config
-        for entry in old.values():
-            with entry.lock:
-                entry.close()
-
-    def close(self) -> None:
-        """Close every filter (waiting for requests in flight)."""
-        self.replace(self._config)
 
 
 def _networks(allowed: tuple[str, ...]) -> tuple[_Network, ...]:
@@ -303,7 +221,8 @@ class Server:
             self.bind()
         listener = self._listener
         assert listener is not None
-        logger.info("listening on %s", self.address)
+        tell = "TELL accepted" if self.options.allow_tell else "TELL refused (--allow-tell to accept)"
+        logger.info("listening on %s with %s; %s", self.address, self.pool.describe(), tell)
         try:
             while not self._stop.is_set():
                 if self._reload.is_set():
@@ -352,7 +271,7 @@ class Server:
             logger.error("reload failed, keeping the old configuration: %s", exc)
             return
         self.pool.replace(config)
-        logger.info("configuration reloaded")
+        logger.info("configuration reloaded; %s", self.pool.describe())
 
     # -- one connection -----------------------------------------------------
 
@@ -397,33 +316,36 @@ class Server:
             return
         assert request.content_length is not None
         size = request.content_length
-        user = request.user if self.options.user_header else None
+        owner = self.pool.owner(request.user)
         if size > HARD_MAX_SIZE:
             raise ProtocolError(f"message of {size} bytes is over {HARD_MAX_SIZE}", spamd.EX_TOOBIG)
         if size > self.options.max_size:
             self._pass_unscanned(conn, request, rest, deadline)
-            self._log(request, self.pool.owner(user), "unscanned", None, size, started, who)
+            self._log(request, owner, "unscanned", None, size, started, who)
             return
         raw = _read_body(conn, rest, size, deadline)
         if request.command == "TELL" and not self.options.allow_tell:
             conn.sendall(spamd.reply_head(spamd.EX_NOPERM, text="TELL is not enabled (spamfilter serve --allow-tell)"))
-            self._log(request, self.pool.owner(user), "refused", None, size, started, who)
+            # spamc says "Message was already un/learned" all the same.
+            why = "not learned: TELL is refused (spamfilter serve --allow-tell accepts it)"
+            self._log(request, owner, "refused", None, size, started, who, why)
             return
         conn.settimeout(self.options.timeout)
-        owner = self.pool.owner(user)
+        why = ""
         with self._work:
             try:
                 # Opening the user's model can fail too (a busy or damaged
                 # database): that is an answer with its error code, not an
                 # internal error.
-                with self.pool.lease(user) as (owner, f):
+                with self.pool.lease(request.user) as (owner, f):
                     pieces, outcome, log_odds = self._answer(request, raw, f)
             except SpamfilterError as exc:
                 code = _error_code(exc)
                 pieces, outcome, log_odds = [spamd.reply_head(code, text=str(exc))], f"error={code}", None
+                why = ("not learned: " if request.command == "TELL" else "not scanned: ") + self.pool.unscored(owner, exc)
         for piece in pieces:
             conn.sendall(piece)
-        self._log(request, owner, outcome, log_odds, size, started, who)
+        self._log(request, owner, outcome, log_odds, size, started, who, why)
 
     def _answer(self, request: spamd.Request, raw: bytes, f: Filter) -> tuple[list[bytes | memoryview], str, float | None]:
         """The reply's pieces, what to log as the outcome, and the log-odds."""
@@ -500,12 +422,16 @@ class Server:
         else:
             conn.sendall(spamd.reply_head(spamd.EX_OK, [("Content-length", str(start))]) + bytes(prefix[:start]))
 
-    def _log(self, request: spamd.Request, owner: str, outcome: str, log_odds: float | None, size: int, started: float, who: str) -> None:
+    def _log(
+        self, request: spamd.Request, owner: str, outcome: str, log_odds: float | None, size: int, started: float, who: str, why: str = ""
+    ) -> None:
+        """The request's line; a warning, ending in ``why``, when there is a why."""
         odds = "-" if log_odds is None else f"{log_odds:+.2f}"
         ms = (time.monotonic() - started) * 1000
-        logger.info(
-            "%s user=%s verdict=%s log_odds=%s bytes=%d ms=%.1f client=%s",
-            request.command, owner or "(default)", outcome, odds, size, ms, who,
+        logger.log(
+            logging.WARNING if why else logging.INFO,
+            "%s user=%s verdict=%s log_odds=%s bytes=%d ms=%.1f client=%s%s",
+            request.command, owner or "(default)", outcome, odds, size, ms, who, f"; {why}" if why else "",
         )
 
 

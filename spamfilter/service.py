@@ -32,7 +32,7 @@ from spamfilter.analysis import Analyser, analyse, analyse_labelled
 from spamfilter.analysis import Refusal as Refusal
 from spamfilter.cache import CacheKey, CountCache, ModelView
 from spamfilter.delta import CountDelta
-from spamfilter.config import Config, counts_occurrences, default_db_url, default_location_url
+from spamfilter.config import Config, counts_occurrences, database_url, default_location_url
 from spamfilter.counts import ClassCounts, Decision, FeatureStats, Label, TokenCounts, Totals
 from spamfilter.errors import NotTrainedError
 from spamfilter.learning import ONLINE_TRAIN_MODE as ONLINE_TRAIN_MODE
@@ -622,10 +622,9 @@ class Filter:
 
 
 def _database(url: str | None, config: Config) -> tuple[str, bool]:
-    """The database to open: ``url`` (``--db``), else the config's, else
-    `default_db_url`; and whether it is the default location, whose folders
-    are created on first use."""
-    chosen = url or config.store.url or default_db_url()
+    """The database to open (`database_url`), and whether it is the default
+    location, whose folders are created on first use."""
+    chosen = database_url(url, config)
     return chosen, chosen == default_location_url()
 
 

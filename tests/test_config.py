@@ -9,6 +9,7 @@ import pytest
 
 from spamfilter.config import (
     Config,
+    DaemonConfig,
     DecisionConfig,
     ModelConfig,
     StoreConfig,
@@ -40,6 +41,7 @@ def test_defaults() -> None:
         fold_case=True,
         list_header_words=False,
     )
+    assert c.daemon == DaemonConfig(per_user=False)
 
 
 def test_empty_document_gives_the_defaults() -> None:
@@ -58,7 +60,8 @@ def test_file_overlays_the_defaults(tmp_path: Path) -> None:
     path.write_text(
         '[model]\nevent_model = "bernoulli"\nalpha = 1\n\n'
         '[decision]\nspam_cutoff = 0.9\nham_cutoff = 0.2\n\n'
-        '[store]\nurl = "sqlite:///x.db"\nbusy_timeout = 5\n'
+        '[store]\nurl = "sqlite:///x.db"\nbusy_timeout = 5\n\n'
+        '[daemon]\nper_user = true\n'
     )
     c = load_config(path)
     assert c.model == ModelConfig(event_model="bernoulli", alpha=1.0)
@@ -67,6 +70,7 @@ def test_file_overlays_the_defaults(tmp_path: Path) -> None:
     assert c.decision == DecisionConfig(spam_cutoff=0.9, ham_cutoff=0.2)
     assert c.store == StoreConfig(url="sqlite:///x.db", busy_timeout=5.0)
     assert c.tokenizer == TokenizerConfig()
+    assert c.daemon == DaemonConfig(per_user=True)
 
 
 def test_missing_explicit_path_raises(tmp_path: Path) -> None:
@@ -110,6 +114,7 @@ def test_invalid_toml_raises(tmp_path: Path) -> None:
         ({"modle": {"alpha": 1.0}}, r"unknown section \[modle\]"),
         ({"model": {"alhpa": 1.0}}, r"model\.alhpa: unknown setting"),
         ({"tokenizer": {"stemming": True}}, r"tokenizer\.stemming: unknown setting"),
+        ({"daemon": {"user_header": True}}, r"daemon\.user_header: unknown setting"),
         ({"model": 3}, r"\[model\] must be a table"),
     ],
 )
@@ -128,6 +133,7 @@ def test_unknown_section_or_key_raises(data: dict[str, Any], message: str) -> No
         ({"store": {"batch_size": True}}, r"store\.batch_size: expected a whole number, got True$"),
         ({"tokenizer": {"stemmer": 1}}, r"tokenizer\.stemmer: expected a string, got 1$"),
         ({"store": {"url": 5}}, r"store\.url: expected a string, got 5$"),
+        ({"daemon": {"per_user": "yes"}}, r"daemon\.per_user: expected true or false, got 'yes'$"),
     ],
 )
 def test_wrong_type_raises(data: dict[str, Any], message: str) -> None:

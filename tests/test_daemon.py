@@ -4,6 +4,7 @@ for what spamc never sends (broken requests, trickling clients, huge bodies)."""
 from __future__ import annotations
 
 import os
+import pwd
 import re
 import shutil
 import signal
@@ -134,11 +135,12 @@ def _read_all(sock: socket.socket) -> bytes:
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory, trained: tuple[str, Path]) -> Iterator[Daemon]:
-    """The trained model served on a free loopback port (learning allowed,
-    requests over 1 MB not scanned, 3 s to send a request)."""
+    """The trained model served on a free loopback port in per-user mode (a
+    user without a model of their own gets the shared one), learning
+    allowed, requests over 1 MB not scanned, 3 s to send a request."""
     d = Daemon(
         tmp_path_factory.mktemp("log") / "serve.log", *trained,
-        "--listen", "127.0.0.1:0", "--allow-tell", "--max-size", "1000000", "--timeout", "3",
+        "--listen", "127.0.0.1:0", "--per-user", "--allow-tell", "--max-size", "1000000", "--timeout", "3",
     )
     yield d
     assert d.stop() == 0
@@ -157,6 +159,12 @@ def _threshold(trained: tuple[str, Path]) -> float:
         return f.thresholds.spam_min
 
 
+def _check_line(v: Verdict, threshold: float) -> str:
+    """What ``spamc -c`` prints for verdict ``v``: the score (the log-odds
+    as the daemon sends it, to 4 places) and the threshold, to 1 place."""
+    return f"{float(f'{v.log_odds:.4f}'):.1f}/{threshold:.1f}\n"
+
+
 # -- spamc against the daemon ---------------------------------------------------
 
 
@@ -169,8 +177,7 @@ def test_spamc_check_gives_classifys_verdicts_on_200_messages(daemon: Daemon, tr
     for item, v in zip(items, expected):
         r = daemon.spamc("-c", message=item.raw)
         # spamc prints score/threshold with one decimal, and exits 1 for spam.
-        score_text = f"{float(f'{v.log_odds:.4f}'):.1f}"
-        assert r.stdout.decode() == f"{score_text}/{threshold:.1f}\n", item.source
+        assert r.stdout.decode() == _check_line(v, threshold), item.source
         assert r.returncode == (1 if v.verdict == "spam" else 0), item.source
         spam_seen += v.verdict == "spam"
     assert 50 < spam_seen < 150  # both verdicts were exercised
@@ -239,6 +246,7 @@ def test_spamc_tell_learns_relearns_and_forgets_in_the_users_model(daemon: Daemo
         assert carol() == counts
     assert shared() == before  # other models untouched
     assert "TELL user=carol verdict=learned=spam" in daemon.log()
+    assert "TELL accepted" in daemon.log().splitlines()[0]
 
 
 def test_tell_is_refused_unless_allowed(tmp_path: Path, trained: tuple[str, Path]) -> None:
@@ -246,6 +254,7 @@ def test_tell_is_refused_unless_allowed(tmp_path: Path, trained: tuple[str, Path
     d = Daemon(tmp_path / "log", url, _write_config(tmp_path / "c.toml"), "--listen", "127.0.0.1:0")
     try:
         message = b"Subject: hello\n\nsome words here\n"
+        assert d.log().splitlines()[0].endswith("; TELL refused (--allow-tell to accept)")
         r = d.spamc("-L", "spam", message=message)
         assert r.stdout == b"Message was already un/learned\n"
         reply = d.raw(b"TELL SPAMC/1.5\r\nMessage-class: spam\r\nSet: local\r\nContent-length: %d\r\n\r\n" % len(message) + message)
@@ -257,12 +266,19 @@ def test_tell_is_refused_unless_allowed(tmp_path: Path, trained: tuple[str, Path
         assert d.raw(b"CHECK SPAMC/1.5\r\nContent-length: %d\r\n\r\n" % len(message) + message).startswith(b"SPAMD/1.5 69 ")
     finally:
         assert d.stop() == 0
+    # spamc said "already learned": only the daemon's log tells what happened.
+    refused = "warning: TELL user=(default) verdict=refused "
+    assert d.log().count(refused) == 2
+    assert "; not learned: TELL is refused (spamfilter serve --allow-tell accepts it)" in d.log()
+    unscanned = [line for line in d.log().splitlines() if "verdict=error=69" in line]
+    assert len(unscanned) == 2
+    assert all(line.startswith("spamfilter serve: warning: ") and "; not scanned: the model needs at least one trained spam" in line for line in unscanned)
 
 
 def test_unix_socket_is_private_and_sighup_rereads_the_config(tmp_path: Path, trained: tuple[str, Path]) -> None:
     config = _write_config(tmp_path / "c.toml", "[decision]\nspam_cutoff = 0.9\nham_cutoff = 0.1\n")
     path = tmp_path / "spamd.sock"
-    d = Daemon(tmp_path / "log", trained[0], config, "--socket", str(path), "--no-user-header")
+    d = Daemon(tmp_path / "log", trained[0], config, "--socket", str(path))
     try:
         assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
         message = b"Subject: cheap meds\n\nbuy cheap meds now\n"
@@ -294,6 +310,101 @@ def test_listening_beyond_loopback_needs_an_allow_list(tmp_path: Path, trained: 
     assert b"--allowed-ips" in r.stderr
 
 
+# -- which model answers ------------------------------------------------------------
+
+
+def _spamc_user() -> str:
+    """The user spamc names in its requests when not told (-u)."""
+    return pwd.getpwuid(os.geteuid()).pw_name
+
+
+@pytest.mark.corpus
+def test_serve_without_options_scores_whatever_user_spamc_names_with_the_default_model(
+    tmp_path: Path, trained: tuple[str, Path], corpus: tuple[list[tuple[bool, MailItem]], list[tuple[bool, MailItem]]]
+) -> None:
+    # The default config: shared_model "none", so the user spamc runs as,
+    # who has no model, would get no verdict if the User header chose it.
+    url, config = trained[0], _write_config(tmp_path / "c.toml")
+    with Filter.open(load_config(config), url, _spamc_user()) as f:
+        assert (f.stats().spam_messages, f.stats().ham_messages) == (0, 0)
+    items = [item for _, item in corpus[1][:20]]
+    expected = _classify((url, config), items)
+    threshold = _threshold((url, config))
+    assert {v.verdict for v in expected} >= {"spam", "ham"}
+    d = Daemon(tmp_path / "log", url, config, "--listen", "127.0.0.1:0")
+    try:
+        for item, v in zip(items, expected):
+            r = d.spamc("-c", message=item.raw)
+            assert (r.stdout.decode(), r.returncode) == (_check_line(v, threshold), 1 if v.verdict == "spam" else 0), item.source
+        named = d.spamc("-u", "nobody", "-c", message=items[0].raw)
+        assert named.stdout.decode() == _check_line(expected[0], threshold)
+    finally:
+        assert d.stop() == 0
+    log = d.log()
+    assert log.splitlines()[0] == (
+        f"spamfilter serve: listening on {d.address} with one model for every request, whatever User it names: "
+        f"the default model; database {url}; TELL refused (--allow-tell to accept)"
+    )
+    assert log.count("CHECK user=(default) verdict=") == 21
+    assert "warning" not in log
+
+
+@pytest.mark.corpus
+def test_per_user_mode_scores_with_the_user_headers_model_and_warns_of_a_user_without_one(
+    tmp_path: Path, corpus: tuple[list[tuple[bool, MailItem]], list[tuple[bool, MailItem]]]
+) -> None:
+    config = _write_config(tmp_path / "c.toml", "[daemon]\nper_user = true\n")
+    url = f"sqlite:///{tmp_path / 'users.db'}"
+    seed = corpus[0][:20] + corpus[0][150:170]
+    with Filter.open(load_config(config), url) as f:
+        f.train(seed)
+    with Filter.open(load_config(config), url, "erin") as f:
+        f.train([(not is_spam, item) for is_spam, item in seed])  # erin calls spam what others call ham
+    items = [item for _, item in corpus[1][:6]]
+    erin = _classify((url, config), items, "erin")
+    default = _classify((url, config), items)
+    assert [v.verdict for v in erin] != [v.verdict for v in default]
+    threshold = _threshold((url, config))
+    d = Daemon(tmp_path / "log", url, config, "--listen", "127.0.0.1:0")
+    try:
+        for item, v in zip(items, erin):
+            assert d.spamc("-u", "erin", "-c", message=item.raw).stdout.decode() == _check_line(v, threshold)
+        # The user spamc runs as has no model, and shared_model is "none".
+        r = d.spamc("-c", message=items[0].raw)
+        assert (r.stdout, r.returncode) == (b"0/0\n", 0)
+        assert d.spamc(message=items[0].raw).stdout == items[0].raw
+    finally:
+        assert d.stop() == 0
+    lines = d.log().splitlines()
+    assert lines[0].startswith(f"spamfilter serve: listening on {d.address} with per-user models: ")
+    assert '(shared_model = "none"); the default model when it names none' in lines[0]
+    assert lines[0].endswith("; TELL refused (--allow-tell to accept)")
+    assert sum(line.startswith("spamfilter serve: CHECK user=erin verdict=") for line in lines) == 6
+    warnings = [line for line in lines if line.startswith("spamfilter serve: warning: ")]
+    assert len(warnings) == 2
+    user = _spamc_user()
+    for line, command in zip(warnings, ["CHECK", "PROCESS"]):
+        assert line.startswith(f"spamfilter serve: warning: {command} user={user} verdict=error=69 "), line
+        assert line.endswith(f'(it has 0 spam and 0 ham); the model of user {user} (per-user mode, shared_model = "none")'), line
+        assert "; not scanned: the model needs at least one trained spam and one trained ham" in line
+
+
+def test_one_model_option_overrides_the_config_under_its_old_name_too(tmp_path: Path, trained: tuple[str, Path]) -> None:
+    config = _write_config(tmp_path / "c.toml", "[daemon]\nper_user = true\n")
+    message = b"Subject: cheap meds\n\nbuy cheap meds now\n"
+    expected = _check_line(_classify((trained[0], config), [MailItem("-", message)])[0], _threshold((trained[0], config)))
+    for option in ("--one-model", "--no-user-header"):
+        d = Daemon(tmp_path / f"log{option}", trained[0], config, "--listen", "127.0.0.1:0", option, "--allow-tell")
+        try:
+            assert d.spamc("-u", "nobody", "-c", message=message).stdout.decode() == expected
+        finally:
+            assert d.stop() == 0
+        first = d.log().splitlines()[0]
+        assert " with one model for every request, whatever User it names: the default model; " in first, option
+        assert first.endswith("; TELL accepted"), option
+        assert "CHECK user=(default) verdict=" in d.log()
+
+
 # -- learning from many clients at once ------------------------------------------------
 
 
@@ -304,7 +415,7 @@ def test_8_concurrent_spamc_clients_with_learning_match_a_sequential_run(tmp_pat
     seed = corpus[0][:10] + corpus[0][150:160]  # 10 spam, 10 ham
     with Filter.open(load_config(config), url) as f:
         f.train(seed)
-    d = Daemon(tmp_path / "log", url, config, "--listen", "127.0.0.1:0", "--allow-tell", "--no-user-header", "--workers", "4")
+    d = Daemon(tmp_path / "log", url, config, "--listen", "127.0.0.1:0", "--allow-tell", "--workers", "4")
     messages = corpus[1][:200]
     clients = [messages[i::8][:25] for i in range(8)]
     learned: list[tuple[bool, MailItem]] = []
@@ -356,7 +467,7 @@ def _export(url: str, config: Path) -> str:
 def test_kill_9_during_a_stream_of_tells_leaves_whole_messages(tmp_path: Path, corpus: tuple[list[tuple[bool, MailItem]], list[tuple[bool, MailItem]]]) -> None:
     config = _write_config(tmp_path / "c.toml")
     url = f"sqlite:///{tmp_path / 'k.db'}"
-    d = Daemon(tmp_path / "log", url, config, "--listen", "127.0.0.1:0", "--allow-tell", "--no-user-header")
+    d = Daemon(tmp_path / "log", url, config, "--listen", "127.0.0.1:0", "--allow-tell")
     stop = threading.Event()
 
     def stream() -> None:
@@ -368,7 +479,7 @@ def test_kill_9_during_a_stream_of_tells_leaves_whole_messages(tmp_path: Path, c
     worker = threading.Thread(target=stream)
     worker.start()
     deadline = time.monotonic() + HANG
-    while d.log().count("TELL ") < 15:
+    while d.log().count("TELL user=") < 15:
         assert time.monotonic() < deadline
         time.sleep(0.01)
     d.proc.kill()
@@ -384,7 +495,7 @@ def test_kill_9_during_a_stream_of_tells_leaves_whole_messages(tmp_path: Path, c
         s = f.stats()
     assert s.spam_messages + s.ham_messages >= 15
     # Restarted, it serves the same store.
-    again = Daemon(tmp_path / "log2", url, config, "--listen", "127.0.0.1:0", "--no-user-header")
+    again = Daemon(tmp_path / "log2", url, config, "--listen", "127.0.0.1:0")
     try:
         assert again.spamc("-c", message=corpus[1][0][1].raw).stdout != b"0/0\n"
     finally:

@@ -25,7 +25,9 @@ layer before it can go in. From the bottom up:
    (``maintenance``, ``insight`` (top words, explain) and ``imapstate``,
    the IMAP sync's records and transactions, beside it);
    ``evaluation`` over service and the leaves; ``imapsync`` over service,
-   imapstate, imap and the leaves but store; ``daemon`` over service, insight and spamd; ``report`` over
+   imapstate, imap and the leaves but store; ``filterpool`` (the daemon's open
+   filters, which model answers a request) over service; ``daemon`` over it,
+   service, insight and spamd; ``report`` over
    evaluation, service, insight and plots.
 3. ``cli`` over everything but ``store`` and ``model``; ``__main__`` runs cli.
 """
@@ -72,9 +74,10 @@ ALLOWED: dict[str, frozenset[str]] = {
     "insight": BASE | {"mail", "vectorizer", "model", "service"},
     # The IMAP sync reaches the store only through imapstate.
     "imapsync": (_SERVICE - {"store"}) | {"service", "imap", "imapstate"},
-    "daemon": _SERVICE | {"service", "insight", "spamd"},
+    "filterpool": _SERVICE | {"service"},
+    "daemon": _SERVICE | {"service", "filterpool", "insight", "spamd"},
     "report": BASE | {"service", "insight", "evaluation", "plots"},
-    "cli": BASE | {"mail", "service", "insight", "maintenance", "evaluation", "tuning", "imapsync", "report", "plots", "daemon", "spamd"},
+    "cli": BASE | {"mail", "service", "insight", "maintenance", "evaluation", "tuning", "imapsync", "report", "plots", "daemon", "filterpool", "spamd"},
     "__main__": frozenset({"cli"}),
 }
 

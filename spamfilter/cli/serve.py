@@ -30,19 +30,29 @@ def serve(
     max_size: Annotated[int, typer.Option("--max-size", metavar="BYTES", min=1, help="Longer messages are passed back unscanned.")] = 512_000,
     timeout: Annotated[float, typer.Option("--timeout", metavar="SECONDS", min=0.1, help="Time a client has to send its request.")] = 30.0,
     allow_tell: Annotated[bool, typer.Option("--allow-tell", help="Accept TELL: learning with spamc -L spam|ham|forget.")] = False,
-    user_header: Annotated[
-        bool, typer.Option("--user-header/--no-user-header", help="Let the request's User header (spamc -u; spamc sends its user by default) choose the model.")
-    ] = True,
+    per_user: Annotated[
+        bool | None,
+        typer.Option(
+            "--per-user/--one-model",
+            "--user-header/--no-user-header",
+            help="Let the request's User header (spamc sends the user it runs as, or -u NAME) choose the model, a user without one following [store] shared_model; "
+            "--one-model: the default model for every request. Default: [daemon] per_user in the config (false). The second pair are older names.",
+        ),
+    ] = None,
 ) -> None:
     """Serve the filter to spamc (SpamAssassin's client) and other clients of
-    the spamd protocol. One line per request is logged on stderr. SIGTERM
+    the spamd protocol, with the default model (the one `spamfilter train`
+    trains) unless --per-user. The start-up line on stderr says the mode, the
+    model, the database and whether TELL is accepted; then one line per
+    request, a warning when a message is not scanned or learned. SIGTERM
     finishes the requests in flight and exits; SIGHUP reads the config again.
 
     Example: spamfilter serve --socket /run/spamfilter/spamd.sock & spamc -U /run/spamfilter/spamd.sock -c < message.eml
     """
     # Over 60 lines: most of this command is its options' declarations.
     from spamfilter import spamd
-    from spamfilter.daemon import FilterPool, Server, ServeOptions
+    from spamfilter.daemon import Server, ServeOptions
+    from spamfilter.filterpool import FilterPool
 
     s = state(ctx)
     try:
@@ -62,9 +72,10 @@ def serve(
         timeout=timeout,
         allowed_ips=tuple(a for a in allowed_ips.split(",") if a.strip()),
         allow_tell=allow_tell,
-        user_header=user_header,
     )
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="spamfilter serve: %(message)s")
+    stderr = logging.StreamHandler(sys.stderr)
+    stderr.setFormatter(_LogLine())
+    logging.basicConfig(level=logging.INFO, handlers=[stderr])
     # The daemon logs a line per request (INFO): the root handler above
     # shows them all, in place of the CLI's warnings-only one.
     package_logger = logging.getLogger("spamfilter")
@@ -75,7 +86,7 @@ def serve(
     def reload_config() -> Config:
         return load_config(s.config_path)
 
-    server = Server(options, FilterPool(s.config, s.db_url, s.user), reload_config)
+    server = Server(options, FilterPool(s.config, s.db_url, s.user, per_user=per_user), reload_config)
     try:
         server.bind()
     except ConfigError:
@@ -85,3 +96,12 @@ def serve(
     signal.signal(signal.SIGINT, lambda *_: server.stop())
     signal.signal(signal.SIGHUP, lambda *_: server.reload())
     server.serve()
+
+
+class _LogLine(logging.Formatter):
+    """``spamfilter serve: message``; a warning or an error says so first
+    (``spamfilter serve: warning: ...``), so it can be told from the rest."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        level = f"{record.levelname.lower()}: " if record.levelno >= logging.WARNING else ""
+        return f"spamfilter serve: {level}{super().format(record)}"

@@ -75,6 +75,7 @@ __all__ = [
     "Store",
     "StoreTransaction",
     "TrainedMessage",
+    "display_url",
     "metadata",
     "pack_token_counts",
     "sqlite_path",
@@ -152,7 +153,7 @@ class Store:
     @property
     def display_url(self) -> str:
         """The URL with any password hidden."""
-        return sa.engine.make_url(self.url).render_as_string(hide_password=True)
+        return display_url(self.url)
 
     def close(self) -> None:
         """Release the connections."""
@@ -352,3 +353,12 @@ class Store:
                     auto.exec_driver_sql("VACUUM ANALYZE tokens, class_totals, doc_histogram, messages")
         except DBAPIError as exc:
             raise _store_error(exc, f"cannot vacuum {self.display_url}") from None
+
+
+def display_url(url: str) -> str:
+    """``url`` with any password hidden, for messages and logs (as given
+    when it is no URL: opening it says so)."""
+    try:
+        return sa.engine.make_url(url).render_as_string(hide_password=True)
+    except sa.exc.ArgumentError:
+        return url

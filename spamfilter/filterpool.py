@@ -1,0 +1,146 @@
+"""The daemon's open filters: one ``Filter`` per model (user), each used
+under its own lock, the least recently used closed beyond ``max_users``;
+and which model answers a request.
+
+One model unless told otherwise: every request is scored and learned with
+the default model (``store.user``, or ``--user``), whatever ``User`` the
+client names (spamc sends the Unix user it runs as). In per-user mode
+(``serve --per-user``, ``daemon.per_user``) the request's ``User`` chooses
+the model, as ``--user`` does, and a user without one follows
+``store.shared_model``.
+
+A ``Filter`` is not thread-safe, so the requests of one model run one at a
+time while those of different models run side by side; a reload (SIGHUP)
+replaces the config, and each filter is closed once its request in flight
+is done.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from spamfilter.config import Config, database_url
+from spamfilter.errors import NotTrainedError, SpamfilterError
+from spamfilter.service import Filter
+from spamfilter.store import display_url
+
+
+class _Entry:
+    """One model's filter and the lock it is used under."""
+
+    __slots__ = ("filter", "lock", "closed")
+
+    def __init__(self) -> None:
+        self.filter: Filter | None = None
+        self.lock = threading.Lock()
+        self.closed = False
+
+    def close(self) -> None:
+        """Close the filter; the caller holds the lock."""
+        self.closed = True
+        if self.filter is not None:
+            self.filter.close()
+            self.filter = None
+
+
+class FilterPool:
+    """The open filters, one per model owner, least recently used first;
+    beyond ``max_users`` an idle one is closed.
+
+    default_user: the default model's owner (None: the config's
+        ``store.user``). per_user: whether a request's ``User`` chooses its
+        model (None: the config's ``daemon.per_user``).
+    """
+
+    def __init__(
+        self, config: Config, db_url: str | None, default_user: str | None, max_users: int = 64, *, per_user: bool | None = None
+    ) -> None:
+        self._config = config
+        self._db_url = db_url
+        self._default_user = default_user
+        self._max_users = max_users
+        self._per_user = per_user
+        self._entries: OrderedDict[str, _Entry] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @property
+    def config(self) -> Config:
+        return self._config
+
+    @property
+    def per_user(self) -> bool:
+        """Whether a request's ``User`` header chooses its model."""
+        return self._config.daemon.per_user if self._per_user is None else self._per_user
+
+    def owner(self, user: str | None) -> str:
+        """The model a request naming ``user`` (None: no User header) uses:
+        in per-user mode that user's, else the default model."""
+        if user is not None and self.per_user:
+            return user
+        return self._default_user if self._default_user is not None else self._config.store.user
+
+    def describe(self) -> str:
+        """Which models answer, from which database (for the log)."""
+        default = self.owner(None)
+        model = f"the model of user {default}" if default else "the default model"
+        if self.per_user:
+            shared = self._config.store.shared_model
+            mode = f'per-user models: the model of the User a request names (shared_model = "{shared}"); {model} when it names none'
+        else:
+            mode = f"one model for every request, whatever User it names: {model}"
+        return f"{mode}; database {display_url(database_url(self._db_url, self._config))}"
+
+    def unscored(self, owner: str, exc: SpamfilterError) -> str:
+        """Why the model of ``owner`` gave no answer, for the log: an
+        untrained model in per-user mode is a user's, under shared_model."""
+        if not isinstance(exc, NotTrainedError) or owner == self.owner(None):
+            return str(exc)
+        return f'{exc}; the model of user {owner} (per-user mode, shared_model = "{self._config.store.shared_model}")'
+
+    @contextmanager
+    def lease(self, user: str | None) -> Iterator[tuple[str, Filter]]:
+        """The owner and filter of the model a request naming ``user`` uses
+        (`owner`), held under its lock."""
+        while True:
+            with self._lock:
+                config = self._config
+                owner = self.owner(user)
+                entry = self._entries.get(owner)
+                if entry is None:
+                    entry = self._entries[owner] = _Entry()
+                    self._evict()
+                self._entries.move_to_end(owner)
+            with entry.lock:
+                if entry.closed:
+                    continue  # replaced by a reload or evicted meanwhile
+                if entry.filter is None:
+                    entry.filter = Filter.open(config, self._db_url, owner)
+                yield owner, entry.filter
+                return
+
+    def _evict(self) -> None:
+        # Under self._lock; an entry in use is skipped, never waited for.
+        for owner in list(self._entries)[: max(len(self._entries) - self._max_users, 0)]:
+            entry = self._entries[owner]
+            if entry.lock.acquire(blocking=False):
+                try:
+                    entry.close()
+                finally:
+                    entry.lock.release()
+                del self._entries[owner]
+
+    def replace(self, config: Config) -> None:
+        """Use ``config`` from now on; each open filter is closed once its
+        request in flight (if any) is done."""
+        with self._lock:
+            old, self._entries, self._config = self._entries, OrderedDict(), config
+        for entry in old.values():
+            with entry.lock:
+                entry.close()
+
+    def close(self) -> None:
+        """Close every filter (waiting for requests in flight)."""
+        self.replace(self._config)
