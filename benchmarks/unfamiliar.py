@@ -1,0 +1,72 @@
+"""Mail unlike anything the model was trained on: does it come out unsure?
+
+    python -m benchmarks.unfamiliar [--train spamassassin] [--score nazario-phishing]
+
+Train once on one corpus (the library: `Filter.train` into a fresh
+in-memory database, with the default settings) and classify every message
+of another corpus, which here is all spam (the Nazario phishing mail, years
+newer than the spamassassin training mail). Beside it, bogofilter 1.2.5
+with its defaults, bulk-trained (`-B`) on the same files and classifying
+with `-b -T`. Prints each system's verdicts (spam, unsure, ham) and, for
+spamfilter, how many messages it gives P(spam) <= 0.01: a spam scored ham
+with confidence is the error the calibration of issue 22 is about.
+Writes results/unfamiliar-<train>-<score>.json. Asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.compare import CORPORA
+from spamfilter.config import Config
+from spamfilter.evaluation import fresh_filter
+from spamfilter.mail import read_index
+from spamfilter.service import Verdict
+
+
+def bogofilter_verdicts(train: list[tuple[bool, str]], score: list[str]) -> collections.Counter[str]:
+    """bogofilter's S / U / H for each file of ``score``, trained in bulk on ``train``
+    (with -b its exit status is that of the last message, so it is not checked)."""
+    with tempfile.TemporaryDirectory() as db:
+        for flag, want in (("-s", True), ("-n", False)):
+            subprocess.run(["bogofilter", "-d", db, flag, "-B", *[p for s, p in train if s is want]], check=True)
+        out = subprocess.run(["bogofilter", "-d", db, "-b", "-T"], input="\n".join(score) + "\n", capture_output=True, text=True, check=False).stdout
+    names = {"S": "spam", "U": "unsure", "H": "ham"}
+    return collections.Counter(names[line.split()[-2]] for line in out.splitlines())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--train", default="spamassassin")
+    parser.add_argument("--score", default="nazario-phishing")
+    args = parser.parse_args()
+    train = list(read_index(str(CORPORA / args.train / "index")))
+    score = list(read_index(str(CORPORA / args.score / "index")))
+    with fresh_filter(Config()) as f:
+        f.train(train)
+        verdicts = [v for v in f.classify(item for _, item in score) if isinstance(v, Verdict)]
+    odds = np.array([v.log_odds for v in verdicts])
+    mine = collections.Counter(str(v.verdict) for v in verdicts)
+    theirs = bogofilter_verdicts([(s, item.source) for s, item in train], [item.source for _, item in score])
+    result = {
+        "train": args.train, "score": args.score, "scored": len(verdicts),
+        "spamfilter": dict(mine), "spamfilter_p_at_most_0.01": int((odds <= np.log(0.01 / 0.99)).sum()),
+        "spamfilter_median_log_odds": float(np.median(odds)), "bogofilter": dict(theirs),
+    }
+    for system in ("spamfilter", "bogofilter"):
+        counts = result[system]
+        print(f"{system:10} spam {counts.get('spam', 0):5}  unsure {counts.get('unsure', 0):5}  ham {counts.get('ham', 0):5}")
+    print(f"spamfilter: {result['spamfilter_p_at_most_0.01']} of {len(verdicts)} scored P(spam) <= 0.01; median log-odds {result['spamfilter_median_log_odds']:.1f}")
+    Path("results").mkdir(exist_ok=True)
+    Path(f"results/unfamiliar-{args.train}-{args.score}.json").write_text(json.dumps(result, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
