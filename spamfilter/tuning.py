@@ -1,7 +1,8 @@
 """Choosing the settings for someone's mail (``spamfilter tune``, like bogotune).
 
 Train on the head of a labelled stream, score its held-out tail with every
-setting tried, and keep the one whose cutoffs give the lowest expected loss
+setting tried (or, with several folds, each block of the tail with a model
+of all the mail before it), and keep the one whose cutoffs give the lowest expected loss
 under the loss matrix; the cutoffs come from ``best_cutoffs``. Besides the
 naive Bayes settings it may try the one-dependence estimators (``[model]
 dependence``, ``spamfilter.aode``) and the weight of the continuous message
@@ -141,6 +142,14 @@ class Candidate:
     dependence: str = "none"
     #: ``[model] feature_weight`` with the message features on; 0: features off.
     feature_weight: float = 0.0
+    #: Loss per message in each validation fold, at this candidate's cutoffs.
+    fold_losses: tuple[float, ...] = ()
+    #: The same scores' loss per message in each fold at the loss matrix's
+    #: own thresholds (what the configured setting costs, for its candidate).
+    configured_fold_losses: tuple[float, ...] = ()
+    #: False for the configured settings scored only as the baseline of
+    #: ``require_improvement`` (the grid left them out): not a choice.
+    in_grid: bool = True
 
 
 class _Setting(NamedTuple):
@@ -180,6 +189,41 @@ def require_separation(best: Candidate, holdout: float) -> None:
     )
 
 
+#: How much worse than the configured setting a written choice may be in
+#: any one validation fold (a share of the configured setting's loss there).
+FOLD_TOLERANCE = 0.05
+
+
+def require_improvement(best: Candidate, configured: Candidate | None) -> None:
+    """Raise ``EvaluationError`` unless ``best`` beat the configured setting
+    (at the loss matrix's own thresholds) in more than half of the validation
+    folds and lost to it by more than `FOLD_TOLERANCE` in none: a setting
+    that won on the pooled folds thanks to one of them would not carry over
+    to the mail after them (docs/benchmarks.md, "tune over time-ordered
+    folds"). ``configured`` is the candidate of the configured settings, if
+    they were tried."""
+    if configured is None:
+        raise EvaluationError("the configured settings were not among those tried, so nothing shows the best one is better; nothing written")
+    mine, theirs = best.fold_losses, configured.configured_fold_losses
+    better = sum(a < b for a, b in zip(mine, theirs))
+    worse = [i + 1 for i, (a, b) in enumerate(zip(mine, theirs)) if a > b * (1 + FOLD_TOLERANCE) + 1e-12]
+    if better * 2 > len(mine) and not worse:
+        return
+    raise EvaluationError(
+        f"the best setting beat the configured one in {better} of {len(mine)} time-ordered folds"
+        + (f" and lost by more than {FOLD_TOLERANCE:.0%} in fold {', '.join(map(str, worse))}" if worse else "")
+        + ": not enough to expect it to do better on later mail; nothing written"
+    )
+
+
+def configured_candidate(candidates: Sequence[Candidate], config: Config) -> Candidate | None:
+    """The candidate with exactly the configured settings, if one was tried."""
+    for c in candidates:
+        if _changes(c, config) == 0:
+            return c
+    return None
+
+
 def tune(
     config: Config,
     labelled: Sequence[tuple[bool, MailItem]],
@@ -195,11 +239,15 @@ def tune(
     feature_weights: Sequence[float] | None = None,
     jobs: int = 1,
     reading: Reading | None = None,
+    folds: int = 1,
+    baseline: bool = False,
 ) -> list[Candidate]:
     """``tune_settings`` for each tokenizer setting in ``bigram_options``
     (default: the configured one), all candidates ranked together; the mail
     is read on ``jobs`` processes, through ``reading`` (e.g. a progress
-    bar) each time."""
+    bar) each time. With ``baseline`` the configured settings are scored
+    too when the grid leaves them out, as a candidate with ``in_grid``
+    False (``configured_candidate`` finds it)."""
     results: list[Candidate] = []
     for bigrams in bigram_options if bigram_options is not None else (config.tokenizer.bigrams,):
         variant = replace(config, tokenizer=replace(config.tokenizer, bigrams=bigrams))
@@ -207,7 +255,8 @@ def tune(
             variant, labelled, event_models=event_models, alphas=alphas,
             temperings=temperings, min_evidences=min_evidences, holdout=holdout,
             max_tokens_options=max_tokens_options, dependences=dependences,
-            feature_weights=feature_weights, jobs=jobs, reading=reading,
+            feature_weights=feature_weights, jobs=jobs, reading=reading, folds=folds,
+            with_configured=baseline and bigrams == config.tokenizer.bigrams,
         )
     results.sort(key=lambda c: _rank(c, config))
     return results
@@ -222,8 +271,13 @@ def _rank(c: Candidate, config: Config) -> tuple[float, int, float, float]:
     """Lowest loss first; at equal loss the candidate that changes fewest of
     the configured settings (a tie is no reason to move off the defaults),
     then lowest 1-ROCA, then lowest log-loss."""
+    return (round(c.loss_per_message, 12), _changes(c, config), round(c.one_minus_roca, 9), c.log_loss)
+
+
+def _changes(c: Candidate, config: Config) -> int:
+    """How many of the configured settings ``c`` changes."""
     m = config.model
-    changes = sum(
+    return sum(
         (
             c.event_model != m.event_model,
             c.alpha != m.alpha,
@@ -235,7 +289,6 @@ def _rank(c: Candidate, config: Config) -> tuple[float, int, float, float]:
             c.feature_weight != configured_feature_weight(m),
         )
     )
-    return (round(c.loss_per_message, 12), changes, round(c.one_minus_roca, 9), c.log_loss)
 
 
 def dependence_applies(config: Config, event_model: str) -> bool:
@@ -258,19 +311,25 @@ def tune_settings(
     feature_weights: Sequence[float] | None = None,
     jobs: int = 1,
     reading: Reading | None = None,
+    folds: int = 1,
+    with_configured: bool = False,
 ) -> list[Candidate]:
     """Try every (event model, alpha, tempering, min_evidence, max_tokens,
     dependence, feature weight) (the last three default to the configured
     ones; "spode" and "aode" only where ``dependence_applies``; the
     configured token_cap throughout): train on the head of the stream,
-    score its last ``holdout`` share (later mail, as a filter meets it),
-    choose each setting's cutoffs by ``best_cutoffs`` (never a spam cutoff
+    score its last ``holdout`` share (later mail, as a filter meets it; with
+    ``folds`` > 1 that share is cut into consecutive blocks, each scored by
+    a model of every message before it, and the scores pooled), choose
+    each setting's cutoffs by ``best_cutoffs`` (never a spam cutoff
     below the loss matrix's, never a ham cutoff above it, so the unsure band
     stays) and report the loss per message. Returns the candidates, best
     first: lowest loss, then fewest changes to the configured settings, then
     lowest 1-ROCA, then lowest log-loss (the mean of -log P(true class),
     which prefers calibrated probabilities when the classes separate
-    perfectly).
+    perfectly). With ``with_configured`` the configured setting is scored
+    too when the grid lacks it (``in_grid`` False): the baseline
+    ``require_improvement`` needs.
 
     The messages are parsed and tokenized once; each setting is then pure
     model arithmetic with the functions the filter itself scores with
@@ -278,17 +337,52 @@ def tune_settings(
     counts ``db reselect`` would keep after training the head;
     ``model.feature_log_odds`` over the head's feature densities).
     """
-    s = _split(config, labelled, holdout, jobs, reading)
+    splits = _splits(config, labelled, holdout, folds, jobs, reading)
     m = config.model
     tried = list(dependences) if dependences is not None else [m.dependence]
     weights = list(feature_weights) if feature_weights is not None else [configured_feature_weight(m)]
+    keeps = list(max_tokens_options) if max_tokens_options is not None else [m.max_tokens]
+    scores: dict[_Setting, list[FloatArray]] = {}
+    extra = False
+    configured = _Setting(m.event_model, m.alpha, m.tempering, m.min_evidence, m.max_tokens, m.dependence, configured_feature_weight(m))
+    for s in splits:
+        grid = dict(_setting_odds(s, config, event_models, alphas, temperings, min_evidences, keeps, tried, weights))
+        extra = configured not in grid and with_configured
+        if extra:
+            grid.update(_setting_odds(s, config, [m.event_model], [m.alpha], [m.tempering], [m.min_evidence], [m.max_tokens], [m.dependence], [configured.feature_weight]))
+        for setting, odds in grid.items():
+            scores.setdefault(setting, []).append(odds)
+    if len(scores) == int(extra):
+        raise EvaluationError('no setting to try: dependence "spode" or "aode" needs the event model "multinomial-binary", no token_cap and no merged shared model')
+    valid_y = np.concatenate([s.valid_y for s in splits])
+    sizes = [s.valid_y.size for s in splits]
+    results = [
+        replace(_candidate(valid_y, np.concatenate(odds), setting, config, sizes), in_grid=not (extra and setting == configured))
+        for setting, odds in scores.items()
+    ]
+    results.sort(key=lambda c: _rank(c, config))
+    return results
+
+
+def _setting_odds(
+    s: _Split,
+    config: Config,
+    event_models: Sequence[str],
+    alphas: Sequence[float],
+    temperings: Sequence[float],
+    min_evidences: Sequence[float],
+    keeps: Sequence[int],
+    tried: Sequence[str],
+    weights: Sequence[float],
+) -> Iterable[tuple[_Setting, FloatArray]]:
+    """Each setting of the grid and the log-odds it gives the held-out
+    messages of ``s``, from the counts of its training head."""
+    m = config.model
     pairs: dict[str, aode.PairCounts] = {}
     if any(dependence_applies(config, e) for e in event_models):
         for dep in set(tried) - {"none"}:
             pairs[dep] = _head_pairs(s, replace(m, dependence=dep))  # type: ignore[arg-type]
     features = {w: _feature_odds(s, w) for w in weights}
-    keeps = max_tokens_options if max_tokens_options is not None else (m.max_tokens,)
-    results: list[Candidate] = []
     for event_model, alpha in product(event_models, alphas):
         params = nb.estimate(event_model, s.counts, s.stats, alpha)
         X = s.valid_binary if params.binary else s.valid_terms
@@ -298,12 +392,7 @@ def tune_settings(
                 setting = _Setting(event_model, alpha, tempering, min_evidence, keep, dep, 0.0)
                 odds = naive if dep == "none" else _dependence_odds(s, X, params, pairs[dep], setting, m.aode_min_support, naive)
                 for w in weights:
-                    scored = odds + features[w] if w else odds
-                    results.append(_candidate(s.valid_y, scored, setting._replace(feature_weight=w), config))
-    if not results:
-        raise EvaluationError('no setting to try: dependence "spode" or "aode" needs the event model "multinomial-binary", no token_cap and no merged shared model')
-    results.sort(key=lambda c: _rank(c, config))
-    return results
+                    yield setting._replace(feature_weight=w), odds + features[w] if w else odds
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,23 +416,33 @@ class _Split:
     header: npt.NDArray[np.bool_] | None = None
 
 
-def _split(config: Config, labelled: Sequence[tuple[bool, MailItem]], holdout: float, jobs: int, reading: Reading | None) -> _Split:
-    """Read the stream and cut it into the training head and the held-out
-    tail (its last ``holdout`` share); both need spam and ham."""
+def _splits(config: Config, labelled: Sequence[tuple[bool, MailItem]], holdout: float, folds: int, jobs: int, reading: Reading | None) -> list[_Split]:
+    """Read the stream once and cut it into ``folds`` time-ordered
+    validation blocks that together hold its last ``holdout`` share, each
+    with the training head of every message before it (forward chaining:
+    each block is later mail to the model that scores it). The heads need
+    spam and ham, and so do the blocks together."""
     docs, labels, vectors = _read(config, labelled, jobs, reading)
     y = np.array(labels, dtype=bool)
     n_valid = max(1, int(round(len(docs) * holdout)))
-    split = len(docs) - n_valid
-    train_y, valid_y = y[:split], y[split:]
-    if not (train_y.any() and (~train_y).any() and valid_y.any() and (~valid_y).any()):
+    start = len(docs) - n_valid
+    bounds = sorted({start + round(i * n_valid / folds) for i in range(folds + 1)})
+    valid_y = y[start:]
+    if not (y[:start].any() and (~y[:start]).any() and valid_y.any() and (~valid_y).any()):
         raise EvaluationError("to tune, both the training head and the held-out tail of the index need spam and ham")
+    features = np.array(vectors, dtype=np.int64).reshape(len(vectors), -1)
+    return [_split(config, docs, y, features, a, b) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def _split(config: Config, docs: Sequence[dict[str, int]], y: BoolArray, features: IntArray, split: int, stop: int) -> _Split:
+    """Messages [0, split) as the training head, [split, stop) held out."""
+    train_y, valid_y = y[:split], y[split:stop]
     vocabulary = Vocabulary(t for d in docs[:split] for t in d)
     counts, stats = _training_counts(docs[:split], train_y, vocabulary)
-    features = np.array(vectors, dtype=np.int64).reshape(len(vectors), -1)
     return _Split(
         counts, stats, vocabulary.tokens, train_y, count_matrix(docs[:split], vocabulary, binary=True),
-        valid_y, count_matrix(docs[split:], vocabulary), count_matrix(docs[split:], vocabulary, binary=True),
-        nb.gaussian_estimate(_feature_stats(features[:split], train_y), SCALE), features[split:] / SCALE,
+        valid_y, count_matrix(docs[split:stop], vocabulary), count_matrix(docs[split:stop], vocabulary, binary=True),
+        nb.gaussian_estimate(_feature_stats(features[:split], train_y), SCALE), features[split:stop] / SCALE,
         np.fromiter(map(is_header_line, vocabulary.tokens), dtype=bool, count=len(vocabulary.tokens)) if config.model.header_apart else None,
     )
 
@@ -457,9 +556,25 @@ def _training_counts(docs: Sequence[dict[str, int]], is_spam: BoolArray, vocabul
     return nb.TokenCounts(doc_count=doc_count, term_count=term_count), stats
 
 
-def _candidate(valid_y: BoolArray, odds: FloatArray, setting: _Setting, config: Config) -> Candidate:
+def _fold_losses(valid_y: BoolArray, odds: FloatArray, sizes: Sequence[int], ham_max: float, spam_min: float, config: Config) -> tuple[float, ...]:
+    """Loss per message of each validation fold (``sizes`` consecutive
+    messages) at the given cutoffs."""
+    d = config.decision
+    out = []
+    start = 0
+    for n in sizes:
+        y, o = valid_y[start : start + n], odds[start : start + n]
+        start += n
+        spam, ham = o > spam_min, o <= ham_max
+        loss = d.cost_ham_as_spam * int((spam & ~y).sum()) + d.cost_spam_as_ham * int((ham & y).sum()) + d.cost_unsure * int((~spam & ~ham).sum())
+        out.append(loss / max(n, 1))
+    return tuple(out)
+
+
+def _candidate(valid_y: BoolArray, odds: FloatArray, setting: _Setting, config: Config, sizes: Sequence[int] = ()) -> Candidate:
     """How one setting did on the held-out messages at the cutoffs
-    ``best_cutoffs`` gives it within the loss matrix's own thresholds."""
+    ``best_cutoffs`` gives it within the loss matrix's own thresholds, over
+    all folds and in each (``sizes``: the folds' messages, in order)."""
     d = config.decision
     bounds = nb.thresholds_from_loss(d.cost_ham_as_spam, d.cost_spam_as_ham, d.cost_unsure)
     cut = best_cutoffs(
@@ -487,6 +602,8 @@ def _candidate(valid_y: BoolArray, odds: FloatArray, setting: _Setting, config: 
         max_tokens=setting.max_tokens,
         dependence=setting.dependence,
         feature_weight=setting.feature_weight,
+        fold_losses=_fold_losses(valid_y, odds, sizes or [valid_y.size], cut.ham_max, cut.spam_min, config),
+        configured_fold_losses=_fold_losses(valid_y, odds, sizes or [valid_y.size], bounds.ham_max, bounds.spam_min, config),
     )
 
 
