@@ -328,26 +328,20 @@ def tune_settings(
     lowest 1-ROCA, then lowest log-loss (the mean of -log P(true class),
     which prefers calibrated probabilities when the classes separate
     perfectly). With ``with_configured`` the configured setting is scored
-    too when the grid lacks it (``in_grid`` False): the baseline
-    ``require_improvement`` needs.
-
-    The messages are parsed and tokenized once; each setting is then pure
-    model arithmetic with the functions the filter itself scores with
-    (``model.estimate`` and ``joint_log_likelihood``; ``aode`` over the pair
-    counts ``db reselect`` would keep after training the head;
-    ``model.feature_log_odds`` over the head's feature densities).
+    too when the grid lacks it (``in_grid`` False), the baseline of
+    ``require_improvement``. The messages are read once; each setting is
+    then model arithmetic with the filter's own functions (``_setting_odds``).
     """
     splits = _splits(config, labelled, holdout, folds, jobs, reading)
     m = config.model
     tried = list(dependences) if dependences is not None else [m.dependence]
     weights = list(feature_weights) if feature_weights is not None else [configured_feature_weight(m)]
     keeps = list(max_tokens_options) if max_tokens_options is not None else [m.max_tokens]
-    scores: dict[_Setting, list[FloatArray]] = {}
-    extra = False
     configured = _Setting(m.event_model, m.alpha, m.tempering, m.min_evidence, m.max_tokens, m.dependence, configured_feature_weight(m))
+    scores: dict[_Setting, list[FloatArray]] = {}
     for s in splits:
         grid = dict(_setting_odds(s, config, event_models, alphas, temperings, min_evidences, keeps, tried, weights))
-        extra = configured not in grid and with_configured
+        extra = with_configured and configured not in grid
         if extra:
             grid.update(_setting_odds(s, config, [m.event_model], [m.alpha], [m.tempering], [m.min_evidence], [m.max_tokens], [m.dependence], [configured.feature_weight]))
         for setting, odds in grid.items():
