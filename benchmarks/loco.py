@@ -75,6 +75,7 @@ class Corpus:
         self.terms.sort_indices()
         self.binary = self.terms.copy()
         self.binary.data[:] = 1.0
+        self.tokens = list(vocabulary)
         self.header = np.fromiter(map(is_header_line, vocabulary), dtype=bool, count=len(vocabulary))
 
     def X(self, m: ModelConfig) -> sp.csr_matrix:

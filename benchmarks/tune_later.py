@@ -1,0 +1,96 @@
+"""Does what `spamfilter tune` writes help the mail that comes after? One fold against four.
+
+    python -m benchmarks.tune_later [--corpus spamassassin ...] [--folds 1 --folds 4]
+
+For each shared corpus with a time order: run the library's `tuning.tune`
+on the first half of the stream only, with the command's default grid,
+under two protocols:
+
+- one fold: the last 20% of that half held out, the model trained on the
+  rest (what `tune` did before: `--folds 1 --holdout 0.2`), written when the
+  held-out tail decides (`require_separation`);
+- four folds: the last 50% of that half cut into four consecutive blocks,
+  each scored by a model of all the mail before it (the default), written
+  only when the best setting also beat the configured ones in more than half
+  of the blocks and lost by more than 5% in none (`require_improvement`).
+
+Then train once on the whole first half with what was written (settings and
+cutoffs; the defaults when nothing was) and classify the second half
+(`evaluation.run_split`, as `spamfilter evaluate --protocol split`):
+1-ROCA % and the loss per message of the loss matrix at the verdicts
+(10 per ham filed as spam, 1 per spam let through, 0.2 per unsure), beside
+the defaults'. Writes results/tune_later.json. Asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from benchmarks.compare import CORPORA, INDEXES
+from benchmarks.loco import CORPORA as NAMES
+from spamfilter.config import EVENT_MODELS, Config
+from spamfilter.errors import EvaluationError
+from spamfilter.evaluation import EvalReport, run_split
+from spamfilter.mail import read_index
+from spamfilter.tuning import Candidate, configured_candidate, require_improvement, require_separation, tune
+
+
+def written(config: Config, best: Candidate) -> Config:
+    """``config`` with what `tune --write` stores for ``best``."""
+    ham_cutoff, spam_cutoff = best.cutoffs.probabilities()
+    model = replace(config.model, event_model=best.event_model, alpha=best.alpha, tempering=best.tempering, min_evidence=best.min_evidence,
+                    max_tokens=best.max_tokens, dependence=best.dependence, features=best.feature_weight > 0,
+                    feature_weight=best.feature_weight or config.model.feature_weight)
+    return replace(config, model=model, tokenizer=replace(config.tokenizer, bigrams=best.bigrams),
+                   decision=replace(config.decision, ham_cutoff=ham_cutoff, spam_cutoff=spam_cutoff))
+
+
+def loss_per_message(report: EvalReport, config: Config) -> float:
+    """The loss matrix's cost of the report's three-way verdicts, per message."""
+    d, r = config.decision, report.rates
+    cost = d.cost_ham_as_spam * r.ham_as_spam * report.ham + d.cost_spam_as_ham * r.spam_as_ham * report.spam
+    cost += d.cost_unsure * (r.ham_unsure * report.ham + r.spam_unsure * report.spam)
+    return cost / 100 / (report.ham + report.spam)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--corpus", action="append", choices=NAMES, default=None)
+    parser.add_argument("--folds", action="append", type=int, default=None)
+    args = parser.parse_args()
+    config = Config()
+    results = {}
+    for name in args.corpus or NAMES:
+        stream = list(read_index(str(CORPORA / INDEXES[name])))
+        head = stream[: len(stream) // 2]
+        base, _ = run_split(config, stream)
+        row = {"defaults": {"one_minus_roca": base.one_minus_roca, "loss": loss_per_message(base, config)}}
+        print(f"{name:13} defaults            1-ROCA {base.one_minus_roca:.4f}  loss/msg {row['defaults']['loss']:.4f}", flush=True)
+        for folds in args.folds or [1, 4]:
+            holdout = 0.2 if folds == 1 else 0.5
+            candidates = tune(config, head, event_models=list(EVENT_MODELS), alphas=[0.01, 0.03, 0.1, 0.3, 1.0],
+                              temperings=sorted({0.0, 0.5, config.model.tempering}), min_evidences=[0.0, 2.0, 3.0],
+                              bigram_options=[True, False], holdout=holdout, folds=folds, baseline=True)
+            best = next(c for c in candidates if c.in_grid)
+            try:
+                require_separation(best, holdout)
+                if folds > 1:
+                    require_improvement(best, configured_candidate(candidates, config))
+                chosen, wrote = written(config, best), True
+            except EvaluationError:
+                chosen, wrote = config, False
+            report, _ = run_split(chosen, stream)
+            what = f"{best.event_model} alpha {best.alpha:g} tempering {best.tempering:g} min_evidence {best.min_evidence:g} bigrams {best.bigrams}"
+            row[f"folds {folds}"] = {"wrote": wrote, "best": what, "one_minus_roca": report.one_minus_roca, "loss": loss_per_message(report, chosen)}
+            print(f"{name:13} {folds} fold{'s' if folds > 1 else ' '} {'wrote' if wrote else 'kept '}     1-ROCA {report.one_minus_roca:.4f}  loss/msg "
+                  f"{row[f'folds {folds}']['loss']:.4f}  ({what})", flush=True)
+        results[name] = row
+    Path("results").mkdir(exist_ok=True)
+    Path("results/tune_later.json").write_text(json.dumps(results, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
