@@ -28,7 +28,7 @@ import argparse
 import numpy as np
 import scipy.sparse as sp
 
-from benchmarks.loco import CORPORA, Corpus, _totals
+from benchmarks.loco import CORPORA, Corpus, head_counts
 from benchmarks.option_grid import bogofilter_split
 from spamfilter import model as nb
 from spamfilter.config import Config
@@ -61,12 +61,7 @@ def main() -> None:
     for name in args.corpus or ["spamassassin", "csdmc2010"]:
         c = Corpus(config, name)
         head = c.y.size // 2
-        y = c.y[:head]
-        onehot = sp.csr_matrix((np.ones(head), (y.astype(int), np.arange(head))), shape=(2, head))
-        doc = np.asarray((onehot @ c.binary[:head]).todense())
-        term = np.asarray((onehot @ c.terms[:head]).todense())
-        known = np.flatnonzero(doc.sum(axis=0) > 0)
-        totals = _totals(np.array([(~y).sum(), y.sum()]), doc, term, known.size)
+        doc, term, known, totals = head_counts(c, head)
         counts = TokenCounts(doc[:, known].astype(np.int64), term[:, known].astype(np.int64))
         params = nb.estimate(m.event_model, counts, totals, m.alpha)
         log_theta = nb.token_log_likelihood(m.event_model, counts, totals, m.alpha)

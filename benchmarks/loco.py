@@ -95,16 +95,22 @@ def _log_odds(X: sp.csr_matrix, doc: np.ndarray, term: np.ndarray, totals: Total
     return nb.log_odds(jll)
 
 
-def split_scores(c: Corpus, m: ModelConfig, head: int | None = None, stop: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Train on messages [0, head) (default: the first half), score
-    [head, stop) (default: to the end): (log-odds, labels)."""
-    head = c.y.size // 2 if head is None else head
+def head_counts(c: Corpus, head: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, Totals]:
+    """The counts after training messages [0, head): per token (2, V) message
+    and occurrence counts, the columns of the tokens seen, and the totals."""
     y = c.y[:head]
     onehot = sp.csr_matrix((np.ones(head), (y.astype(int), np.arange(head))), shape=(2, head))
     doc = np.asarray((onehot @ c.binary[:head]).todense())
     term = np.asarray((onehot @ c.terms[:head]).todense())
     known = np.flatnonzero(doc.sum(axis=0) > 0)
-    totals = _totals(np.array([(~y).sum(), y.sum()]), doc, term, known.size)
+    return doc, term, known, _totals(np.array([(~y).sum(), y.sum()]), doc, term, known.size)
+
+
+def split_scores(c: Corpus, m: ModelConfig, head: int | None = None, stop: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Train on messages [0, head) (default: the first half), score
+    [head, stop) (default: to the end): (log-odds, labels)."""
+    head = c.y.size // 2 if head is None else head
+    doc, term, known, totals = head_counts(c, head)
     X = sp.csr_matrix(c.X(m)[head:stop][:, known])
     return _log_odds(X, doc, term, totals, known, c, m), c.y[head:stop]
 
