@@ -12,8 +12,9 @@ are sorted by who gets them right there:
 - spam let through by spamfilter but not by bogofilter, and the reverse;
 - ham filed as spam by one and not the other.
 
-For spamfilter's misses, each message's log-odds is taken apart with
-`model.log_odds_terms` (the terms sum to the log-odds) and summed by token
+The counts are the library's in memory (`memcounts.MemoryCounts`), the
+scores its scorer's. For spamfilter's misses, each message's log-odds is
+taken apart with `Scorer.terms` (the terms sum to the log-odds) and summed by token
 class: header lines (`tokenizer.is_header_line`), Subject words, bigrams
 (`bi:`), URLs (`url:`), and the other body tokens; the prior and the
 Bernoulli absent-token term go to "prior". Prints the counts and the mean
@@ -28,11 +29,11 @@ import argparse
 import numpy as np
 import scipy.sparse as sp
 
-from benchmarks.loco import CORPORA, Corpus, head_counts
+from benchmarks.loco import CORPORA, Corpus
 from benchmarks.option_grid import bogofilter_split
-from spamfilter import model as nb
 from spamfilter.config import Config
-from spamfilter.counts import TokenCounts
+from spamfilter.memcounts import MemoryCounts
+from spamfilter.scorer import Scorer
 from spamfilter.tokenizer import BIGRAM, SUBJECT, URL, is_header_line
 
 CLASSES = ("header lines", "subject", "bigrams", "urls", "body")
@@ -61,13 +62,10 @@ def main() -> None:
     for name in args.corpus or ["spamassassin", "csdmc2010"]:
         c = Corpus(config, name)
         head = c.y.size // 2
-        doc, term, known, totals = head_counts(c, head)
-        counts = TokenCounts(doc[:, known].astype(np.int64), term[:, known].astype(np.int64))
-        params = nb.estimate(m.event_model, counts, totals, m.alpha)
-        log_theta = nb.token_log_likelihood(m.event_model, counts, totals, m.alpha)
-        X = sp.csr_matrix(c.X(m)[head:][:, known])
-        header = c.header[known] if m.header_apart else None
-        mine = nb.log_odds(nb.joint_log_likelihood(X, params, m.tempering, m.min_evidence, m.max_tokens, m.token_cap, header, m.header_max_tokens))
+        counts = MemoryCounts.of(c.binary[:head], c.terms[:head], c.y[:head])
+        scorer = Scorer(m)
+        X = sp.csr_matrix(c.X(m)[head:])
+        mine = scorer.log_odds(counts.evidence(X, c.header, histogram=False))
         truth = c.y[head:]
         theirs, their_y = bogofilter_split(name, None, "half")
         if their_y.size != truth.size or (their_y != truth).any():
@@ -81,11 +79,13 @@ def main() -> None:
               f"only spamfilter {int((miss_mine & ~miss_theirs).sum())}, only bogofilter {int((miss_theirs & ~miss_mine).sum())}")
         print(f"  ham filed as spam: spamfilter {int(fp_mine.sum())}, bogofilter {int(fp_theirs.sum())}; "
               f"only spamfilter {int((fp_mine & ~fp_theirs).sum())}, only bogofilter {int((fp_theirs & ~fp_mine).sum())}")
-        names = np.array([token_class(c.tokens[j]) for j in known])
         rows = np.flatnonzero(miss_mine & ~miss_theirs)
-        sums = {k: [] for k in (*CLASSES, "prior")}
+        sums: dict[str, list[float]] = {k: [] for k in (*CLASSES, "prior")}
         for i in rows:
-            terms = nb.log_odds_terms(X[i], params, log_theta, m.tempering, m.min_evidence, m.max_tokens, m.token_cap, header, m.header_max_tokens)
+            evidence = counts.evidence(X[i], c.header, histogram=False)
+            present = np.unique(X[i].indices)
+            names = np.array([token_class(c.tokens[j]) for j in present[counts.seen[present]]])
+            terms = scorer.terms(evidence)
             for k in CLASSES:
                 sums[k].append(float(terms.token[names == k].sum()))
             sums["prior"].append(terms.prior + terms.absent)

@@ -22,7 +22,8 @@ on the left-out corpus in most folds and no fold is more than 5% worse
 (docs/benchmarks.md, "Leave one corpus out").
 
 Each stream is tokenized once (the cache of benchmarks/option_grid.py);
-the counts and the scoring are the library's. Writes
+the counts are the library's in memory (`memcounts.MemoryCounts`) and the
+scoring its one scorer (`scorer.Scorer`). Writes
 results/loco-<protocol>.json. Asserts nothing.
 """
 
@@ -45,9 +46,12 @@ from benchmarks.option_grid import tokenized
 from spamfilter import model as nb
 from spamfilter.calibration import log_loss
 from spamfilter.config import Config, ModelConfig, counts_occurrences
-from spamfilter.counts import ClassCounts, Decision, Label, TokenCounts, Totals
+from spamfilter.counts import Decision, Label
 from spamfilter.learning import ONLINE_TRAIN_MODE, TUNE_MARGIN, wants_training
+from spamfilter.memcounts import MemoryCounts
+from spamfilter.scorer import Scorer
 from spamfilter.tokenizer import is_header_line
+from spamfilter.vectorizer import batch_vocabulary, count_matrix
 
 CORPORA = ["spamassassin", "csdmc2010", *(f"enron{i}" for i in range(1, 7))]
 #: Corpora that share messages: one is never used to choose when the other is left out.
@@ -63,85 +67,42 @@ class Corpus:
 
     def __init__(self, config: Config, name: str) -> None:
         docs, self.y = tokenized(config, name, None)
-        vocabulary: dict[str, int] = {}
-        rows, cols, vals = [], [], []
-        for i, doc in enumerate(docs):
-            for token, n in doc.items():
-                rows.append(i)
-                cols.append(vocabulary.setdefault(token, len(vocabulary)))
-                vals.append(n)
-        shape = (len(docs), len(vocabulary))
-        self.terms = sp.csr_matrix((np.array(vals, dtype=np.float64), (np.array(rows), np.array(cols))), shape=shape)
-        self.terms.sort_indices()
-        self.binary = self.terms.copy()
-        self.binary.data[:] = 1.0
-        self.tokens = list(vocabulary)
-        self.header = np.fromiter(map(is_header_line, vocabulary), dtype=bool, count=len(vocabulary))
+        vocabulary = batch_vocabulary(docs)
+        self.terms = count_matrix(docs, vocabulary)
+        self.binary = count_matrix(docs, vocabulary, binary=True)
+        self.tokens = vocabulary.tokens
+        self.header = np.fromiter(map(is_header_line, self.tokens), dtype=bool, count=len(self.tokens))
 
     def X(self, m: ModelConfig) -> sp.csr_matrix:
         return self.terms if counts_occurrences(m.event_model) else self.binary
-
-
-def _totals(messages: np.ndarray, doc: np.ndarray, term: np.ndarray, vocabulary: int) -> Totals:
-    empty = np.zeros((0, 2), dtype=np.int64)
-    classes = ClassCounts(messages=messages.astype(np.int64), terms=term.sum(axis=1).astype(np.int64), binary_terms=doc.sum(axis=1).astype(np.int64))
-    return Totals(classes, vocabulary_size=vocabulary, histogram=(empty, empty))
-
-
-def _log_odds(X: sp.csr_matrix, doc: np.ndarray, term: np.ndarray, totals: Totals, columns: np.ndarray, c: Corpus, m: ModelConfig) -> np.ndarray:
-    params = nb.estimate(m.event_model, TokenCounts(doc[:, columns].astype(np.int64), term[:, columns].astype(np.int64)), totals, m.alpha)
-    header = c.header[columns] if m.header_apart else None
-    jll = nb.joint_log_likelihood(X, params, m.tempering, m.min_evidence, m.max_tokens, m.token_cap, header, m.header_max_tokens)
-    return nb.log_odds(jll)
-
-
-def head_counts(c: Corpus, head: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, Totals]:
-    """The counts after training messages [0, head): per token (2, V) message
-    and occurrence counts, the columns of the tokens seen, and the totals."""
-    y = c.y[:head]
-    onehot = sp.csr_matrix((np.ones(head), (y.astype(int), np.arange(head))), shape=(2, head))
-    doc = np.asarray((onehot @ c.binary[:head]).todense())
-    term = np.asarray((onehot @ c.terms[:head]).todense())
-    known = np.flatnonzero(doc.sum(axis=0) > 0)
-    return doc, term, known, _totals(np.array([(~y).sum(), y.sum()]), doc, term, known.size)
 
 
 def split_scores(c: Corpus, m: ModelConfig, head: int | None = None, stop: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Train on messages [0, head) (default: the first half), score
     [head, stop) (default: to the end): (log-odds, labels)."""
     head = c.y.size // 2 if head is None else head
-    doc, term, known, totals = head_counts(c, head)
-    X = sp.csr_matrix(c.X(m)[head:stop][:, known])
-    return _log_odds(X, doc, term, totals, known, c, m), c.y[head:stop]
+    counts = MemoryCounts.of(c.binary[:head], c.terms[:head], c.y[:head])
+    evidence = counts.evidence(c.X(m)[head:stop], c.header, histogram=m.event_model == "bernoulli")
+    return Scorer(m).log_odds(evidence), c.y[head:stop]
 
 
 def online_scores(c: Corpus, m: ModelConfig, thresholds: nb.Thresholds) -> tuple[np.ndarray, np.ndarray]:
     """Score each message with the counts of those learned before it, then
     learn it if the library's online rule says so: (log-odds, labels)."""
     n, V = c.binary.shape
-    doc, term = np.zeros((2, V)), np.zeros((2, V))
-    messages = np.zeros(2)
-    seen = np.zeros(V, dtype=bool)
-    vocabulary = 0
+    counts = MemoryCounts(V)
+    scorer = Scorer(m)
     out = np.zeros(n)
     Xm = c.X(m)
     for i in range(n):
         lo, hi = c.binary.indptr[i], c.binary.indptr[i + 1]
-        cols = c.binary.indices[lo:hi]
         label = Label.of(bool(c.y[i]))
         verdict = Decision.UNSURE
-        if messages.all():
-            known = cols[seen[cols]]
-            values = Xm.data[lo:hi][seen[cols]]
-            X = sp.csr_matrix((values, (np.zeros(known.size, dtype=np.int64), np.arange(known.size))), shape=(1, known.size))
-            out[i] = float(_log_odds(X, doc, term, _totals(messages, doc, term, vocabulary), known, c, m)[0])
+        if counts.messages.all():
+            out[i] = float(scorer.log_odds(counts.evidence(Xm[i], c.header, histogram=m.event_model == "bernoulli"))[0])
             verdict = Decision.of_code(int(nb.decide(out[i : i + 1], thresholds)[0]))
         if wants_training(ONLINE_TRAIN_MODE, label, verdict, out[i], thresholds.ham_max, thresholds.spam_min, TUNE_MARGIN):
-            doc[int(label), cols] += 1
-            term[int(label), cols] += c.terms.data[lo:hi]
-            messages[int(label)] += 1
-            vocabulary += int((~seen[cols]).sum())
-            seen[cols] = True
+            counts.add(c.binary.indices[lo:hi], c.terms.data[lo:hi], int(label))
     return out, c.y
 
 

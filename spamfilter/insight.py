@@ -163,7 +163,7 @@ class Insight:
         best = TokenCounts.zeros(0)
         best_scores = np.zeros(0)
         with self.filter.store.begin(write=False) as reader:
-            stats, owners = self.filter._model_of(reader)
+            stats, owners = self.filter.model_of(reader)
             model.log_prior(stats)  # NotTrainedError without both classes
             # The vocabulary streams by in token order, a chunk at a time;
             # only the best n so far are kept, so memory stays small.
@@ -191,7 +191,7 @@ class Insight:
         ]
 
     def explain(self, item: MailItem) -> Explanation:
-        """The message's verdict and its log-odds term by term (``model.log_odds_terms``):
+        """The message's verdict and its log-odds term by term (``Scorer.terms``):
         the prior, each known token's contribution and, for bernoulli, the
         absent-token term (with ``[model] features`` each feature's term,
         with ``[model] dependence`` the one-dependence estimate's difference
@@ -203,26 +203,23 @@ class Insight:
         if isinstance(analysed, Refusal):
             raise MailParseError(analysed.reason)
         counts = analysed.counts
-        fitted = self.filter._fit([counts])
+        fitted = self.filter.fit([counts])
         m = self.filter.config.model
-        naive, dependent, terms_of_features = self.filter.log_odds_parts(fitted, [analysed])
+        parts = self.filter.log_odds_parts(fitted, [analysed])
         # With [model] dependence the one-dependence log-odds replace naive
         # Bayes's: the difference is one more contribution, "dependence:<model>".
-        dependence = None if dependent is None else dependent - naive
-        features = terms_of_features[0] if fitted.gaussian is not None else None
-        odds = (naive if dependent is None else dependent) + terms_of_features.sum(axis=1)
-        log_theta = model.token_log_likelihood(m.event_model, fitted.counts, fitted.stats, m.alpha)
-        terms = model.log_odds_terms(
-            fitted.X, fitted.params, log_theta, m.tempering, m.min_evidence, m.max_tokens, m.token_cap, fitted.header, m.header_max_tokens
-        )
-        shown = self._shown_counts(fitted.counts)
+        dependence = None if parts.dependent is None else parts.dependent - parts.naive
+        features = parts.features[0] if fitted.evidence.gaussian is not None else None
+        odds = parts.log_odds
+        terms = self.filter.scorer.terms(fitted.evidence, fitted.params)
+        shown = self._shown_counts(fitted.evidence.counts)
         contributions = [
             Contribution(token, float(terms.token[j]), int(shown[model.SPAM, j]), int(shown[model.HAM, j]))
-            for j, token in enumerate(self.filter.cache.tokens[i] for i in fitted.ids.tolist())
+            for j, token in enumerate(fitted.tokens)
         ]
         absent = 0
         if has_absent_term(m.event_model):
-            absent = fitted.stats.vocabulary_size - int(terms.used.sum())
+            absent = fitted.evidence.totals.vocabulary_size - int(terms.used.sum())
             contributions.append(Contribution(None, terms.absent, None, None))
         if features is not None:
             # With [model] features each message feature's Gaussian term is
@@ -252,7 +249,7 @@ class Insight:
         model estimates from its stored sums n, sum x, sum x^2 (kept by
         training whatever ``[model] features`` says)."""
         with self.filter.store.begin(write=False) as reader:
-            totals, owners = self.filter._model_of(reader)
+            totals, owners = self.filter.model_of(reader)
             sums = self.filter.feature_sums(reader, owners)
         params = self.filter.feature_densities(sums)
         sd = np.sqrt(params.var)

@@ -18,15 +18,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import chain, islice
 from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
-import scipy.sparse as sp
 
-from spamfilter import aode, dependence, model
+from spamfilter import dependence, model
 from spamfilter.analysis import Analysed as _Analysed
 from spamfilter.analysis import Analyser, analyse, analyse_labelled
 from spamfilter.analysis import Refusal as Refusal
@@ -41,6 +40,7 @@ from spamfilter.learning import TrainMode as TrainMode
 from spamfilter.learning import wants_training
 from spamfilter.mail import MailItem
 from spamfilter.retry import retrying
+from spamfilter.scorer import Evidence, LogOddsParts, Scorer
 from spamfilter.store import CountsWritten, Store, StoreTransaction
 from spamfilter.tokenizer import Tokenizer, is_header_line
 from spamfilter.tokenizer.features import FEATURE_NAMES as FEATURE_NAMES
@@ -135,21 +135,16 @@ class OnlineStep:
 
 
 @dataclass(frozen=True, slots=True)
-class _Fitted:
+class Fitted:
     """A batch ready to score: its m known tokens (rows of the filter's
-    ``CountCache``), their counts (2, m) and parameters, and X (n_messages, m)."""
+    ``CountCache``, and the tokens themselves), the evidence the scorer
+    reads (counts (2, m), totals, X (n_messages, m), header mask, pair
+    counts, feature densities) and the parameters of its columns."""
 
     ids: npt.NDArray[np.int64]
-    counts: TokenCounts
-    stats: Totals
+    tokens: list[str]
+    evidence: Evidence
     params: model.NBParams
-    X: sp.csr_matrix
-    #: The feature densities with ``[model] features``, else None.
-    gaussian: model.GaussianParams | None = None
-    #: The one-dependence counts of X's columns with ``[model] dependence``, else None.
-    pairs: aode.PairCounts | None = None
-    #: Which of X's columns are header-line tokens, with ``[model] header_apart``; else None.
-    header: npt.NDArray[np.bool_] | None = None
 
 
 def batched(items: Iterable[T], size: int) -> Iterator[list[T]]:
@@ -170,6 +165,8 @@ class Filter:
         self.cache = CountCache()
         #: The one-dependence counts read so far, for the same model key as the cache.
         self.pair_cache = dependence.PairCache()
+        #: The one place the log-odds are put together (``spamfilter.scorer``).
+        self.scorer = Scorer(config.model)
         self.tokenizer = Tokenizer(config.tokenizer)
         self.analyser = Analyser(config.tokenizer, config.tokenizer.max_bytes, self.tokenizer)
         #: Processes that read (parse and tokenize) the messages of a long
@@ -389,7 +386,7 @@ class Filter:
             # write in memory, as the store changed them.
             totals, owners = self.cache.view.totals.changed(written.classes, written.histogram), candidates
         else:
-            totals, owners = self._model_of(tx)
+            totals, owners = self.model_of(tx)
         if not own_before or owners != (tx.owner,) or written.version != before[1][own] + 1:
             self._after_commit = self.cache.clear
             return
@@ -408,7 +405,7 @@ class Filter:
             for r in results:
                 yield next(verdicts) if isinstance(r, _Analysed) else r
 
-    def _fit(self, docs: Sequence[dict[str, int]], tx: StoreTransaction | None = None) -> _Fitted:
+    def fit(self, docs: Sequence[dict[str, int]], tx: StoreTransaction | None = None) -> Fitted:
         """The model's parameters for the known tokens of ``docs``, and their X.
 
         The counts come from the filter's ``CountCache``: only tokens it has
@@ -429,16 +426,15 @@ class Filter:
             gaussian = self._gaussian(reader, view.owners) if m.features else None
             held = self.cache.rows()
             X, ids = indexed_matrix(docs, self.cache.index, held.known(), binary=binary)
+            columns = [self.cache.tokens[i] for i in ids.tolist()]
             pairs = header = None
-            if m.dependence != "none" or m.header_apart:
-                columns = [self.cache.tokens[i] for i in ids.tolist()]
-                if m.header_apart:
-                    header = np.fromiter(map(is_header_line, columns), dtype=bool, count=len(columns))
-                if m.dependence != "none":
-                    pairs = dependence.pair_counts(reader, view.owners[0], columns, self.pair_cache, self.cache.key)
+            if m.header_apart:
+                header = np.fromiter(map(is_header_line, columns), dtype=bool, count=len(columns))
+            if m.dependence != "none":
+                pairs = dependence.pair_counts(reader, view.owners[0], columns, self.pair_cache, self.cache.key)
         token_counts = held.take(ids)
-        params = model.estimate(m.event_model, token_counts, view.totals, m.alpha)
-        return _Fitted(ids, token_counts, view.totals, params, X, gaussian, pairs, header)
+        evidence = Evidence(token_counts, view.totals, X, header, pairs, gaussian)
+        return Fitted(ids, columns, evidence, self.scorer.params(token_counts, view.totals))
 
     @staticmethod
     def feature_sums(reader: StoreTransaction, owners: tuple[str, ...]) -> FeatureStats:
@@ -463,13 +459,10 @@ class Filter:
         """The feature densities of the model made of ``owners``' sums."""
         return Filter.feature_densities(Filter.feature_sums(reader, owners))
 
-    def feature_terms(self, fitted: _Fitted, analysed: Sequence[_Analysed]) -> model.FloatArray:
-        """What each message feature adds to each message's log-odds, (n, F);
-        zeros without ``[model] features``."""
-        if fitted.gaussian is None:
-            return np.zeros((len(analysed), len(FEATURE_NAMES)))
-        x = np.array([a.features for a in analysed], dtype=np.float64).reshape(len(analysed), -1) / SCALE
-        return model.feature_log_odds(x, fitted.gaussian, self.config.model.feature_weight)
+    @staticmethod
+    def feature_values(analysed: Sequence[_Analysed]) -> model.FloatArray:
+        """The messages' feature vectors in the features' own units, (n, F)."""
+        return np.array([a.features for a in analysed], dtype=np.float64).reshape(len(analysed), -1) / SCALE
 
     def _model_owners(self, owner: str) -> tuple[str, ...]:
         """Whose counts may make up the model of ``owner``'s mail."""
@@ -483,12 +476,12 @@ class Filter:
         candidates = self._model_owners(reader.owner)
         key = (candidates, reader.versions(candidates))
         if not self.cache.valid_for(key):
-            totals, owners = self._model_of(reader)
+            totals, owners = self.model_of(reader)
             self.cache.reset(key, ModelView(totals, owners))
         assert self.cache.view is not None
         return self.cache.view
 
-    def _model_of(self, reader: StoreTransaction) -> tuple[Totals, tuple[str, ...]]:
+    def model_of(self, reader: StoreTransaction) -> tuple[Totals, tuple[str, ...]]:
         """The totals of the model that classifies this user's mail, and whose
         counts it adds up: the user's own, the shared model's (fallback), or
         both (merge)."""
@@ -509,9 +502,8 @@ class Filter:
         return merged, (reader.owner, "")
 
     def _score(self, analysed: Sequence[_Analysed], tx: StoreTransaction | None = None) -> list[Verdict]:
-        fitted = self._fit([a.counts for a in analysed], tx)
-        naive, dependent, features = self.log_odds_parts(fitted, analysed)
-        odds = (naive if dependent is None else dependent) + features.sum(axis=1)
+        fitted = self.fit([a.counts for a in analysed], tx)
+        odds = self.log_odds_parts(fitted, analysed).log_odds
         probability = model.spam_probability(odds)
         decision = model.decide(odds, self.thresholds)
         return [
@@ -519,33 +511,14 @@ class Filter:
             for a, p, lo, v in zip(analysed, probability, odds, decision)
         ]
 
-    def log_odds_parts(
-        self, fitted: _Fitted, analysed: Sequence[_Analysed]
-    ) -> tuple[model.FloatArray, model.FloatArray | None, model.FloatArray]:
-        """What a batch's log-odds are made of: naive Bayes's (n,); with
-        ``[model] dependence`` the one-dependence estimate's (n,), which
-        replace them, else None; each message feature's term (n, F), zeros
-        without ``[model] features``, added."""
-        m = self.config.model
-        naive = model.log_odds(
-            model.joint_log_likelihood(
-                fitted.X, fitted.params, m.tempering, m.min_evidence, m.max_tokens, m.token_cap, fitted.header, m.header_max_tokens
-            )
-        )
-        dependent = self.dependence_odds(fitted, naive) if fitted.pairs is not None else None
-        return naive, dependent, self.feature_terms(fitted, analysed)
-
-    def dependence_odds(self, fitted: _Fitted, naive: model.FloatArray) -> model.FloatArray:
-        """The one-dependence log-odds of the batch where a parent value has
-        support, naive Bayes's elsewhere."""
-        assert fitted.pairs is not None
-        m = self.config.model
-        X = model.evidence_features(fitted.X, fitted.params, m.min_evidence, m.max_tokens)
-        jll, covered = aode.joint_log_likelihood(
-            X, fitted.counts.doc_count, fitted.stats.classes, fitted.stats.vocabulary_size, fitted.pairs,
-            m.alpha, m.tempering, m.aode_min_support,
-        )
-        return np.where(covered, jll[:, 1] - jll[:, 0], naive)
+    def log_odds_parts(self, fitted: Fitted, analysed: Sequence[_Analysed]) -> LogOddsParts:
+        """What a batch's log-odds are made of (``Scorer.parts``): naive
+        Bayes's; with ``[model] dependence`` the one-dependence estimate's,
+        which replace them; with ``[model] features`` each feature's term."""
+        evidence = fitted.evidence
+        if evidence.gaussian is not None:
+            evidence = replace(evidence, features=self.feature_values(analysed))
+        return self.scorer.parts(evidence, fitted.params)
 
     # -- learning online ----------------------------------------------------
 

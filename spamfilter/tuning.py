@@ -7,7 +7,7 @@ under the loss matrix; the cutoffs come from ``best_cutoffs``. Besides the
 naive Bayes settings it may try the one-dependence estimators (``[model]
 dependence``, ``spamfilter.aode``) and the weight of the continuous message
 features (``[model] features``, ``feature_weight``), computed from the
-same head and tail with the filter's own functions.
+same head and tail with the filter's own scorer (``spamfilter.scorer``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from itertools import product
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -26,11 +26,12 @@ from scipy.special import log_expit
 from spamfilter import aode, dependence
 from spamfilter import model as nb
 from spamfilter.analysis import Analysed, Analyser, analyse_labelled
-from spamfilter.config import Config, ModelConfig
+from spamfilter.config import Config, Dependence, EventModel, ModelConfig, counts_occurrences
 from spamfilter.counts import HAM, SPAM, ClassCounts, FeatureStats, IntArray
 from spamfilter.errors import EvaluationError
 from spamfilter.evaluation import BoolArray, FloatArray, roc_area
 from spamfilter.mail import MailItem
+from spamfilter.scorer import Evidence, Scorer
 from spamfilter.tokenizer import is_header_line
 from spamfilter.tokenizer.features import SCALE
 from spamfilter.vectorizer import Vocabulary, count_matrix
@@ -369,24 +370,25 @@ def _setting_odds(
     tried: Sequence[str],
     weights: Sequence[float],
 ) -> Iterable[tuple[_Setting, FloatArray]]:
-    """Each setting of the grid and the log-odds it gives the held-out
-    messages of ``s``, from the counts of its training head."""
+    """Each setting of the grid and the log-odds the filter's scorer gives
+    the held-out messages of ``s`` under it, from the counts of its head."""
     m = config.model
     pairs: dict[str, aode.PairCounts] = {}
     if any(dependence_applies(config, e) for e in event_models):
         for dep in set(tried) - {"none"}:
             pairs[dep] = _head_pairs(s, replace(m, dependence=dep))  # type: ignore[arg-type]
-    features = {w: _feature_odds(s, w) for w in weights}
     for event_model, alpha in product(event_models, alphas):
-        params = nb.estimate(event_model, s.counts, s.stats, alpha)
-        X = s.valid_binary if params.binary else s.valid_terms
+        X = s.valid_terms if counts_occurrences(event_model) else s.valid_binary
+        params = Scorer(replace(m, event_model=cast(EventModel, event_model), alpha=alpha)).params(s.counts, s.stats)
         for tempering, min_evidence, keep in product(temperings, min_evidences, keeps):
-            naive = nb.log_odds(nb.joint_log_likelihood(X, params, tempering, min_evidence, keep, m.token_cap, s.header, m.header_max_tokens))
             for dep in (d for d in tried if d == "none" or dependence_applies(config, event_model)):
-                setting = _Setting(event_model, alpha, tempering, min_evidence, keep, dep, 0.0)
-                odds = naive if dep == "none" else _dependence_odds(s, X, params, pairs[dep], setting, m.aode_min_support, naive)
                 for w in weights:
-                    yield setting._replace(feature_weight=w), odds + features[w] if w else odds
+                    scoring = replace(
+                        m, event_model=cast(EventModel, event_model), alpha=alpha, tempering=tempering, min_evidence=min_evidence,
+                        max_tokens=keep, dependence=cast(Dependence, dep), features=w > 0, feature_weight=w or m.feature_weight,
+                    )
+                    evidence = Evidence(s.counts, s.stats, X, s.header, pairs.get(dep), s.gaussian if w else None, s.valid_features if w else None)
+                    yield _Setting(event_model, alpha, tempering, min_evidence, keep, dep, w), Scorer(scoring).log_odds(evidence, params)
 
 
 @dataclass(frozen=True, slots=True)
@@ -472,16 +474,6 @@ def _feature_stats(features: IntArray, is_spam: BoolArray) -> FeatureStats:
     return FeatureStats(count, total, total_sq)
 
 
-def _feature_odds(s: _Split, weight: float) -> FloatArray:
-    """What the message features add to each held-out message's log-odds at
-    ``weight`` (n_valid,), as the filter adds them with ``[model] features``;
-    zeros at weight 0 (features off)."""
-    if not weight:
-        return np.zeros(s.valid_y.size)
-    result: FloatArray = nb.feature_log_odds(s.valid_features, s.gaussian, weight).sum(axis=1)
-    return result
-
-
 def _head_pairs(s: _Split, m: ModelConfig) -> aode.PairCounts:
     """The one-dependence counts after training the head and
     ``dependence.reselect`` for ``m``: parents and children chosen as it
@@ -511,20 +503,6 @@ def _head_pairs(s: _Split, m: ModelConfig) -> aode.PairCounts:
         terms[c] = np.rint(held.T @ lengths[rows])
         pairs.append(sp.csr_matrix(held.T @ X @ sp.diags(child.astype(np.float64))))
     return aode.PairCounts(docs, terms, (pairs[HAM], pairs[SPAM]), parent_column, child)
-
-
-def _dependence_odds(
-    s: _Split, X: sp.csr_matrix, params: nb.NBParams, pairs: aode.PairCounts, setting: _Setting, min_support: int, naive: FloatArray
-) -> FloatArray:
-    """The held-out log-odds of the one-dependence estimate where a parent
-    value has support, ``naive`` elsewhere (as ``Filter.dependence_odds``),
-    over the tokens the setting's min_evidence and max_tokens keep."""
-    kept = nb.evidence_features(X, params, setting.min_evidence, setting.max_tokens)
-    jll, covered = aode.joint_log_likelihood(
-        kept, s.counts.doc_count, s.stats.classes, s.stats.vocabulary_size, pairs, setting.alpha, setting.tempering, min_support
-    )
-    result: FloatArray = np.where(covered, jll[:, 1] - jll[:, 0], naive)
-    return result
 
 
 def _training_counts(docs: Sequence[dict[str, int]], is_spam: BoolArray, vocabulary: Vocabulary) -> tuple[nb.TokenCounts, nb.Totals]:

@@ -32,8 +32,8 @@ def test_classify_and_explain_score_the_header_lines_apart(tmp_path: Path, sampl
         m = f.config.model
         for item, verdict in zip(inbox[:5], verdicts):
             counts = f.analyser.one(item).counts  # type: ignore[union-attr]
-            fitted = f._fit([counts])
-            tokens = [f.cache.tokens[i] for i in fitted.ids.tolist()]
+            fitted = f.fit([counts])
+            tokens = fitted.tokens
             d = fitted.params.weight[model.SPAM] - fitted.params.weight[model.HAM]
             head = np.array([is_header_line(t) for t in tokens])
             strongest = np.flatnonzero(head)[np.argsort(-np.abs(d[head]), kind="stable")][:3]

@@ -18,7 +18,8 @@ layer before it can go in. From the bottom up:
    import only errors, config and counts,
    never each other; ``model``, ``gaussian``, ``aode`` and ``calibration`` do no I/O; only ``store``
    imports SQLAlchemy.
-2. ``dependence`` (keeping and reading the one-dependence counts) over
+2. ``scorer`` (the one place the log-odds are put together) over model,
+   aode and gaussian; ``memcounts`` (the store's sums in memory) over scorer; ``dependence`` (keeping and reading the one-dependence counts) over
    store, aode and vectorizer; ``delta`` (a batch's count change) over store and
    dependence; ``analysis`` (reading mail, here or in worker processes) over mail,
    tokenizer and vectorizer; ``service`` over it, the cache and the leaves
@@ -44,7 +45,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "spamfilter"
 
 BASE = frozenset({"errors", "config", "counts", "headers"})
 LEAVES = frozenset({"mail", "tokenizer", "vectorizer", "model", "aode", "gaussian", "store", "imap", "plots", "cache", "spamd", "learning", "calibration"})
-_SERVICE = BASE | {"mail", "tokenizer", "vectorizer", "model", "aode", "store", "cache", "analysis", "retry", "dependence", "learning"}
+_SERVICE = BASE | {"mail", "tokenizer", "vectorizer", "model", "aode", "store", "cache", "analysis", "retry", "dependence", "learning", "scorer"}
 
 #: module -> the package modules it may import ("__init__" is the package itself).
 ALLOWED: dict[str, frozenset[str]] = {
@@ -58,6 +59,10 @@ ALLOWED: dict[str, frozenset[str]] = {
     **{leaf: BASE for leaf in LEAVES},
     # model re-exports the Gaussian maths of the message features
     "model": BASE | {"gaussian"},
+    # The one place the log-odds are put together, over the maths.
+    "scorer": BASE | {"model", "aode", "gaussian"},
+    # The store's sums in memory, handing the scorer its batches.
+    "memcounts": BASE | {"scorer"},
     "analysis": BASE | {"mail", "tokenizer", "vectorizer"},
     # The one-dependence counts between the store and the aode maths.
     "dependence": BASE | {"store", "aode", "vectorizer"},
@@ -71,7 +76,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     # Beside service, like maintenance: the IMAP sync's state, its transactions.
     "imapstate": BASE | {"store", "service"},
     # Beside service too: what the model has learnt, read through a Filter.
-    "insight": BASE | {"mail", "vectorizer", "model", "service"},
+    "insight": BASE | {"mail", "vectorizer", "model", "service", "scorer"},
     # The IMAP sync reaches the store only through imapstate.
     "imapsync": (_SERVICE - {"store"}) | {"service", "imap", "imapstate"},
     "filterpool": _SERVICE | {"service"},
@@ -84,7 +89,7 @@ ALLOWED: dict[str, frozenset[str]] = {
 #: Modules that may not import SQLAlchemy, or anything doing I/O.
 SQL_MODULES = frozenset({"store"})
 _IO = frozenset({"os", "io", "pathlib", "sqlite3", "sqlalchemy", "shutil", "socket"})
-NO_IO = {"model": _IO, "aode": _IO, "gaussian": _IO, "calibration": _IO}
+NO_IO = {"model": _IO, "aode": _IO, "gaussian": _IO, "calibration": _IO, "scorer": _IO, "memcounts": _IO}
 
 
 def imports(path: Path) -> set[str]:
