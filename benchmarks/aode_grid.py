@@ -34,7 +34,7 @@ from benchmarks.long_stream import STREAMS, stream
 from dataclasses import replace
 from spamfilter.evaluation import run_online
 from spamfilter.learning import TrainMode
-from benchmarks.option_grid import Doc, tokenized
+from benchmarks.streams import Doc, tokenized
 from spamfilter import aode
 from spamfilter import model as nb
 from spamfilter.analysis import Analysed, Analyser

@@ -32,7 +32,8 @@ import numpy as np
 from scipy.optimize import minimize
 from scipy.special import expit
 
-from benchmarks.loco import CORPORA, Corpus, split_scores
+from benchmarks.loco import CORPORA
+from benchmarks.streams import Corpus, split_scores
 from spamfilter.calibration import calibration
 from spamfilter.config import Config
 from spamfilter.evaluation import roc_area

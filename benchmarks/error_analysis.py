@@ -29,7 +29,8 @@ import argparse
 import numpy as np
 import scipy.sparse as sp
 
-from benchmarks.loco import CORPORA, Corpus
+from benchmarks.loco import CORPORA
+from benchmarks.streams import Corpus
 from benchmarks.option_grid import bogofilter_split
 from spamfilter.config import Config
 from spamfilter.memcounts import MemoryCounts

@@ -39,19 +39,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from benchmarks.compare import ranking
-from benchmarks.option_grid import tokenized
+from benchmarks.streams import Corpus, online_scores, split_scores
 from spamfilter import model as nb
 from spamfilter.calibration import log_loss
-from spamfilter.config import Config, ModelConfig, counts_occurrences
-from spamfilter.counts import Decision, Label
-from spamfilter.learning import ONLINE_TRAIN_MODE, TUNE_MARGIN, wants_training
-from spamfilter.memcounts import MemoryCounts
-from spamfilter.scorer import Scorer
-from spamfilter.tokenizer import is_header_line
-from spamfilter.vectorizer import batch_vocabulary, count_matrix
+from spamfilter.config import Config, ModelConfig
 
 CORPORA = ["spamassassin", "csdmc2010", *(f"enron{i}" for i in range(1, 7))]
 #: Corpora that share messages: one is never used to choose when the other is left out.
@@ -60,50 +53,6 @@ OVERLAP = {"spamassassin": {"csdmc2010"}, "csdmc2010": {"spamassassin"}}
 FLOOR = 0.01
 #: The default grid: each [model] key's candidate values (the default among them).
 GRID = {"tempering": [0.4, 0.55, 0.7, 0.85], "header_max_tokens": [5, 10, 20], "alpha": [0.03, 0.1, 0.3]}
-
-
-class Corpus:
-    """One stream's tokens as two sparse matrices over its own vocabulary."""
-
-    def __init__(self, config: Config, name: str) -> None:
-        docs, self.y = tokenized(config, name, None)
-        vocabulary = batch_vocabulary(docs)
-        self.terms = count_matrix(docs, vocabulary)
-        self.binary = count_matrix(docs, vocabulary, binary=True)
-        self.tokens = vocabulary.tokens
-        self.header = np.fromiter(map(is_header_line, self.tokens), dtype=bool, count=len(self.tokens))
-
-    def X(self, m: ModelConfig) -> sp.csr_matrix:
-        return self.terms if counts_occurrences(m.event_model) else self.binary
-
-
-def split_scores(c: Corpus, m: ModelConfig, head: int | None = None, stop: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Train on messages [0, head) (default: the first half), score
-    [head, stop) (default: to the end): (log-odds, labels)."""
-    head = c.y.size // 2 if head is None else head
-    counts = MemoryCounts.of(c.binary[:head], c.terms[:head], c.y[:head])
-    evidence = counts.evidence(c.X(m)[head:stop], c.header, histogram=m.event_model == "bernoulli")
-    return Scorer(m).log_odds(evidence), c.y[head:stop]
-
-
-def online_scores(c: Corpus, m: ModelConfig, thresholds: nb.Thresholds) -> tuple[np.ndarray, np.ndarray]:
-    """Score each message with the counts of those learned before it, then
-    learn it if the library's online rule says so: (log-odds, labels)."""
-    n, V = c.binary.shape
-    counts = MemoryCounts(V)
-    scorer = Scorer(m)
-    out = np.zeros(n)
-    Xm = c.X(m)
-    for i in range(n):
-        lo, hi = c.binary.indptr[i], c.binary.indptr[i + 1]
-        label = Label.of(bool(c.y[i]))
-        verdict = Decision.UNSURE
-        if counts.messages.all():
-            out[i] = float(scorer.log_odds(counts.evidence(Xm[i], c.header, histogram=m.event_model == "bernoulli"))[0])
-            verdict = Decision.of_code(int(nb.decide(out[i : i + 1], thresholds)[0]))
-        if wants_training(ONLINE_TRAIN_MODE, label, verdict, out[i], thresholds.ham_max, thresholds.spam_min, TUNE_MARGIN):
-            counts.add(c.binary.indices[lo:hi], c.terms.data[lo:hi], int(label))
-    return out, c.y
 
 
 def figures(y: np.ndarray, odds: np.ndarray, threshold: float) -> dict[str, float]:
@@ -153,7 +102,7 @@ def main() -> None:
         for name, m in settings:
             table[name] = {}
             for corpus, c in loaded.items():
-                odds, y = split_scores(c, m) if protocol == "split" else online_scores(c, m, thresholds)
+                odds, y = split_scores(c, m) if protocol == "split" else (online_scores(c, m, thresholds)[0], c.y)
                 table[name][corpus] = figures(y, odds, two_way)
             shown = " ".join(f"{table[name][c]['roca']:.4f}" for c in corpora)
             print(f"{protocol:6} {name:45} {shown}  ({time.perf_counter() - started:.0f} s, load {os.getloadavg()[0]:.1f})", flush=True)

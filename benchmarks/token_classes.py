@@ -11,18 +11,11 @@ in-memory model arithmetic, online or with --split half|10k. A setting is
 (``, key=value``); without ``drop=`` it keeps every token. The defaults (no
 class dropped) always run first.
 
-``header_apart=K`` (K >= 0) scores a message as two: the tokens of its
-header lines (HEADER_LINES: every class from a header but the Subject's
-words and the Subject's header:subject) and the rest (text, Subject, MIME
-parts, URLs, HTML), each with the library's tempered log-likelihood over
-its own token count, the header part keeping only its K strongest tokens
-(``max_tokens = K``; 0 keeps all); the message's log-odds is the sum of the
-two parts' log-likelihood ratios plus the prior once:
-
-    L = log P(spam)/P(ham) + n_h^-t sum_{j in header} d_j + n_x^-t sum_{j in rest} d_j
-
-instead of n^-t times the whole sum. Mail without header lines (Enron's
-Subject-and-body) scores exactly as with one tempering.
+``header_apart=K`` (K >= 0) is the library's ``[model] header_apart`` with
+``header_max_tokens = K`` (the header lines' tokens, ``tokenizer.is_header_line``,
+scored apart with their K strongest; 0 keeps all). The counts and the
+scores are the library's (benchmarks/option_grid.py's ``run`` over
+benchmarks/streams.py).
 
 A token's class is the first entry of CLASSES whose pattern matches it from
 its start; the tokenizer's namespaces are listed in spamfilter/tokenizer.
@@ -43,7 +36,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from benchmarks.option_grid import Counts, Doc, parse_setting, report, run, setup, stream_arguments, tokenized
+from benchmarks.option_grid import parse_setting, report, run, setup, stream_arguments
+from benchmarks.streams import Doc, tokenized
 from spamfilter.config import ModelConfig
 from spamfilter.tokenizer import LIST_HEADERS
 
@@ -83,47 +77,11 @@ CLASSES: dict[str, str] = {
     "word": r"[^:]*$",
 }
 
-#: The classes that come from header lines other than the Subject's words.
-HEADER_LINES = frozenset(
-    {"header-name", "list-words", "header-date", "header-words", "from", "reply-to", "to", "received-ip", "received-host", "message-id", "mailer"}
-)
-
-
 class Setting(NamedTuple):
-    """One row: the classes left out, the [model] settings, and K of
-    header_apart (None: one tempering over all tokens)."""
+    """One row: the classes left out and the [model] settings."""
 
     dropped: frozenset[str]
     model: ModelConfig
-    header_apart: int | None
-
-
-class ApartCounts(Counts):
-    """Counts that score header-line tokens apart from the rest (module docstring)."""
-
-    def __init__(self, settings: list[Setting]) -> None:
-        super().__init__()
-        self.settings = settings
-        self.patterns = compiled()
-        self.header: dict[str, bool] = {}
-
-    def score(self, doc: Doc, settings: list[ModelConfig]) -> list[float]:
-        head: Doc = {}
-        rest: Doc = {}
-        for token, n in doc.items():
-            apart = self.header.get(token)
-            if apart is None:
-                apart = self.header[token] = token_class(token, self.patterns) in HEADER_LINES
-            (head if apart else rest)[token] = n
-        out = []
-        for s in self.settings:
-            if s.header_apart is None:
-                out.extend(super().score(doc, [s.model]))
-                continue
-            text = super().score(rest, [s.model])[0]
-            header = super().score(head, [replace(s.model, max_tokens=s.header_apart)])[0]
-            out.append(text + header - super().score({}, [s.model])[0])
-        return out
 
 
 def token_class(token: str, patterns: list[tuple[str, re.Pattern[str]]]) -> str:
@@ -174,7 +132,8 @@ def without(docs: list[Doc], dropped: frozenset[str]) -> list[Doc]:
 
 
 def parse(base: ModelConfig, text: str) -> Setting:
-    """``drop=a+b, header_apart=K, key=value, ...`` -> a Setting."""
+    """``drop=a+b, header_apart=K, key=value, ...`` -> a Setting; header_apart=K
+    is the library's ``header_apart`` with ``header_max_tokens = K``."""
     parts = [p.strip() for p in text.split(",") if p.strip()]
     drops = [p for p in parts if p.startswith("drop=")]
     dropped = frozenset(c for p in drops for c in p[len("drop=") :].split("+") if c)
@@ -183,8 +142,10 @@ def parse(base: ModelConfig, text: str) -> Setting:
         raise SystemExit(f"unknown token classes {sorted(unknown)}; known: {', '.join(CLASSES)}")
     apart = [int(p.partition("=")[2]) for p in parts if p.startswith("header_apart=")]
     rest = [p for p in parts if p not in drops and not p.startswith("header_apart=")]
-    # header_apart=K is this module's own (ApartCounts); the library's is off here
-    return Setting(dropped, parse_setting(replace(base, header_apart=False), ",".join(rest)), apart[-1] if apart else None)
+    model = parse_setting(base, ",".join(rest))
+    if apart:
+        model = replace(model, header_apart=True, header_max_tokens=apart[-1])
+    return Setting(dropped, model)
 
 
 def main() -> None:
@@ -216,7 +177,7 @@ def main() -> None:
         truth = y
         for dropped in dict.fromkeys(p.dropped for p in parsed):
             chosen = [i for i, p in enumerate(parsed) if p.dropped == dropped]
-            odds, truth = run(without(docs, dropped), y, [], args.split, counts=ApartCounts([parsed[i] for i in chosen]))
+            odds, truth = run(without(docs, dropped), y, [parsed[i].model for i in chosen], args.split)
             for i, row in zip(chosen, odds):
                 scores[i] = row
         report(f"{name}{' ' + args.slice if args.slice else ''}, {truth.size} scored, {args.split or 'online'}", labels, np.array(scores), truth, threshold)

@@ -1,0 +1,117 @@
+"""The shared corpora as cached token matrices, scored with the library's counts and scorer.
+
+Each stream (benchmarks/long_stream.py's STREAMS) is parsed and tokenized
+once with the configured tokenizer and cached in results/tokens-<tag>.pickle;
+``Corpus`` turns it into two sparse matrices over its own vocabulary, and
+``split_scores`` / ``online_scores`` score it with the library's in-memory
+counts (`memcounts.MemoryCounts`) and its one scorer (`scorer.Scorer`), so
+every benchmark here runs the filter's own arithmetic: the online scores
+equal `evaluation.run_online`'s (benchmarks/forgetting.py --check).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import pickle
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from benchmarks.long_stream import STREAMS, stream
+from spamfilter import model as nb
+from spamfilter.config import Config, ModelConfig, counts_occurrences
+from spamfilter.counts import Decision, Label
+from spamfilter.errors import MailParseError
+from spamfilter.learning import ONLINE_TRAIN_MODE, TUNE_MARGIN, TrainMode, wants_training
+from spamfilter.mail import parse_message
+from spamfilter.memcounts import MemoryCounts
+from spamfilter.scorer import Scorer
+from spamfilter.tokenizer import Tokenizer, is_header_line
+from spamfilter.vectorizer import batch_vocabulary, count_matrix, term_counts
+
+Doc = dict[str, int]
+
+
+def tokenized(config: Config, name: str, limit: int | None) -> tuple[list[Doc], np.ndarray]:
+    """The stream's messages as token counts (unreadable ones left out) and labels, cached
+    (a concatenated stream from its parts' caches)."""
+    if len(STREAMS[name]) > 1 and limit is None:
+        parts = [tokenized(config, part, None) for part in STREAMS[name]]
+        return [d for docs, _ in parts for d in docs], np.concatenate([y for _, y in parts])
+    tag = f"{name}-{limit or 'all'}-{hashlib.sha1(repr(config.tokenizer).encode()).hexdigest()[:8]}"
+    cache = Path("results") / f"tokens-{tag}.pickle"
+    if cache.exists():
+        docs, labels = pickle.loads(cache.read_bytes())
+        return docs, np.array(labels, dtype=bool)
+    tokenizer = Tokenizer(config.tokenizer)
+    docs, labels = [], []
+    for is_spam, item in stream(name, limit):
+        try:
+            docs.append(term_counts(tokenizer.tokenize(parse_message(item, max_bytes=config.tokenizer.max_bytes))))
+        except MailParseError:
+            continue
+        labels.append(bool(is_spam))
+    cache.write_bytes(pickle.dumps((docs, labels)))
+    return docs, np.array(labels, dtype=bool)
+
+
+class Corpus:
+    """One stream's tokens as two sparse matrices over its own vocabulary."""
+
+    def __init__(self, config: Config, name: str) -> None:
+        docs, y = tokenized(config, name, None)
+        self.load(docs, y)
+
+    @classmethod
+    def of_docs(cls, docs: list[dict[str, int]], y: np.ndarray) -> Corpus:
+        """A corpus of these token counts and labels."""
+        c = cls.__new__(cls)
+        c.load(docs, y)
+        return c
+
+    def load(self, docs: list[dict[str, int]], y: np.ndarray) -> None:
+        self.y = y
+        vocabulary = batch_vocabulary(docs)
+        self.terms = count_matrix(docs, vocabulary)
+        self.binary = count_matrix(docs, vocabulary, binary=True)
+        self.tokens = vocabulary.tokens
+        self.header = np.fromiter(map(is_header_line, self.tokens), dtype=bool, count=len(self.tokens))
+
+    def X(self, m: ModelConfig) -> sp.csr_matrix:
+        return self.terms if counts_occurrences(m.event_model) else self.binary
+
+
+def split_scores(c: Corpus, m: ModelConfig, head: int | None = None, stop: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Train on messages [0, head) (default: the first half), score
+    [head, stop) (default: to the end): (log-odds, labels)."""
+    head = c.y.size // 2 if head is None else head
+    counts = MemoryCounts.of(c.binary[:head], c.terms[:head], c.y[:head])
+    evidence = counts.evidence(c.X(m)[head:stop], c.header, histogram=m.event_model == "bernoulli")
+    return Scorer(m).log_odds(evidence), c.y[head:stop]
+
+
+def online_scores(
+    c: Corpus, m: ModelConfig, thresholds: nb.Thresholds, mode: TrainMode = ONLINE_TRAIN_MODE, margin: float = TUNE_MARGIN
+) -> tuple[np.ndarray, np.ndarray]:
+    """Score each message with the counts of those learned before it, then
+    learn it if the library's online rule (``mode``, ``margin``) says so:
+    (log-odds, which messages were trained). Before both classes are known
+    a message scores 0 and is unsure, as in ``Filter.learn_online``."""
+    n, V = c.binary.shape
+    counts = MemoryCounts(V)
+    scorer = Scorer(m)
+    out = np.zeros(n)
+    trained = np.zeros(n, dtype=bool)
+    Xm = c.X(m)
+    for i in range(n):
+        lo, hi = c.binary.indptr[i], c.binary.indptr[i + 1]
+        label = Label.of(bool(c.y[i]))
+        verdict = Decision.UNSURE
+        if counts.messages.all():
+            out[i] = float(scorer.log_odds(counts.evidence(Xm[i], c.header, histogram=m.event_model == "bernoulli"))[0])
+            verdict = Decision.of_code(int(nb.decide(out[i : i + 1], thresholds)[0]))
+        if wants_training(mode, label, verdict, out[i], thresholds.ham_max, thresholds.spam_min, margin):
+            counts.add(c.binary.indices[lo:hi], c.terms.data[lo:hi], int(label))
+            trained[i] = True
+    return out, trained
