@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
-from itertools import chain, islice
+from itertools import islice
 from typing import TypeVar
 
 import numpy as np
@@ -32,7 +32,7 @@ from spamfilter.analysis import Refusal as Refusal
 from spamfilter.cache import CacheKey, CountCache, ModelView
 from spamfilter.delta import CountDelta
 from spamfilter.config import Config, counts_occurrences, database_url, default_location_url
-from spamfilter.counts import ClassCounts, Decision, FeatureStats, Label, TokenCounts, Totals
+from spamfilter.counts import Decision, FeatureStats, Label, Totals
 from spamfilter.errors import NotTrainedError
 from spamfilter.learning import ONLINE_TRAIN_MODE as ONLINE_TRAIN_MODE
 from spamfilter.learning import TUNE_MARGIN as TUNE_MARGIN
@@ -41,7 +41,7 @@ from spamfilter.learning import wants_training
 from spamfilter.mail import MailItem
 from spamfilter.retry import retrying
 from spamfilter.scorer import Evidence, LogOddsParts, Scorer
-from spamfilter.store import CountsWritten, Store, StoreTransaction
+from spamfilter.store import Store, StoreTransaction
 from spamfilter.tokenizer import Tokenizer, is_header_line
 from spamfilter.tokenizer.features import FEATURE_NAMES as FEATURE_NAMES
 from spamfilter.tokenizer.features import FEATURE_UNITS as FEATURE_UNITS
