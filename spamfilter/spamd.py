@@ -339,6 +339,13 @@ def request(
         return _read_reply(sock, limit=len(message) + 65536)
 
 
+def _answered_ok(reply: Reply) -> Reply:
+    """``reply``, if the server did what was asked; else ``ProtocolError``."""
+    if reply.code != EX_OK:
+        raise ProtocolError(f"server answered {reply.code} {EX_NAMES.get(reply.code, '')}".rstrip(), reply.code)
+    return reply
+
+
 @dataclass(frozen=True, slots=True)
 class RemoteVerdict:
     """A server's verdict on a message, and for PROCESS the message as
@@ -354,9 +361,7 @@ def classify_remote(address: Address, message: bytes, *, user: str | None, filte
     """PROCESS (``filtered``) or CHECK ``message`` on the server at ``address``.
     Raises OSError or ``ProtocolError`` unless the server answered with a
     whole, scanned result."""
-    reply = request(address, "PROCESS" if filtered else "CHECK", message, user=user, timeout=timeout)
-    if reply.code != EX_OK:
-        raise ProtocolError(f"server answered {reply.code} {EX_NAMES.get(reply.code, '')}".rstrip(), reply.code)
+    reply = _answered_ok(request(address, "PROCESS" if filtered else "CHECK", message, user=user, timeout=timeout))
     verdict = reply.headers.get("verdict")
     if verdict not in _DECISIONS or "spam" not in reply.headers:
         raise ProtocolError("the server did not scan the message")
@@ -367,3 +372,18 @@ def classify_remote(address: Address, message: bytes, *, user: str | None, filte
     if filtered and "content-length" not in reply.headers:
         raise ProtocolError("the server's reply has no message")
     return RemoteVerdict(Decision(verdict), score, log_odds, reply.body if filtered else None)
+
+
+def tell_remote(address: Address, message: bytes, *, is_spam: bool, user: str | None, timeout: float = 30.0) -> bool:
+    """TELL the server at ``address`` that ``message`` is spam (or ham), as
+    ``spamc -L spam|ham`` does (``Message-class``, ``Set: local``): it learns
+    the message with that label, moving it out of the other class if needed.
+
+    True when the server changed the model (``DidSet: local``), False when it
+    had the message with that label already. Raises OSError or
+    ``ProtocolError`` when the server did not answer that it learned it
+    (no server, TELL not allowed, an unreadable message, a busy database).
+    """
+    fields = [("Message-class", "spam" if is_spam else "ham"), ("Set", "local")]
+    reply = _answered_ok(request(address, "TELL", message, user=user, headers=fields, timeout=timeout))
+    return reply.headers.get("didset", "").strip().lower() == "local"

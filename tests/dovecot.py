@@ -229,6 +229,7 @@ class Dovecot:
         mail_uid: int,
         mail_gid: int,
         remove_workdir: bool,
+        extra_config: str = "",
     ) -> None:
         self.workdir = workdir
         self.port = port
@@ -243,6 +244,7 @@ class Dovecot:
         self.home_root = workdir / "home"
         self.pid_path = workdir / "run" / "master.pid"
         self._remove_workdir = remove_workdir
+        self._extra_config = extra_config
         self._pid: int | None = None
         self._counter = itertools.count(1)
         self._maildir_seq = itertools.count(1)
@@ -250,8 +252,11 @@ class Dovecot:
     # -- lifecycle ---------------------------------------------------------
 
     @classmethod
-    def start(cls, workdir: Path | None = None) -> Dovecot:
+    def start(cls, workdir: Path | None = None, extra_config: str = "") -> Dovecot:
         """Start a server; its files go in ``workdir``.
+
+        ``extra_config`` is appended to the configuration (e.g. plugins and
+        their settings); ``{workdir}`` in it stands for the server's folder.
 
         Without ``workdir`` a fresh ``/tmp/spamfilter-dovecot-*`` directory
         (mode 0755) is made and removed again by ``stop()``. A given
@@ -281,7 +286,7 @@ class Dovecot:
             directory.chmod(0o755)
 
             port, tls_port = _free_ports(2)
-            server = cls(directory, port, tls_port, mail_uid, mail_gid, remove)
+            server = cls(directory, port, tls_port, mail_uid, mail_gid, remove, extra_config)
             try:
                 server._check_traversable()
                 server._prepare()
@@ -353,6 +358,7 @@ class Dovecot:
                 internal_user=internal_user,
                 internal_group=internal_group,
             )
+            + self._extra_config.replace("{workdir}", str(self.workdir))
         )
 
     def _launch(self) -> None:

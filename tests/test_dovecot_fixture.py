@@ -159,6 +159,17 @@ def test_stop_ends_every_process_and_removes_workdir() -> None:
     imap.shutdown()
 
 
+def test_extra_config_is_appended_with_the_workdir_filled_in() -> None:
+    if not DOVECOT_BINARY.is_file():
+        pytest.skip("dovecot-imapd is not installed")
+    with Dovecot.start(extra_config="protocol imap {\n  mail_plugins = $mail_plugins\n}\n# in {workdir}\n") as other:
+        config = other.config_path.read_text()
+        assert config.endswith(f"protocol imap {{\n  mail_plugins = $mail_plugins\n}}\n# in {other.workdir}\n")
+        user = other.add_user()
+        other.append(user, "INBOX", [_message("extra")])
+        assert len(other.folder_messages(user, "INBOX")) == 1
+
+
 def test_session_fixture(dovecot_server: Dovecot) -> None:  # noqa: F811
     user = dovecot_server.add_user()
     dovecot_server.append(user, "INBOX", [_message("session")])

@@ -60,6 +60,19 @@ Margin = Annotated[
 ]
 
 
+#: The --connect option of the commands that can ask ``spamfilter serve``
+#: instead of opening the database themselves.
+Connect = Annotated[
+    str | None,
+    typer.Option(
+        "--connect",
+        metavar="ADDR",
+        envvar="SPAMFILTER_SERVER",
+        help="Ask `spamfilter serve` at HOST:PORT or a socket PATH; work in-process when it does not answer.",
+    ),
+]
+
+
 @contextmanager
 def open_filter(
     ctx: typer.Context, *, create: bool, jobs: int | None = 1, write_deadline: float | None = None

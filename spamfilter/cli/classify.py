@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from spamfilter.cli import app, delivery, exitcodes, fail, state
-from spamfilter.cli._common import Jobs, is_tty_stdin, open_filter, progress, report_refusals
+from spamfilter.cli._common import Connect, Jobs, is_tty_stdin, open_filter, progress, report_refusals
 from spamfilter.counts import Decision
 from spamfilter.errors import ProtocolError
 from spamfilter.mail import STDIN_SOURCE, MailItem, filter_fields, filtered_pieces, read_index, read_messages
@@ -84,15 +84,7 @@ def filter_(
     ctx: typer.Context,
     always_zero: Annotated[bool, typer.Option("--always-zero", help="Exit 0 for every verdict (errors still exit 64+).")] = False,
     verdict_only: Annotated[bool, typer.Option("--verdict-only", help="Print one verdict line instead of the message.")] = False,
-    connect: Annotated[
-        str | None,
-        typer.Option(
-            "--connect",
-            metavar="ADDR",
-            envvar="SPAMFILTER_SERVER",
-            help="Ask `spamfilter serve` at HOST:PORT or a socket PATH; filter in-process when it does not answer.",
-        ),
-    ] = None,
+    connect: Connect = None,
 ) -> None:
     """Read one message on stdin, write it to stdout with X-Spam-Status,
     X-Spam-Score (and X-Spam-Flag: YES for spam) headers; exit 0 spam, 1 ham,

@@ -1,0 +1,85 @@
+"""``spamfilter mark --connect``: feedback through ``spamfilter serve``
+(TELL), and in-process whenever the daemon does not learn the message."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+from test_daemon import Daemon
+from twin_models import TwinModels
+from typer.testing import CliRunner
+
+from spamfilter.cli import app
+from spamfilter.mail import read_messages
+
+SPAM, HAM = True, False
+
+
+@pytest.fixture
+def message(sample: Path) -> bytes:
+    return next(iter(read_messages([str(sample / "inbox.mbox")]))).raw
+
+
+@pytest.fixture
+def twins(sample_db: str, tmp_path: Path) -> TwinModels:
+    config = tmp_path / "config.toml"
+    config.touch()
+    return TwinModels.copy(sample_db, tmp_path / "model.db", tmp_path / "expected.db", config)
+
+
+def test_the_daemon_learns_relabels_and_knows_a_message_already_learned(twins: TwinModels, tmp_path: Path, message: bytes) -> None:
+    runner = CliRunner()
+    daemon = Daemon(tmp_path / "serve.log", twins.url, twins.config, "--listen", "127.0.0.1:0", "--allow-tell")
+    try:
+        # Another --db: the command itself must not open a database.
+        mark = ["--db", str(tmp_path / "elsewhere.db"), "mark", "--connect", str(daemon.address)]
+        result = runner.invoke(app, [*mark, "spam", "-"], input=message)
+        assert (result.exit_code, result.stdout, result.stderr) == (0, f"server {daemon.address}: learned 1 spam\n", "")
+        twins.expect(SPAM, message)
+        assert twins.as_expected()
+        result = runner.invoke(app, [*mark, "spam", "-"], input=message)
+        assert (result.exit_code, result.stdout) == (0, f"server {daemon.address}: learned 0 spam; 1 already trained\n")
+        result = runner.invoke(app, [*mark, "ham", "-"], input=message)
+        assert (result.exit_code, result.stdout) == (0, f"server {daemon.address}: learned 1 ham\n")
+        twins.expect(HAM, message)
+        assert twins.as_expected()
+        assert daemon.logged("TELL user=(default) verdict=", 3) == 3
+    finally:
+        assert daemon.stop() == 0
+    assert not (tmp_path / "elsewhere.db").exists()
+
+
+def test_a_daemon_that_refuses_tell_leaves_it_to_the_command(twins: TwinModels, tmp_path: Path, message: bytes) -> None:
+    daemon = Daemon(tmp_path / "serve.log", twins.url, twins.config, "--listen", "127.0.0.1:0")  # no --allow-tell
+    try:
+        result = CliRunner().invoke(app, ["--db", twins.url, "--config", str(twins.config), "mark", "--connect", str(daemon.address), "spam", "-"], input=message)
+        assert result.exit_code == 0, result.output
+        assert result.stderr == f"spamfilter: server {daemon.address}: server answered 77 EX_NOPERM; learning in-process\n"
+        assert result.stdout == "trained 1 spam, 0 ham\n"
+        twins.expect(SPAM, message)
+        assert twins.as_expected()
+    finally:
+        assert daemon.stop() == 0
+
+
+def test_without_a_daemon_the_command_learns_and_a_repeat_is_success(twins: TwinModels, message: bytes) -> None:
+    free = socket.socket()
+    free.bind(("127.0.0.1", 0))
+    address = f"127.0.0.1:{free.getsockname()[1]}"
+    free.close()  # nothing listens there now
+    runner = CliRunner()
+    options = ["--db", twins.url, "--config", str(twins.config)]
+    result = runner.invoke(app, [*options, "mark", "--connect", address, "spam", "-"], input=message)
+    assert result.exit_code == 0, result.output
+    assert result.stderr.startswith(f"spamfilter: server {address}: ")
+    assert result.stderr.endswith("; learning in-process\n")
+    assert result.stdout == "trained 1 spam, 0 ham\n"
+    # $SPAMFILTER_SERVER is --connect's default; a message learned already
+    # with that label changes nothing, and that is success.
+    result = runner.invoke(app, [*options, "mark", "spam", "-"], input=message, env={"SPAMFILTER_SERVER": address})
+    assert (result.exit_code, result.stdout) == (0, "trained 0 spam, 0 ham; 1 already trained\n")
+    assert "learning in-process" in result.stderr
+    twins.expect(SPAM, message)
+    assert twins.as_expected()
