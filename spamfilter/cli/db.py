@@ -85,8 +85,9 @@ def check(
     tokens, and every token's counts with the trained-message ledger (skipped
     after `db prune` or `db import`, which leave counts the ledger does not
     hold), and runs SQLite's integrity check, whose findings it lists when
-    the file is damaged. Prints each problem; exits 0 when there is none, 73
-    otherwise.
+    the file is damaged. A count that is not a whole number up to 2^62 - 1
+    fails the first check, and is then compared with nothing. Prints each
+    problem; exits 0 when there is none, 73 otherwise.
 
     Example: spamfilter --user alice db check --format json
     """
@@ -231,7 +232,7 @@ def import_counts(
     transaction. Each line is checked before its counts are written (a bad
     or truncated file exits 65 naming the line, and changes nothing): tokens
     once each, in the export's order, without NUL, at most 1,000 bytes;
-    counts below 2^63. Imported counts have no ledger, so they cannot be
+    counts and totals below 2^62. Imported counts have no ledger, so they cannot be
     forgotten message by message.
 
     Example: spamfilter --db sqlite:///new.db db import --replace counts.tsv
