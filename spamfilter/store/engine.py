@@ -12,6 +12,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
 from sqlalchemy.pool import StaticPool
 
+from spamfilter.config import make_private_dirs
 from spamfilter.errors import NoSuchDatabase, StoreBusyError, StoreConflict, StoreError
 
 
@@ -83,7 +84,7 @@ def _make_engine(url: str, busy_timeout: float, create: bool = True, create_dirs
                     f"cannot create database {path}: folder {path.parent} does not exist (--create-dirs creates it)"
                 )
             try:
-                path.parent.mkdir(parents=True, exist_ok=True)
+                make_private_dirs(path.parent)
                 # The counts say a lot about someone's mail: owner-only file.
                 fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
                 os.close(fd)
