@@ -10,12 +10,14 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
+from typing import TextIO
 
 import pytest
 from typer.testing import CliRunner
 
 from spamfilter.cli import app, exitcodes
 from spamfilter.config import update_config_file
+from spamfilter.maintenance import Maintenance
 
 HEADER = "# spamfilter counts v1"
 
@@ -48,6 +50,32 @@ def test_export_into_a_missing_folder_is_a_usage_error(sample_db: str, tmp_path:
     result = CliRunner().invoke(app, ["--db", sample_db, "db", "export", str(tmp_path / "no" / "out.tsv")])
     assert result.exit_code == exitcodes.USAGE
     assert not (tmp_path / "no").exists()
+
+
+def test_export_to_a_folder_is_a_usage_error_and_leaves_nothing(sample_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """It was an internal error (70, IsADirectoryError), after reading every count."""
+    folder = tmp_path / "exports"
+    folder.mkdir()
+    for given in (folder, f"{folder}/"):
+        result = CliRunner().invoke(app, ["--db", sample_db, "db", "export", str(given)])
+        assert result.exit_code == exitcodes.USAGE, result.output
+        assert f"cannot write {given}: it is a folder" in result.stderr
+    # A FILE that becomes a folder while the counts are written.
+    out = tmp_path / "out.tsv"
+    export_counts = Maintenance.export_counts
+
+    def then_a_folder(self: Maintenance, fh: TextIO) -> int:
+        n = export_counts(self, fh)
+        out.mkdir()
+        (out / "keep").touch()
+        return n
+
+    monkeypatch.setattr(Maintenance, "export_counts", then_a_folder)
+    result = CliRunner().invoke(app, ["--db", sample_db, "db", "export", str(out)])
+    assert result.exit_code == exitcodes.USAGE, result.output
+    assert f"cannot write {out}: " in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exports", "out.tsv"] and [p.name for p in out.iterdir()] == ["keep"]
+    assert list(folder.iterdir()) == []
 
 
 def test_an_empty_file_given_as_the_database_becomes_owner_only(sample: Path, tmp_path: Path) -> None:

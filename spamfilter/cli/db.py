@@ -189,6 +189,8 @@ def export_counts(
 
     Example: spamfilter db export counts.tsv
     """
+    if path != "-" and Path(path).is_dir():
+        fail(f"cannot write {path}: it is a folder; give the name of a file", exitcodes.USAGE)
     with open_filter(ctx, create=False) as f:
         if path == "-":
             sys.stdout.flush()
@@ -212,7 +214,10 @@ def export_counts(
         try:
             with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
                 n = Maintenance(f.store).export_counts(fh)
-            os.replace(part, target)
+            try:
+                os.replace(part, target)
+            except OSError as exc:  # e.g. FILE became a folder meanwhile
+                fail(f"cannot write {path}: {exc.strerror}", exitcodes.USAGE)
         except BaseException:
             Path(part).unlink(missing_ok=True)
             raise
