@@ -247,11 +247,13 @@ def default_location_url() -> str:
     return "sqlite:///" + str(Path(base) / "spamfilter" / "spamfilter.db")
 
 
-def make_private_dirs(folder: Path) -> None:
+def make_private_dirs(folder: Path) -> list[Path]:
     """Create ``folder`` and its missing parents owner-only (0700), whatever
     the umask, as the XDG base directory spec asks: under umask 000 they
     were 0777, and anyone could replace the 0600 database or the config
-    inside. Folders that exist are left as they are. Raises ``OSError``."""
+    inside. Folders that exist are left as they are. Returns the folders
+    it created, outermost first. Raises ``OSError``."""
+    created: list[Path] = []
     missing: list[Path] = []
     while not folder.exists() and folder.parent != folder:
         missing.append(folder)
@@ -262,7 +264,9 @@ def make_private_dirs(folder: Path) -> None:
             os.mkdir(new, 0o700)
         except FileExistsError:
             continue  # another process made it meanwhile, the same way
+        created.append(new)
         os.chmod(new, 0o700)
+    return created
 
 
 def load_config(path: Path | None = None) -> Config:

@@ -24,7 +24,7 @@ from spamfilter.errors import CountsFileError, StoreError
 from spamfilter.mail import MailItem
 from spamfilter.maintenance import MAX_LINE_BYTES, CheckReport, Maintenance, escape_token, read_counts_lines, unescape_token
 from spamfilter.service import Filter, Verdict
-from spamfilter.store import sqlite_path
+from spamfilter.store import Store, sqlite_path
 
 pytestmark = pytest.mark.corpus
 
@@ -437,6 +437,37 @@ def test_export_and_import_through_the_command_line(trained_url: str, tmp_path: 
     broken = tmp_path / "broken.tsv"
     broken.write_text("not counts\n")
     assert runner.invoke(app, ["--db", fresh, "db", "import", str(broken)]).exit_code == exitcodes.DATA_ERROR
+
+
+def test_a_failed_import_into_a_new_path_leaves_no_database_or_folder_behind(tmp_path: Path, runner: CliRunner) -> None:
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("not counts\n")
+    url = f"sqlite:///{tmp_path / 'new' / 'deeper' / 'model.db'}"
+    for counts, code in ((bad, exitcodes.DATA_ERROR), (tmp_path / "missing.tsv", exitcodes.NO_INPUT)):
+        result = runner.invoke(app, ["--db", url, "--create-dirs", "db", "import", str(counts)])
+        assert result.exit_code == code, result.output
+        assert [p.name for p in tmp_path.iterdir()] == ["bad.tsv"]
+    # A database that was there before stays as it was.
+    good = tmp_path / "good.tsv"
+    good.write_text(HAND_MADE)
+    assert runner.invoke(app, ["--db", url, "--create-dirs", "db", "import", str(good)]).exit_code == 0
+    with Filter.open(Config(), url) as f:
+        before = export_text(f)
+    assert runner.invoke(app, ["--db", url, "db", "import", "--add", str(bad)]).exit_code == exitcodes.DATA_ERROR
+    with Filter.open(Config(), url) as f:
+        assert export_text(f) == before
+
+
+def test_a_new_database_another_process_wrote_into_is_not_removed(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'new' / 'model.db'}"
+    with Store.open(url) as created:
+        assert created.created == (tmp_path / "new", tmp_path / "new" / "model.db")
+        with Filter.open(Config(), url) as other:
+            Maintenance(other.store).import_counts(HAND_MADE_LINES, replace=True)
+        assert not created.remove_if_unused()
+    assert (tmp_path / "new" / "model.db").exists()
+    with Store.open(url) as again:
+        assert again.created == () and not again.remove_if_unused()
 
 
 def test_prune_through_the_command_line(trained_url: str, runner: CliRunner) -> None:

@@ -16,8 +16,8 @@ import typer
 from spamfilter.cli import app, exitcodes, fail, state
 from spamfilter.cli._common import TableOrJson, is_tty_stdin, open_filter
 from spamfilter.errors import StoreInconsistent
-from spamfilter.maintenance import Maintenance, read_counts_lines
-from spamfilter.service import upgrade_database
+from spamfilter.maintenance import ImportSummary, Maintenance, read_counts_lines
+from spamfilter.service import Filter, upgrade_database
 
 
 @app.command()
@@ -245,21 +245,31 @@ def import_counts(
     if path == "-" and is_tty_stdin():
         fail("db import - reads the counts from standard input, which is a terminal: pipe them in or give a file", exitcodes.USAGE)
     with open_filter(ctx, create=True) as f:
-        if replace is None:
-            s = f.stats()
-            if s.ham_messages or s.spam_messages or s.tokens:
-                fail(f"the model of {_whose(s.user)} is not empty: give --replace or --add", exitcodes.USAGE)
         try:
-            fh = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115 - closed below
-        except OSError as exc:
-            fail(f"cannot read {path}: {exc.strerror}", exitcodes.NO_INPUT)
-        try:
-            result = Maintenance(f.store).import_counts(read_counts_lines(fh), replace=bool(replace))
-        finally:
-            if path != "-":
-                fh.close()
+            result = _import_into(f, path, replace)
+        except BaseException:
+            # A failed import into a new path leaves no empty database behind.
+            f.store.remove_if_unused()
+            raise
     how = "replacing it" if result.replaced else "added"
     typer.echo(
         f"imported {result.tokens} tokens, {result.spam_messages} spam and {result.ham_messages} ham messages "
         f"into the model of {_whose(result.user)} ({how})"
     )
+
+
+def _import_into(f: Filter, path: str, replace: bool | None) -> ImportSummary:
+    """``db import``'s work on the open filter."""
+    if replace is None:
+        s = f.stats()
+        if s.ham_messages or s.spam_messages or s.tokens:
+            fail(f"the model of {_whose(s.user)} is not empty: give --replace or --add", exitcodes.USAGE)
+    try:
+        fh = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115 - closed below
+    except OSError as exc:
+        fail(f"cannot read {path}: {exc.strerror}", exitcodes.NO_INPUT)
+    try:
+        return Maintenance(f.store).import_counts(read_counts_lines(fh), replace=bool(replace))
+    finally:
+        if path != "-":
+            fh.close()
