@@ -11,11 +11,13 @@ number of workers, and are the same as analysing here (tested).
 Workers are forked (the parent's modules are already loaded, so a worker
 starts in milliseconds) and only a few chunks are in flight at a time, so a
 mailbox of any size never sits whole in a queue. A short input is analysed
-here: starting workers costs more than it saves.
+here: starting workers costs more than it saves. A worker ends when its
+parent does, however the parent ends (`_end_with_parent`).
 """
 
 from __future__ import annotations
 
+import os
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -149,7 +151,12 @@ def analyse(analyser: Analyser, items: Iterable[MailItem], jobs: int = 1, ahead:
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
-    executor = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("fork"))
+    # Only this process holds the write end: the kernel closes it however
+    # this process ends, and the workers' reads of the other end return.
+    lifeline = os.pipe()
+    executor = ProcessPoolExecutor(
+        max_workers=jobs, mp_context=multiprocessing.get_context("fork"), initializer=_end_with_parent, initargs=lifeline
+    )
     try:
         # Only the sources wait here with their chunk's future: the bytes
         # went to the worker, and a message's bytes are not needed again.
@@ -166,6 +173,31 @@ def analyse(analyser: Analyser, items: Iterable[MailItem], jobs: int = 1, ahead:
             yield from _collect(*pending.popleft())
     finally:
         executor.shutdown(wait=True, cancel_futures=True)
+        for fd in lifeline:
+            os.close(fd)
+
+
+def _end_with_parent(read_end: int, write_end: int) -> None:
+    """In a worker: end this process as soon as its parent has ended.
+
+    A worker waits for tasks on a queue whose pipe every worker also holds
+    open, so a parent killed with SIGKILL left its workers (70-80 MB each)
+    waiting for good, adopted by init. The parent keeps the write end of a
+    pipe of its own; a worker closes its inherited copy, and a thread blocks
+    reading the other end until the parent's copy closes with the parent.
+    """
+    os.close(write_end)
+
+    def wait() -> None:
+        try:
+            while os.read(read_end, 1):
+                pass
+        finally:
+            os._exit(1)
+
+    import threading
+
+    threading.Thread(target=wait, name="end-with-parent", daemon=True).start()
 
 
 def analyse_labelled(

@@ -267,6 +267,28 @@ def default_location_url() -> str:
     return "sqlite:///" + str(Path(base) / "spamfilter" / "spamfilter.db")
 
 
+def make_private_dirs(folder: Path) -> list[Path]:
+    """Create ``folder`` and its missing parents owner-only (0700), whatever
+    the umask, as the XDG base directory spec asks: under umask 000 they
+    were 0777, and anyone could replace the 0600 database or the config
+    inside. Folders that exist are left as they are. Returns the folders
+    it created, outermost first. Raises ``OSError``."""
+    created: list[Path] = []
+    missing: list[Path] = []
+    while not folder.exists() and folder.parent != folder:
+        missing.append(folder)
+        folder = folder.parent
+    for new in reversed(missing):
+        try:
+            # Created 0700 less the umask (never more open), then made 0700.
+            os.mkdir(new, 0o700)
+        except FileExistsError:
+            continue  # another process made it meanwhile, the same way
+        created.append(new)
+        os.chmod(new, 0o700)
+    return created
+
+
 def load_config(path: Path | None = None) -> Config:
     """Read ``path`` (or the default config file if it exists) over the defaults.
 
@@ -468,7 +490,7 @@ def update_config_file(path: Path, changes: dict[tuple[str, str], object]) -> No
         config_from_dict(tomllib.loads(text), origin=str(path))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: would become invalid TOML: {exc}") from None
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(path.parent)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)

@@ -78,6 +78,19 @@ _BY_CODE = (Decision.HAM, Decision.SPAM, Decision.UNSURE)
 HAM = Label.HAM
 SPAM = Label.SPAM
 
+#: The largest count or class total the store keeps: 2^62 - 1.
+#:
+#: A 64-bit signed column (SQLite INTEGER, PostgreSQL bigint) and numpy's
+#: int64 hold 2^63 - 1. Keeping every count at or below half of that
+#: leaves the other half as headroom: ham plus spam of a token, or a
+#: count plus what one training adds before the store checks the result,
+#: never passes 2^63 - 1. (Past it, SQLite silently stores the sum as an
+#: inexact REAL and PostgreSQL refuses the statement.) A count file at
+#: 2^63 - 4 used to import, and the next training turned a total into a
+#: REAL no command could read. At a billion token occurrences trained a
+#: second, 2^62 takes 146 years to reach.
+MAX_COUNT = 2**62 - 1
+
 
 def _pair(values: npt.ArrayLike | None = None) -> IntArray:
     array = np.zeros(2, dtype=np.int64) if values is None else np.asarray(values, dtype=np.int64)

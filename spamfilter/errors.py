@@ -40,6 +40,11 @@ class StoreConflict(StoreBusyError):
     failure, the same message inserted twice); running it again will succeed."""
 
 
+class CountLimitError(StoreError):
+    """A write would take a count of the model past ``counts.MAX_COUNT``;
+    it was refused and nothing was written."""
+
+
 class SchemaOutOfDate(StoreError):
     """The database schema is older than this version of spamfilter."""
 
@@ -69,7 +74,8 @@ class ScoresFileError(EvaluationError):
 
 
 class StoreInconsistent(StoreError):
-    """``spamfilter db check`` found counts that do not agree with each other."""
+    """The stored counts do not agree with each other, or one is not a count
+    at all (``spamfilter db check`` lists the problems)."""
 
 
 class CountsFileError(SpamfilterError):

@@ -24,7 +24,7 @@ import numpy as np
 
 from spamfilter import dependence, model
 from spamfilter.config import ModelConfig
-from spamfilter.counts import ClassCounts, IntArray, Label, TokenCounts
+from spamfilter.counts import MAX_COUNT, ClassCounts, IntArray, Label, TokenCounts
 from spamfilter.errors import CountsFileError, StoreError
 from spamfilter.store import Store
 
@@ -47,8 +47,10 @@ class Maintenance:
             doc_histogram[c,k]           = #{j : T.docs[c,j] = k}, k = 0 included
             T[j]                         = sum over the ledger's messages of L[j]
 
-        plus no negative count, no token in no message, terms >= docs and
-        docs <= messages per class, and SQLite's integrity check. The last
+        plus every count a whole number of at most MAX_COUNT (2^62 - 1;
+        the comparisons are skipped when one is not), no negative count, no
+        token in no message, terms >= docs and docs <= messages per class,
+        and SQLite's integrity check. The last
         equation is the strongest; it is skipped for a store that was pruned or
         imported into (``untracked`` not zero), whose ledger no longer holds
         every count. On a SQLite file that fails the integrity check the
@@ -64,7 +66,14 @@ class Maintenance:
             found.extend(problems)
             integrity = found.item("SQLite integrity_check")
         try:
-            items = self._compare_counts()
+            with store.snapshot() as tx:
+                found = _Findings()
+                found.extend(tx.counts_out_of_range())
+            in_range = found.item(f"every count is a whole number no larger than {MAX_COUNT} (2^62 - 1)")
+            if in_range.status == "ok":
+                items = [in_range, *self._compare_counts()]
+            else:
+                items = [in_range, CheckItem("the counts compared with each other and the ledger", "skipped (a count is out of range)")]
         except StoreError as exc:
             if not problems:
                 raise
@@ -230,8 +239,9 @@ class Maintenance:
         terms and binary_terms (a truncated file fails). Each token comes
         once, in code point order (as ``export_counts`` writes them), holds
         no NUL and at most ``MAX_TOKEN_BYTES`` of UTF-8, and no count or sum
-        goes past what a 64-bit column holds (the model's totals included,
-        when adding): every backend takes what passes. Each line is checked
+        goes past ``MAX_COUNT`` (2^62 - 1; the model's totals included,
+        when adding), which leaves training headroom below what a 64-bit
+        column holds. Each line is checked
         before its counts are written; raises ``CountsFileError`` naming the
         line, and the transaction leaves the model as it was. Read a file
         with ``read_counts_lines``, which bounds the line length.
@@ -263,8 +273,6 @@ _TOTAL_NAMES = ("messages", "terms", "binary_terms")
 COUNTS_HEADER = "# spamfilter counts v1"
 _TOTALS_KEYS = ("ham_messages", "spam_messages", "ham_terms", "spam_terms", "ham_binary_terms", "spam_binary_terms")
 _ESCAPES = {"\\": "\\", "t": "\t", "n": "\n", "r": "\r", "#": "#"}
-#: The largest count a 64-bit signed column (SQLite INTEGER, PostgreSQL bigint) holds.
-MAX_COUNT = 2**63 - 1
 #: A token's longest UTF-8 form in a counts file: far above the tokenizer's
 #: (about 200 characters) and below PostgreSQL's limit for a B-tree index
 #: entry (2,704 bytes, the token sharing it with the owner).
@@ -534,7 +542,10 @@ class _CountsReader:
             raise self.fail("a total is negative")
         for value, key, room in zip(values, _TOTALS_KEYS, self.room.ravel().tolist()):
             if value > room:
-                raise self.fail(f"{key}={value} is more than the database holds (at most {room}{'' if room == MAX_COUNT else ' more'})")
+                raise self.fail(
+                    f"{key}={value} is more than the model may hold (at most {room}{'' if room == MAX_COUNT else ' more'}: "
+                    "counts stay below 2^62, so no sum overflows the database's 64-bit integers)"
+                )
         return np.array(values, dtype=np.int64).reshape(3, 2)
 
     def _token_line(self, line: str) -> tuple[str, list[int]]:
@@ -551,7 +562,7 @@ class _CountsReader:
         if min(counts) < 0:
             raise self.fail("a count is negative")
         if max(counts) > MAX_COUNT:
-            raise self.fail(f"a count is above {MAX_COUNT}")
+            raise self.fail(f"a count is above {MAX_COUNT} (2^62 - 1)")
         if "\x00" in token:
             raise self.fail("the token holds a NUL character")
         if len(token.encode("utf-8")) > MAX_TOKEN_BYTES:

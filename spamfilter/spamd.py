@@ -85,6 +85,10 @@ _COMMAND_RE = re.compile(r"([A-Z_]+) SPAMC/(\d{1,3}\.\d{1,3})")
 # Unix user names, and mail addresses for servers that key users by them.
 _USER_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._@+-]{0,63}")
 _TARGETS = ("local", "remote")
+#: The request headers read (by their lower-case names): each may come once.
+#: With two Content-length headers the last one won, and a proxy in front
+#: that took the first would frame the request differently from us.
+_READ_HEADERS = {"content-length": "Content-length", "user": "User", "message-class": "Message-class", "set": "Set", "remove": "Remove"}
 _DECISIONS = frozenset(d.value for d in Decision)
 
 
@@ -134,11 +138,16 @@ def parse_head(head: bytes) -> Request:
     user = message_class = None
     set_to: set[str] = set()
     remove_from: set[str] = set()
+    seen: set[str] = set()
     for line in lines[1:]:
         name, colon, value = line.partition(":")
         if not colon:
             raise ProtocolError("header not in 'Name: value' format")
         name, value = name.strip().lower(), value.strip()
+        if name in _READ_HEADERS:
+            if name in seen:
+                raise ProtocolError(f"{_READ_HEADERS[name]} is given twice")
+            seen.add(name)
         if name == "content-length":
             if not value.isdigit() or len(value) > 12:
                 raise ProtocolError("Content-length is not a number")

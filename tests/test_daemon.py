@@ -521,6 +521,9 @@ def test_broken_requests_get_protocol_errors_and_the_daemon_keeps_answering(daem
         b"CHECK SPAMC/1.5\r\nContent-length: 999999999999\r\n\r\n": b"SPAMD/1.5 98 EX_TOOBIG",
         b"CHECK SPAMC/1.5\r\n" + b"X: y\r\n" * 2000 + b"\r\n": b"SPAMD/1.5 76 EX_PROTOCOL request head over",
         b"CHECK SPAMC/1.5\r\nContent-length: 3\r\n": b"SPAMD/1.5 76 EX_PROTOCOL connection closed before the end",
+        # Which one frames the message? The last one used to win.
+        b"CHECK SPAMC/1.5\r\nContent-length: 5\r\ncontent-length: 18\r\n\r\n" + body: b"SPAMD/1.5 76 EX_PROTOCOL Content-length is given twice",
+        b"CHECK SPAMC/1.5\r\nUser: a\r\nUser: b\r\nContent-length: 18\r\n\r\n" + body: b"SPAMD/1.5 76 EX_PROTOCOL User is given twice",
     }
     for request, expected in cases.items():
         assert daemon.raw(request).startswith(expected), request[:60]
@@ -616,6 +619,8 @@ def test_request_lines_of_known_parts_parse_consistently(command: str, headers: 
     assert r.command == command
     if command in spamd.MESSAGE_COMMANDS:
         assert r.content_length is not None and r.content_length >= 0
+    names = [name.lower() for name, _ in headers]
+    assert all(names.count(name) <= 1 for name in ("content-length", "user", "message-class", "set", "remove"))
 
 
 def test_random_requests_never_stop_the_daemon(daemon: Daemon) -> None:

@@ -10,11 +10,14 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
+from typing import TextIO
 
 import pytest
 from typer.testing import CliRunner
 
 from spamfilter.cli import app, exitcodes
+from spamfilter.config import update_config_file
+from spamfilter.maintenance import Maintenance
 
 HEADER = "# spamfilter counts v1"
 
@@ -47,6 +50,32 @@ def test_export_into_a_missing_folder_is_a_usage_error(sample_db: str, tmp_path:
     result = CliRunner().invoke(app, ["--db", sample_db, "db", "export", str(tmp_path / "no" / "out.tsv")])
     assert result.exit_code == exitcodes.USAGE
     assert not (tmp_path / "no").exists()
+
+
+def test_export_to_a_folder_is_a_usage_error_and_leaves_nothing(sample_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """It was an internal error (70, IsADirectoryError), after reading every count."""
+    folder = tmp_path / "exports"
+    folder.mkdir()
+    for given in (folder, f"{folder}/"):
+        result = CliRunner().invoke(app, ["--db", sample_db, "db", "export", str(given)])
+        assert result.exit_code == exitcodes.USAGE, result.output
+        assert f"cannot write {given}: it is a folder" in result.stderr
+    # A FILE that becomes a folder while the counts are written.
+    out = tmp_path / "out.tsv"
+    export_counts = Maintenance.export_counts
+
+    def then_a_folder(self: Maintenance, fh: TextIO) -> int:
+        n = export_counts(self, fh)
+        out.mkdir()
+        (out / "keep").touch()
+        return n
+
+    monkeypatch.setattr(Maintenance, "export_counts", then_a_folder)
+    result = CliRunner().invoke(app, ["--db", sample_db, "db", "export", str(out)])
+    assert result.exit_code == exitcodes.USAGE, result.output
+    assert f"cannot write {out}: " in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exports", "out.tsv"] and [p.name for p in out.iterdir()] == ["keep"]
+    assert list(folder.iterdir()) == []
 
 
 def test_an_empty_file_given_as_the_database_becomes_owner_only(sample: Path, tmp_path: Path) -> None:
@@ -101,3 +130,36 @@ def test_train_works_again_once_a_database_read_while_0400_is_0600_again(sample_
         assert trained.stdout.startswith(b"trained 0 spam, 1 ham"), trained.stdout
     shm = tmp_path / "model.db-shm"
     assert not shm.exists() or mode(shm) == 0o600
+
+
+def test_folders_spamfilter_creates_are_owner_only_whatever_the_umask(sample: Path, tmp_path: Path) -> None:
+    """Under umask 000 they were 0777: anyone could replace the 0600 database inside."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPAMFILTER_", "XDG_"))}
+    env["HOME"] = str(home)
+    spam = str(sample / "train-spam.mbox")
+
+    def train(*options: str) -> None:
+        result = subprocess.run(
+            [sys.executable, "-m", "spamfilter", *options, "train", "--spam", spam], env=env, umask=0, capture_output=True, timeout=120
+        )
+        assert result.returncode == 0, result.stderr
+
+    train()  # the default location, ~/.local/share/spamfilter/spamfilter.db
+    made = [home / ".local", home / ".local" / "share", home / ".local" / "share" / "spamfilter"]
+    assert {str(p): mode(p) for p in made} == {str(p): 0o700 for p in made}
+    assert mode(made[-1] / "spamfilter.db") == 0o600
+    train("--db", f"sqlite:///{tmp_path / 'a' / 'b' / 'model.db'}", "--create-dirs")
+    assert (mode(tmp_path / "a"), mode(tmp_path / "a" / "b"), mode(tmp_path / "a" / "b" / "model.db")) == (0o700, 0o700, 0o600)
+
+
+def test_the_config_folder_tune_creates_is_owner_only_whatever_the_umask(tmp_path: Path) -> None:
+    config = tmp_path / "config" / "spamfilter" / "config.toml"
+    before = os.umask(0)
+    try:
+        update_config_file(config, {("model", "alpha"): 0.5})
+    finally:
+        os.umask(before)
+    assert (mode(tmp_path / "config"), mode(config.parent)) == (0o700, 0o700)
+    assert "alpha = 0.5" in config.read_text()

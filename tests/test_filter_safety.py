@@ -172,6 +172,16 @@ def added_block(fields: list[tuple[str, str]], eol: bytes) -> bytes:
     return b"".join(f"{n}: {v}".encode() + eol for n, v in fields)
 
 
+# A line holding a lone CR ends the header for a CRLF parser, not for
+# procmail, which reads on to the first LF LF: the field is in its header.
+FORGED_PAST_CRLF_BLANK = b"From: a@b\n\r\nX-Spam-Flag: YES\n\nbody\n"
+# The price: procmail reads a CRLF message as all header, so a field of ours
+# at the start of a body line goes too.
+CRLF_FIELD_IN_BODY = b"Subject: x\r\n\r\nX-Spam-Flag: NO\r\nbody\r\n"
+# A CRLF parser reads their bodies without that line now: other digests.
+BODY_CHANGED = (FORGED_PAST_CRLF_BLANK, CRLF_FIELD_IN_BODY)
+
+
 @pytest.mark.parametrize(
     ("raw", "expected"),
     [
@@ -230,12 +240,17 @@ def added_block(fields: list[tuple[str, str]], eol: bytes) -> bytes:
         pytest.param(
             b"Subject: x\n\nX-Spam-Flag: NO\nbody\n", added_block(SPAM_FIELDS, b"\n") + b"Subject: x\n\nX-Spam-Flag: NO\nbody\n", id="field-in-body"
         ),
+        pytest.param(
+            FORGED_PAST_CRLF_BLANK, added_block(SPAM_FIELDS, b"\n") + b"From: a@b\n\r\n\nbody\n", id="forged-past-CRLF-blank-line"
+        ),
+        pytest.param(CRLF_FIELD_IN_BODY, added_block(SPAM_FIELDS, b"\r\n") + b"Subject: x\r\n\r\nbody\r\n", id="CRLF-field-in-body"),
     ],
 )
 def test_filtered_output_is_the_input_with_fields_added_at_the_top_and_forged_ones_removed(raw: bytes, expected: bytes) -> None:
     out = with_filter_headers(raw, SPAM_FIELDS)
     assert out == expected
-    assert digest_bytes(out) == digest_bytes(raw)
+    assert digest_bytes(out) == digest_bytes(without_added(out, SPAM_FIELDS))
+    assert (digest_bytes(out) == digest_bytes(raw)) is (raw not in BODY_CHANGED)
     assert with_filter_headers(out, SPAM_FIELDS) == out  # filtering twice changes nothing more
 
 
@@ -244,13 +259,18 @@ def python_email_reads(out: bytes, name: str) -> list[str]:
     return [str(v) for v in msg.get_all(name, [])]
 
 
+def procmail_tool(name: str) -> str:
+    """The path of a program of the Debian package procmail."""
+    path = shutil.which(name)
+    if path is None and os.environ.get("CI") != "true":
+        pytest.skip(f"{name} (Debian package procmail) is not installed")
+    assert path is not None, f"{name} (Debian package procmail) is needed in CI"
+    return path
+
+
 @pytest.fixture(scope="module")
 def formail() -> str:
-    path = shutil.which("formail")
-    if path is None and os.environ.get("CI") != "true":
-        pytest.skip("formail (Debian package procmail) is not installed")
-    assert path is not None, "formail (Debian package procmail) is needed in CI"
-    return path
+    return procmail_tool("formail")
 
 
 def formail_reads(formail: str, out: bytes, name: str) -> list[str]:
@@ -267,6 +287,7 @@ FORGERIES = {
     "mbox": b"From a@b Mon Jan  1 00:00:00 2024\nX-Spam-Status: No, forged\nSubject: x\n\nbody\n",
     "mbox-bare-CR": b"From a@b Mon Jan  1 00:00:00 2024\rX-Spam-Status: No, forged\nSubject: x\n\nbody\n",
     "space-before-colon": b"Subject: hello\nX-Spam-Status : No, forged\n\nbody\n",
+    "after-CRLF-blank": b"Subject: hello\n\r\nX-Spam-Status: No, forged\n\nbody\n",
 }
 
 
@@ -283,6 +304,35 @@ def test_parsers_read_the_real_verdict_and_never_a_forged_one(name: str, formail
         # (There formail takes the envelope line to run to the LF, over the
         # fields added after its CR, where Python's parser starts the header.)
         assert formail_reads(formail, out, "X-Spam-Status") == [SPAM_FIELDS[0][1]]
+
+
+@pytest.fixture(scope="module")
+def procmail() -> str:
+    return procmail_tool("procmail")
+
+
+def procmail_files(procmail: str, message: bytes, home: Path) -> str:
+    """Where the README's procmail rule files ``message``: "Junk" or "inbox"."""
+    rc = home / "procmailrc"
+    rc.write_text(f"MAILDIR={home}\n:0\n* ^X-Spam-Flag: YES\nJunk/\n:0\ninbox/\n")
+    subprocess.run([procmail, "-m", str(rc)], input=message, capture_output=True, timeout=30, check=True)
+    (folder,) = [name for name in ("Junk", "inbox") if (home / name / "new").is_dir() and any((home / name / "new").iterdir())]
+    shutil.rmtree(home / folder)
+    return folder
+
+
+def test_procmail_files_by_the_verdict_not_by_a_flag_forged_past_a_crlf_blank_line(tmp_path: Path, procmail: str) -> None:
+    """To a CRLF parser the line holding a lone CR ends the header; procmail
+    reads on to the LF LF, and met the forged flag in the header."""
+    raw = FORGED_PAST_CRLF_BLANK
+    assert procmail_files(procmail, raw, tmp_path) == "Junk"  # the forgery works on procmail
+    (tmp_path / "spam.eml").write_bytes(b"Subject: cheap pills\n\nbuy cheap pills now\n")
+    (tmp_path / "ham.eml").write_bytes(b"Subject: minutes\n\nthe meeting minutes attached\n")
+    assert spamfilter(tmp_path, "train", "--spam", "spam.eml", "--ham", "ham.eml")[0] == 0
+    code, out, _ = spamfilter(tmp_path, "filter", stdin=raw)
+    assert code == exitcodes.UNSURE
+    assert b"X-Spam-Status: No, verdict=unsure" in out and b"X-Spam-Flag" not in out
+    assert procmail_files(procmail, out, tmp_path) == "inbox"
 
 
 # -- the property: nothing but the added and forged lines changes ---------------
@@ -309,10 +359,10 @@ def messages(draw: st.DrawFn) -> tuple[bytes, bytes]:
             name = draw(st.sampled_from([b"Subject", b"To", b"a"])) + draw(st.sampled_from([b": ", b":", b" "]))
             lines.append((name + draw(HEADER_TEXT) + draw(LINE_ENDS), False))
     blank = draw(st.sampled_from([b"\n", b"\r\n", b""]))
-    # Without a blank line the body is header too, and "\r\r\n" ends the
-    # header for Python's parser only: no field names in the body then.
-    after_cr = bool(lines) and lines[-1][0].endswith(b"\r") and blank == b"\r\n"
-    body_piece = st.one_of(TEXT, LINE_ENDS, st.just(b"X-Spam-Flag: NO")) if blank and not after_cr else st.one_of(HEADER_TEXT, LINE_ENDS)
+    # Without a blank line the body is header too, and procmail reads on
+    # past a CRLF one (to the first LF LF): field names in the body only
+    # after an LF blank line (`crlf_blank_messages` has the others).
+    body_piece = st.one_of(TEXT, LINE_ENDS, st.just(b"X-Spam-Flag: NO")) if blank == b"\n" else st.one_of(HEADER_TEXT, LINE_ENDS)
     lines.append((blank + draw(st.lists(body_piece, max_size=8).map(b"".join)), False))
     # A line ending in CR before one starting with LF would end in CRLF.
     lines = [
@@ -329,6 +379,44 @@ def messages(draw: st.DrawFn) -> tuple[bytes, bytes]:
             # its own for parsers that split at LF only.
             clean = clean[:-1] + (b"\r\n" if line.endswith(b"\r\n") else b"\n")
     return b"".join(line for line, _ in lines), clean
+
+
+BODY_LINE = st.binary(min_size=1, max_size=12).map(lambda b: re.sub(rb"(?i)x-spam-|[\r\n]", b"", b).lstrip(b" \t") or b"text")
+
+
+@st.composite
+def crlf_blank_messages(draw: st.DrawFn) -> tuple[bytes, bytes]:
+    """(message, the message without the fields procmail would read), for a
+    header ending at a CRLF empty line: procmail reads on to the first LF
+    LF, and sees a field at the start of each line after an LF up to there
+    (or right after a field removed before it)."""
+    raw = draw(st.sampled_from([b"Subject: x\r\n", b"Subject: x\n", b""])) + b"\r\n"
+    clean = raw
+    dropped_last = False
+    for _ in range(draw(st.integers(0, 8))):
+        kind = draw(st.sampled_from(["forged", "text", "empty"]))
+        if kind == "empty" and raw.endswith(b"\r"):
+            kind = "text"  # a CR then an LF is one CRLF line end, not an empty line
+        if kind == "empty":
+            line = b"\n"
+        else:
+            line = (b"X-Spam-Flag: NO" if kind == "forged" else draw(BODY_LINE)) + draw(LINE_ENDS)
+        seen = b"\n\n" not in raw and (raw.endswith(b"\n") or dropped_last)
+        dropped_last = kind == "forged" and seen
+        raw += line
+        if not dropped_last:
+            clean += line
+    return raw, clean
+
+
+@settings(max_examples=300, derandomize=True, deadline=None)
+@given(message=crlf_blank_messages())
+def test_after_a_crlf_blank_line_the_fields_procmail_reads_are_removed_and_nothing_else(message: tuple[bytes, bytes]) -> None:
+    raw, clean = message
+    out = with_filter_headers(raw, SPAM_FIELDS)
+    assert without_added(out, SPAM_FIELDS) == clean, (raw, out)
+    assert digest_bytes(out) == digest_bytes(clean)
+    assert with_filter_headers(out, SPAM_FIELDS) == out
 
 
 def without_added(out: bytes, fields: list[tuple[str, str]]) -> bytes:

@@ -52,6 +52,7 @@ from spamfilter.mail import (
     read_messages,
     with_filter_headers,
 )
+from spamfilter.mail.identity import _filter_layout
 from spamfilter.service import Filter, Refusal, Verdict
 from spamfilter.tokenizer import Tokenizer
 
@@ -410,9 +411,14 @@ def test_digest_in_small_pieces_equals_the_whole_message_one(raw: bytes, piece: 
     # Tiny pieces put every CR, blank and header boundary on a piece boundary somewhere.
     whole = digest_bytes(raw)
     filtered = with_filter_headers(raw, VERDICT_FIELDS)
+    filtered_whole = digest_bytes(filtered)
+    if _filter_layout(raw).dropped == _filter_layout(raw, lf_only_readers=False).dropped:
+        # Filtering keeps the digest but where it removes a field a CRLF
+        # parser reads in the body (procmail in the header).
+        assert filtered_whole == whole
     with mock.patch("spamfilter.mail.identity._CHUNK", piece):
         assert digest_bytes(raw) == whole
-        assert digest_bytes(filtered) == whole
+        assert digest_bytes(filtered) == filtered_whole
 
 
 def test_digest_of_corpus_messages_is_kept_by_filtering_and_by_crlf(corpus_sample: list[MailItem]) -> None:

@@ -105,3 +105,62 @@ def test_a_worker_that_dies_ends_the_run_with_an_error_not_a_hang(
         for result in analyse(Analyser(TokenizerConfig(), 1 << 20), items, 2):
             read.append(result)
     assert len(read) <= 150 and time.monotonic() - started < 60  # a bound only against a hang
+
+
+def children_of(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (from /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` is a process that has not ended (a zombie has)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def test_workers_end_when_train_is_killed(tmp_path: Path, corpora_dir: Path) -> None:
+    """A train killed with SIGKILL left its two readers (70-80 MB each)
+    running for good, adopted by init."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    corpus = corpora_dir / "spamassassin"
+    command = [
+        sys.executable, "-m", "spamfilter", "--db", f"sqlite:///{tmp_path / 'model.db'}",
+        "train", "--jobs", "2", "--spam", str(corpus / "spam"), "--ham", str(corpus / "easy_ham"),
+    ]
+    train = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    workers: list[int] = []
+    try:
+        deadline = time.monotonic() + 120
+        while len(workers) < 2 and train.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+            workers = children_of(train.pid)
+        assert len(workers) == 2, "the workers never started"
+        train.send_signal(signal.SIGKILL)
+        train.wait(timeout=30)
+        deadline = time.monotonic() + 30  # a bound only against waiting for good
+        while any(running(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert [pid for pid in workers if running(pid)] == []
+    finally:
+        if train.poll() is None:
+            train.kill()
+            train.wait()
+        for pid in workers:
+            if running(pid):
+                os.kill(pid, signal.SIGKILL)

@@ -19,10 +19,12 @@ from typer.testing import CliRunner
 
 from spamfilter.cli import app, exitcodes
 from spamfilter.config import Config, ModelConfig
+from spamfilter.counts import MAX_COUNT
 from spamfilter.errors import CountsFileError, StoreError
 from spamfilter.mail import MailItem
 from spamfilter.maintenance import MAX_LINE_BYTES, CheckReport, Maintenance, escape_token, read_counts_lines, unescape_token
 from spamfilter.service import Filter, Verdict
+from spamfilter.store import Store, sqlite_path
 
 pytestmark = pytest.mark.corpus
 
@@ -109,7 +111,7 @@ def test_check_passes_on_a_trained_store(trained_url: str) -> None:
         report = Maintenance(f.store).check()
     assert report.ok
     assert set(statuses(report).values()) == {"ok"}
-    assert len(report.items) == 9
+    assert len(report.items) == 10
 
 
 A_SPAM_TOKEN = "(SELECT token FROM tokens WHERE spam_docs > 0 ORDER BY token LIMIT 1)"
@@ -437,6 +439,37 @@ def test_export_and_import_through_the_command_line(trained_url: str, tmp_path: 
     assert runner.invoke(app, ["--db", fresh, "db", "import", str(broken)]).exit_code == exitcodes.DATA_ERROR
 
 
+def test_a_failed_import_into_a_new_path_leaves_no_database_or_folder_behind(tmp_path: Path, runner: CliRunner) -> None:
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("not counts\n")
+    url = f"sqlite:///{tmp_path / 'new' / 'deeper' / 'model.db'}"
+    for counts, code in ((bad, exitcodes.DATA_ERROR), (tmp_path / "missing.tsv", exitcodes.NO_INPUT)):
+        result = runner.invoke(app, ["--db", url, "--create-dirs", "db", "import", str(counts)])
+        assert result.exit_code == code, result.output
+        assert [p.name for p in tmp_path.iterdir()] == ["bad.tsv"]
+    # A database that was there before stays as it was.
+    good = tmp_path / "good.tsv"
+    good.write_text(HAND_MADE)
+    assert runner.invoke(app, ["--db", url, "--create-dirs", "db", "import", str(good)]).exit_code == 0
+    with Filter.open(Config(), url) as f:
+        before = export_text(f)
+    assert runner.invoke(app, ["--db", url, "db", "import", "--add", str(bad)]).exit_code == exitcodes.DATA_ERROR
+    with Filter.open(Config(), url) as f:
+        assert export_text(f) == before
+
+
+def test_a_new_database_another_process_wrote_into_is_not_removed(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'new' / 'model.db'}"
+    with Store.open(url) as created:
+        assert created.created == (tmp_path / "new", tmp_path / "new" / "model.db")
+        with Filter.open(Config(), url) as other:
+            Maintenance(other.store).import_counts(HAND_MADE_LINES, replace=True)
+        assert not created.remove_if_unused()
+    assert (tmp_path / "new" / "model.db").exists()
+    with Store.open(url) as again:
+        assert again.created == () and not again.remove_if_unused()
+
+
 def test_prune_through_the_command_line(trained_url: str, runner: CliRunner) -> None:
     dry = runner.invoke(app, ["--db", trained_url, "db", "prune", "--min-count", "2", "--older-than", "0", "--dry-run"])
     assert dry.exit_code == 0 and dry.stdout.startswith("would prune ")
@@ -467,9 +500,9 @@ def test_check_prune_export_import_on_each_backend(any_db_url: str, trained_url:
         Maintenance(g.store).vacuum()
 
 
-# -- import: what no backend could hold is refused, at its line -----------------------------
+# -- import: what could not be trained further is refused, at its line ----------------------
 
-BIG = 2**63
+BIG = MAX_COUNT + 1  # 2^62: counts stay below it, with room to train
 HAND_MADE_LINES = HAND_MADE.splitlines(keepends=True)  # line 3 is token a, line 9 token g
 UNCOMPRESSIBLE = "".join(hashlib.sha256(str(i).encode()).hexdigest() for i in range(47))  # 3,008 bytes
 
@@ -487,14 +520,14 @@ def edited(line: int, text: str, *, totals: str | None = None) -> bytes:
 WRAPPED = (
     "# spamfilter counts v1 owner=\n"
     "# totals ham_messages=1 spam_messages=0 ham_terms=0 spam_terms=0 ham_binary_terms=4 spam_binary_terms=0\n"
-    + "".join(f"t{i}\t1\t0\t{2**62}\t0\n" for i in range(4))
+    + "".join(f"t{i}\t1\t0\t{MAX_COUNT}\t0\n" for i in range(4))
 ).encode()
 
 
 @pytest.mark.parametrize(
     ("content", "where"),
     [
-        (edited(9, f"g\t0\t3\t0\t{BIG}\n"), f"line 9: a count is above {BIG - 1}"),
+        (edited(9, f"g\t0\t3\t0\t{BIG}\n"), f"line 9: a count is above {MAX_COUNT} (2^62 - 1)"),
         (edited(2, HAND_MADE_LINES[1].replace("spam_terms=13", f"spam_terms={BIG}")), "line 2: spam_terms"),
         (
             edited(4, HAND_MADE_LINES[2] + HAND_MADE_LINES[2] + HAND_MADE_LINES[3],
@@ -505,13 +538,13 @@ WRAPPED = (
             "".join([*HAND_MADE_LINES[:2], HAND_MADE_LINES[3], HAND_MADE_LINES[2], *HAND_MADE_LINES[4:]]).encode(),
             "line 4: the token 'a' comes after 'b'",
         ),
-        (WRAPPED, "end of file: the token lines add up to 18446744073709551616 ham terms"),
+        (WRAPPED, "end of file: the token lines add up to 18446744073709551612 ham terms"),
         (edited(5, "c\x00\t1\t1\t2\t1\n"), "line 5: the token holds a NUL character"),
         (edited(5, f"c{UNCOMPRESSIBLE}\t1\t1\t2\t1\n"), "line 5: the token is longer than 1000 bytes"),
         (edited(5, "c" * 5000 + "\t1\t1\t2\t1\n"), "line 5: longer than 4096 bytes"),
         (edited(3, "a\udcff\t1\t0\t1\t0\n"), "line 3: not UTF-8"),
     ],
-    ids=["count-2^63", "total-2^63", "repeated", "unordered", "wrapped-sum", "nul", "long-token", "long-line", "utf8"],
+    ids=["count-2^62", "total-2^62", "repeated", "unordered", "wrapped-sum", "nul", "long-token", "long-line", "utf8"],
 )
 def test_import_refuses_what_a_backend_cannot_hold_at_its_line_and_changes_nothing(
     any_db_url: str, tmp_path: Path, runner: CliRunner, content: bytes, where: str
@@ -530,10 +563,10 @@ def test_import_refuses_what_a_backend_cannot_hold_at_its_line_and_changes_nothi
 
 
 def test_adding_counts_that_would_overflow_the_totals_is_refused(db_url: str) -> None:
-    nearly_full = HAND_MADE.replace("spam_messages=3", f"spam_messages={BIG - 2}")
+    nearly_full = HAND_MADE.replace("spam_messages=3", f"spam_messages={MAX_COUNT - 1}")
     with Filter.open(Config(), db_url) as f:
         Maintenance(f.store).import_counts(io.StringIO(nearly_full), replace=True)
-        with pytest.raises(CountsFileError, match="line 2: spam_messages=3 is more than the database holds \\(at most 1 more\\)"):
+        with pytest.raises(CountsFileError, match="line 2: spam_messages=3 is more than the model may hold \\(at most 1 more:"):
             Maintenance(f.store).import_counts(io.StringIO(HAND_MADE), replace=False)
         assert Maintenance(f.store).import_counts(io.StringIO(HAND_MADE), replace=True).spam_messages == 3
 
@@ -599,3 +632,72 @@ def test_a_forget_racing_a_prune_on_postgresql_waits_for_it(postgres_url: str, m
         with admin.connect() as conn:
             conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{sa.engine.make_url(url).database}" WITH (FORCE)'))
         admin.dispose()
+
+
+# -- counts near the 64-bit limit ---------------------------------------------------
+
+
+def near_the_limit(ham_terms: int) -> str:
+    """A counts file whose one ham token occurs ``ham_terms`` times."""
+    return (
+        "# spamfilter counts v1 owner=\n"
+        f"# totals ham_messages=1 spam_messages=1 ham_terms={ham_terms} spam_terms=1 ham_binary_terms=1 spam_binary_terms=1\n"
+        "bar\t0\t1\t0\t1\n"
+        f"foo\t1\t0\t{ham_terms}\t0\n"
+    )
+
+
+def test_import_keeps_headroom_and_training_past_the_limit_is_refused_not_stored(
+    any_db_url: str, tmp_path: Path, runner: CliRunner
+) -> None:
+    """A total of 2^63 - 4 used to import; one training then made it an
+    inexact REAL that no command could read (exit 70 from then on)."""
+    counts = tmp_path / "counts.tsv"
+    message = tmp_path / "ham.eml"
+    message.write_bytes(b"From: a@b.example\nSubject: hello\n\nhello world there\n")
+    counts.write_text(near_the_limit(2**63 - 4))
+    refused = runner.invoke(app, ["--db", any_db_url, "db", "import", str(counts)])
+    assert refused.exit_code == exitcodes.DATA_ERROR, refused.output
+    assert f"counts file, line 2: ham_terms={2**63 - 4} is more than the model may hold (at most {MAX_COUNT}:" in refused.stderr
+    counts.write_text(near_the_limit(MAX_COUNT))
+    assert runner.invoke(app, ["--db", any_db_url, "db", "import", str(counts)]).exit_code == 0
+    with Filter.open(Config(), any_db_url) as f:
+        before = export_text(f)
+    train = runner.invoke(app, ["--db", any_db_url, "train", "--ham", str(message)])
+    assert train.exit_code == exitcodes.STORE_ERROR, train.output
+    assert f"a count of the ham class totals past {MAX_COUNT} (2^62 - 1)" in train.stderr and "nothing was written" in train.stderr
+    with Filter.open(Config(), any_db_url) as f:
+        assert export_text(f) == before
+        assert Maintenance(f.store).check().ok
+    for command in (["stats"], ["db", "check"], ["classify", str(message)], ["db", "export"]):
+        result = runner.invoke(app, ["--db", any_db_url, *command])
+        assert result.exit_code == 0, (command, result.output)
+    # The other class still has room.
+    assert runner.invoke(app, ["--db", any_db_url, "train", "--spam", str(message)]).exit_code == 0
+
+
+def test_a_count_sqlite_turned_into_a_real_is_reported_by_check_and_refused_by_every_command(
+    trained_url: str, tmp_path: Path, runner: CliRunner
+) -> None:
+    """The state the import above used to lead to: SQLite keeps a sum past
+    2^63 - 1 as a REAL."""
+    path = sqlite_path(trained_url)
+    assert path is not None
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE class_totals SET terms = terms + 9223372036854775807 WHERE owner = '' AND label = 0")
+        assert conn.execute("SELECT typeof(terms) FROM class_totals WHERE owner = '' AND label = 0").fetchone() == ("real",)
+    check = runner.invoke(app, ["--db", trained_url, "db", "check"])
+    assert check.exit_code == exitcodes.STORE_INCONSISTENT, check.output
+    assert f"FAILED   every count is a whole number no larger than {MAX_COUNT} (2^62 - 1)" in check.stdout
+    assert "class_totals ham terms is 9.2233720368547" in check.stdout
+    assert "skipped  the counts compared with each other and the ledger (a count is out of range)" in check.stdout
+    as_json = json.loads(runner.invoke(app, ["--db", trained_url, "db", "check", "--format", "json"]).stdout)
+    assert as_json["ok"] is False
+    message = tmp_path / "ham.eml"
+    message.write_bytes(b"From: a@b.example\nSubject: hello\n\nhello world there\n")
+    for command in (["stats"], ["classify", str(message)], ["db", "export"], ["filter"]):
+        result = runner.invoke(app, ["--db", trained_url, *command], input=message.read_bytes())
+        assert result.exit_code == exitcodes.STORE_INCONSISTENT, (command, result.output)
+        assert "class_totals holds 9.2233720368547" in result.stderr and "`spamfilter db check` lists the problems" in result.stderr
+    train = runner.invoke(app, ["--db", trained_url, "train", "--ham", str(message)])
+    assert train.exit_code == exitcodes.STORE_ERROR and "nothing was written" in train.stderr

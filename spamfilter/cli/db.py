@@ -16,8 +16,8 @@ import typer
 from spamfilter.cli import app, exitcodes, fail, state
 from spamfilter.cli._common import TableOrJson, is_tty_stdin, open_filter
 from spamfilter.errors import StoreInconsistent
-from spamfilter.maintenance import Maintenance, read_counts_lines
-from spamfilter.service import upgrade_database
+from spamfilter.maintenance import ImportSummary, Maintenance, read_counts_lines
+from spamfilter.service import Filter, upgrade_database
 
 
 @app.command()
@@ -85,8 +85,9 @@ def check(
     tokens, and every token's counts with the trained-message ledger (skipped
     after `db prune` or `db import`, which leave counts the ledger does not
     hold), and runs SQLite's integrity check, whose findings it lists when
-    the file is damaged. Prints each problem; exits 0 when there is none, 73
-    otherwise.
+    the file is damaged. A count that is not a whole number up to 2^62 - 1
+    fails the first check, and is then compared with nothing. Prints each
+    problem; exits 0 when there is none, 73 otherwise.
 
     Example: spamfilter --user alice db check --format json
     """
@@ -188,6 +189,8 @@ def export_counts(
 
     Example: spamfilter db export counts.tsv
     """
+    if path != "-" and Path(path).is_dir():
+        fail(f"cannot write {path}: it is a folder; give the name of a file", exitcodes.USAGE)
     with open_filter(ctx, create=False) as f:
         if path == "-":
             sys.stdout.flush()
@@ -211,7 +214,10 @@ def export_counts(
         try:
             with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
                 n = Maintenance(f.store).export_counts(fh)
-            os.replace(part, target)
+            try:
+                os.replace(part, target)
+            except OSError as exc:  # e.g. FILE became a folder meanwhile
+                fail(f"cannot write {path}: {exc.strerror}", exitcodes.USAGE)
         except BaseException:
             Path(part).unlink(missing_ok=True)
             raise
@@ -231,7 +237,7 @@ def import_counts(
     transaction. Each line is checked before its counts are written (a bad
     or truncated file exits 65 naming the line, and changes nothing): tokens
     once each, in the export's order, without NUL, at most 1,000 bytes;
-    counts below 2^63. Imported counts have no ledger, so they cannot be
+    counts and totals below 2^62. Imported counts have no ledger, so they cannot be
     forgotten message by message.
 
     Example: spamfilter --db sqlite:///new.db db import --replace counts.tsv
@@ -239,21 +245,31 @@ def import_counts(
     if path == "-" and is_tty_stdin():
         fail("db import - reads the counts from standard input, which is a terminal: pipe them in or give a file", exitcodes.USAGE)
     with open_filter(ctx, create=True) as f:
-        if replace is None:
-            s = f.stats()
-            if s.ham_messages or s.spam_messages or s.tokens:
-                fail(f"the model of {_whose(s.user)} is not empty: give --replace or --add", exitcodes.USAGE)
         try:
-            fh = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115 - closed below
-        except OSError as exc:
-            fail(f"cannot read {path}: {exc.strerror}", exitcodes.NO_INPUT)
-        try:
-            result = Maintenance(f.store).import_counts(read_counts_lines(fh), replace=bool(replace))
-        finally:
-            if path != "-":
-                fh.close()
+            result = _import_into(f, path, replace)
+        except BaseException:
+            # A failed import into a new path leaves no empty database behind.
+            f.store.remove_if_unused()
+            raise
     how = "replacing it" if result.replaced else "added"
     typer.echo(
         f"imported {result.tokens} tokens, {result.spam_messages} spam and {result.ham_messages} ham messages "
         f"into the model of {_whose(result.user)} ({how})"
     )
+
+
+def _import_into(f: Filter, path: str, replace: bool | None) -> ImportSummary:
+    """``db import``'s work on the open filter."""
+    if replace is None:
+        s = f.stats()
+        if s.ham_messages or s.spam_messages or s.tokens:
+            fail(f"the model of {_whose(s.user)} is not empty: give --replace or --add", exitcodes.USAGE)
+    try:
+        fh = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115 - closed below
+    except OSError as exc:
+        fail(f"cannot read {path}: {exc.strerror}", exitcodes.NO_INPUT)
+    try:
+        return Maintenance(f.store).import_counts(read_counts_lines(fh), replace=bool(replace))
+    finally:
+        if path != "-":
+            fh.close()

@@ -22,8 +22,10 @@ that sees 75 (temporary failure) queues the message and retries.
       70  internal error: a bug in spamfilter, please report it; or a worker
           process reading mail (--jobs) died (killed, out of memory)
       71  the IMAP server refused an operation
-      73  `db check` found the stored counts inconsistent
-      74  the database cannot be opened, read or written
+      73  `db check` found the stored counts inconsistent; or a stored count
+          is not a count (a REAL past 2^63 - 1), which every command refuses
+      74  the database cannot be opened, read or written; or training would
+          take a count past 2^62 - 1 (refused, nothing written)
       75  the database stayed locked by another process: try again later
       76  the database schema is out of date: run `spamfilter db upgrade`
       77  the IMAP server refused the login

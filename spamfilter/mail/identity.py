@@ -54,7 +54,7 @@ def digest_bytes(raw: bytes) -> str:
     2. a leading mbox envelope (``From ``) line is dropped;
     3. the fields in `FILTER_HEADERS` (any case, with their folded
        continuation lines) are dropped from the header block, which ends at
-       the first empty line;
+       the first empty line (CR, LF or CRLF; see `_filter_layout`);
     4. trailing whitespace at the end of the message is dropped (mbox
        separators and editors add or remove final newlines).
 
@@ -80,8 +80,12 @@ def digest_bytes(raw: bytes) -> str:
     # The steps are done on the fly rather than on copies: normalising a
     # 50 MB message with replace, slices and rstrip held three copies of it
     # (157 MB); now 1 MiB at a time. The fields dropped are those that
-    # `filtered_pieces` drops and adds, so filtering keeps the digest.
-    layout = _filter_layout(raw)
+    # `filtered_pieces` drops and adds, so filtering keeps the digest; but
+    # for those it drops past a CRLF empty line, which procmail reads as
+    # header fields and every other parser as body lines. Dropping those
+    # here too would make the digest of a CRLF message differ from that of
+    # the same message with LF line ends (there procmail reads them as body).
+    layout = _filter_layout(raw, lf_only_readers=False)
     digest = _RstrippedHash()
     view = memoryview(raw)
     kept, pos = [], layout.start
@@ -112,17 +116,23 @@ class _FilterLayout:
     eol: bytes
 
 
-def _filter_layout(raw: bytes) -> _FilterLayout:
+def _filter_layout(raw: bytes, *, lf_only_readers: bool = True) -> _FilterLayout:
     """Find the envelope line, the insertion point, the fields a sender may
     have forged and the header block's line ending, without copying ``raw``.
 
     Parsers disagree on where a header block ends: Python's email parser ends
     it at the first empty line counting CR, LF and CRLF as line ends
-    (``any_end``), procmail, formail and Dovecot at the first one counting LF
-    and CRLF only (``lf_end``, never earlier). A field of ours is dropped
-    wherever one of them would read it: before ``any_end`` at any line start;
-    between the two only where an LF-only parser sees a line start (after an
-    LF, or right after a field dropped just before).
+    (``any_end``), formail and Dovecot at the first one counting LF and CRLF
+    (``crlf_end``, never earlier), procmail at the first LF LF (``lf_end``,
+    later still: to it a line holding a lone CR is not empty, and a CRLF
+    message is all header). A field of ours is dropped wherever one of them
+    would read it: before ``any_end`` at any line start; from there to the
+    end (``lf_end``, or ``crlf_end`` without ``lf_only_readers``) where
+    those parsers see a line start (after an LF, or right after a field
+    dropped just before). So "From: a\n\r\nX-Spam-Flag: YES\n\nbody" loses
+    the field, which a CRLF parser reads in the body and procmail in the
+    header, and so would a field at a line start in the body of a CRLF
+    message.
     """
     start = 0
     if raw.startswith(_ENVELOPE_PREFIX):
@@ -130,12 +140,13 @@ def _filter_layout(raw: bytes) -> _FilterLayout:
         # Python's parser ends it there, and reads what follows as fields.
         brk = _LINE_BREAK_RE.search(raw)
         start = len(raw) if brk is None else brk.end()
-    lf_end = _header_end(raw, start)
+    crlf_end = _header_end(raw, start)
+    lf_end = _lf_header_end(raw, start) if lf_only_readers else crlf_end
     if raw[start : start + 1] in (b"\r", b"\n"):
         any_end = start
     else:
         empty = _EMPTY_LINE_RE.search(raw, start)
-        any_end = lf_end if empty is None else min(empty.end(1), lf_end)
+        any_end = crlf_end if empty is None else min(empty.end(1), crlf_end)
     insert = start
     while raw[insert : insert + 1] in (b" ", b"\t"):
         brk = _LINE_BREAK_RE.search(raw, insert)
@@ -174,6 +185,14 @@ def _header_end(raw: bytes, start: int) -> int:
     end_crlf = raw.find(b"\n\r\n", start, len(raw) if end < 0 else end + 2)
     if end_crlf >= 0:
         end = end_crlf
+    return len(raw) if end < 0 else end + 1
+
+
+def _lf_header_end(raw: bytes, start: int) -> int:
+    """`_header_end` for a parser that ends lines at LF only (procmail)."""
+    if raw.startswith(b"\n", start):
+        return start
+    end = raw.find(b"\n\n", start)
     return len(raw) if end < 0 else end + 1
 
 
@@ -246,7 +265,8 @@ def filtered_pieces(raw: bytes, fields: Sequence[tuple[str, str]]) -> list[bytes
     removed wherever a parser could read them (see `_filter_layout`), so a
     sender cannot pre-set ``X-Spam-Status: No``. Every other byte is kept as
     it was: line endings, mixed or not, a missing final line break, binary
-    parts.
+    parts. The message keeps its `digest_bytes`, unless a field was removed
+    that a CRLF parser reads in the body.
 
     Examples
     --------

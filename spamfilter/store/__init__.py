@@ -50,6 +50,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
@@ -63,7 +64,7 @@ from spamfilter.counts import Totals
 from spamfilter.errors import SchemaOutOfDate, StoreError
 from spamfilter.store.engine import _make_engine, _make_owner_only, _store_error, sqlite_path
 from spamfilter.store.ledger import pack_token_counts, unpack_token_counts
-from spamfilter.store.schema import COUNT_COLUMNS, SCHEMA_REVISION, metadata
+from spamfilter.store.schema import COUNT_COLUMNS, SCHEMA_REVISION, class_totals, metadata, model_versions
 from spamfilter.store.statements import _Statements
 from spamfilter.store.transaction import CountsWritten, ImapRecord, StoreTransaction, TrainedMessage
 
@@ -91,10 +92,13 @@ _UPGRADE_LOCK = 0x7370616D66696C74
 class Store:
     """A token store on one database. Open with ``Store.open(url)``."""
 
-    def __init__(self, engine: Engine, url: str, owner: str = "") -> None:
+    def __init__(self, engine: Engine, url: str, owner: str = "", created: tuple[Path, ...] = ()) -> None:
         self.engine = engine
         self.url = url
         self.owner = owner
+        #: What opening the store created on disk: the folders of a new
+        #: SQLite file (outermost first) and the file (``remove_if_unused``).
+        self.created = created
         dbapi = getattr(engine.dialect, "dbapi", None)
         self._driver_error: type[Exception] = getattr(dbapi, "Error", DBAPIError)
         self.statements = _Statements(engine.dialect.name)
@@ -121,8 +125,8 @@ class Store:
         else ``NoSuchDatabase``; its missing parent folders only with
         ``create_dirs``, else ``StoreError``.
         """
-        engine = _make_engine(url, busy_timeout, create, create_dirs)
-        store = cls(engine, url, owner)
+        engine, created = _make_engine(url, busy_timeout, create, create_dirs)
+        store = cls(engine, url, owner, created)
         if not check:
             return store
         try:
@@ -158,6 +162,42 @@ class Store:
     def close(self) -> None:
         """Release the connections."""
         self.engine.dispose()
+
+    def remove_if_unused(self) -> bool:
+        """Close the store and delete what opening it created (a new SQLite
+        file with its -wal and -shm, and the folders made for it) if the file
+        holds nothing but the schema: what a command that failed on a new
+        path (``db import``) would otherwise leave behind. False, and nothing
+        deleted, when it created no file or one of its tables has a row
+        (another process may have written into it meanwhile)."""
+        if not self.created or self.created[-1].is_dir():
+            return False
+        # A new schema holds zero class totals and model version 1 (the
+        # migrations'); every write of counts raises the version.
+        written = {
+            "class_totals": (class_totals.c.messages != 0) | (class_totals.c.terms != 0) | (class_totals.c.binary_terms != 0),
+            "model_versions": model_versions.c.version > 1,
+        }
+        try:
+            with self.engine.connect() as conn:
+                used = any(
+                    conn.execute(sa.select(sa.literal(1)).select_from(t).where(written.get(t.name, sa.true())).limit(1)).first()
+                    for t in metadata.sorted_tables
+                )
+        except DBAPIError:
+            used = True  # not even the schema can be read: leave it to the user
+        self.close()
+        if used:
+            return False
+        path = self.created[-1]
+        for name in (path.name, path.name + "-wal", path.name + "-shm", path.name + "-journal"):
+            path.with_name(name).unlink(missing_ok=True)
+        for folder in reversed(self.created[:-1]):
+            try:
+                folder.rmdir()
+            except OSError:
+                break  # not empty (someone else's file): it and its parents stay
+        return True
 
     def __enter__(self) -> Store:
         return self

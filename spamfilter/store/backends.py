@@ -39,8 +39,9 @@ class _CountSQL:
     def add_histogram(self, owner: str, rows: list[tuple[int, int, int]]) -> None:
         raise NotImplementedError
 
-    def add_totals(self, owner: str, label: int, values: tuple[int, int, int]) -> None:
-        self.cursor.execute(self.ADD_TOTALS, (owner, label, *values))
+    def add_totals(self, owner: str, label: int, values: tuple[int, int, int]) -> tuple[Any, ...]:
+        """Add (messages, terms, binary_terms) to a class's totals; the new totals."""
+        return self.rows(self.ADD_TOTALS, (owner, label, *values))[0]
 
     def bump_version(self, owner: str) -> int:
         return int(self.rows(self.BUMP_VERSION, (owner,))[0][0])
@@ -80,7 +81,8 @@ class _SqliteCountSQL(_CountSQL):
     ADD_TOTALS = (
         "INSERT INTO class_totals (owner, label, messages, terms, binary_terms) VALUES (?, ?, ?, ?, ?) "
         "ON CONFLICT (owner, label) DO UPDATE SET messages = messages + excluded.messages, "
-        "terms = terms + excluded.terms, binary_terms = binary_terms + excluded.binary_terms"
+        "terms = terms + excluded.terms, binary_terms = binary_terms + excluded.binary_terms "
+        "RETURNING messages, terms, binary_terms"
     )
     BUMP_VERSION = (
         "INSERT INTO model_versions (owner, version) VALUES (?, 1) "
@@ -142,7 +144,8 @@ class _PgCountSQL(_CountSQL):
     ADD_TOTALS = (
         "INSERT INTO class_totals (owner, label, messages, terms, binary_terms) VALUES (%s, %s, %s, %s, %s) "
         "ON CONFLICT (owner, label) DO UPDATE SET messages = class_totals.messages + excluded.messages, "
-        "terms = class_totals.terms + excluded.terms, binary_terms = class_totals.binary_terms + excluded.binary_terms"
+        "terms = class_totals.terms + excluded.terms, binary_terms = class_totals.binary_terms + excluded.binary_terms "
+        "RETURNING class_totals.messages, class_totals.terms, class_totals.binary_terms"
     )
     BUMP_VERSION = (
         "INSERT INTO model_versions AS v (owner, version) VALUES (%s, 1) "

@@ -12,6 +12,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
 from sqlalchemy.pool import StaticPool
 
+from spamfilter.config import make_private_dirs
 from spamfilter.errors import NoSuchDatabase, StoreBusyError, StoreConflict, StoreError
 
 
@@ -57,7 +58,30 @@ def _make_owner_only(path: Path) -> None:
     _sidecars_follow(path)
 
 
-def _make_engine(url: str, busy_timeout: float, create: bool = True, create_dirs: bool = True) -> Engine:
+def _create_sqlite_file(path: Path, create: bool, create_dirs: bool) -> list[Path]:
+    """Create the missing SQLite file ``path`` (empty, owner-only) and, with
+    ``create_dirs``, its missing folders; what it created, outermost first."""
+    if not create:
+        raise NoSuchDatabase(f"no such database: {path}")
+    if not create_dirs and not path.parent.is_dir():
+        raise StoreError(f"cannot create database {path}: folder {path.parent} does not exist (--create-dirs creates it)")
+    created: list[Path] = []
+    try:
+        created = make_private_dirs(path.parent)
+        # The counts say a lot about someone's mail: owner-only file.
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        os.close(fd)
+        created.append(path)
+    except FileExistsError:
+        pass  # another process created it meanwhile: not ours to remove
+    except OSError as exc:
+        raise StoreError(f"cannot create database {path}: {exc.strerror}") from None
+    return created
+
+
+def _make_engine(url: str, busy_timeout: float, create: bool = True, create_dirs: bool = True) -> tuple[Engine, tuple[Path, ...]]:
+    """The engine for ``url``, and what making it created on disk: the
+    folders of a new SQLite file (outermost first) and the file."""
     try:
         parsed = sa.engine.make_url(url)
     except sa.exc.ArgumentError:
@@ -68,27 +92,16 @@ def _make_engine(url: str, busy_timeout: float, create: bool = True, create_dirs
             # The busy timeout bounds lock waits here too (then 55P03).
             connect_args["options"] = f"-c lock_timeout={int(busy_timeout * 1000)}"
         try:
-            return sa.create_engine(parsed, pool_pre_ping=True, connect_args=connect_args)
+            return sa.create_engine(parsed, pool_pre_ping=True, connect_args=connect_args), ()
         except (ImportError, SQLAlchemyError) as exc:
             raise StoreError(f"cannot use database {parsed.render_as_string(hide_password=True)}: {_driver_message(exc)}") from None
     path = sqlite_path(url)
+    created: list[Path] = []
     if path is None:
         engine = sa.create_engine(parsed, poolclass=StaticPool, connect_args={"check_same_thread": False})
     else:
         if not path.exists():
-            if not create:
-                raise NoSuchDatabase(f"no such database: {path}")
-            if not create_dirs and not path.parent.is_dir():
-                raise StoreError(
-                    f"cannot create database {path}: folder {path.parent} does not exist (--create-dirs creates it)"
-                )
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                # The counts say a lot about someone's mail: owner-only file.
-                fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
-                os.close(fd)
-            except OSError as exc:
-                raise StoreError(f"cannot create database {path}: {exc.strerror}") from None
+            created = _create_sqlite_file(path, create, create_dirs)
         else:
             _sidecars_follow(path)
         engine = sa.create_engine(parsed, connect_args={"timeout": busy_timeout})
@@ -112,7 +125,7 @@ def _make_engine(url: str, busy_timeout: float, create: bool = True, create_dirs
         mode = conn.get_execution_options().get("sqlite_begin", "DEFERRED")
         conn.exec_driver_sql(f"BEGIN {mode}")
 
-    return engine
+    return engine, tuple(created)
 
 
 #: PostgreSQL SQLSTATEs of a transaction that lost a race and can simply be

@@ -12,8 +12,8 @@ import numpy as np
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from spamfilter.counts import HAM, SPAM, ClassCounts, FeatureStats, IntArray, TokenCounts, Totals
-from spamfilter.errors import StoreError
+from spamfilter.counts import HAM, MAX_COUNT, SPAM, ClassCounts, FeatureStats, IntArray, Label, TokenCounts, Totals
+from spamfilter.errors import CountLimitError, StoreError, StoreInconsistent
 from spamfilter.store.backends import _CountSQL, _PgCountSQL, _SqliteCountSQL
 from spamfilter.store.ledger import pack_ledger_entry, unpack_features, unpack_token_counts
 from spamfilter.store.pairs import PairTables
@@ -28,6 +28,8 @@ from spamfilter.store.schema import (
     untracked_totals,
 )
 from spamfilter.store.statements import _Statements
+
+_TOTAL_COLUMNS = ("messages", "terms", "binary_terms")
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,10 +99,10 @@ class StoreTransaction:
         (of this transaction's owner, or of ``owner``)."""
         own = self.owner if owner is None else owner
         classes = ClassCounts.zeros()
-        for label, m, t, b in self.counts_sql.select_totals(own):
+        for label, m, t, b in _whole(self.counts_sql.select_totals(own), "class_totals"):
             classes.messages[label], classes.terms[label], classes.binary_terms[label] = m, t, b
         rows: list[list[tuple[int, int]]] = [[], []]
-        for label, k, n in self.counts_sql.select_histogram(own):
+        for label, k, n in _whole(self.counts_sql.select_histogram(own), "doc_histogram"):
             rows[label].append((k, n))
         hist = tuple(np.array(r, dtype=np.int64).reshape(-1, 2) for r in rows)
         vocabulary = int(hist[0][:, 1].sum())
@@ -169,8 +171,9 @@ class StoreTransaction:
         Negative deltas untrain. Keeps ``doc_histogram`` in step, deletes
         tokens whose message counts drop to zero in both classes, and
         increases the model version by one. Raises ``StoreError`` if any
-        count would go negative (the caller's transaction then rolls back,
-        so nothing is written).
+        count would go negative, and ``CountLimitError`` if one would pass
+        ``MAX_COUNT`` (the caller's transaction then rolls back, so nothing
+        is written).
         """
         token_list = list(token_list)
         if len(token_list) != len(delta):
@@ -179,6 +182,9 @@ class StoreTransaction:
         if token_list:
             columns = np.concatenate([delta.doc_count, delta.term_count]).tolist()
             new = _counts_at(token_list, self.counts_sql.upsert_tokens(self.owner, self.today, token_list, columns))
+            full = np.flatnonzero((new.doc_count > MAX_COUNT).any(axis=0) | (new.term_count > MAX_COUNT).any(axis=0))
+            if full.size:
+                raise _past_limit(f"token {token_list[int(full[0])]!r}")
             bad = new.any_negative()
             if bad is not None:
                 raise StoreError(
@@ -193,7 +199,10 @@ class StoreTransaction:
         for label in (HAM, SPAM):
             values = classes.of_class(label)
             if any(values):
-                self.counts_sql.add_totals(self.owner, label, values)
+                # A REAL here is SQLite's sum past 2^63 - 1, of a total that was past the limit before.
+                written = self.counts_sql.add_totals(self.owner, label, values)
+                if any(type(v) is not int or v > MAX_COUNT for v in written):
+                    raise _past_limit(f"the {Label(label).decision} class totals")
         return CountsWritten(token_list, new, self.counts_sql.bump_version(self.owner), classes, histogram)
 
     def feature_stats(self, width: int, owner: str | None = None) -> FeatureStats:
@@ -370,7 +379,34 @@ class StoreTransaction:
         )
         result = self.conn.execute(query, execution_options={"stream_results": True, "yield_per": chunk})
         for row in result:
-            yield str(row[0]), int(row[1]), int(row[2]), int(row[3]), int(row[4]), row[5]
+            _whole([row[1:5]], "tokens")
+            yield str(row[0]), row[1], row[2], row[3], row[4], row[5]
+
+    def counts_out_of_range(self) -> list[str]:
+        """This owner's stored counts that are not whole numbers from
+        -MAX_COUNT to MAX_COUNT (tokens, class and untracked totals, the
+        histogram), one line each: what ``totals`` and ``iter_tokens``
+        refuse to read, and what could not be trained further."""
+        found: list[str] = []
+        keyed = (
+            (tokens, tokens.c.token, COUNT_COLUMNS),
+            (class_totals, class_totals.c.label, _TOTAL_COLUMNS),
+            (untracked_totals, untracked_totals.c.label, _TOTAL_COLUMNS),
+            (doc_histogram, doc_histogram.c.label, ("doc_count", "tokens")),
+        )
+        for table, key, names in keyed:
+            columns = [table.c[name] for name in names]
+            outside: list[sa.ColumnElement[bool]] = [(c > MAX_COUNT) | (c < -MAX_COUNT) for c in columns]
+            if self.conn.dialect.name == "sqlite":
+                outside += [sa.func.typeof(c) != "integer" for c in columns]
+            query = sa.select(key, *columns).where((table.c.owner == self.owner) & sa.or_(*outside)).order_by(key)
+            for row in self.conn.execute(query):
+                where = f"token {row[0]!r}" if table is tokens else f"{Label(row[0]).decision}"
+                found += [
+                    f"{table.name} {where} {name} is {value!r}" for name, value in zip(names, row[1:])
+                    if type(value) is not int or not -MAX_COUNT <= value <= MAX_COUNT
+                ]
+        return found
 
     def iter_ledger(self, chunk: int = 500) -> Iterator[tuple[int, dict[str, int]]]:
         """(label, token_counts) of every message in this owner's ledger, streamed
@@ -412,7 +448,7 @@ class StoreTransaction:
         query = sa.select(
             untracked_totals.c.label, untracked_totals.c.messages, untracked_totals.c.terms, untracked_totals.c.binary_terms
         ).where(untracked_totals.c.owner == self.owner)
-        for label, m, t, b in self.conn.execute(query):
+        for label, m, t, b in _whole(list(self.conn.execute(query)), "untracked_totals"):
             out.messages[label], out.terms[label], out.binary_terms[label] = m, t, b
         return out
 
@@ -531,11 +567,35 @@ class StoreTransaction:
         self.counts_sql.bump_version(own)
 
 
+def _whole(rows: Sequence[Sequence[Any]], table: str, start: int = 1) -> Sequence[Sequence[Any]]:
+    """``rows`` of ``table``, once their values from column ``start`` on are
+    seen to be whole numbers; else ``StoreInconsistent``. A SQLite sum past
+    2^63 - 1 is kept as an inexact REAL, which no count array can hold:
+    every command but ``db check`` refuses such a store, naming the check."""
+    for row in rows:
+        for value in row[start:]:
+            if type(value) is not int:
+                raise StoreInconsistent(
+                    f"{table} holds {value!r} where a count belongs: the database is damaged "
+                    "(`spamfilter db check` lists the problems)"
+                )
+    return rows
+
+
+def _past_limit(what: str) -> CountLimitError:
+    """The error for a write that took a count of ``what`` past ``MAX_COUNT``."""
+    return CountLimitError(
+        f"training this would take a count of {what} past {MAX_COUNT} (2^62 - 1), the most the "
+        "store keeps: nothing was written (`spamfilter db check` tells whether the counts are sound)"
+    )
+
+
 def _counts_at(token_list: Sequence[str], rows: Sequence[tuple[Any, ...]]) -> TokenCounts:
     """(token, ham_docs, spam_docs, ham_terms, spam_terms) rows as counts in
     the order of ``token_list``; zeros for tokens without a row."""
     out = TokenCounts.zeros(len(token_list))
     if rows:
+        _whole(rows, "tokens")
         position = dict(zip(token_list, range(len(token_list))))
         columns = np.fromiter((position[row[0]] for row in rows), dtype=np.int64, count=len(rows))
         values = np.array([row[1:] for row in rows], dtype=np.int64).T
