@@ -136,15 +136,22 @@ class OnlineStep:
 
 @dataclass(frozen=True, slots=True)
 class Fitted:
-    """A batch ready to score: its m known tokens (rows of the filter's
-    ``CountCache``, and the tokens themselves), the evidence the scorer
-    reads (counts (2, m), totals, X (n_messages, m), header mask, pair
-    counts, feature densities) and the parameters of its columns."""
+    """A batch ready to score: its m known tokens (rows ``ids`` of the
+    filter's ``CountCache``, whose token list was ``vocabulary``), the
+    evidence the scorer reads (counts (2, m), totals, X (n_messages, m),
+    header mask, pair counts, feature densities) and the parameters of its
+    columns."""
 
     ids: npt.NDArray[np.int64]
-    tokens: list[str]
+    vocabulary: list[str]
     evidence: Evidence
     params: model.NBParams
+
+    @property
+    def tokens(self) -> list[str]:
+        """The token of each of the m columns (looked up only when asked:
+        scoring itself does not need them)."""
+        return [self.vocabulary[i] for i in self.ids.tolist()]
 
 
 def batched(items: Iterable[T], size: int) -> Iterator[list[T]]:
@@ -426,15 +433,16 @@ class Filter:
             gaussian = self._gaussian(reader, view.owners) if m.features else None
             held = self.cache.rows()
             X, ids = indexed_matrix(docs, self.cache.index, held.known(), binary=binary)
-            columns = [self.cache.tokens[i] for i in ids.tolist()]
             pairs = header = None
-            if m.header_apart:
-                header = np.fromiter(map(is_header_line, columns), dtype=bool, count=len(columns))
-            if m.dependence != "none":
-                pairs = dependence.pair_counts(reader, view.owners[0], columns, self.pair_cache, self.cache.key)
+            if m.dependence != "none" or m.header_apart:
+                columns = [self.cache.tokens[i] for i in ids.tolist()]
+                if m.header_apart:
+                    header = np.fromiter(map(is_header_line, columns), dtype=bool, count=len(columns))
+                if m.dependence != "none":
+                    pairs = dependence.pair_counts(reader, view.owners[0], columns, self.pair_cache, self.cache.key)
         token_counts = held.take(ids)
         evidence = Evidence(token_counts, view.totals, X, header, pairs, gaussian)
-        return Fitted(ids, columns, evidence, self.scorer.params(token_counts, view.totals))
+        return Fitted(ids, self.cache.tokens, evidence, self.scorer.params(token_counts, view.totals))
 
     @staticmethod
     def feature_sums(reader: StoreTransaction, owners: tuple[str, ...]) -> FeatureStats:
