@@ -84,8 +84,7 @@ def main() -> None:
         sums: dict[str, list[float]] = {k: [] for k in (*CLASSES, "prior")}
         for i in rows:
             evidence = counts.evidence(X[i], c.header, histogram=False)
-            present = np.unique(X[i].indices)
-            names = np.array([token_class(c.tokens[j]) for j in present[counts.seen[present]]])
+            names = np.array([token_class(c.tokens[j]) for j in counts.known(X[i])])
             terms = scorer.terms(evidence)
             for k in CLASSES:
                 sums[k].append(float(terms.token[names == k].sum()))

@@ -32,6 +32,10 @@ class MemoryCounts:
         self.doc = np.zeros((2, vocabulary_size), dtype=np.int64)
         self.term = np.zeros((2, vocabulary_size), dtype=np.int64)
         self.messages = np.zeros(2, dtype=np.int64)
+        #: Per class, the occurrences and the distinct tokens of its messages
+        #: summed (the store's class totals, kept as each message is added).
+        self.terms = np.zeros(2, dtype=np.int64)
+        self.binary_terms = np.zeros(2, dtype=np.int64)
         #: Which columns some trained message holds (the store's vocabulary).
         self.seen = np.zeros(vocabulary_size, dtype=bool)
         self._seen_count = 0
@@ -45,6 +49,7 @@ class MemoryCounts:
         counts.doc = np.rint(np.asarray((onehot @ binary).todense())).astype(np.int64)
         counts.term = np.rint(np.asarray((onehot @ terms).todense())).astype(np.int64)
         counts.messages = np.array([n - int(np.sum(is_spam)), int(np.sum(is_spam))], dtype=np.int64)
+        counts.terms, counts.binary_terms = counts.term.sum(axis=1), counts.doc.sum(axis=1)
         counts.seen = counts.doc.sum(axis=0) > 0
         counts._seen_count = int(counts.seen.sum())
         return counts
@@ -52,9 +57,12 @@ class MemoryCounts:
     def add(self, columns: IntArray, occurrences: npt.NDArray[np.float64], label: int) -> None:
         """Train one message of class ``label`` holding ``columns`` (distinct)
         with these occurrence counts."""
+        added = np.rint(occurrences).astype(np.int64)
         self.doc[label, columns] += 1
-        self.term[label, columns] += np.rint(occurrences).astype(np.int64)
+        self.term[label, columns] += added
         self.messages[label] += 1
+        self.terms[label] += int(added.sum())
+        self.binary_terms[label] += len(columns)
         self._seen_count += int((~self.seen[columns]).sum())
         self.seen[columns] = True
 
@@ -68,8 +76,14 @@ class MemoryCounts:
         for c in (0, 1):
             k, n = np.unique(seen[c], return_counts=True)
             rows.append(np.stack([k, n], axis=1).astype(np.int64))
-        classes = ClassCounts(messages=self.messages.copy(), terms=self.term.sum(axis=1), binary_terms=self.doc.sum(axis=1))
+        classes = ClassCounts(messages=self.messages.copy(), terms=self.terms.copy(), binary_terms=self.binary_terms.copy())
         return Totals(classes, vocabulary_size=self._seen_count, histogram=(rows[0], rows[1]))
+
+    def known(self, X: sp.csr_matrix) -> IntArray:
+        """The columns X's rows hold that the counts have seen, ascending."""
+        present = np.unique(sp.csr_matrix(X).indices)
+        known: IntArray = present[self.seen[present]].astype(np.int64)
+        return known
 
     def evidence(self, X: sp.csr_matrix, header: BoolArray | None = None, *, histogram: bool = True) -> Evidence:
         """The scorer's batch for the rows of X (n, V): the columns they hold
@@ -77,8 +91,7 @@ class MemoryCounts:
         tokens, which scoring ignores), their counts and X over them;
         ``header`` (V,) marks the header-line columns."""
         X = sp.csr_matrix(X)
-        present = np.unique(X.indices)
-        known = present[self.seen[present]]
+        known = self.known(X)
         sub = sp.csr_matrix(X[:, known])
         sub.sort_indices()
         return Evidence(
