@@ -68,17 +68,25 @@ def run(docs: list[Doc], y: np.ndarray, settings: list[ModelConfig], split: str 
     return np.array(rows), y[head:]
 
 
-def bogofilter_split(name: str, limit: int | None, split: str) -> tuple[np.ndarray, np.ndarray]:
-    """bogofilter 1.2.5 on the same split: `-B` bulk training on the head
-    (spam, then ham), `-b -T` on the rest; its spamicity's logit and the labels."""
-    items = [(s, it.source) for s, it in stream(name, limit)]
-    head = len(items) // 2 if split == "half" else 10_000
+def bogofilter_trained_once(train: list[tuple[bool, str]], score: list[str]) -> list[tuple[str, float]]:
+    """bogofilter 1.2.5 bulk-trained (`-B`, spam then ham) on the files of
+    ``train``, then `-b -T` over the files of ``score``: its verdict letter
+    (S, U, H) and spamicity per file (with -b its exit status is that of
+    the last message, so it is not checked)."""
     with tempfile.TemporaryDirectory() as db:
         for flag, want in (("-s", True), ("-n", False)):
-            subprocess.run(["bogofilter", "-d", db, flag, "-B", *[p for s, p in items[:head] if s is want]], check=True)
-        out = subprocess.run(["bogofilter", "-d", db, "-b", "-T"], input="\n".join(p for _, p in items[head:]) + "\n", capture_output=True, text=True, check=False).stdout
-    spamicity = np.array([float(line.split()[-1]) for line in out.splitlines()])
-    return logit(spamicity), np.array([s for s, _ in items[head:]], dtype=bool)
+            subprocess.run(["bogofilter", "-d", db, flag, "-B", *[p for s, p in train if s is want]], check=True)
+        out = subprocess.run(["bogofilter", "-d", db, "-b", "-T"], input="\n".join(score) + "\n", capture_output=True, text=True, check=False).stdout
+    return [(line.split()[-2], float(line.split()[-1])) for line in out.splitlines()]
+
+
+def bogofilter_split(name: str, limit: int | None, split: str) -> tuple[np.ndarray, np.ndarray]:
+    """bogofilter 1.2.5 on the same split (``bogofilter_trained_once`` on the
+    head and the rest): its spamicity's logit and the labels."""
+    items = [(s, it.source) for s, it in stream(name, limit)]
+    head = len(items) // 2 if split == "half" else 10_000
+    scored = bogofilter_trained_once(items[:head], [p for _, p in items[head:]])
+    return logit(np.array([spamicity for _, spamicity in scored])), np.array([s for s, _ in items[head:]], dtype=bool)
 
 
 def report(title: str, names: list[str], odds: np.ndarray, truth: np.ndarray, threshold: float, window: int | None = None) -> list[dict[str, Any]]:

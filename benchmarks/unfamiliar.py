@@ -18,13 +18,12 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import subprocess
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from benchmarks.compare import CORPORA
+from benchmarks.option_grid import bogofilter_trained_once
 from spamfilter.config import Config
 from spamfilter.evaluation import fresh_filter
 from spamfilter.mail import read_index
@@ -32,14 +31,9 @@ from spamfilter.service import Verdict
 
 
 def bogofilter_verdicts(train: list[tuple[bool, str]], score: list[str]) -> collections.Counter[str]:
-    """bogofilter's S / U / H for each file of ``score``, trained in bulk on ``train``
-    (with -b its exit status is that of the last message, so it is not checked)."""
-    with tempfile.TemporaryDirectory() as db:
-        for flag, want in (("-s", True), ("-n", False)):
-            subprocess.run(["bogofilter", "-d", db, flag, "-B", *[p for s, p in train if s is want]], check=True)
-        out = subprocess.run(["bogofilter", "-d", db, "-b", "-T"], input="\n".join(score) + "\n", capture_output=True, text=True, check=False).stdout
+    """bogofilter's verdicts for the files of ``score``, trained in bulk on ``train``."""
     names = {"S": "spam", "U": "unsure", "H": "ham"}
-    return collections.Counter(names[line.split()[-2]] for line in out.splitlines())
+    return collections.Counter(names[letter] for letter, _ in bogofilter_trained_once(train, score))
 
 
 def main() -> None:
