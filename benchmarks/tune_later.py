@@ -35,17 +35,14 @@ from spamfilter.config import EVENT_MODELS, Config
 from spamfilter.errors import EvaluationError
 from spamfilter.evaluation import EvalReport, run_split
 from spamfilter.mail import read_index
-from spamfilter.tuning import Candidate, configured_candidate, require_improvement, require_separation, tune
+from spamfilter.tuning import Candidate, configured_candidate, require_improvement, require_separation, tune, written_settings
 
 
 def written(config: Config, best: Candidate) -> Config:
-    """``config`` with what `tune --write` stores for ``best``."""
-    ham_cutoff, spam_cutoff = best.cutoffs.probabilities()
-    model = replace(config.model, event_model=best.event_model, alpha=best.alpha, tempering=best.tempering, min_evidence=best.min_evidence,
-                    max_tokens=best.max_tokens, dependence=best.dependence, features=best.feature_weight > 0,
-                    feature_weight=best.feature_weight or config.model.feature_weight)
-    return replace(config, model=model, tokenizer=replace(config.tokenizer, bigrams=best.bigrams),
-                   decision=replace(config.decision, ham_cutoff=ham_cutoff, spam_cutoff=spam_cutoff))
+    """``config`` with what `tune --write` stores for ``best`` (``tuning.written_settings``)."""
+    for (section, key), value in written_settings(best).items():
+        config = replace(config, **{section: replace(getattr(config, section), **{key: value})})
+    return config
 
 
 def loss_per_message(report: EvalReport, config: Config) -> float:

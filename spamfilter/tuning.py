@@ -217,6 +217,25 @@ def require_improvement(best: Candidate, configured: Candidate | None) -> None:
     )
 
 
+def written_settings(best: Candidate) -> dict[tuple[str, str], object]:
+    """What ``tune --write`` stores for ``best``: (section, key) -> value.
+    With the features off (weight 0) the configured weight is left alone."""
+    ham_cutoff, spam_cutoff = best.cutoffs.probabilities()
+    return {
+        ("model", "event_model"): best.event_model,
+        ("model", "alpha"): best.alpha,
+        ("model", "tempering"): best.tempering,
+        ("model", "min_evidence"): best.min_evidence,
+        ("model", "max_tokens"): best.max_tokens,
+        ("model", "dependence"): best.dependence,
+        ("model", "features"): best.feature_weight > 0,
+        **({("model", "feature_weight"): best.feature_weight} if best.feature_weight > 0 else {}),
+        ("tokenizer", "bigrams"): best.bigrams,
+        ("decision", "ham_cutoff"): ham_cutoff,
+        ("decision", "spam_cutoff"): spam_cutoff,
+    }
+
+
 def configured_candidate(candidates: Sequence[Candidate], config: Config) -> Candidate | None:
     """The candidate with exactly the configured settings, if one was tried."""
     for c in candidates:

@@ -97,23 +97,7 @@ def tune(
         tuning.require_separation(best, holdout)
         tuning.require_improvement(best, configured)
         path = s.config_path or default_config_path()
-        ham_cutoff, spam_cutoff = best.cutoffs.probabilities()
-        update_config_file(
-            path,
-            {
-                ("model", "event_model"): best.event_model,
-                ("model", "alpha"): best.alpha,
-                ("model", "tempering"): best.tempering,
-                ("model", "min_evidence"): best.min_evidence,
-                ("model", "max_tokens"): best.max_tokens,
-                ("model", "dependence"): best.dependence,
-                ("model", "features"): best.feature_weight > 0,
-                **({("model", "feature_weight"): best.feature_weight} if best.feature_weight > 0 else {}),
-                ("tokenizer", "bigrams"): best.bigrams,
-                ("decision", "ham_cutoff"): ham_cutoff,
-                ("decision", "spam_cutoff"): spam_cutoff,
-            },
-        )
+        update_config_file(path, tuning.written_settings(best))
         typer.echo(f"wrote the best settings to {path}")
         if best.dependence != "none" and best.dependence != s.config.model.dependence:
             typer.echo(f"dependence = {best.dependence!r} scores once `spamfilter db reselect` has chosen its parents")
