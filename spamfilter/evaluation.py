@@ -21,7 +21,7 @@ from spamfilter.config import Config
 from spamfilter.counts import Decision
 from spamfilter.errors import EvaluationError
 from spamfilter.mail import MailItem
-from spamfilter.service import ONLINE_TRAIN_MODE, TUNE_MARGIN, Filter, TrainMode, Verdict
+from spamfilter.service import ONLINE_TRAIN_MODE, TUNE_MARGIN, Filter, Refusal, TrainMode, TrainSummary, Verdict
 
 BoolArray = npt.NDArray[np.bool_]
 FloatArray = npt.NDArray[np.float64]
@@ -305,6 +305,27 @@ LEARNED = {
 }
 
 
+@dataclass(frozen=True, slots=True)
+class _TrainedOnce:
+    """A fresh model trained on some mail, then classifying other mail."""
+
+    summary: TrainSummary
+    verdicts: list[Verdict | Refusal]
+    two_way: float
+    train_seconds: float
+    classify_seconds: float
+
+
+def _train_then_classify(config: Config, train: Sequence[tuple[bool, MailItem]], test: Sequence[MailItem], jobs: int = 1) -> _TrainedOnce:
+    """Train a fresh in-memory model on ``train``, classify ``test``, and time both."""
+    with fresh_filter(config, jobs=jobs) as f:
+        started = time.perf_counter()
+        summary = f.train(train)
+        trained = time.perf_counter()
+        verdicts = list(f.classify(test))
+        return _TrainedOnce(summary, verdicts, f.two_way_threshold, trained - started, time.perf_counter() - trained)
+
+
 def run_split(
     config: Config,
     labelled: Sequence[tuple[bool, MailItem]],
@@ -323,19 +344,12 @@ def run_split(
     train, test = labelled[:head], labelled[head:]
     n_spam = sum(1 for s, _ in test if s)
     _need_both_classes(n_spam, len(test) - n_spam)
-    with fresh_filter(config, jobs=jobs) as f:
-        two_way = f.two_way_threshold
-        started = time.perf_counter()
-        summary = f.train(train)
-        train_seconds = time.perf_counter() - started
-        started = time.perf_counter()
-        verdicts = list(f.classify(item for _, item in test))
-        classify_seconds = time.perf_counter() - started
-    scored = [Scored(v.source, is_spam, v.score, v.log_odds, v.verdict) for (is_spam, _), v in zip(test, verdicts) if isinstance(v, Verdict)]
-    refused = len(summary.refused) + len(verdicts) - len(scored)
+    run = _train_then_classify(config, train, [item for _, item in test], jobs)
+    scored = [Scored(v.source, is_spam, v.score, v.log_odds, v.verdict) for (is_spam, _), v in zip(test, run.verdicts) if isinstance(v, Verdict)]
+    refused = len(run.summary.refused) + len(run.verdicts) - len(scored)
     report = summarise(
-        f"split {head}", scored, refused=refused, trained=summary.trained_ham + summary.trained_spam,
-        two_way_threshold=two_way, classify_seconds=classify_seconds, train_seconds=train_seconds, window=window,
+        f"split {head}", scored, refused=refused, trained=run.summary.trained_ham + run.summary.trained_spam,
+        two_way_threshold=run.two_way, classify_seconds=run.classify_seconds, train_seconds=run.train_seconds, window=window,
     )
     return replace(report, learned=f"the first {head} messages, then none"), scored
 
@@ -374,16 +388,12 @@ def run_cross_validation(
     for fold in range(folds):
         train = [pair for pair, f in zip(labelled, assignment) if f != fold]
         test = [(i, pair) for i, (pair, f) in enumerate(zip(labelled, assignment)) if f == fold]
-        with fresh_filter(config) as f:
-            two_way = f.two_way_threshold
-            started = time.perf_counter()
-            summary = f.train(train)
-            train_seconds += time.perf_counter() - started
-            trained += summary.trained_ham + summary.trained_spam
-            started = time.perf_counter()
-            verdicts = list(f.classify(item for _, (_, item) in test))
-            classify_seconds += time.perf_counter() - started
-        for (i, (is_spam, _)), v in zip(test, verdicts):
+        run = _train_then_classify(config, train, [item for _, (_, item) in test])
+        two_way = run.two_way
+        train_seconds += run.train_seconds
+        classify_seconds += run.classify_seconds
+        trained += run.summary.trained_ham + run.summary.trained_spam
+        for (i, (is_spam, _)), v in zip(test, run.verdicts):
             if isinstance(v, Verdict):
                 results[i] = Scored(v.source, is_spam, v.score, v.log_odds, v.verdict)
             else:
