@@ -159,9 +159,12 @@ class DaemonConfig:
         runs as, or ``-u NAME``) chooses the model, and a user without one
         follows ``store.shared_model``; false: every request is scored and
         learned with the default model (``store.user``, or ``--user``).
+    processes: processes that serve requests, each with the model in
+        memory (0: one per core); ``serve --processes`` overrides it.
     """
 
     per_user: bool = False
+    processes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -424,6 +427,7 @@ def validate(config: Config, origin: str = "config") -> None:
     need(s.busy_timeout >= 0, "store.busy_timeout", "must be >= 0", s.busy_timeout)
     need(s.write_deadline >= 0, "store.write_deadline", "must be >= 0", s.write_deadline)
     need(s.batch_size >= 1, "store.batch_size", "must be >= 1", s.batch_size)
+    need(0 <= config.daemon.processes <= 64, "daemon.processes", "must be between 0 and 64", config.daemon.processes)
     need(s.shared_model in SHARED_MODELS, "store.shared_model", f"must be one of {', '.join(SHARED_MODELS)}", s.shared_model)
     need(s.shared_min_messages >= 0, "store.shared_min_messages", "must be >= 0", s.shared_min_messages)
     need(

@@ -11,8 +11,11 @@ the model, as ``--user`` does, and a user without one follows
 
 A ``Filter`` is not thread-safe, so the requests of one model run one at a
 time while those of different models run side by side; a reload (SIGHUP)
-replaces the config, and each filter is closed once its request in flight
-is done.
+replaces the config at once, without waiting, and each filter is closed
+once its request in flight is done. The daemon keeps two pools over the
+same models: one that scores and one whose filters learn (TELL), whose
+writes give up after a bound (`for_writing`), so a request is never scored
+behind a write waiting for a lock.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 
 from spamfilter.config import Config, database_url
 from spamfilter.errors import NotTrainedError, SpamfilterError
@@ -31,12 +35,23 @@ from spamfilter.store import display_url
 class _Entry:
     """One model's filter and the lock it is used under."""
 
-    __slots__ = ("filter", "lock", "closed")
+    __slots__ = ("filter", "lock", "closed", "retired")
 
     def __init__(self) -> None:
         self.filter: Filter | None = None
         self.lock = threading.Lock()
         self.closed = False
+        #: Replaced by a reload: closed by whoever holds the lock last.
+        self.retired = False
+
+    def retire(self) -> None:
+        """Close the filter now if it is idle, else when its request ends."""
+        self.retired = True
+        if self.lock.acquire(blocking=False):
+            try:
+                self.close()
+            finally:
+                self.lock.release()
 
     def close(self) -> None:
         """Close the filter; the caller holds the lock."""
@@ -52,23 +67,47 @@ class FilterPool:
 
     default_user: the default model's owner (None: the config's
         ``store.user``). per_user: whether a request's ``User`` chooses its
-        model (None: the config's ``daemon.per_user``).
+        model (None: the config's ``daemon.per_user``). writes_within: the
+        seconds a write may wait for another process's lock, in all
+        (None: the config's ``store.busy_timeout`` and ``write_deadline``).
     """
 
     def __init__(
-        self, config: Config, db_url: str | None, default_user: str | None, max_users: int = 64, *, per_user: bool | None = None
+        self,
+        config: Config,
+        db_url: str | None,
+        default_user: str | None,
+        max_users: int = 64,
+        *,
+        per_user: bool | None = None,
+        writes_within: float | None = None,
     ) -> None:
         self._config = config
         self._db_url = db_url
         self._default_user = default_user
         self._max_users = max_users
         self._per_user = per_user
+        self._writes_within = writes_within
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         self._lock = threading.Lock()
 
     @property
     def config(self) -> Config:
         return self._config
+
+    def for_writing(self, seconds: float) -> FilterPool:
+        """A pool of other filters over the same models, whose writes (and
+        waits for a lock another process holds) give up after ``seconds``."""
+        return FilterPool(
+            self._config, self._db_url, self._default_user, self._max_users, per_user=self._per_user, writes_within=seconds
+        )
+
+    def _open(self, config: Config, owner: str) -> Filter:
+        if self._writes_within is None:
+            return Filter.open(config, self._db_url, owner)
+        s = config.store
+        bound = replace(s, busy_timeout=min(s.busy_timeout, self._writes_within), write_deadline=min(s.write_deadline, self._writes_within))
+        return Filter.open(replace(config, store=bound), self._db_url, owner)
 
     @property
     def per_user(self) -> bool:
@@ -117,8 +156,12 @@ class FilterPool:
                 if entry.closed:
                     continue  # replaced by a reload or evicted meanwhile
                 if entry.filter is None:
-                    entry.filter = Filter.open(config, self._db_url, owner)
-                yield owner, entry.filter
+                    entry.filter = self._open(config, owner)
+                try:
+                    yield owner, entry.filter
+                finally:
+                    if entry.retired:
+                        entry.close()
                 return
 
     def _evict(self) -> None:
@@ -133,14 +176,17 @@ class FilterPool:
                 del self._entries[owner]
 
     def replace(self, config: Config) -> None:
-        """Use ``config`` from now on; each open filter is closed once its
-        request in flight (if any) is done."""
+        """Use ``config`` from now on; each open filter is closed now if it
+        is idle, else once its request in flight is done (never waited for)."""
         with self._lock:
             old, self._entries, self._config = self._entries, OrderedDict(), config
         for entry in old.values():
-            with entry.lock:
-                entry.close()
+            entry.retire()
 
     def close(self) -> None:
-        """Close every filter (waiting for requests in flight)."""
-        self.replace(self._config)
+        """Close every filter, waiting for requests in flight."""
+        with self._lock:
+            old, self._entries = self._entries, OrderedDict()
+        for entry in old.values():
+            with entry.lock:
+                entry.close()

@@ -357,20 +357,19 @@ def _answered_ok(reply: Reply) -> Reply:
 
 @dataclass(frozen=True, slots=True)
 class RemoteVerdict:
-    """A server's verdict on a message, and for PROCESS the message as
-    filtered (None for CHECK)."""
+    """A server's verdict on a message."""
 
     verdict: Decision
     score: float
     log_odds: float
-    message: bytes | None
 
 
-def classify_remote(address: Address, message: bytes, *, user: str | None, filtered: bool, timeout: float = 30.0) -> RemoteVerdict:
-    """PROCESS (``filtered``) or CHECK ``message`` on the server at ``address``.
-    Raises OSError or ``ProtocolError`` unless the server answered with a
-    whole, scanned result."""
-    reply = _answered_ok(request(address, "PROCESS" if filtered else "CHECK", message, user=user, timeout=timeout))
+def classify_remote(address: Address, message: bytes, *, user: str | None, timeout: float = 30.0) -> RemoteVerdict:
+    """CHECK ``message`` on the server at ``address``: its verdict, never a
+    message (a client that writes the mail writes the one it has, with the
+    fields for this verdict added). Raises OSError or ``ProtocolError``
+    unless the server answered with a whole, scanned verdict."""
+    reply = _answered_ok(request(address, "CHECK", message, user=user, timeout=timeout))
     verdict = reply.headers.get("verdict")
     if verdict not in _DECISIONS or "spam" not in reply.headers:
         raise ProtocolError("the server did not scan the message")
@@ -378,9 +377,9 @@ def classify_remote(address: Address, message: bytes, *, user: str | None, filte
         score, log_odds = float(reply.headers["probability"]), float(reply.headers["log-odds"])
     except (KeyError, ValueError):
         raise ProtocolError("the server's verdict has no probability or log-odds") from None
-    if filtered and "content-length" not in reply.headers:
-        raise ProtocolError("the server's reply has no message")
-    return RemoteVerdict(Decision(verdict), score, log_odds, reply.body if filtered else None)
+    if not (0.0 <= score <= 1.0 and math.isfinite(log_odds)):
+        raise ProtocolError("the server's verdict is out of range")
+    return RemoteVerdict(Decision(verdict), score, log_odds)
 
 
 def tell_remote(address: Address, message: bytes, *, is_spam: bool, user: str | None, timeout: float = 30.0) -> bool:

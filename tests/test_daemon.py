@@ -32,6 +32,8 @@ SPAMC = shutil.which("spamc")
 pytestmark = pytest.mark.skipif(SPAMC is None and os.environ.get("CI") != "true", reason="spamc is not installed")
 
 HANG = 60.0  # seconds: only to turn a hang into a failure
+# What the start-up line says of the processes serving by default (one per core).
+_PROCESSES = f"; {os.cpu_count()} processes" if (os.cpu_count() or 1) > 1 else ""
 
 
 def _corpus(corpora_dir: Path) -> tuple[list[tuple[bool, MailItem]], list[tuple[bool, MailItem]]]:
@@ -343,7 +345,7 @@ def test_serve_without_options_scores_whatever_user_spamc_names_with_the_default
     log = d.log()
     assert log.splitlines()[0] == (
         f"spamfilter serve: listening on {d.address} with one model for every request, whatever User it names: "
-        f"the default model; database {url}; TELL refused (--allow-tell to accept)"
+        f"the default model; database {url}{_PROCESSES}; TELL refused (--allow-tell to accept)"
     )
     assert log.count("CHECK user=(default) verdict=") == 21
     assert "warning" not in log
@@ -649,10 +651,10 @@ def test_filter_connect_asks_the_daemon_and_falls_back_in_process(daemon: Daemon
     message = corpus[1][0][1].raw
     local = _filter(trained, message)
     assert local.returncode in (0, 1, 2)
-    before = daemon.log().count("PROCESS user=")
+    before = daemon.log().count("CHECK user=")
     remote = _filter(trained, message, env={"SPAMFILTER_SERVER": str(daemon.address)})
     assert (remote.returncode, remote.stdout, remote.stderr) == (local.returncode, local.stdout, b"")
-    assert daemon.logged("PROCESS user=", before + 1) == before + 1
+    assert daemon.logged("CHECK user=", before + 1) == before + 1
     verdict = _filter(trained, message, "--verdict-only", "--connect", str(daemon.address))
     assert verdict.stdout == _filter(trained, message, "--verdict-only").stdout
     # Nobody listening: filtered in-process, the same bytes and exit code.

@@ -91,9 +91,10 @@ def filter_(
     2 unsure. On any error, usage and config errors included, the message is
     written through unchanged and the exit code is the error's (64 and up).
 
-    With --connect (or $SPAMFILTER_SERVER) the daemon filters the message;
-    when none answers, or its answer is not whole, the message is filtered
-    in-process as without the option.
+    With --connect (or $SPAMFILTER_SERVER) the daemon gives the verdict
+    (the message written is still the one read, with the fields added);
+    when none answers, or its answer is not a whole verdict, the message is
+    filtered in-process as without the option.
 
     Example (procmail): :0fw | spamfilter filter --always-zero
     """
@@ -102,13 +103,16 @@ def filter_(
     message = delivery(ctx)
     raw = message.read()
     if connect:
-        remote = _ask_server(connect, raw, state(ctx).user, verdict_only)
+        # The daemon is asked for its verdict only (CHECK): the message
+        # written is the one read here with the fields added, whatever a
+        # server on that address sends back.
+        remote = _ask_server(connect, raw, state(ctx).user)
         if remote is not None:
             if verdict_only:
                 message.write([f"{remote.verdict} {remote.score:.6f} {remote.log_odds:+.4f}\n".encode()])
             else:
-                assert remote.message is not None
-                message.write([remote.message])
+                fields = filter_fields(remote.verdict, remote.score, remote.log_odds, state(ctx).config.model.event_model)
+                message.write(filtered_pieces(raw, fields))
             raise typer.Exit(exitcodes.OK if always_zero else _VERDICT_EXIT[remote.verdict])
     # On every failure below (and before this command ran) `_Group.main`
     # writes the message through unchanged. A busy database is a temporary
@@ -128,11 +132,11 @@ def filter_(
     raise typer.Exit(exitcodes.OK if always_zero else _VERDICT_EXIT[result.verdict])
 
 
-def _ask_server(address: str, raw: bytes, user: str | None, verdict_only: bool) -> RemoteVerdict | None:
-    """The daemon's verdict (and filtered message), or None after one
-    stderr line saying why it will be filtered in-process instead."""
+def _ask_server(address: str, raw: bytes, user: str | None) -> RemoteVerdict | None:
+    """The daemon's verdict, or None after one stderr line saying why the
+    message will be filtered in-process instead."""
     try:
-        return classify_remote(parse_address(address), raw, user=user, filtered=not verdict_only)
+        return classify_remote(parse_address(address), raw, user=user)
     except (OSError, ProtocolError) as exc:
         typer.echo(f"spamfilter: server {address}: {exc}; filtering in-process", err=True)
         return None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-import signal
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -25,10 +25,20 @@ def serve(
     allowed_ips: Annotated[
         str, typer.Option("--allowed-ips", metavar="NETS", help="Comma-separated client networks allowed over TCP (default: loopback only; needed to listen elsewhere).")
     ] = "",
-    workers: Annotated[int, typer.Option("--workers", min=1, help="Requests scored at the same time.")] = 4,
-    max_connections: Annotated[int, typer.Option("--max-connections", min=1, help="Connections served at once.")] = 64,
+    workers: Annotated[int, typer.Option("--workers", min=1, help="Threads scoring requests, per process.")] = 4,
+    processes: Annotated[
+        int | None, typer.Option("--processes", min=1, max=64, help="Processes serving requests, each with the model in memory (default: [daemon] processes, 0 = one per core).")
+    ] = None,
+    max_connections: Annotated[
+        int, typer.Option("--max-connections", min=1, help="Connections held at once, per process; beyond, the quietest without a whole request is closed.")
+    ] = 256,
     max_size: Annotated[int, typer.Option("--max-size", metavar="BYTES", min=1, help="Longer messages are passed back unscanned.")] = 512_000,
-    timeout: Annotated[float, typer.Option("--timeout", metavar="SECONDS", min=0.1, help="Time a client has to send its request.")] = 30.0,
+    timeout: Annotated[
+        float, typer.Option("--timeout", metavar="SECONDS", min=0.1, help="Time a client has to send its request, and a TELL to get the database.")
+    ] = 30.0,
+    spool_limit: Annotated[
+        int, typer.Option("--spool-limit", metavar="BYTES", min=1, help="Oversized PROCESS messages spooled at once (to give back unscanned); beyond, EX_TEMPFAIL.")
+    ] = 256 << 20,
     allow_tell: Annotated[bool, typer.Option("--allow-tell", help="Accept TELL: learning with spamc -L spam|ham|forget.")] = False,
     per_user: Annotated[
         bool | None,
@@ -44,14 +54,17 @@ def serve(
     the spamd protocol, with the default model (the one `spamfilter train`
     trains) unless --per-user. The start-up line on stderr says the mode, the
     model, the database and whether TELL is accepted; then one line per
-    request, a warning when a message is not scanned or learned. SIGTERM
-    finishes the requests in flight and exits; SIGHUP reads the config again.
+    request, a warning when a message is not scanned or learned. Idle or
+    slow clients never hold up others, and scoring never waits for a
+    training write. SIGTERM answers every accepted request and exits;
+    SIGHUP reads the config again.
 
     Example: spamfilter serve --socket /run/spamfilter/spamd.sock & spamc -U /run/spamfilter/spamd.sock -c < message.eml
     """
     # Over 60 lines: most of this command is its options' declarations.
     from spamfilter import spamd
-    from spamfilter.daemon import Server, ServeOptions
+    from spamfilter.daemon import prefork
+    from spamfilter.daemon.server import Server, ServeOptions
     from spamfilter.filterpool import FilterPool
 
     s = state(ctx)
@@ -72,6 +85,7 @@ def serve(
         timeout=timeout,
         allowed_ips=tuple(a for a in allowed_ips.split(",") if a.strip()),
         allow_tell=allow_tell,
+        spool_limit=spool_limit,
     )
     stderr = logging.StreamHandler(sys.stderr)
     stderr.setFormatter(_LogLine())
@@ -92,10 +106,10 @@ def serve(
     except ConfigError:
         server.pool.close()
         raise
-    signal.signal(signal.SIGTERM, lambda *_: server.stop())
-    signal.signal(signal.SIGINT, lambda *_: server.stop())
-    signal.signal(signal.SIGHUP, lambda *_: server.reload())
-    server.serve()
+    count = processes or s.config.daemon.processes or os.cpu_count() or 1
+    status = prefork.serve(server, count)
+    if status:
+        raise typer.Exit(status)
 
 
 class _LogLine(logging.Formatter):

@@ -1,0 +1,198 @@
+"""One client connection of ``spamfilter serve``, read and written without
+ever blocking: the server's event loop owns every socket, so a client that
+sends nothing, trickles, or does not read its reply holds a file descriptor
+and a few buffers, never a thread.
+
+A connection goes through these states:
+
+- ``HEAD``: bytes until the empty line that ends the request head;
+- ``BODY``: the message's ``Content-length`` bytes, kept in memory up to the
+  server's max size; a longer message is not scanned, so PROCESS spools it
+  (to give it back) and the other commands keep only its first max-size
+  bytes (HEADERS gives back its header block);
+- ``WORK``: a whole request, with a scoring thread or the writer; the loop
+  does not watch the socket meanwhile;
+- ``SEND``: the reply, written as fast as the client takes it;
+- ``LINGER``: the reply is out and our side shut down; what the client
+  still sends is read and dropped until it closes (or a short time passes),
+  so it reads the reply instead of a reset.
+"""
+
+from __future__ import annotations
+
+import enum
+import socket
+import tempfile
+from collections import deque
+from collections.abc import Sequence
+from typing import IO
+
+from spamfilter import spamd
+from spamfilter.errors import ProtocolError
+
+#: spamc sends at most 256 MB; a longer announced message is refused unread.
+HARD_MAX_SIZE = 256 << 20
+#: Bytes read from a socket (or a spool) at a time.
+CHUNK = 1 << 16
+#: Seconds a client has, after its reply, to close its side.
+LINGER_SECONDS = 2.0
+
+
+class State(enum.Enum):
+    HEAD = "head"
+    BODY = "body"
+    WORK = "work"
+    SEND = "send"
+    LINGER = "linger"
+
+
+class Connection:
+    """What one client has sent and is owed.
+
+    sock: the client's socket, non-blocking. who: its address, for the log.
+    started: when it was accepted; active: when a byte last came or went;
+    deadline: when the loop gives up on it (the request must be whole by
+    ``started + timeout``; a reply is given ``timeout`` to go out).
+    """
+
+    def __init__(self, sock: socket.socket, who: str, now: float, timeout: float, max_size: int) -> None:
+        sock.setblocking(False)
+        self.sock = sock
+        self.who = who
+        self.started = self.active = now
+        self.deadline = now + timeout
+        self.timeout = timeout
+        self.max_size = max_size
+        self.state = State.HEAD
+        self.request: spamd.Request | None = None
+        self._head = bytearray()
+        self.body = bytearray()
+        self.got = 0
+        #: An oversized PROCESS message, to give back unscanned.
+        self.spool: IO[bytes] | None = None
+        #: Bytes of the server's spool budget this connection holds.
+        self.spooled = 0
+        self._out: deque[memoryview] = deque()
+        self._out_file: IO[bytes] | None = None
+        #: What the request's log line says, once the reply is out.
+        self.outcome = ""
+        self.log_odds: float | None = None
+        self.owner = ""
+        self.why = ""
+
+    @property
+    def size(self) -> int:
+        return 0 if self.request is None or self.request.content_length is None else self.request.content_length
+
+    @property
+    def oversized(self) -> bool:
+        return self.size > self.max_size
+
+    # -- reading -------------------------------------------------------------
+
+    def feed_head(self, data: bytes) -> bytes | None:
+        """Take bytes of the head; once it is whole, parse it into
+        ``request`` and return the bytes read past it. ``data`` empty means
+        the client closed. Raises ``ProtocolError``."""
+        if not data:
+            # Before protocol 1.5 a PING had no empty line after it.
+            line = bytes(self._head).rstrip(b"\r\n")
+            if self._head.endswith(b"\n") and b"\n" not in line and line.split(b" ")[0] in (b"PING", b"SKIP"):
+                self.request = spamd.parse_head(line)
+                return b""
+            raise ProtocolError("connection closed before the end of the request head")
+        self._head += data
+        ends = [(i, n) for i, n in ((self._head.find(b"\r\n\r\n"), 4), (self._head.find(b"\n\n"), 2)) if i >= 0]
+        if not ends:
+            if len(self._head) > spamd.MAX_HEAD:
+                raise ProtocolError(f"request head over {spamd.MAX_HEAD} bytes")
+            return None
+        at, n = min(ends)
+        self.request = spamd.parse_head(bytes(self._head[:at]))
+        rest = bytes(self._head[at + n :])
+        self._head = bytearray()
+        if self.size > HARD_MAX_SIZE:
+            raise ProtocolError(f"message of {self.size} bytes is over {HARD_MAX_SIZE}", spamd.EX_TOOBIG)
+        return rest
+
+    def start_spool(self) -> None:
+        """Keep the oversized message in a spool (memory, then a temporary file)."""
+        self.spool = tempfile.SpooledTemporaryFile(max_size=CHUNK)  # noqa: SIM115 - closed in close()
+
+    def feed_body(self, data: bytes) -> bool:
+        """Take message bytes; True once all ``Content-length`` are here.
+        ``data`` empty means the client closed. Raises ``ProtocolError``."""
+        size = self.size
+        if not data and self.got < size:
+            raise ProtocolError(f"connection closed after {self.got} of {size} message bytes")
+        if self.got + len(data) > size:
+            raise ProtocolError("more bytes than Content-length")
+        self.got += len(data)
+        if self.spool is not None:
+            self.spool.write(data)
+        elif len(self.body) < self.max_size:
+            self.body += data[: self.max_size - len(self.body)]
+        return self.got == size
+
+    def nothing_more(self) -> None:
+        """Raise ``ProtocolError`` if bytes wait beyond the message: spamc
+        shuts its side down after it, so they mean a wrong Content-length."""
+        try:
+            extra = self.sock.recv(1, socket.MSG_PEEK)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            return
+        if extra:
+            raise ProtocolError("more bytes than Content-length")
+
+    # -- writing -------------------------------------------------------------
+
+    def reply(self, pieces: Sequence[bytes | memoryview], now: float, then_spool: bool = False) -> None:
+        """Send ``pieces`` (then the spooled message, with ``then_spool``)."""
+        self.state = State.SEND
+        self.deadline = now + self.timeout
+        self._out.extend(memoryview(p) for p in pieces if len(p))
+        if then_spool and self.spool is not None:
+            self.spool.seek(0)
+            self._out_file = self.spool
+
+    def send(self) -> bool:
+        """Write what the socket takes now; True once all is out."""
+        while True:
+            if not self._out and self._out_file is not None:
+                chunk = self._out_file.read(CHUNK * 16)
+                if chunk:
+                    self._out.append(memoryview(chunk))
+                else:
+                    self._out_file = None
+            if not self._out:
+                return True
+            try:
+                n = self.sock.send(self._out[0])
+            except (BlockingIOError, InterruptedError):
+                return False
+            if n < len(self._out[0]):
+                self._out[0] = self._out[0][n:]
+                return False
+            self._out.popleft()
+
+    def linger(self, now: float) -> None:
+        """The reply is out: shut our side, then read until the client closes."""
+        self.state = State.LINGER
+        self.deadline = now + LINGER_SECONDS
+        try:
+            self.sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        if self.spool is not None:
+            self.spool.close()
+            self.spool = None
+        self._out.clear()
+        self._out_file = None
+        try:
+            self.sock.close()
+        except OSError:
+            pass

@@ -1,0 +1,164 @@
+"""What the daemon answers to one complete request: a reply's pieces, and
+what its log line says. No sockets here: the event loop sends the pieces.
+
+Scoring requests (CHECK, SYMBOLS, REPORT, REPORT_IFSPAM, PROCESS, HEADERS)
+are answered from the scoring pool's filters, TELL from the writing pool's
+(``spamfilter.filterpool``). Messages over the size limit never get here:
+``unscanned`` answers them from what the connection kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from spamfilter import spamd
+from spamfilter.counts import Decision
+from spamfilter.errors import MailParseError, NotTrainedError, SpamfilterError, StoreBusyError, StoreError
+from spamfilter.filterpool import FilterPool
+from spamfilter.insight import Explanation, Insight
+from spamfilter.mail import MailItem, filter_fields, filtered_pieces
+from spamfilter.service import Filter, Refusal, Verdict
+
+Pieces = list[bytes | memoryview]
+
+
+@dataclass(slots=True)
+class Answer:
+    """A reply and what the request's log line says about it.
+
+    pieces: the reply, written one after the other.
+    outcome: the verdict, what TELL did, or ``error=CODE``.
+    owner: whose model answered ("" the default one).
+    why: why the message was not scanned or learned (a warning), or "".
+    """
+
+    pieces: Pieces
+    outcome: str
+    log_odds: float | None = None
+    owner: str = ""
+    why: str = ""
+
+
+def error(code: int, text: str, owner: str = "", why: str = "") -> Answer:
+    """An error reply: the status line with ``text``, nothing after it."""
+    return Answer([spamd.reply_head(code, text=text)], f"error={code}", None, owner, why)
+
+
+def from_pool(request: spamd.Request, raw: bytes, pool: FilterPool) -> Answer:
+    """The answer of the model ``pool`` gives ``request`` to the message
+    ``raw``. Opening that model can fail too (a busy or damaged database):
+    that is an answer with its error code, not an internal error."""
+    try:
+        with pool.lease(request.user) as (owner, f):
+            item = MailItem("-", raw)
+            if request.command == "TELL":
+                return _tell(request, item, f, owner)
+            return _scored(request, raw, item, f, owner)
+    except SpamfilterError as exc:
+        owner = pool.owner(request.user)
+        doing = "not learned: " if request.command == "TELL" else "not scanned: "
+        return error(error_code(exc), str(exc), owner, doing + pool.unscored(owner, exc))
+
+
+def _scored(request: spamd.Request, raw: bytes, item: MailItem, f: Filter, owner: str) -> Answer:
+    body = b""
+    if request.command in ("REPORT", "REPORT_IFSPAM"):
+        e = Insight(f).explain(item)
+        verdict = Verdict(item.source, e.digest, e.score, e.log_odds, e.verdict)
+        if request.command == "REPORT" or e.verdict is Decision.SPAM:
+            body = _report(e, f)
+    else:
+        result = next(iter(f.classify([item])))
+        if isinstance(result, Refusal):
+            raise MailParseError(result.reason)
+        verdict = result
+    headers = spamd.verdict_headers(verdict.verdict, verdict.score, verdict.log_odds, f.thresholds.spam_min)
+    if request.command == "CHECK":
+        return Answer([spamd.reply_head(spamd.EX_OK, headers)], verdict.verdict, verdict.log_odds, owner)
+    pieces: Pieces
+    if request.command in ("PROCESS", "HEADERS"):
+        fields = filter_fields(verdict.verdict, verdict.score, verdict.log_odds, f.config.model.event_model)
+        pieces = filtered_pieces(raw, fields)
+        if request.command == "HEADERS":
+            pieces = _header_part(pieces, raw)
+    elif request.command == "SYMBOLS":
+        pieces = [f"SPAMFILTER_{verdict.verdict.upper()}".encode("ascii")]
+    elif request.command in ("REPORT", "REPORT_IFSPAM"):
+        pieces = [body]
+    else:
+        raise AssertionError(request.command)
+    length = sum(len(p) for p in pieces)
+    head = spamd.reply_head(spamd.EX_OK, [("Content-length", str(length)), *headers])
+    return Answer([head, *pieces], verdict.verdict, verdict.log_odds, owner)
+
+
+def _tell(request: spamd.Request, item: MailItem, f: Filter, owner: str) -> Answer:
+    headers: list[tuple[str, str]] = []
+    done: list[str] = []
+    if request.set_local:
+        summary = f.mark([(request.message_class == "spam", item)])
+        if summary.refused:
+            raise MailParseError(summary.refused[0].reason)
+        if summary.trained_spam + summary.trained_ham + summary.relabelled:
+            headers.append(("DidSet", "local"))
+            done.append(f"learned={request.message_class}")
+    if request.remove_local:
+        if f.forget([item]).forgotten:
+            headers.append(("DidRemove", "local"))
+            done.append("forgotten")
+    return Answer([spamd.reply_head(spamd.EX_OK, headers)], " ".join(done) or "unchanged", None, owner)
+
+
+def unscanned(request: spamd.Request, size: int, limit: int, prefix: bytes) -> Answer:
+    """The answer to a message over ``limit`` bytes, of which ``prefix`` (its
+    first bytes) was kept: HEADERS gets its header block, the others (PROCESS
+    aside, which the connection gives back from its spool) ``EX_TOOBIG``."""
+    start = spamd.body_start(prefix) if request.command == "HEADERS" else None
+    if start is None:
+        return error(spamd.EX_TOOBIG, f"message over {limit} bytes, not scanned")
+    head = spamd.reply_head(spamd.EX_OK, [("Content-length", str(start))])
+    return Answer([head, prefix[:start]], "unscanned")
+
+
+def error_code(exc: SpamfilterError) -> int:
+    """The reply code of a failure."""
+    if isinstance(exc, MailParseError):
+        return spamd.EX_DATAERR
+    if isinstance(exc, NotTrainedError):
+        return spamd.EX_UNAVAILABLE
+    if isinstance(exc, StoreBusyError):
+        return spamd.EX_TEMPFAIL
+    if isinstance(exc, StoreError):
+        return spamd.EX_IOERR
+    return spamd.EX_SOFTWARE
+
+
+def _header_part(pieces: Sequence[bytes | memoryview], raw: bytes) -> Pieces:
+    """The filtered message up to where spamc will append the body of
+    ``raw`` (HEADERS): ``pieces`` minus that body, which filtering never
+    changes. Without a body (no empty line) the whole message."""
+    start = spamd.body_start(raw)
+    if start is None:
+        return list(pieces)
+    whole = b"".join(pieces)
+    body = memoryview(raw)[start:]
+    if whole[len(whole) - len(body) :] != body:
+        return [whole]
+    return [memoryview(whole)[: len(whole) - len(body)]]
+
+
+def _report(e: Explanation, f: Filter, n: int = 10) -> bytes:
+    """The REPORT text: the verdict, the bounds and the strongest clues."""
+    t = f.thresholds
+    lines = [
+        f"spamfilter verdict: {e.verdict}",
+        f"P(spam) = {e.score:.6f}, log-odds = {e.log_odds:+.4f} (spam above {t.spam_min:+.4f}, ham at or below {t.ham_max:+.4f})",
+        f"prior log-odds {e.prior:+.4f}; {e.events} token events, evidence scaled by {e.factor:.4f}",
+        "",
+        " contribution  token",
+    ]
+    for c in e.tokens[:n]:
+        token = "(absent tokens)" if c.token is None else c.token
+        lines.append(f"{c.contribution:+13.4f}  {token}")
+    return ("\n".join(lines) + "\n").encode("utf-8", "replace")
