@@ -12,7 +12,7 @@ the concatenated Enron mailboxes; spam and ham alternating), then on the next `-
 2. throughput: `--clients` threads each running `spamc < msg` over their
    share of the messages, against one `bogofilter -b -T` run classifying
    the same files;
-3. the daemon's resident memory (VmRSS) after start, after the runs above,
+3. the daemon's resident memory (VmRSS, its workers' included) after start, after the runs above,
    and after `--requests` more requests (the messages over and over).
 
 Prints a table and one JSON line; asserts nothing.
@@ -55,11 +55,33 @@ def rows(n: int, corpus: str = "spamassassin") -> list[tuple[bool, Path]]:
     return out[:n]
 
 
+def children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (a forked daemon's workers)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rpartition(")")[2].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
 def rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return 0
+    """Resident memory of ``pid`` and its workers, KiB."""
+    total = 0
+    for p in [pid, *children(pid)]:
+        for line in Path(f"/proc/{p}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                total += int(line.split()[1])
+    return total
+
+
+def open_fds(pid: int) -> int:
+    """File descriptors open in ``pid`` and its workers."""
+    return sum(len(os.listdir(f"/proc/{p}/fd")) for p in [pid, *children(pid)])
 
 
 def timed(cmd: list[str], path: Path) -> float:
@@ -72,6 +94,24 @@ def timed(cmd: list[str], path: Path) -> float:
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(int(q * len(ordered)), len(ordered) - 1)]
+
+
+def start_daemon(url: str, tmp: Path, *args: str) -> tuple[subprocess.Popen[bytes], int, Path]:
+    """``spamfilter serve`` on a free loopback port with an empty config in
+    ``tmp``: the process, its port and its log (stderr)."""
+    config = tmp / "config.toml"
+    config.write_text("")
+    log = tmp / f"serve-{time.monotonic_ns()}.log"
+    with open(log, "wb") as err:
+        daemon = subprocess.Popen(
+            [sys.executable, "-m", "spamfilter", "--db", url, "--config", str(config), "serve", "--listen", "127.0.0.1:0", *args],
+            stdout=subprocess.DEVNULL, stderr=err,
+        )
+    while (m := re.search(r"listening on 127\.0\.0\.1:(\d+)", log.read_text())) is None:
+        if daemon.poll() is not None:
+            sys.exit(log.read_text())
+        time.sleep(0.05)
+    return daemon, int(m.group(1)), log
 
 
 def main() -> None:
@@ -96,21 +136,9 @@ def main() -> None:
         subprocess.run(["bogofilter", "-d", bogo, "-s", "-B", *[str(p) for s, p in train if s]], check=True)
         subprocess.run(["bogofilter", "-d", bogo, "-n", "-B", *[str(p) for s, p in train if not s]], check=True)
 
-        config = Path(tmp) / "config.toml"
-        config.write_text("")
-        log = Path(tmp) / "serve.log"
-        with open(log, "wb") as err:
-            daemon = subprocess.Popen(
-                [sys.executable, "-m", "spamfilter", "--db", url, "--config", str(config), "serve",
-                 "--listen", "127.0.0.1:0", "--max-size", MAX_SIZE, "--workers", "4"],
-                stdout=subprocess.DEVNULL, stderr=err,
-            )
+        daemon, port, log = start_daemon(url, Path(tmp), "--max-size", MAX_SIZE, "--workers", "4")
         try:
-            while (m := re.search(r"listening on 127\.0\.0\.1:(\d+)", log.read_text())) is None:
-                if daemon.poll() is not None:
-                    sys.exit(log.read_text())
-                time.sleep(0.05)
-            spamc = ["spamc", "-d", "127.0.0.1", "-p", m.group(1), "-s", MAX_SIZE]
+            spamc = ["spamc", "-d", "127.0.0.1", "-p", str(port), "-s", MAX_SIZE]
             rss_start = rss_kib(daemon.pid)
 
             # 1. sequential, alternating

@@ -287,3 +287,28 @@ def test_filter_connect_writes_the_message_it_read_whatever_the_server_sends(tmp
     event_model = load_config(config).model.event_model
     assert r.returncode == 0  # the server's verdict: spam
     assert r.stdout == with_filter_headers(message, filter_fields(Decision.SPAM, 0.999877, 9.0, event_model))
+
+
+@pytest.mark.corpus
+def test_two_daemons_on_one_postgresql_database_use_what_either_learns(tmp_path: Path, corpus: Corpus, fresh_postgres_url: str) -> None:
+    """Two MX hosts sharing one model: a TELL on one is used by the other's next CHECK."""
+    config = _write_config(tmp_path / "c.toml")
+    with Filter.open(load_config(config), fresh_postgres_url) as f:
+        f.train(corpus[0][:20] + corpus[0][150:170])
+    items = [item for _, item in corpus[1][:6]]
+    threshold = _threshold((fresh_postgres_url, config))
+    one = Daemon(tmp_path / "one.log", fresh_postgres_url, config, "--listen", "127.0.0.1:0", "--allow-tell", "--processes", "1")
+    two = Daemon(tmp_path / "two.log", fresh_postgres_url, config, "--listen", "127.0.0.1:0", "--processes", "2")
+    try:
+        for item in items:  # both hold the model in their caches
+            assert two.spamc("-c", message=item.raw).stdout == one.spamc("-c", message=item.raw).stdout
+        for n, item in enumerate(items):
+            label = "ham" if n % 2 else "spam"
+            assert b"DidSet: local" in one.raw(_tell(item.raw, label))
+            now = _classify((fresh_postgres_url, config), items)
+            for other, v in zip(items, now):
+                assert two.spamc("-c", message=other.raw).stdout.decode() == _check_line(v, threshold)
+    finally:
+        assert one.stop() == 0
+        assert two.stop() == 0
+    assert "error" not in one.log() + two.log()
