@@ -82,6 +82,20 @@ def choose(table: dict[str, dict[str, dict[str, float]]], left_out: str, corpora
     return min(table, key=lambda name: (mean_ratio(name), name != "defaults"))
 
 
+def left_out_folds(table: dict[str, dict[str, dict[str, float]]], corpora: list[str]) -> list[dict[str, Any]]:
+    """For each corpus left out, the setting chosen on the others and its
+    figures beside the defaults' there (printed as they come)."""
+    folds = []
+    for left_out in corpora:
+        chosen = choose(table, left_out, corpora)
+        mine, base = table[chosen][left_out], table["defaults"][left_out]
+        folds.append({"left_out": left_out, "chosen": chosen, "chosen_figures": mine, "default_figures": base,
+                      "roca_ratio": max(mine["roca"], FLOOR) / max(base["roca"], FLOOR)})
+        print(f"  left out {left_out:13} chose {chosen:40} 1-ROCA {mine['roca']:.4f} (defaults {base['roca']:.4f}) "
+              f"sm@0.1%hm {mine['sm_at_hm01']:.2f} ({base['sm_at_hm01']:.2f}) log-loss {mine['log_loss']:.3f} ({base['log_loss']:.3f})")
+    return folds
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--protocol", action="append", choices=["split", "online"], default=None)
@@ -106,14 +120,7 @@ def main() -> None:
                 table[name][corpus] = figures(y, odds, two_way)
             shown = " ".join(f"{table[name][c]['roca']:.4f}" for c in corpora)
             print(f"{protocol:6} {name:45} {shown}  ({time.perf_counter() - started:.0f} s, load {os.getloadavg()[0]:.1f})", flush=True)
-        folds = []
-        for left_out in corpora:
-            chosen = choose(table, left_out, corpora)
-            mine, base = table[chosen][left_out], table["defaults"][left_out]
-            folds.append({"left_out": left_out, "chosen": chosen, "chosen_figures": mine, "default_figures": base,
-                          "roca_ratio": max(mine["roca"], FLOOR) / max(base["roca"], FLOOR)})
-            print(f"  left out {left_out:13} chose {chosen:40} 1-ROCA {mine['roca']:.4f} (defaults {base['roca']:.4f}) "
-                  f"sm@0.1%hm {mine['sm_at_hm01']:.2f} ({base['sm_at_hm01']:.2f}) log-loss {mine['log_loss']:.3f} ({base['log_loss']:.3f})")
+        folds = left_out_folds(table, corpora)
         better = sum(f["roca_ratio"] < 1 for f in folds)
         worst = max(f["roca_ratio"] for f in folds)
         print(f"  {protocol}: better on the left-out corpus in {better} of {len(folds)} folds; worst fold x{worst:.3f}")

@@ -41,6 +41,7 @@ def tokenized(config: Config, name: str, limit: int | None) -> tuple[list[Doc], 
         return [d for docs, _ in parts for d in docs], np.concatenate([y for _, y in parts])
     tag = f"{name}-{limit or 'all'}-{hashlib.sha1(repr(config.tokenizer).encode()).hexdigest()[:8]}"
     cache = Path("results") / f"tokens-{tag}.pickle"
+    cache.parent.mkdir(exist_ok=True)
     if cache.exists():
         docs, labels = pickle.loads(cache.read_bytes())
         return docs, np.array(labels, dtype=bool)

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.loco import CORPORA, FLOOR, choose, figures
+from benchmarks.loco import CORPORA, figures, left_out_folds
 from benchmarks.streams import Corpus, online_scores, split_scores
 from spamfilter import model as nb
 from spamfilter.config import Config
@@ -77,14 +77,7 @@ def main() -> None:
             table.setdefault(name, {})[corpus] = {**figures(y, odds, two_way), "learned": learned}
         shown = "  ".join(f"{n} {t[corpus]['roca']:.4f} ({t[corpus]['learned']})" for n, t in table.items())
         print(f"{corpus:13} {shown}  ({time.perf_counter() - started:.0f} s)", flush=True)
-    folds = []
-    for left_out in corpora:
-        chosen = choose(table, left_out, corpora)
-        mine, base = table[chosen][left_out], table["defaults"][left_out]
-        folds.append({"left_out": left_out, "chosen": chosen, "chosen_figures": mine, "default_figures": base,
-                      "roca_ratio": max(mine["roca"], FLOOR) / max(base["roca"], FLOOR)})
-        print(f"  left out {left_out:13} chose {chosen:10} 1-ROCA {mine['roca']:.4f} (teft {base['roca']:.4f}) "
-              f"sm@0.1%hm {mine['sm_at_hm01']:.2f} ({base['sm_at_hm01']:.2f}) log-loss {mine['log_loss']:.3f} ({base['log_loss']:.3f})")
+    folds = left_out_folds(table, corpora)
     better = sum(f["roca_ratio"] < 1 for f in folds)
     print(f"better on the left-out corpus in {better} of {len(folds)} folds; worst fold x{max(f['roca_ratio'] for f in folds):.3f}")
     Path("results").mkdir(exist_ok=True)
