@@ -6,6 +6,7 @@ Returns nothing but the file or its bytes; the numbers come from
 chart's size says which chart it is:
 
     ROC                 600 x 600
+    reliability         600 x 600
     top words           1200 x (150 + 25 * rows), rows = the longer of the two lists
     training history    900 x 350
     log-odds histogram  900 x 400
@@ -84,6 +85,42 @@ def roc_png(is_spam: npt.NDArray[np.bool_], odds: npt.NDArray[np.float64], title
     ax.set_xlabel("% ham misclassification")
     ax.set_ylabel("% spam misclassification")
     ax.set_title(title, parse_math=False)
+    ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    return _png(plt, fig)
+
+
+def reliability_png(predicted: Sequence[float], observed: Sequence[float], messages: Sequence[int], title: str) -> bytes:
+    """Reliability diagram on logit axes: each bin's mean predicted P(spam)
+    against the share of its messages that was spam, a marker's area
+    growing with the bin's messages; a calibrated filter lies on the
+    diagonal. Shares of 0 or 1 are drawn at the axes' ends (hollow)."""
+    plt = _pyplot()
+    eps = 1e-4
+    x = np.clip(np.asarray(predicted, dtype=np.float64), eps, 1 - eps)
+    y = np.asarray(observed, dtype=np.float64)
+    n = np.asarray(messages, dtype=np.float64)
+    clipped = (y < eps) | (y > 1 - eps)
+    y = np.clip(y, eps, 1 - eps)
+    sizes = 20 + 200 * np.sqrt(n / max(float(n.max()), 1.0)) if n.size else n
+    fig, ax = plt.subplots(figsize=(6, 6), dpi=100)
+    ax.plot([eps, 1 - eps], [eps, 1 - eps], color="#7f8c8d", lw=1, linestyle="--", label="calibrated")
+    ax.scatter(x[~clipped], y[~clipped], s=sizes[~clipped], color=SPAM_COLOUR, alpha=0.7, label="bins")
+    ax.scatter(x[clipped], y[clipped], s=sizes[clipped], facecolors="none", edgecolors=SPAM_COLOUR, label="bins with no spam or only spam")
+    for xi, yi, ni in zip(x, y, n):
+        ax.annotate(f"{int(ni)}", (xi, yi), textcoords="offset points", xytext=(6, -10), fontsize=7)
+    from matplotlib.ticker import FuncFormatter
+
+    ax.set_xscale("logit")
+    ax.set_yscale("logit")
+    ax.set_xlim(eps, 1 - eps)
+    ax.set_ylim(eps, 1 - eps)
+    ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _pos: ""))
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _pos: ""))
+    ax.set_xlabel("P(spam) the filter gave (bin mean)")
+    ax.set_ylabel("share of the bin that was spam")
+    ax.set_title(title, parse_math=False)
+    ax.legend(fontsize=8, loc="upper left")
     ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
     return _png(plt, fig)

@@ -31,6 +31,7 @@ import numpy.typing as npt
 from scipy.special import expit
 
 from spamfilter import plots
+from spamfilter.calibration import TAIL, calibration
 from spamfilter.config import ModelConfig, counts_occurrences
 from spamfilter.counts import Decision
 from spamfilter.errors import NotTrainedError, ScoresFileError
@@ -427,8 +428,25 @@ def _evaluation(d: ReportData) -> str:
             ("spam: as ham / unsure", f"{_num(r.spam_as_ham, 2, '%')} / {_num(r.spam_unsure, 2, '%')}"),
             ("accuracy", _num(r.accuracy, 2, "%")),
         ]
+    c = calibration(y, odds)
+    rows += [
+        ("log-loss (nats per message) / Brier score", f"{c.log_loss:.4f} / {c.brier:.4f}"),
+        (
+            f"P(spam) ≤ {TAIL:g}: spam among them / ham they hold",
+            f"{_num(c.low_tail_spam_pct, 2, '%')} of {c.low_tail} / {_num(c.ham_in_low_tail_pct, 1, '%')}",
+        ),
+        (
+            f"P(spam) ≥ {1 - TAIL:g}: ham among them / spam they hold",
+            f"{_num(c.high_tail_ham_pct, 2, '%')} of {c.high_tail} / {_num(c.spam_in_high_tail_pct, 1, '%')}",
+        ),
+    ]
     out.append("<table><tbody>" + "".join(f"<tr><th>{_e(k)}</th><td class=num>{v}</td></tr>" for k, v in rows) + "</tbody></table>")
     out.append(_img(plots.roc_png(y, odds, Path(sample.path).name), "ROC curve on logit axes"))
+    shown = [b for b in c.bins if b.messages]
+    png = plots.reliability_png(
+        [b.mean_probability for b in shown], [b.spam / b.messages for b in shown], [b.messages for b in shown], "reliability: " + Path(sample.path).name
+    )
+    out.append(_img(png, "reliability diagram: predicted P(spam) against the share that was spam"))
     out.append("</section>")
     return "".join(out)
 

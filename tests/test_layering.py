@@ -29,7 +29,7 @@ layer before it can go in. From the bottom up:
    imapstate, imap and the leaves but store; ``filterpool`` (the daemon's open
    filters, which model answers a request) over service; ``daemon`` over it,
    service, insight and spamd; ``report`` over
-   evaluation, service, insight and plots.
+   evaluation, service, insight, plots and calibration.
 3. ``cli`` over everything but ``store`` and ``model``; ``__main__`` runs cli.
 """
 
@@ -81,7 +81,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "imapsync": (_SERVICE - {"store"}) | {"service", "imap", "imapstate"},
     "filterpool": _SERVICE | {"service"},
     "daemon": _SERVICE | {"service", "filterpool", "insight", "spamd"},
-    "report": BASE | {"service", "insight", "evaluation", "plots"},
+    "report": BASE | {"service", "insight", "evaluation", "plots", "calibration"},
     "cli": BASE | {"mail", "service", "insight", "maintenance", "evaluation", "tuning", "imapsync", "report", "plots", "daemon", "filterpool", "spamd"},
     "__main__": frozenset({"cli"}),
 }

@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 
 from spamfilter import plots
 from spamfilter.analysis import Analysed
+from spamfilter.calibration import calibration
 from spamfilter.cli import app, exitcodes
 from spamfilter.cli.evaluate import write_scores
 from spamfilter.config import Config, ModelConfig
@@ -101,11 +102,18 @@ def test_report_with_evaluation_scores_has_every_section_and_chart(sample_db: st
     assert [i for i in page.ids() if i in SECTIONS] == list(SECTIONS)
     assert_self_contained(page)
     # history 900x350, top words of 20 rows 1200x(150 + 25 * 20), 7 feature panels in 3 rows 1200x900,
-    # histogram 900x400, ROC 600x600
-    assert page.images() == [(900, 350), (1200, 650), (1200, 900), (900, 400), (600, 600)]
+    # histogram 900x400, ROC 600x600, reliability 600x600
+    assert page.images() == [(900, 350), (1200, 650), (1200, 900), (900, 400), (600, 600), (600, 600)]
     text = " ".join(page.text)
     assert "The 60 spam and 60 ham in the model now were trained on" in text
     assert "20 (10 spam, 10 ham)" in text and "1-ROCA" in text
+    # The calibration rows are those of the evaluate file's own scores.
+    sample = read_scores(evaluate_out)
+    assert sample.is_spam is not None
+    c = calibration(sample.is_spam, sample.log_odds)
+    assert f"{c.log_loss:.4f} / {c.brier:.4f}" in text
+    assert f"of {c.low_tail} /" in text and f"of {c.high_tail} /" in text
+    assert c.low_tail + c.high_tail > 0
     assert "url:scheme:http" in text  # the strongest spam token of the sample
 
 
