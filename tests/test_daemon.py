@@ -469,7 +469,8 @@ def _export(url: str, config: Path) -> str:
 def test_kill_9_during_a_stream_of_tells_leaves_whole_messages(tmp_path: Path, corpus: tuple[list[tuple[bool, MailItem]], list[tuple[bool, MailItem]]]) -> None:
     config = _write_config(tmp_path / "c.toml")
     url = f"sqlite:///{tmp_path / 'k.db'}"
-    d = Daemon(tmp_path / "log", url, config, "--listen", "127.0.0.1:0", "--allow-tell")
+    # One process: the kill lands on the process that writes (with more, on their parent).
+    d = Daemon(tmp_path / "log", url, config, "--listen", "127.0.0.1:0", "--allow-tell", "--processes", "1")
     stop = threading.Event()
 
     def stream() -> None:
