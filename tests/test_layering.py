@@ -13,8 +13,10 @@ layer before it can go in. From the bottom up:
    ``gaussian``, the message features' normal densities, under it),
    ``aode`` (one-dependence estimators, the maths only), ``store``,
    ``imap``, ``plots``, ``cache``, ``spamd`` (the spamd protocol, standard
-   library only), ``learning`` (which messages of a labelled stream are
-   trained), ``calibration`` (how far scores can be taken at their word)
+   library only), ``milter`` (the milter protocol, standard library
+   only), ``listen`` (where a daemon listens, who may connect),
+   ``learning`` (which messages of a labelled stream are trained),
+   ``calibration`` (how far scores can be taken at their word)
    import only errors, config and counts,
    never each other; ``model``, ``gaussian``, ``aode`` and ``calibration`` do no I/O; only ``store``
    imports SQLAlchemy.
@@ -28,7 +30,8 @@ layer before it can go in. From the bottom up:
    ``evaluation`` over service and the leaves; ``imapsync`` over service,
    imapstate, imap and the leaves but store; ``filterpool`` (the daemon's open
    filters, which model answers a request) over service; ``daemon`` over it,
-   service, insight and spamd; ``report`` over
+   service, insight and spamd; ``milterd`` (the milter server) over
+   filterpool, service, milter, listen and spamd (its addresses); ``report`` over
    evaluation, service, insight and plots.
 3. ``cli`` over everything but ``store`` and ``model``; ``__main__`` runs cli.
 """
@@ -44,7 +47,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "spamfilter"
 
 BASE = frozenset({"errors", "config", "counts", "headers"})
-LEAVES = frozenset({"mail", "tokenizer", "vectorizer", "model", "aode", "gaussian", "store", "imap", "plots", "cache", "spamd", "learning", "calibration"})
+LEAVES = frozenset({"mail", "tokenizer", "vectorizer", "model", "aode", "gaussian", "store", "imap", "plots", "cache", "spamd", "milter", "listen", "learning", "calibration"})
 _SERVICE = BASE | {"mail", "tokenizer", "vectorizer", "model", "aode", "store", "cache", "analysis", "retry", "dependence", "learning", "scorer"}
 
 #: module -> the package modules it may import ("__init__" is the package itself).
@@ -81,8 +84,9 @@ ALLOWED: dict[str, frozenset[str]] = {
     "imapsync": (_SERVICE - {"store"}) | {"service", "imap", "imapstate"},
     "filterpool": _SERVICE | {"service"},
     "daemon": _SERVICE | {"service", "filterpool", "insight", "spamd"},
+    "milterd": _SERVICE | {"service", "filterpool", "milter", "spamd", "listen"},
     "report": BASE | {"service", "insight", "evaluation", "plots"},
-    "cli": BASE | {"mail", "service", "insight", "maintenance", "evaluation", "tuning", "imapsync", "report", "plots", "daemon", "filterpool", "spamd"},
+    "cli": BASE | {"mail", "service", "insight", "maintenance", "evaluation", "tuning", "imapsync", "report", "plots", "daemon", "filterpool", "spamd", "milterd"},
     "__main__": frozenset({"cli"}),
 }
 

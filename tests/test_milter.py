@@ -1,0 +1,287 @@
+"""``spamfilter milter`` against Debian's ``miltertest`` (the milter client of
+the Trusted Domain Project, driven by Lua scripts written here)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from spamfilter import milter
+from spamfilter.mail import MailItem, filter_fields
+from spamfilter.service import Verdict
+from tests.test_daemon import _classify, _write_config, corpus, trained  # noqa: F401  (fixtures)
+
+MILTERTEST = shutil.which("miltertest")
+IN_CI = os.environ.get("CI") == "true"
+needs_miltertest = pytest.mark.skipif(MILTERTEST is None and not IN_CI, reason="miltertest is not installed")
+HANG = 60.0  # seconds: only to turn a hang into a failure
+Corpus = tuple[list[tuple[bool, MailItem]], list[tuple[bool, MailItem]]]
+
+
+class Milter:
+    """A ``spamfilter milter`` process on a free loopback port, and its log."""
+
+    def __init__(self, log: Path, db_url: str, config: Path, *args: str) -> None:
+        self.log_path = log
+        cmd = [sys.executable, "-m", "spamfilter", "--db", db_url, "--config", str(config), "milter", "--listen", "127.0.0.1:0", *args]
+        with open(log, "wb") as err:
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
+        deadline = time.monotonic() + HANG
+        while (m := re.search(r"listening on 127\.0\.0\.1:(\d+)", self.log())) is None:
+            if self.proc.poll() is not None or time.monotonic() >= deadline:
+                self.stop(kill=True)
+                raise AssertionError(f"the milter did not start: {self.log()}")
+            time.sleep(0.05)
+        self.port = int(m.group(1))
+        self.socket = f"inet:127.0.0.1:{self.port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self, *, kill: bool = False) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+        return self.proc.wait(HANG)
+
+
+@pytest.fixture
+def start_milter(tmp_path: Path) -> Iterator[type[Milter]]:
+    """Starts milters (``start_milter(db_url, config, *args)``); each is
+    stopped after the test, and must have exited 0 without an internal error."""
+    started: list[Milter] = []
+
+    def start(db_url: str, config: Path, *args: str) -> Milter:
+        m = Milter(tmp_path / f"milter{len(started)}.log", db_url, config, *args)
+        started.append(m)
+        return m
+
+    yield start  # type: ignore[misc]
+    codes = [m.stop() for m in started]
+    assert codes == [0] * len(started), [m.log() for m in started]
+    assert not any("internal error" in m.log() for m in started)
+
+
+# -- miltertest ------------------------------------------------------------------
+
+
+def lua_string(data: bytes) -> str:
+    """``data`` as a Lua string literal (every byte but printable ASCII as ``\\ddd``)."""
+    return '"' + "".join(chr(b) if 32 <= b < 127 and b not in (34, 92) else f"\\{b:03d}" for b in data) + '"'
+
+
+def split_message(raw: bytes) -> tuple[list[tuple[bytes, bytes]], bytes] | None:
+    """The header fields (name, value after the colon, folded lines kept)
+    and the body of an LF message, as an MTA hands them to a milter (an
+    mbox ``From `` line is no field: left out); None when the header has
+    another line that is no field (then no MTA would)."""
+    if raw.startswith(b"From "):
+        raw = raw[raw.find(b"\n") + 1 :]
+    end = raw.find(b"\n\n")
+    if end < 0 or b"\r" in raw:
+        return None
+    fields: list[tuple[bytes, bytes]] = []
+    for line in raw[:end].split(b"\n"):
+        if line[:1] in (b" ", b"\t") and fields:
+            fields[-1] = (fields[-1][0], fields[-1][1] + b"\n" + line)
+        elif re.fullmatch(rb"[!-9;-~]+:.*", line, re.S):
+            name, _, value = line.partition(b":")
+            fields.append((name, value))
+        else:
+            return None
+    return fields, raw[end + 2 :]
+
+
+_LUA_PROLOGUE = """
+conn = mt.connect(SOCKET, 100, 0.1)
+if conn == nil then error("cannot connect to the milter") end
+if mt.negotiate(conn, nil, nil, nil) ~= nil then error("negotiation failed") end
+local lead = mt.test_option(conn, SMFIP_HDR_LEADSPC)
+local function ok(err) if err ~= nil then error(err) end end
+local function text(v) if v == nil then return "-" end return v end
+local function send(n, rcpt, fields, body)
+  ok(mt.mailfrom(conn, "<sender@example.org>"))
+  ok(mt.rcptto(conn, rcpt))
+  for _, f in ipairs(fields) do
+    local value = f[2]
+    if not lead then value = (value:gsub("^[ \\t]+", "")) end
+    ok(mt.header(conn, f[1], value))
+  end
+  ok(mt.eoh(conn))
+  for i = 1, #body, 65535 do ok(mt.bodystring(conn, body:sub(i, i + 65534))) end
+  ok(mt.eom(conn))
+  local reply = mt.getreply(conn)
+  local said = "continue"
+  if reply == SMFIR_REPLYCODE then said = "replycode" elseif reply == SMFIR_TEMPFAIL then said = "tempfail"
+  elseif reply == SMFIR_ACCEPT then said = "accept" elseif reply ~= SMFIR_CONTINUE then said = tostring(reply) end
+  print(table.concat({"RESULT", n, said,
+    text(mt.getheader(conn, "X-Spam-Status", 0)), text(mt.getheader(conn, "X-Spam-Score", 0)),
+    text(mt.getheader(conn, "X-Spam-Flag", 0)), tostring(mt.eom_check(conn, MT_HDRDELETE, "X-Spam-Flag"))}, "\\t"))
+end
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """What miltertest saw the milter answer for one message."""
+
+    reply: str
+    status: str
+    score: str
+    flag: str
+    flag_deleted: bool
+
+
+def run_miltertest(tmp_path: Path, port: int, messages: list[tuple[str, list[tuple[bytes, bytes]], bytes]]) -> list[Seen]:
+    """Send ``messages`` (recipient, fields, body) to the milter on ``port``
+    on one connection, one after the other; what came back for each."""
+    assert MILTERTEST is not None
+    lines = [f'SOCKET = "inet:{port}@127.0.0.1"', _LUA_PROLOGUE]
+    for n, (rcpt, fields, body) in enumerate(messages):
+        table = ", ".join(f"{{{lua_string(k)}, {lua_string(v)}}}" for k, v in fields)
+        lines.append(f"send({n}, {lua_string(rcpt.encode())}, {{{table}}}, {lua_string(body)})")
+    lines.append("mt.disconnect(conn)")
+    script = tmp_path / "send.lua"
+    script.write_text("\n".join(lines) + "\n")
+    r = subprocess.run([MILTERTEST, "-s", str(script)], capture_output=True, timeout=HANG * 4)
+    assert r.returncode == 0, r.stderr.decode(errors="replace") + r.stdout.decode(errors="replace")
+    seen: dict[int, Seen] = {}
+    for line in r.stdout.decode().splitlines():
+        if line.startswith("RESULT\t"):
+            _, n, reply, status, score, flag, deleted = line.split("\t")
+            seen[int(n)] = Seen(reply, status.strip(), score.strip(), flag.strip(), deleted == "true")
+    assert sorted(seen) == list(range(len(messages))), r.stdout
+    return [seen[n] for n in range(len(messages))]
+
+
+FORGED = [(b"X-Spam-Flag", b" YES"), (b"X-Spam-Status", b" No, forged"), (b"x-spam-flag", b" YES")]
+
+
+def expected_fields(v: Verdict) -> dict[str, str]:
+    return dict(filter_fields(v.verdict, v.score, v.log_odds, "multinomial-binary"))
+
+
+@needs_miltertest
+@pytest.mark.corpus
+def test_miltertest_verdicts_equal_classifys_and_forged_flags_go(tmp_path: Path, trained: tuple[str, Path], corpus: Corpus, start_milter: type[Milter]) -> None:
+    split = [(item, split_message(item.raw)) for _, item in corpus[1]]
+    usable = [(item, parts) for item, parts in split if parts is not None]
+    assert len(usable) >= 180  # nearly every message is plain LF mail
+    verdicts = _classify(trained, [item for item, _ in usable])
+    # Every third message comes with forged verdict fields.
+    messages = [("<user@example.test>", (FORGED if n % 3 == 0 else []) + fields, body) for n, (_, (fields, body)) in enumerate(usable)]
+    m = start_milter(*trained)
+    seen = run_miltertest(tmp_path, m.port, messages)
+    for n, (v, s) in enumerate(zip(verdicts, seen)):
+        want = expected_fields(v)
+        assert (s.reply, s.status, s.score, s.flag) == ("continue", want["X-Spam-Status"], want["X-Spam-Score"], want.get("X-Spam-Flag", "-")), n
+        assert s.flag_deleted == (n % 3 == 0), n
+    assert 50 < sum(v.verdict == "spam" for v in verdicts) < 150  # both verdicts were exercised
+    assert len(re.findall(r"^spamfilter milter: message id=\S+ user=\(default\) verdict=", m.log(), re.M)) == len(messages)
+
+
+@needs_miltertest
+@pytest.mark.corpus
+def test_miltertest_reject_above_gives_a_550_for_spam_only(tmp_path: Path, trained: tuple[str, Path], corpus: Corpus, start_milter: type[Milter]) -> None:
+    items = [item for _, item in corpus[1][:20] if split_message(item.raw) is not None]
+    verdicts = _classify(trained, items)
+    m = start_milter(*trained, "--reject-above", "10")
+    messages = []
+    for item in items:
+        parts = split_message(item.raw)
+        assert parts is not None
+        messages.append(("<user@example.test>", *parts))
+    seen = run_miltertest(tmp_path, m.port, messages)
+    for v, s in zip(verdicts, seen):
+        # miltertest shows a reply code's letter, not its text: the Postfix
+        # test below reads the 550 5.7.1 the sender gets.
+        if v.log_odds > 10:
+            assert (s.reply, s.status) == ("replycode", "-")
+        else:
+            assert (s.reply, s.status) == ("continue", expected_fields(v)["X-Spam-Status"])
+    rejected = sum(v.log_odds > 10 for v in verdicts)
+    assert 0 < rejected < len(items)
+    assert m.log().count("action=reject") == rejected
+
+
+TINY = [(b"From", b" a@example.org"), (b"Subject", b" lunch")] + FORGED
+
+
+@needs_miltertest
+@pytest.mark.parametrize(("on_error", "reply"), [("accept", "continue"), ("tempfail", "tempfail")])
+def test_an_unscorable_message_is_answered_as_on_error_says(tmp_path: Path, on_error: str, reply: str, start_milter: type[Milter]) -> None:
+    from spamfilter.store import Store
+
+    url = f"sqlite:///{tmp_path / 'empty.db'}"
+    Store.open(url).close()  # no model trained: every message fails to score
+    m = start_milter(url, _write_config(tmp_path / "c.toml"), "--on-error", on_error)
+    [s] = run_miltertest(tmp_path, m.port, [("<user@example.test>", TINY, b"see you at noon\r\n")])
+    assert (s.reply, s.status, s.flag_deleted) == (reply, "-", False)
+    assert re.search(rf"warning: message id=- user=\(default\) verdict=error log_odds=- action={on_error} .*not scanned: ", m.log())
+
+
+@needs_miltertest
+def test_a_message_over_max_size_passes_unscanned_without_forged_fields(tmp_path: Path, trained: tuple[str, Path], start_milter: type[Milter]) -> None:
+    m = start_milter(*trained, "--max-size", "2000")
+    big = b"word " * 1000 + b"\r\n"
+    small = b"see you at noon\r\n"
+    seen = run_miltertest(tmp_path, m.port, [("<a@example.test>", TINY, big), ("<a@example.test>", TINY, small)])
+    assert [(s.reply, s.status == "-", s.flag_deleted) for s in seen] == [("continue", True, True), ("continue", False, True)]
+    assert re.search(r"verdict=unscanned log_odds=- action=accept bytes=5\d{3} ", m.log())
+
+
+@needs_miltertest
+def test_per_user_mode_scores_with_the_recipients_model(tmp_path: Path, trained: tuple[str, Path], start_milter: type[Milter]) -> None:
+    m = start_milter(*trained, "--per-user")
+    body = b"see you at noon\r\n"
+    run_miltertest(tmp_path, m.port, [("<Carol@example.test>", TINY, body), ("<dave@example.test>", TINY, body)])
+    # Neither has a model of their own: shared_model = "fallback" scores
+    # them with the default one.
+    assert re.findall(r"message id=- user=(\S+) verdict=(?:spam|ham|unsure) ", m.log()) == ["carol", "dave"]
+
+
+def test_the_user_is_the_local_part_all_recipients_share() -> None:
+    assert milter.recipient_user(["<Carol@example.test>"]) == "carol"
+    assert milter.recipient_user(["<carol@example.test>", "<CAROL@other.test>"]) == "carol"
+    assert milter.recipient_user(["<carol@example.test>", "<dave@example.test>"]) is None
+    assert milter.recipient_user(["<>"]) is None
+
+
+def test_sighup_rereads_the_config_and_sigterm_stops(tmp_path: Path, trained: tuple[str, Path], start_milter: type[Milter]) -> None:
+    m = start_milter(*trained)
+    m.proc.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + HANG
+    while "configuration reloaded" not in m.log() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "configuration reloaded" in m.log()
+    assert m.stop() == 0
+    assert m.log().rstrip().endswith("spamfilter milter: stopped")
+
+
+def test_the_fields_of_each_name_are_deleted_last_first_and_ours_go_on_top() -> None:
+    message = milter.Message(max_size=1000)
+    for name, value in [(b"X-Spam-Flag", b" YES"), (b"Subject", b" a"), (b"x-spam-FLAG", b" YES"), (b"X-Spam-Score", b" 0")]:
+        message.add_header(name, value)
+    agreed = milter.Negotiated(6, milter.ACT_ADDHDRS | milter.ACT_CHGHDRS, milter.STEP_HDR_LEADSPC)
+    packets = milter.edits(message, [("X-Spam-Status", "No"), ("X-Spam-Score", "0.1")], agreed)
+
+    def unpack(p: bytes) -> tuple[bytes, int, bytes]:
+        return p[4:5], struct.unpack(">I", p[5:9])[0], p[9:]
+
+    assert [unpack(p) for p in packets] == [
+        (b"m", 2, b"X-Spam-Flag\0\0"),
+        (b"m", 1, b"X-Spam-Flag\0\0"),
+        (b"m", 1, b"X-Spam-Score\0\0"),
+        (b"i", 0, b"X-Spam-Score\0 0.1\0"),
+        (b"i", 0, b"X-Spam-Status\0 No\0"),
+    ]
