@@ -1,5 +1,6 @@
-"""``spamfilter milter`` against Debian's ``miltertest`` (the milter client of
-the Trusted Domain Project, driven by Lua scripts written here)."""
+"""``spamfilter milter`` against real MTA sides: Debian's ``miltertest`` (the
+milter client of the Trusted Domain Project, driven by Lua scripts written
+here) and a private Postfix on loopback (``tests/postfix.py``)."""
 
 from __future__ import annotations
 
@@ -7,16 +8,19 @@ import os
 import re
 import shutil
 import signal
+import smtplib
 import struct
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from email import message_from_bytes
 from pathlib import Path
 
 import pytest
 
+from postfix import POSTFIX, Postfix, free_port
 from spamfilter import milter
 from spamfilter.mail import MailItem, filter_fields
 from spamfilter.service import Verdict
@@ -285,3 +289,64 @@ def test_the_fields_of_each_name_are_deleted_last_first_and_ours_go_on_top() -> 
         (b"i", 0, b"X-Spam-Score\0 0.1\0"),
         (b"i", 0, b"X-Spam-Status\0 No\0"),
     ]
+
+
+# -- Postfix ---------------------------------------------------------------------
+
+needs_postfix = pytest.mark.skipif(
+    (POSTFIX is None or os.geteuid() != 0) and not IN_CI, reason="a private Postfix needs Debian's postfix and root"
+)
+
+
+def _as_sent(item: MailItem) -> MailItem | None:
+    """The message as a client sends it and Postfix hands it to the milter:
+    without an mbox ``From `` line (SMTP carries none) and without
+    ``Return-Path`` (Postfix removes it, and writes its own on delivery);
+    None unless it has LF lines of at most 990 bytes (Postfix would break a
+    longer one)."""
+    raw = item.raw[item.raw.find(b"\n") + 1 :] if item.raw.startswith(b"From ") else item.raw
+    head, blank, body = raw.partition(b"\n\n")
+    raw = b"\n".join(line for line in head.split(b"\n") if not line.lower().startswith(b"return-path:")) + blank + body
+    if b"\r" in raw or max(len(line) for line in raw.split(b"\n")) > 990 or split_message(raw) is None:
+        return None
+    return MailItem(item.source, raw)
+
+
+@needs_postfix
+@pytest.mark.corpus
+def test_postfix_delivers_with_the_fields_and_rejects_spam_above_the_limit(tmp_path: Path, trained: tuple[str, Path], corpus: Corpus, start_milter: type[Milter]) -> None:
+    items = [sent for _, item in corpus[1] if (sent := _as_sent(item)) is not None]
+    verdicts = _classify(trained, items)
+    spam = next(n for n, v in enumerate(verdicts) if v.verdict == "spam" and v.log_odds > 10)
+    ham = next(n for n, v in enumerate(verdicts) if v.verdict == "ham")
+    marking = start_milter(*trained)
+    rejecting = start_milter(*trained, "--reject-above", "10")
+    mark_port, reject_port = free_port(), free_port()
+    postfix = Postfix({mark_port: marking.socket, reject_port: rejecting.socket}, ["alice", "bob"], HANG)
+    try:
+        forged = b"X-Spam-Flag: YES\nX-Spam-Status: No, forged\nX-Spam-Flag: YES\n"
+        for n in (ham, spam):
+            with smtplib.SMTP("127.0.0.1", mark_port, timeout=HANG) as smtp:
+                smtp.sendmail("sender@example.org", ["alice@example.test"], forged + items[n].raw)
+        delivered = postfix.delivered("alice", 2)
+        with smtplib.SMTP("127.0.0.1", reject_port, timeout=HANG) as smtp:
+            with pytest.raises(smtplib.SMTPDataError) as refused:
+                smtp.sendmail("sender@example.org", ["bob@example.test"], items[spam].raw)
+            smtp.sendmail("sender@example.org", ["bob@example.test"], items[ham].raw)
+        [passed] = postfix.delivered("bob", 1)
+    finally:
+        postfix.stop()
+    assert refused.value.smtp_code == 550 and refused.value.smtp_error.startswith(b"5.7.1 Message refused as spam")
+    for n in (ham, spam):
+        parts = split_message(items[n].raw)
+        assert parts is not None
+        # The message whose body is this one's, byte for byte (smtplib
+        # ends a message without CRLF with one).
+        [raw] = [d for d in delivered if d.split(b"\n\n", 1)[1].rstrip(b"\n") == parts[1].rstrip(b"\n")]
+        msg = message_from_bytes(raw)
+        want = expected_fields(verdicts[n])
+        assert msg.get_all("X-Spam-Status") == [want["X-Spam-Status"]]
+        assert msg.get_all("X-Spam-Score") == [want["X-Spam-Score"]]
+        assert msg.get_all("X-Spam-Flag") == (["YES"] if n == spam else None)
+    assert message_from_bytes(passed).get_all("X-Spam-Status") == [expected_fields(verdicts[ham])["X-Spam-Status"]]
+    assert "action=reject" in rejecting.log() and "action=reject" not in marking.log()
