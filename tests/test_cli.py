@@ -230,7 +230,7 @@ def test_unreachable_database_exits_74(runner: CliRunner) -> None:
 
 def test_every_command_has_help_and_is_in_the_readme(runner: CliRunner) -> None:
     readme = (REPO / "README.md").read_text()
-    commands = ["train", "forget", "mark", "classify", "filter", "stats", "evaluate", "tune", "serve", "db upgrade", "db check", "db prune", "db vacuum", "db export", "db import", "imap run", "top-words", "explain", "report"]
+    commands = ["train", "forget", "mark", "classify", "filter", "stats", "evaluate", "tune", "serve", "milter", "db upgrade", "db check", "db prune", "db vacuum", "db export", "db import", "imap run", "top-words", "explain", "report"]
     for command in commands:
         result = runner.invoke(app, [*command.split(), "--help"])
         assert result.exit_code == 0, command
