@@ -231,8 +231,9 @@ class MilterServer:
 
     def _drain(self) -> None:
         """Close the connections between messages; wait for the others to
-        answer theirs (at most ``timeout``, then they are cut)."""
-        deadline = time.monotonic() + self.options.timeout
+        answer theirs (at most a minute, or ``timeout`` if shorter, then
+        they are cut and the MTA applies its default action)."""
+        deadline = time.monotonic() + min(self.options.timeout, 60.0)
         while True:
             with self._lock:
                 waiting = list(self._connections.values())

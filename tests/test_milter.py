@@ -9,6 +9,7 @@ import re
 import shutil
 import signal
 import smtplib
+import socket
 import struct
 import subprocess
 import sys
@@ -270,6 +271,26 @@ def test_sighup_rereads_the_config_and_sigterm_stops(tmp_path: Path, trained: tu
     assert "configuration reloaded" in m.log()
     assert m.stop() == 0
     assert m.log().rstrip().endswith("spamfilter milter: stopped")
+
+
+def test_sigterm_lets_the_message_in_flight_be_answered(tmp_path: Path, trained: tuple[str, Path], start_milter: type[Milter]) -> None:
+    m = start_milter(*trained)
+    with socket.create_connection(("127.0.0.1", m.port), timeout=HANG) as idle, socket.create_connection(("127.0.0.1", m.port), timeout=HANG) as busy:
+        offer = milter.packet(milter.OPTNEG, struct.pack(">III", 6, 0x1FF, 0x1FFFFF))
+        for sock in (idle, busy):
+            sock.sendall(offer)
+        with idle.makefile("rb") as idle_in, busy.makefile("rb") as busy_in:
+            assert [milter.read_packet(f)[0] for f in (idle_in, busy_in)] == [milter.OPTNEG, milter.OPTNEG]  # type: ignore[index]
+            busy.sendall(milter.packet(milter.MAIL, b"<a@example.org>\0") + milter.packet(milter.HEADER, b"Subject\0 lunch\0"))
+            assert [milter.read_packet(busy_in) for _ in range(2)] == [(milter.CONTINUE, b"")] * 2
+            m.proc.send_signal(signal.SIGTERM)
+            assert milter.read_packet(idle_in) is None  # closed between messages
+            busy.sendall(milter.packet(milter.BODY, b"see you at noon\r\n") + milter.packet(milter.EOB))
+            replies = []
+            while (got := milter.read_packet(busy_in)) is not None:
+                replies.append(got[0])
+    assert replies[0] == milter.CONTINUE and replies[-1] == milter.CONTINUE and milter.INSHEADER in replies
+    assert m.stop() == 0
 
 
 def test_the_fields_of_each_name_are_deleted_last_first_and_ours_go_on_top() -> None:
