@@ -10,6 +10,7 @@ import shutil
 import signal
 import smtplib
 import socket
+import stat
 import struct
 import subprocess
 import sys
@@ -39,17 +40,19 @@ class Milter:
 
     def __init__(self, log: Path, db_url: str, config: Path, *args: str) -> None:
         self.log_path = log
-        cmd = [sys.executable, "-m", "spamfilter", "--db", db_url, "--config", str(config), "milter", "--listen", "127.0.0.1:0", *args]
+        where = [] if "--socket" in args else ["--listen", "127.0.0.1:0"]
+        cmd = [sys.executable, "-m", "spamfilter", "--db", db_url, "--config", str(config), "milter", *where, *args]
         with open(log, "wb") as err:
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
         deadline = time.monotonic() + HANG
-        while (m := re.search(r"listening on 127\.0\.0\.1:(\d+)", self.log())) is None:
+        while (m := re.search(r"listening on (?:127\.0\.0\.1:(\d+)|(/\S+)) with", self.log())) is None:
             if self.proc.poll() is not None or time.monotonic() >= deadline:
                 self.stop(kill=True)
                 raise AssertionError(f"the milter did not start: {self.log()}")
             time.sleep(0.05)
-        self.port = int(m.group(1))
-        self.socket = f"inet:127.0.0.1:{self.port}"
+        self.port = int(m.group(1) or 0)
+        self.path = m.group(2) or ""
+        self.socket = f"unix:{self.path}" if self.path else f"inet:127.0.0.1:{self.port}"
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -147,11 +150,13 @@ class Seen:
     flag_deleted: bool
 
 
-def run_miltertest(tmp_path: Path, port: int, messages: list[tuple[str, list[tuple[bytes, bytes]], bytes]]) -> list[Seen]:
+def run_miltertest(tmp_path: Path, port: int | str, messages: list[tuple[str, list[tuple[bytes, bytes]], bytes]]) -> list[Seen]:
     """Send ``messages`` (recipient, fields, body) to the milter on ``port``
-    on one connection, one after the other; what came back for each."""
+    (or Unix socket path) on one connection, one after the other; what
+    came back for each."""
     assert MILTERTEST is not None
-    lines = [f'SOCKET = "inet:{port}@127.0.0.1"', _LUA_PROLOGUE]
+    where = f"unix:{port}" if isinstance(port, str) else f"inet:{port}@127.0.0.1"
+    lines = [f'SOCKET = "{where}"', _LUA_PROLOGUE]
     for n, (rcpt, fields, body) in enumerate(messages):
         table = ", ".join(f"{{{lua_string(k)}, {lua_string(v)}}}" for k, v in fields)
         lines.append(f"send({n}, {lua_string(rcpt.encode())}, {{{table}}}, {lua_string(body)})")
@@ -260,6 +265,17 @@ def test_the_user_is_the_local_part_all_recipients_share() -> None:
     assert milter.recipient_user(["<carol@example.test>", "<CAROL@other.test>"]) == "carol"
     assert milter.recipient_user(["<carol@example.test>", "<dave@example.test>"]) is None
     assert milter.recipient_user(["<>"]) is None
+
+
+@needs_miltertest
+def test_a_unix_socket_is_the_daemons_alone_and_removed_at_exit(tmp_path: Path, trained: tuple[str, Path], start_milter: type[Milter]) -> None:
+    path = tmp_path / "milter.sock"
+    m = start_milter(*trained, "--socket", str(path))
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    [s] = run_miltertest(tmp_path, str(path), [("<a@example.test>", TINY, b"see you at noon\r\n")])
+    assert s.reply == "continue" and s.status.startswith(("No, ", "Yes, "))
+    assert m.stop() == 0
+    assert not path.exists()
 
 
 def test_sighup_rereads_the_config_and_sigterm_stops(tmp_path: Path, trained: tuple[str, Path], start_milter: type[Milter]) -> None:
