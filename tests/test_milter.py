@@ -113,7 +113,7 @@ def split_message(raw: bytes) -> tuple[list[tuple[bytes, bytes]], bytes] | None:
 _LUA_PROLOGUE = """
 conn = mt.connect(SOCKET, 100, 0.1)
 if conn == nil then error("cannot connect to the milter") end
-if mt.negotiate(conn, nil, nil, nil) ~= nil then error("negotiation failed") end
+if mt.negotiate(conn, VERSION, nil, nil) ~= nil then error("negotiation failed") end
 local lead = mt.test_option(conn, SMFIP_HDR_LEADSPC)
 local function ok(err) if err ~= nil then error(err) end end
 local function text(v) if v == nil then return "-" end return v end
@@ -134,7 +134,8 @@ local function send(n, rcpt, fields, body)
   elseif reply == SMFIR_ACCEPT then said = "accept" elseif reply ~= SMFIR_CONTINUE then said = tostring(reply) end
   print(table.concat({"RESULT", n, said,
     text(mt.getheader(conn, "X-Spam-Status", 0)), text(mt.getheader(conn, "X-Spam-Score", 0)),
-    text(mt.getheader(conn, "X-Spam-Flag", 0)), tostring(mt.eom_check(conn, MT_HDRDELETE, "X-Spam-Flag"))}, "\\t"))
+    text(mt.getheader(conn, "X-Spam-Flag", 0)), tostring(mt.eom_check(conn, MT_HDRDELETE, "X-Spam-Flag")),
+    tostring(mt.eom_check(conn, MT_HDRINSERT, "X-Spam-Status"))}, "\\t"))
 end
 """
 
@@ -148,15 +149,16 @@ class Seen:
     score: str
     flag: str
     flag_deleted: bool
+    inserted: bool  # at an index (version 6), not added at the end
 
 
-def run_miltertest(tmp_path: Path, port: int | str, messages: list[tuple[str, list[tuple[bytes, bytes]], bytes]]) -> list[Seen]:
+def run_miltertest(tmp_path: Path, port: int | str, messages: list[tuple[str, list[tuple[bytes, bytes]], bytes]], version: int | None = None) -> list[Seen]:
     """Send ``messages`` (recipient, fields, body) to the milter on ``port``
-    (or Unix socket path) on one connection, one after the other; what
-    came back for each."""
+    (or Unix socket path) on one connection, one after the other, offering
+    protocol ``version`` (None: miltertest's own, 6); what came back for each."""
     assert MILTERTEST is not None
     where = f"unix:{port}" if isinstance(port, str) else f"inet:{port}@127.0.0.1"
-    lines = [f'SOCKET = "{where}"', _LUA_PROLOGUE]
+    lines = [f'SOCKET = "{where}"', f"VERSION = {'nil' if version is None else version}", _LUA_PROLOGUE]
     for n, (rcpt, fields, body) in enumerate(messages):
         table = ", ".join(f"{{{lua_string(k)}, {lua_string(v)}}}" for k, v in fields)
         lines.append(f"send({n}, {lua_string(rcpt.encode())}, {{{table}}}, {lua_string(body)})")
@@ -168,8 +170,8 @@ def run_miltertest(tmp_path: Path, port: int | str, messages: list[tuple[str, li
     seen: dict[int, Seen] = {}
     for line in r.stdout.decode().splitlines():
         if line.startswith("RESULT\t"):
-            _, n, reply, status, score, flag, deleted = line.split("\t")
-            seen[int(n)] = Seen(reply, status.strip(), score.strip(), flag.strip(), deleted == "true")
+            _, n, reply, status, score, flag, deleted, inserted = line.split("\t")
+            seen[int(n)] = Seen(reply, status.strip(), score.strip(), flag.strip(), deleted == "true", inserted == "true")
     assert sorted(seen) == list(range(len(messages))), r.stdout
     return [seen[n] for n in range(len(messages))]
 
@@ -276,6 +278,17 @@ def test_a_unix_socket_is_the_daemons_alone_and_removed_at_exit(tmp_path: Path, 
     assert s.reply == "continue" and s.status.startswith(("No, ", "Yes, "))
     assert m.stop() == 0
     assert not path.exists()
+
+
+@needs_miltertest
+def test_an_mta_of_protocol_version_2_gets_the_fields_added(tmp_path: Path, trained: tuple[str, Path], start_milter: type[Milter]) -> None:
+    m = start_milter(*trained)
+    body = b"see you at noon\r\n"
+    [v2, v6] = [run_miltertest(tmp_path, m.port, [("<a@example.test>", TINY, body)], version)[0] for version in (2, None)]
+    # Version 2 has no insert: the fields are added at the end.
+    assert (v2.inserted, v6.inserted) == (False, True)
+    assert (v2.status, v2.score, v2.flag, v2.flag_deleted) == (v6.status, v6.score, v6.flag, True)
+    assert v2.status.startswith(("No, ", "Yes, "))
 
 
 def test_sighup_rereads_the_config_and_sigterm_stops(tmp_path: Path, trained: tuple[str, Path], start_milter: type[Milter]) -> None:
