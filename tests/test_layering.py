@@ -13,8 +13,8 @@ layer before it can go in. From the bottom up:
    ``gaussian``, the message features' normal densities, under it),
    ``aode`` (one-dependence estimators, the maths only), ``store``,
    ``imap``, ``plots``, ``cache``, ``spamd`` (the spamd protocol, standard
-   library only), ``learning`` (which messages of a labelled stream are
-   trained), ``calibration`` (how far scores can be taken at their word)
+   library only, so that ``filter --connect`` starts fast), ``learning`` (which messages of a labelled stream are trained),
+   ``calibration`` (how far scores can be taken at their word)
    import only errors, config and counts,
    never each other; ``model``, ``gaussian``, ``aode`` and ``calibration`` do no I/O; only ``store``
    imports SQLAlchemy.
@@ -26,9 +26,9 @@ layer before it can go in. From the bottom up:
    (``maintenance``, ``insight`` (top words, explain) and ``imapstate``,
    the IMAP sync's records and transactions, beside it);
    ``evaluation`` over service and the leaves; ``imapsync`` over service,
-   imapstate, imap and the leaves but store; ``filterpool`` (the daemon's open
-   filters, which model answers a request) over service; ``daemon`` over it,
-   service, insight and spamd; ``report`` over
+   imapstate, imap and the leaves but store; ``daemon`` (the spamd server
+   and the milter: their sockets, protocols, open filters and processes)
+   over service, insight and spamd; ``report`` over
    evaluation, service, insight, plots and calibration.
 3. ``cli`` over everything but ``store`` and ``model``; ``__main__`` runs cli.
 """
@@ -79,10 +79,9 @@ ALLOWED: dict[str, frozenset[str]] = {
     "insight": BASE | {"mail", "vectorizer", "model", "service", "scorer"},
     # The IMAP sync reaches the store only through imapstate.
     "imapsync": (_SERVICE - {"store"}) | {"service", "imap", "imapstate"},
-    "filterpool": _SERVICE | {"service"},
-    "daemon": _SERVICE | {"service", "filterpool", "insight", "spamd"},
+    "daemon": _SERVICE | {"service", "insight", "spamd"},
     "report": BASE | {"service", "insight", "evaluation", "plots", "calibration"},
-    "cli": BASE | {"mail", "service", "insight", "maintenance", "evaluation", "tuning", "imapsync", "report", "plots", "daemon", "filterpool", "spamd"},
+    "cli": BASE | {"mail", "service", "insight", "maintenance", "evaluation", "tuning", "imapsync", "report", "plots", "daemon", "spamd"},
     "__main__": frozenset({"cli"}),
 }
 

@@ -157,7 +157,7 @@ COMMAND_MODULES = {
     "classify": "classify", "filter": "classify", "stats": "db", "evaluate": "evaluate",
     "top-words": "insight", "explain": "insight", "report": "insight",
     "train": "train", "forget": "train", "mark": "train", "tune": "tune",
-    "db": "db", "imap": "imap", "serve": "serve",
+    "db": "db", "imap": "imap", "serve": "serve", "milter": "milter",
 }
 
 

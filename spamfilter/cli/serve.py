@@ -2,33 +2,25 @@
 
 from __future__ import annotations
 
-import logging
-import os
-import sys
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from spamfilter.cli import app, state
-from spamfilter.config import Config, load_config
-from spamfilter.errors import ConfigError, ProtocolError
+from spamfilter.cli._daemons import AllowedIps, Listen, Processes, SocketGroup, SocketMode, SocketPath, ip_list, listen_address, run
+from spamfilter.config import load_config
 
 
 @app.command()
 def serve(
     ctx: typer.Context,
-    listen: Annotated[str, typer.Option("--listen", metavar="HOST:PORT", help="TCP address to listen on.")] = "127.0.0.1:783",
-    socket_path: Annotated[Path | None, typer.Option("--socket", metavar="PATH", help="Listen on this Unix socket instead of TCP.")] = None,
-    socket_mode: Annotated[str, typer.Option("--socket-mode", metavar="OCTAL", help="Permissions of the Unix socket.")] = "0600",
-    socket_group: Annotated[str, typer.Option("--socket-group", metavar="GROUP", help="Group of the Unix socket.")] = "",
-    allowed_ips: Annotated[
-        str, typer.Option("--allowed-ips", metavar="NETS", help="Comma-separated client networks allowed over TCP (default: loopback only; needed to listen elsewhere).")
-    ] = "",
+    listen: Listen = "127.0.0.1:783",
+    socket_path: SocketPath = None,
+    socket_mode: SocketMode = "0600",
+    socket_group: SocketGroup = "",
+    allowed_ips: AllowedIps = "",
     workers: Annotated[int, typer.Option("--workers", min=1, help="Threads scoring requests, per process.")] = 4,
-    processes: Annotated[
-        int | None, typer.Option("--processes", min=1, max=64, help="Processes serving requests, each with the model in memory (default: [daemon] processes, 0 = one per core).")
-    ] = None,
+    processes: Processes = None,
     max_connections: Annotated[
         int, typer.Option("--max-connections", min=1, help="Connections held at once, per process; beyond, the quietest without a whole request is closed.")
     ] = 256,
@@ -61,20 +53,12 @@ def serve(
 
     Example: spamfilter serve --socket /run/spamfilter/spamd.sock & spamc -U /run/spamfilter/spamd.sock -c < message.eml
     """
-    # Over 60 lines: most of this command is its options' declarations.
     from spamfilter import spamd
-    from spamfilter.daemon import prefork
+    from spamfilter.daemon.pool import FilterPool
     from spamfilter.daemon.server import Server, ServeOptions
-    from spamfilter.filterpool import FilterPool
 
     s = state(ctx)
-    try:
-        mode = int(socket_mode, 8)
-        address = spamd.Address(path=str(socket_path)) if socket_path is not None else spamd.parse_address(listen)
-    except ValueError:
-        raise typer.BadParameter(f"not an octal mode: {socket_mode}", param_hint="--socket-mode") from None
-    except ProtocolError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--listen") from None
+    address, mode = listen_address(listen, socket_path, socket_mode, spamd.DEFAULT_PORT)
     options = ServeOptions(
         address=address,
         socket_mode=mode,
@@ -83,39 +67,10 @@ def serve(
         max_connections=max_connections,
         max_size=max_size,
         timeout=timeout,
-        allowed_ips=tuple(a for a in allowed_ips.split(",") if a.strip()),
+        allowed_ips=ip_list(allowed_ips),
         allow_tell=allow_tell,
         spool_limit=spool_limit,
     )
-    stderr = logging.StreamHandler(sys.stderr)
-    stderr.setFormatter(_LogLine())
-    logging.basicConfig(level=logging.INFO, handlers=[stderr])
-    # The daemon logs a line per request (INFO): the root handler above
-    # shows them all, in place of the CLI's warnings-only one.
-    package_logger = logging.getLogger("spamfilter")
-    package_logger.setLevel(logging.INFO)
-    for handler in list(package_logger.handlers):
-        package_logger.removeHandler(handler)
+    pool = FilterPool(s.config, s.db_url, s.user, per_user=per_user)
+    run(Server(options, pool, lambda: load_config(s.config_path)), "serve", processes or s.config.daemon.processes)
 
-    def reload_config() -> Config:
-        return load_config(s.config_path)
-
-    server = Server(options, FilterPool(s.config, s.db_url, s.user, per_user=per_user), reload_config)
-    try:
-        server.bind()
-    except ConfigError:
-        server.pool.close()
-        raise
-    count = processes or s.config.daemon.processes or os.cpu_count() or 1
-    status = prefork.serve(server, count)
-    if status:
-        raise typer.Exit(status)
-
-
-class _LogLine(logging.Formatter):
-    """``spamfilter serve: message``; a warning or an error says so first
-    (``spamfilter serve: warning: ...``), so it can be told from the rest."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        level = f"{record.levelname.lower()}: " if record.levelno >= logging.WARNING else ""
-        return f"spamfilter serve: {level}{super().format(record)}"

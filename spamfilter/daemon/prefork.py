@@ -1,4 +1,5 @@
-"""Serving from more than one process: ``spamfilter serve --processes N``.
+"""Serving from more than one process: ``spamfilter serve --processes N``
+(and ``milter``).
 
 Python runs one thread at a time, so the threads of one server share one
 core. With N processes the parent binds the listening socket, then forks N
@@ -23,15 +24,33 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-
-from spamfilter.daemon.server import Server
+from typing import Protocol
 
 logger = logging.getLogger("spamfilter.daemon")
+
+
+class Forkable(Protocol):
+    """A bound server that can serve from a forked process."""
+
+    #: Whether this process removes a Unix socket's path when it stops.
+    owns_socket: bool
+    #: Appended to the server's log lines (the worker).
+    label: str
+
+    def announce(self, processes: int = 1) -> None: ...
+
+    def serve(self, *, parent: int | None = None, announce: bool = True) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def reload(self) -> None: ...
+
+    def close_listener(self) -> None: ...
 
 _RESTARTS_PER_MINUTE = 5
 
 
-def serve(server: Server, processes: int) -> int:
+def serve(server: Forkable, processes: int) -> int:
     """Run ``server`` (bound) until SIGTERM or SIGINT, in this process or in
     ``processes`` forked ones; SIGHUP reloads its configuration. The exit
     status: 0, or 70 when workers kept ending."""
@@ -49,7 +68,7 @@ def serve(server: Server, processes: int) -> int:
     return _supervise(processes, work, lambda: server.announce(processes), server.close_listener)
 
 
-def _handle_signals(server: Server) -> None:
+def _handle_signals(server: Forkable) -> None:
     signal.signal(signal.SIGTERM, lambda *_: server.stop())
     signal.signal(signal.SIGINT, lambda *_: server.stop())
     signal.signal(signal.SIGHUP, lambda *_: server.reload())

@@ -3,7 +3,7 @@ what its log line says. No sockets here: the event loop sends the pieces.
 
 Scoring requests (CHECK, SYMBOLS, REPORT, REPORT_IFSPAM, PROCESS, HEADERS)
 are answered from the scoring pool's filters, TELL from the writing pool's
-(``spamfilter.filterpool``). Messages over the size limit never get here:
+(``spamfilter.daemon.pool``). Messages over the size limit never get here:
 ``unscanned`` answers them from what the connection kept.
 """
 
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from spamfilter import spamd
 from spamfilter.counts import Decision
 from spamfilter.errors import MailParseError, NotTrainedError, SpamfilterError, StoreBusyError, StoreError
-from spamfilter.filterpool import FilterPool
+from spamfilter.daemon.pool import FilterPool
 from spamfilter.insight import Explanation, Insight
 from spamfilter.mail import MailItem, filter_fields, filtered_pieces
 from spamfilter.service import Filter, Refusal, Verdict

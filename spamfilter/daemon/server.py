@@ -2,7 +2,7 @@
 
 Every request is scored and learned with one model, the default one,
 whatever ``User`` the client names, unless per-user mode is on
-(``spamfilter.filterpool`` says which model answers a request).
+(``spamfilter.daemon.pool`` says which model answers a request).
 
 One process holds one ``Filter`` per model (user) for its whole life, so
 each request is scored from the filter's in-memory count cache; the cache
@@ -54,31 +54,26 @@ the answer); never message content.
 
 from __future__ import annotations
 
-import grp
 import logging
 import os
 import queue
 import selectors
 import socket
-import stat
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from ipaddress import IPv4Network, IPv6Network, ip_address, ip_network
 
 from spamfilter import spamd
 from spamfilter.config import Config
-from spamfilter.daemon import replies
+from spamfilter.daemon import listen, replies
 from spamfilter.daemon.connection import CHUNK, Connection, State
 from spamfilter.daemon.replies import Answer
 from spamfilter.errors import ConfigError, ProtocolError, SpamfilterError
-from spamfilter.filterpool import FilterPool
+from spamfilter.daemon.pool import FilterPool
 
 logger = logging.getLogger("spamfilter.daemon")
 
-_LOOPBACK = (ip_network("127.0.0.0/8"), ip_network("::1/128"))
-_Network = IPv4Network | IPv6Network
 # Selector tags of the sockets that are not clients.
 _LISTENER, _WAKE, _PARENT = "listener", "wake", "parent"
 _READ, _WRITE = selectors.EVENT_READ, selectors.EVENT_WRITE
@@ -120,21 +115,6 @@ class ServeOptions:
     spool_limit: int = 256 << 20
 
 
-def _networks(allowed: tuple[str, ...]) -> tuple[_Network, ...]:
-    try:
-        return tuple(ip_network(a.strip(), strict=False) for a in allowed if a.strip())
-    except ValueError as exc:
-        raise ConfigError(f"allowed ips: {exc}") from None
-
-
-def _is_loopback_host(host: str) -> bool:
-    try:
-        infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
-    except OSError as exc:
-        raise ConfigError(f"cannot resolve {host!r}: {exc}") from None
-    return all(ip_address(str(info[4][0]).split("%")[0]).is_loopback for info in infos)
-
-
 class Server:
     """The spamd-protocol server; ``bind`` then ``serve`` (until ``stop``)."""
 
@@ -152,7 +132,7 @@ class Server:
         #: Filters that learn (TELL), apart from those that score.
         self.writers = pool.for_writing(options.timeout)
         self._load_config = load_config
-        self._allowed = _networks(options.allowed_ips) or _LOOPBACK
+        self._allowed = listen.allowed_networks(options.allowed_ips)
         self._stop = threading.Event()
         self._reload = threading.Event()
         self._listener: socket.socket | None = None
@@ -177,20 +157,18 @@ class Server:
     # -- lifetime -----------------------------------------------------------
 
     def bind(self) -> spamd.Address:
-        """Open the listening socket; the address it listens on (the real
-        port when port 0 was asked for). Raises ``ConfigError``."""
-        a = self.options.address
+        """Open the listening socket (``spamfilter.daemon.listen``); the
+        address it listens on (the real port when port 0 was asked for).
+        Raises ``ConfigError``."""
+        o = self.options
+        a = o.address
         try:
             if a.path:
-                self._listener = self._bind_unix(a.path)
+                self._listener = listen.bind_unix(a.path, o.socket_mode, o.socket_group)
                 self.address = a
             else:
-                if not self.options.allowed_ips and not _is_loopback_host(a.host):
-                    raise ConfigError(
-                        f"{a.host} is not a loopback address: name the client networks allowed to connect (--allowed-ips)"
-                    )
-                family = socket.AF_INET6 if ":" in a.host else socket.AF_INET
-                sock = socket.socket(family, socket.SOCK_STREAM)
+                listen.check_tcp_host(a.host, o.allowed_ips)
+                sock = socket.socket(socket.AF_INET6 if ":" in a.host else socket.AF_INET, socket.SOCK_STREAM)
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 try:
                     sock.bind((a.host, a.port))
@@ -205,41 +183,6 @@ class Server:
         except OSError as exc:
             raise ConfigError(f"cannot listen on {a}: {exc.strerror or exc}") from None
         return self.address
-
-    def _bind_unix(self, path: str) -> socket.socket:
-        if os.path.lexists(path):
-            if not stat.S_ISSOCK(os.lstat(path).st_mode):
-                raise ConfigError(f"{path} exists and is not a socket")
-            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                probe.connect(path)
-            except OSError:
-                os.unlink(path)  # left by a daemon that is gone
-            else:
-                raise ConfigError(f"another server is listening on {path}")
-            finally:
-                probe.close()
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        # Created with no access for others, then given its mode: there is
-        # no moment at which another user could connect.
-        old = os.umask(0o177)
-        try:
-            sock.bind(path)
-        except BaseException:
-            sock.close()
-            raise
-        finally:
-            os.umask(old)
-        if self.options.socket_group:
-            try:
-                gid = grp.getgrnam(self.options.socket_group).gr_gid
-            except KeyError:
-                sock.close()
-                os.unlink(path)
-                raise ConfigError(f"no such group: {self.options.socket_group}") from None
-            os.chown(path, -1, gid)
-        os.chmod(path, self.options.socket_mode)
-        return sock
 
     def stop(self) -> None:
         """Stop accepting; ``serve`` returns once every accepted request is
@@ -415,17 +358,11 @@ class Server:
         who = f"{peer[0]}" if isinstance(peer, tuple) else "unix"
         conn = Connection(sock, who, now, self.options.timeout, self.options.max_size)
         self._conns.add(conn)
-        if isinstance(peer, tuple) and not self._peer_allowed(str(peer[0])):
+        if isinstance(peer, tuple) and not listen.is_allowed(str(peer[0]), self._allowed):
             logger.warning("refused %s: not in the allowed networks", who)
             self._reply(conn, [spamd.reply_head(spamd.EX_NOPERM, text="not allowed")], now)
             return
         self._watch(conn, _READ)
-
-    def _peer_allowed(self, host: str) -> bool:
-        addr = ip_address(host.split("%")[0])
-        if addr.version == 6 and addr.ipv4_mapped is not None:
-            addr = addr.ipv4_mapped
-        return any(addr in net for net in self._allowed)
 
     def _quietest(self, now: float) -> Connection | None:
         """The connection without a whole request that has been quiet longest,

@@ -1,0 +1,103 @@
+"""What the long-running commands (``serve``, ``milter``) share: their
+listening options, their log lines on stderr, and how they run (in one
+process or forked, ``spamfilter.daemon.prefork``, which also handles the
+signals that stop them and reload their config)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Protocol
+
+import typer
+
+from spamfilter import spamd
+from spamfilter.daemon import prefork
+from spamfilter.daemon.prefork import Forkable
+from spamfilter.errors import ConfigError, ProtocolError
+
+if TYPE_CHECKING:
+    from spamfilter.daemon.pool import FilterPool
+
+
+#: The options every daemon takes for where it listens.
+Listen = Annotated[str, typer.Option("--listen", metavar="HOST:PORT", help="TCP address to listen on.")]
+SocketPath = Annotated[Path | None, typer.Option("--socket", metavar="PATH", help="Listen on this Unix socket instead of TCP.")]
+SocketMode = Annotated[str, typer.Option("--socket-mode", metavar="OCTAL", help="Permissions of the Unix socket.")]
+SocketGroup = Annotated[str, typer.Option("--socket-group", metavar="GROUP", help="Group of the Unix socket.")]
+AllowedIps = Annotated[
+    str, typer.Option("--allowed-ips", metavar="NETS", help="Comma-separated client networks allowed over TCP (default: loopback only; needed to listen elsewhere).")
+]
+
+
+Processes = Annotated[
+    int | None,
+    typer.Option("--processes", min=1, max=64, help="Processes serving, each with the model in memory (default: [daemon] processes; 0 there: one per core)."),
+]
+
+
+class Daemon(Forkable, Protocol):
+    """What `run` needs of a server: its pool, and its lifetime."""
+
+    pool: FilterPool
+
+    def bind(self) -> spamd.Address: ...
+
+
+def listen_address(listen: str, socket_path: Path | None, socket_mode: str, default_port: int) -> tuple[spamd.Address, int]:
+    """Where to listen (``--socket`` over ``--listen``) and the socket's
+    mode from its octal text; a bad one is a usage error."""
+    try:
+        mode = int(socket_mode, 8)
+        address = spamd.Address(path=str(socket_path)) if socket_path is not None else spamd.parse_address(listen, default_port)
+    except ValueError:
+        raise typer.BadParameter(f"not an octal mode: {socket_mode}", param_hint="--socket-mode") from None
+    except ProtocolError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--listen") from None
+    return address, mode
+
+
+def ip_list(text: str) -> tuple[str, ...]:
+    """``--allowed-ips``: comma-separated networks."""
+    return tuple(a for a in text.split(",") if a.strip())
+
+
+def run(server: Daemon, command: str, processes: int) -> None:
+    """Log to stderr, listen (the filters are closed if that fails), and
+    serve until SIGTERM, rereading the config on SIGHUP, from ``processes``
+    processes (0: one per core)."""
+    log_to_stderr(command)
+    try:
+        server.bind()
+    except ConfigError:
+        server.pool.close()
+        raise
+    status = prefork.serve(server, processes or os.cpu_count() or 1)
+    if status:
+        raise typer.Exit(status)
+
+
+def log_to_stderr(command: str) -> None:
+    """Show the daemon's lines (INFO and up) on stderr as
+    ``spamfilter COMMAND: message``, in place of the CLI's warnings-only
+    handler; a warning or an error says so first
+    (``spamfilter COMMAND: warning: ...``), so it can be told from the rest."""
+    stderr = logging.StreamHandler(sys.stderr)
+    stderr.setFormatter(_LogLine(command))
+    logging.basicConfig(level=logging.INFO, handlers=[stderr])
+    package_logger = logging.getLogger("spamfilter")
+    package_logger.setLevel(logging.INFO)
+    for handler in list(package_logger.handlers):
+        package_logger.removeHandler(handler)
+
+
+class _LogLine(logging.Formatter):
+    def __init__(self, command: str) -> None:
+        super().__init__()
+        self._prefix = f"spamfilter {command}: "
+
+    def format(self, record: logging.LogRecord) -> str:
+        level = f"{record.levelname.lower()}: " if record.levelno >= logging.WARNING else ""
+        return f"{self._prefix}{level}{super().format(record)}"

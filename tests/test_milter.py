@@ -1,0 +1,423 @@
+"""``spamfilter milter`` against real MTA sides: Debian's ``miltertest`` (the
+milter client of the Trusted Domain Project, driven by Lua scripts written
+here) and a private Postfix on loopback (``tests/postfix.py``)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import smtplib
+import socket
+import stat
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from email import message_from_bytes
+from pathlib import Path
+
+import pytest
+
+from postfix import POSTFIX, Postfix, free_port
+from spamfilter.daemon import milter
+from spamfilter.mail import MailItem, filter_fields
+from spamfilter.service import Verdict
+from tests.test_daemon import _classify, _write_config, corpus, trained  # noqa: F401  (fixtures)
+
+MILTERTEST = shutil.which("miltertest")
+IN_CI = os.environ.get("CI") == "true"
+needs_miltertest = pytest.mark.skipif(MILTERTEST is None and not IN_CI, reason="miltertest is not installed")
+HANG = 60.0  # seconds: only to turn a hang into a failure
+Corpus = tuple[list[tuple[bool, MailItem]], list[tuple[bool, MailItem]]]
+
+
+class Milter:
+    """A ``spamfilter milter`` process on a free loopback port, and its log."""
+
+    def __init__(self, log: Path, db_url: str, config: Path, *args: str) -> None:
+        self.log_path = log
+        where = [] if "--socket" in args else ["--listen", "127.0.0.1:0"]
+        cmd = [sys.executable, "-m", "spamfilter", "--db", db_url, "--config", str(config), "milter", *where, *args]
+        with open(log, "wb") as err:
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
+        deadline = time.monotonic() + HANG
+        while (m := re.search(r"listening on (?:127\.0\.0\.1:(\d+)|(/\S+)) with", self.log())) is None:
+            if self.proc.poll() is not None or time.monotonic() >= deadline:
+                self.stop(kill=True)
+                raise AssertionError(f"the milter did not start: {self.log()}")
+            time.sleep(0.05)
+        self.port = int(m.group(1) or 0)
+        self.path = m.group(2) or ""
+        self.socket = f"unix:{self.path}" if self.path else f"inet:127.0.0.1:{self.port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self, *, kill: bool = False) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+        return self.proc.wait(HANG)
+
+
+@pytest.fixture
+def start_milter(tmp_path: Path) -> Iterator[type[Milter]]:
+    """Starts milters (``start_milter(db_url, config, *args)``); each is
+    stopped after the test, and must have exited 0 without an internal error."""
+    started: list[Milter] = []
+
+    def start(db_url: str, config: Path, *args: str) -> Milter:
+        m = Milter(tmp_path / f"milter{len(started)}.log", db_url, config, *args)
+        started.append(m)
+        return m
+
+    yield start  # type: ignore[misc]
+    codes = [m.stop() for m in started]
+    assert codes == [0] * len(started), [m.log() for m in started]
+    assert not any("internal error" in m.log() for m in started)
+
+
+# -- miltertest ------------------------------------------------------------------
+
+
+def lua_string(data: bytes) -> str:
+    """``data`` as a Lua string literal (every byte but printable ASCII as ``\\ddd``)."""
+    return '"' + "".join(chr(b) if 32 <= b < 127 and b not in (34, 92) else f"\\{b:03d}" for b in data) + '"'
+
+
+def split_message(raw: bytes) -> tuple[list[tuple[bytes, bytes]], bytes] | None:
+    """The header fields (name, value after the colon, folded lines kept)
+    and the body of an LF message, as an MTA hands them to a milter (an
+    mbox ``From `` line is no field: left out); None when the header has
+    another line that is no field (then no MTA would)."""
+    if raw.startswith(b"From "):
+        raw = raw[raw.find(b"\n") + 1 :]
+    end = raw.find(b"\n\n")
+    if end < 0 or b"\r" in raw:
+        return None
+    fields: list[tuple[bytes, bytes]] = []
+    for line in raw[:end].split(b"\n"):
+        if line[:1] in (b" ", b"\t") and fields:
+            fields[-1] = (fields[-1][0], fields[-1][1] + b"\n" + line)
+        elif re.fullmatch(rb"[!-9;-~]+:.*", line, re.S):
+            name, _, value = line.partition(b":")
+            fields.append((name, value))
+        else:
+            return None
+    return fields, raw[end + 2 :]
+
+
+_LUA_PROLOGUE = """
+conn = mt.connect(SOCKET, 100, 0.1)
+if conn == nil then error("cannot connect to the milter") end
+if mt.negotiate(conn, VERSION, nil, nil) ~= nil then error("negotiation failed") end
+local lead = mt.test_option(conn, SMFIP_HDR_LEADSPC)
+local function ok(err) if err ~= nil then error(err) end end
+local function text(v) if v == nil then return "-" end return v end
+local function send(n, rcpt, fields, body)
+  ok(mt.mailfrom(conn, "<sender@example.org>"))
+  ok(mt.rcptto(conn, rcpt))
+  for _, f in ipairs(fields) do
+    local value = f[2]
+    if not lead then value = (value:gsub("^[ \\t]+", "")) end
+    ok(mt.header(conn, f[1], value))
+  end
+  ok(mt.eoh(conn))
+  for i = 1, #body, 65535 do ok(mt.bodystring(conn, body:sub(i, i + 65534))) end
+  ok(mt.eom(conn))
+  local reply = mt.getreply(conn)
+  local said = "continue"
+  if reply == SMFIR_REPLYCODE then said = "replycode" elseif reply == SMFIR_TEMPFAIL then said = "tempfail"
+  elseif reply == SMFIR_ACCEPT then said = "accept" elseif reply ~= SMFIR_CONTINUE then said = tostring(reply) end
+  print(table.concat({"RESULT", n, said,
+    text(mt.getheader(conn, "X-Spam-Status", 0)), text(mt.getheader(conn, "X-Spam-Score", 0)),
+    text(mt.getheader(conn, "X-Spam-Flag", 0)), tostring(mt.eom_check(conn, MT_HDRDELETE, "X-Spam-Flag")),
+    tostring(mt.eom_check(conn, MT_HDRINSERT, "X-Spam-Status"))}, "\\t"))
+end
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """What miltertest saw the milter answer for one message."""
+
+    reply: str
+    status: str
+    score: str
+    flag: str
+    flag_deleted: bool
+    inserted: bool  # at an index (version 6), not added at the end
+
+
+def run_miltertest(tmp_path: Path, port: int | str, messages: list[tuple[str, list[tuple[bytes, bytes]], bytes]], version: int | None = None) -> list[Seen]:
+    """Send ``messages`` (recipient, fields, body) to the milter on ``port``
+    (or Unix socket path) on one connection, one after the other, offering
+    protocol ``version`` (None: miltertest's own, 6); what came back for each."""
+    assert MILTERTEST is not None
+    where = f"unix:{port}" if isinstance(port, str) else f"inet:{port}@127.0.0.1"
+    lines = [f'SOCKET = "{where}"', f"VERSION = {'nil' if version is None else version}", _LUA_PROLOGUE]
+    for n, (rcpt, fields, body) in enumerate(messages):
+        table = ", ".join(f"{{{lua_string(k)}, {lua_string(v)}}}" for k, v in fields)
+        lines.append(f"send({n}, {lua_string(rcpt.encode())}, {{{table}}}, {lua_string(body)})")
+    lines.append("mt.disconnect(conn)")
+    script = tmp_path / "send.lua"
+    script.write_text("\n".join(lines) + "\n")
+    r = subprocess.run([MILTERTEST, "-s", str(script)], capture_output=True, timeout=HANG * 4)
+    assert r.returncode == 0, r.stderr.decode(errors="replace") + r.stdout.decode(errors="replace")
+    seen: dict[int, Seen] = {}
+    for line in r.stdout.decode().splitlines():
+        if line.startswith("RESULT\t"):
+            _, n, reply, status, score, flag, deleted, inserted = line.split("\t")
+            seen[int(n)] = Seen(reply, status.strip(), score.strip(), flag.strip(), deleted == "true", inserted == "true")
+    assert sorted(seen) == list(range(len(messages))), r.stdout
+    return [seen[n] for n in range(len(messages))]
+
+
+FORGED = [(b"X-Spam-Flag", b" YES"), (b"X-Spam-Status", b" No, forged"), (b"x-spam-flag", b" YES")]
+
+
+def expected_fields(v: Verdict) -> dict[str, str]:
+    return dict(filter_fields(v.verdict, v.score, v.log_odds, "multinomial-binary"))
+
+
+@needs_miltertest
+@pytest.mark.corpus
+def test_miltertest_verdicts_equal_classifys_and_forged_flags_go(tmp_path: Path, trained: tuple[str, Path], corpus: Corpus, start_milter: type[Milter]) -> None:
+    split = [(item, split_message(item.raw)) for _, item in corpus[1]]
+    usable = [(item, parts) for item, parts in split if parts is not None]
+    assert len(usable) >= 180  # nearly every message is plain LF mail
+    verdicts = _classify(trained, [item for item, _ in usable])
+    # Every third message comes with forged verdict fields.
+    messages = [("<user@example.test>", (FORGED if n % 3 == 0 else []) + fields, body) for n, (_, (fields, body)) in enumerate(usable)]
+    m = start_milter(*trained)
+    seen = run_miltertest(tmp_path, m.port, messages)
+    for n, (v, s) in enumerate(zip(verdicts, seen)):
+        want = expected_fields(v)
+        assert (s.reply, s.status, s.score, s.flag) == ("continue", want["X-Spam-Status"], want["X-Spam-Score"], want.get("X-Spam-Flag", "-")), n
+        assert s.flag_deleted == (n % 3 == 0), n
+    assert 50 < sum(v.verdict == "spam" for v in verdicts) < 150  # both verdicts were exercised
+    assert len(re.findall(r"^spamfilter milter: message id=\S+ user=\(default\) verdict=", m.log(), re.M)) == len(messages)
+
+
+@needs_miltertest
+@pytest.mark.corpus
+def test_miltertest_reject_above_gives_a_550_for_spam_only(tmp_path: Path, trained: tuple[str, Path], corpus: Corpus, start_milter: type[Milter]) -> None:
+    items = [item for _, item in corpus[1][:20] if split_message(item.raw) is not None]
+    verdicts = _classify(trained, items)
+    m = start_milter(*trained, "--reject-above", "10")
+    messages = []
+    for item in items:
+        parts = split_message(item.raw)
+        assert parts is not None
+        messages.append(("<user@example.test>", *parts))
+    seen = run_miltertest(tmp_path, m.port, messages)
+    for v, s in zip(verdicts, seen):
+        # miltertest shows a reply code's letter, not its text: the Postfix
+        # test below reads the 550 5.7.1 the sender gets.
+        if v.log_odds > 10:
+            assert (s.reply, s.status) == ("replycode", "-")
+        else:
+            assert (s.reply, s.status) == ("continue", expected_fields(v)["X-Spam-Status"])
+    rejected = sum(v.log_odds > 10 for v in verdicts)
+    assert 0 < rejected < len(items)
+    assert m.log().count("action=reject") == rejected
+
+
+TINY = [(b"From", b" a@example.org"), (b"Subject", b" lunch")] + FORGED
+
+
+@needs_miltertest
+@pytest.mark.parametrize(("on_error", "reply"), [("accept", "continue"), ("tempfail", "tempfail")])
+def test_an_unscorable_message_is_answered_as_on_error_says(tmp_path: Path, on_error: str, reply: str, start_milter: type[Milter]) -> None:
+    from spamfilter.store import Store
+
+    url = f"sqlite:///{tmp_path / 'empty.db'}"
+    Store.open(url).close()  # no model trained: every message fails to score
+    m = start_milter(url, _write_config(tmp_path / "c.toml"), "--on-error", on_error)
+    [s] = run_miltertest(tmp_path, m.port, [("<user@example.test>", TINY, b"see you at noon\r\n")])
+    assert (s.reply, s.status, s.flag_deleted) == (reply, "-", False)
+    assert re.search(rf"warning: message id=- user=\(default\) verdict=error log_odds=- action={on_error} .*not scanned: ", m.log())
+
+
+@needs_miltertest
+def test_a_message_over_max_size_passes_unscanned_without_forged_fields(tmp_path: Path, trained: tuple[str, Path], start_milter: type[Milter]) -> None:
+    m = start_milter(*trained, "--max-size", "2000")
+    big = b"word " * 1000 + b"\r\n"
+    small = b"see you at noon\r\n"
+    seen = run_miltertest(tmp_path, m.port, [("<a@example.test>", TINY, big), ("<a@example.test>", TINY, small)])
+    assert [(s.reply, s.status == "-", s.flag_deleted) for s in seen] == [("continue", True, True), ("continue", False, True)]
+    assert re.search(r"verdict=unscanned log_odds=- action=accept bytes=5\d{3} ", m.log())
+
+
+@needs_miltertest
+def test_per_user_mode_scores_with_the_recipients_model(tmp_path: Path, trained: tuple[str, Path], start_milter: type[Milter]) -> None:
+    m = start_milter(*trained, "--per-user")
+    body = b"see you at noon\r\n"
+    run_miltertest(tmp_path, m.port, [("<Carol@example.test>", TINY, body), ("<dave@example.test>", TINY, body)])
+    # Neither has a model of their own: shared_model = "fallback" scores
+    # them with the default one.
+    assert re.findall(r"message id=- user=(\S+) verdict=(?:spam|ham|unsure) ", m.log()) == ["carol", "dave"]
+
+
+def test_the_user_is_the_local_part_all_recipients_share() -> None:
+    assert milter.recipient_user(["<Carol@example.test>"]) == "carol"
+    assert milter.recipient_user(["<carol@example.test>", "<CAROL@other.test>"]) == "carol"
+    assert milter.recipient_user(["<carol@example.test>", "<dave@example.test>"]) is None
+    assert milter.recipient_user(["<>"]) is None
+
+
+@needs_miltertest
+def test_a_unix_socket_is_the_daemons_alone_and_removed_at_exit(tmp_path: Path, trained: tuple[str, Path], start_milter: type[Milter]) -> None:
+    path = tmp_path / "milter.sock"
+    m = start_milter(*trained, "--socket", str(path))
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    [s] = run_miltertest(tmp_path, str(path), [("<a@example.test>", TINY, b"see you at noon\r\n")])
+    assert s.reply == "continue" and s.status.startswith(("No, ", "Yes, "))
+    assert m.stop() == 0
+    assert not path.exists()
+
+
+@needs_miltertest
+def test_an_mta_of_protocol_version_2_gets_the_fields_added(tmp_path: Path, trained: tuple[str, Path], start_milter: type[Milter]) -> None:
+    m = start_milter(*trained)
+    body = b"see you at noon\r\n"
+    [v2, v6] = [run_miltertest(tmp_path, m.port, [("<a@example.test>", TINY, body)], version)[0] for version in (2, None)]
+    # Version 2 has no insert: the fields are added at the end.
+    assert (v2.inserted, v6.inserted) == (False, True)
+    assert (v2.status, v2.score, v2.flag, v2.flag_deleted) == (v6.status, v6.score, v6.flag, True)
+    assert v2.status.startswith(("No, ", "Yes, "))
+
+
+def test_sighup_rereads_the_config_and_sigterm_stops(tmp_path: Path, trained: tuple[str, Path], start_milter: type[Milter]) -> None:
+    m = start_milter(*trained)
+    m.proc.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + HANG
+    while "configuration reloaded" not in m.log() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "configuration reloaded" in m.log()
+    assert m.stop() == 0
+    assert m.log().rstrip().endswith("spamfilter milter: stopped")
+
+
+def test_sigterm_lets_the_message_in_flight_be_answered(tmp_path: Path, trained: tuple[str, Path], start_milter: type[Milter]) -> None:
+    m = start_milter(*trained)
+    with socket.create_connection(("127.0.0.1", m.port), timeout=HANG) as idle, socket.create_connection(("127.0.0.1", m.port), timeout=HANG) as busy:
+        offer = milter.packet(milter.OPTNEG, struct.pack(">III", 6, 0x1FF, 0x1FFFFF))
+        for sock in (idle, busy):
+            sock.sendall(offer)
+        with idle.makefile("rb") as idle_in, busy.makefile("rb") as busy_in:
+            assert [milter.read_packet(f)[0] for f in (idle_in, busy_in)] == [milter.OPTNEG, milter.OPTNEG]  # type: ignore[index]
+            busy.sendall(milter.packet(milter.MAIL, b"<a@example.org>\0") + milter.packet(milter.HEADER, b"Subject\0 lunch\0"))
+            assert [milter.read_packet(busy_in) for _ in range(2)] == [(milter.CONTINUE, b"")] * 2
+            m.proc.send_signal(signal.SIGTERM)
+            assert milter.read_packet(idle_in) is None  # closed between messages
+            busy.sendall(milter.packet(milter.BODY, b"see you at noon\r\n") + milter.packet(milter.EOB))
+            replies = []
+            while (got := milter.read_packet(busy_in)) is not None:
+                replies.append(got[0])
+    assert replies[0] == milter.CONTINUE and replies[-1] == milter.CONTINUE and milter.INSHEADER in replies
+    assert m.stop() == 0
+
+
+def test_the_fields_of_each_name_are_deleted_last_first_and_ours_go_on_top() -> None:
+    message = milter.Message(max_size=1000)
+    for name, value in [(b"X-Spam-Flag", b" YES"), (b"Subject", b" a"), (b"x-spam-FLAG", b" YES"), (b"X-Spam-Score", b" 0")]:
+        message.add_header(name, value)
+    agreed = milter.Negotiated(6, milter.ACT_ADDHDRS | milter.ACT_CHGHDRS, milter.STEP_HDR_LEADSPC)
+    packets = milter.edits(message, [("X-Spam-Status", "No"), ("X-Spam-Score", "0.1")], agreed)
+
+    def unpack(p: bytes) -> tuple[bytes, int, bytes]:
+        return p[4:5], struct.unpack(">I", p[5:9])[0], p[9:]
+
+    assert [unpack(p) for p in packets] == [
+        (b"m", 2, b"X-Spam-Flag\0\0"),
+        (b"m", 1, b"X-Spam-Flag\0\0"),
+        (b"m", 1, b"X-Spam-Score\0\0"),
+        (b"i", 0, b"X-Spam-Score\0 0.1\0"),
+        (b"i", 0, b"X-Spam-Status\0 No\0"),
+    ]
+
+
+# -- Postfix ---------------------------------------------------------------------
+
+needs_postfix = pytest.mark.skipif(
+    (POSTFIX is None or os.geteuid() != 0) and not IN_CI, reason="a private Postfix needs Debian's postfix and root"
+)
+
+
+def _as_sent(item: MailItem) -> MailItem | None:
+    """The message as a client sends it and Postfix hands it to the milter:
+    without an mbox ``From `` line (SMTP carries none) and without
+    ``Return-Path`` (Postfix removes it, and writes its own on delivery);
+    None unless it has LF lines of at most 990 bytes (Postfix would break a
+    longer one)."""
+    raw = item.raw[item.raw.find(b"\n") + 1 :] if item.raw.startswith(b"From ") else item.raw
+    head, blank, body = raw.partition(b"\n\n")
+    raw = b"\n".join(line for line in head.split(b"\n") if not line.lower().startswith(b"return-path:")) + blank + body
+    if b"\r" in raw or max(len(line) for line in raw.split(b"\n")) > 990 or split_message(raw) is None:
+        return None
+    return MailItem(item.source, raw)
+
+
+@needs_postfix
+@pytest.mark.corpus
+def test_postfix_delivers_with_the_fields_and_rejects_spam_above_the_limit(tmp_path: Path, trained: tuple[str, Path], corpus: Corpus, start_milter: type[Milter]) -> None:
+    items = [sent for _, item in corpus[1] if (sent := _as_sent(item)) is not None]
+    verdicts = _classify(trained, items)
+    spam = next(n for n, v in enumerate(verdicts) if v.verdict == "spam" and v.log_odds > 10)
+    ham = next(n for n, v in enumerate(verdicts) if v.verdict == "ham")
+    marking = start_milter(*trained)
+    rejecting = start_milter(*trained, "--reject-above", "10")
+    mark_port, reject_port = free_port(), free_port()
+    postfix = Postfix({mark_port: marking.socket, reject_port: rejecting.socket}, ["alice", "bob"], HANG)
+    try:
+        forged = b"X-Spam-Flag: YES\nX-Spam-Status: No, forged\nX-Spam-Flag: YES\n"
+        for n in (ham, spam):
+            with smtplib.SMTP("127.0.0.1", mark_port, timeout=HANG) as smtp:
+                smtp.sendmail("sender@example.org", ["alice@example.test"], forged + items[n].raw)
+        delivered = postfix.delivered("alice", 2)
+        with smtplib.SMTP("127.0.0.1", reject_port, timeout=HANG) as smtp:
+            with pytest.raises(smtplib.SMTPDataError) as refused:
+                smtp.sendmail("sender@example.org", ["bob@example.test"], items[spam].raw)
+            smtp.sendmail("sender@example.org", ["bob@example.test"], items[ham].raw)
+        [passed] = postfix.delivered("bob", 1)
+    finally:
+        postfix.stop()
+    assert refused.value.smtp_code == 550 and refused.value.smtp_error.startswith(b"5.7.1 Message refused as spam")
+    for n in (ham, spam):
+        parts = split_message(items[n].raw)
+        assert parts is not None
+        # The message whose body is this one's, byte for byte (smtplib
+        # ends a message without CRLF with one).
+        [raw] = [d for d in delivered if d.split(b"\n\n", 1)[1].rstrip(b"\n") == parts[1].rstrip(b"\n")]
+        msg = message_from_bytes(raw)
+        want = expected_fields(verdicts[n])
+        assert msg.get_all("X-Spam-Status") == [want["X-Spam-Status"]]
+        assert msg.get_all("X-Spam-Score") == [want["X-Spam-Score"]]
+        assert msg.get_all("X-Spam-Flag") == (["YES"] if n == spam else None)
+    assert message_from_bytes(passed).get_all("X-Spam-Status") == [expected_fields(verdicts[ham])["X-Spam-Status"]]
+    assert "action=reject" in rejecting.log() and "action=reject" not in marking.log()
+
+
+def test_two_processes_serve_one_socket_and_end_with_their_parent(tmp_path: Path, trained: tuple[str, Path]) -> None:
+    from tests.test_daemon_load import _alive, _children
+
+    m = Milter(tmp_path / "forked.log", *trained, "--processes", "2")
+    workers = _children(m.proc.pid)
+    assert len(workers) == 2
+    assert m.log().splitlines()[0].endswith("; 2 processes")
+    # Each connection is answered, by whichever worker took it.
+    offer = milter.packet(milter.OPTNEG, struct.pack(">III", 6, 0x1FF, 0x1FFFFF))
+    for _ in range(6):
+        with socket.create_connection(("127.0.0.1", m.port), timeout=HANG) as sock, sock.makefile("rb") as answers:
+            sock.sendall(offer)
+            assert milter.read_packet(answers)[0] == milter.OPTNEG  # type: ignore[index]
+    m.proc.kill()
+    m.proc.wait(HANG)
+    deadline = time.monotonic() + HANG
+    while any(_alive(p) for p in workers):
+        assert time.monotonic() < deadline, "the workers outlived their parent"
+        time.sleep(0.05)
