@@ -94,9 +94,9 @@ def test_train_takes_several_sources_after_each_label(runner: CliRunner, db_url:
     assert (s["spam_messages"], s["ham_messages"]) == (3, 60)
 
 
-def test_the_readme_and_help_show_the_same_train_form(runner: CliRunner) -> None:
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    assert "spamfilter train --spam SRC... --ham SRC..." in readme
+def test_the_guide_and_help_show_the_same_train_form(runner: CliRunner) -> None:
+    guide = (REPO / "docs" / "guide.md").read_text(encoding="utf-8")
+    assert "spamfilter train --spam SRC... --ham SRC..." in guide
     text = runner.invoke(app, ["train", "--help"]).stdout
     assert re.search(r"--spam SRC\.\.\. ", text) and re.search(r"--ham SRC\.\.\. ", text)
 

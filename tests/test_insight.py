@@ -416,11 +416,12 @@ def test_explain_errors_exit_with_documented_codes(runner: CliRunner, sample_db:
 
 
 @pytest.mark.parametrize("command", ["top-words", "explain", "report"])
-def test_insight_commands_have_help_with_an_example_and_are_in_the_readme(runner: CliRunner, command: str) -> None:
+def test_insight_commands_have_help_with_an_example_and_are_in_the_readme_and_the_guide(runner: CliRunner, command: str) -> None:
     result = runner.invoke(app, [command, "--help"])
     assert result.exit_code == 0
     assert "Example: spamfilter " + command in " ".join(result.stdout.split())
     assert f"spamfilter {command}" in (REPO / "README.md").read_text()
+    assert f"spamfilter {command}" in (REPO / "docs" / "guide.md").read_text()
 
 
 def test_top_words_csv_keeps_control_characters_and_newlines(tmp_path: Path) -> None:
