@@ -371,7 +371,7 @@ def test_the_report_loads_in_chromium_without_console_errors(chromium: Path, sam
     assert 'data-ready="1"' in dom  # its script ran: the CSP hash matched
     for section in SECTIONS:
         assert f'<section id="{section}">' in dom
-    assert dom.count('src="data:image/png;base64,') == 5
+    assert dom.count('src="data:image/png;base64,') == 6  # history, top words, features, histogram, ROC, reliability
 
 
 def test_the_hostile_report_loads_in_chromium_without_running_anything(chromium: Path, tmp_path: Path) -> None:

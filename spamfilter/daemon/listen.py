@@ -84,3 +84,11 @@ def bind_unix(path: str, mode: int, group: str = "") -> socket.socket:
     finally:
         os.umask(old)
     return sock
+
+
+def remove_socket(path: str) -> None:
+    """Remove a Unix socket's path when the daemon stops (gone already: fine)."""
+    try:
+        os.unlink(path)
+    except OSError:
+        pass

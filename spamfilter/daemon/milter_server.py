@@ -48,7 +48,7 @@ from spamfilter import spamd
 from spamfilter.daemon import listen, milter
 from spamfilter.config import Config
 from spamfilter.errors import ConfigError, ProtocolError, SpamfilterError
-from spamfilter.daemon.pool import FilterPool
+from spamfilter.daemon.pool import FilterPool, reload_config
 from spamfilter.mail import MailItem, filter_fields
 from spamfilter.service import Refusal, Verdict
 
@@ -222,10 +222,7 @@ class MilterServer:
         if self._listener is not None:
             self._listener.server_close()
         if self.owns_socket and self.options.address.path:
-            try:
-                os.unlink(self.options.address.path)
-            except OSError:
-                pass
+            listen.remove_socket(self.options.address.path)
 
     def serve(self, *, parent: int | None = None, announce: bool = True) -> None:
         """Answer the MTA until ``stop`` (or until the pipe ``parent`` is
@@ -280,17 +277,7 @@ class MilterServer:
             time.sleep(0.05)
 
     def _reread_config(self) -> None:
-        if self._load_config is None:
-            return
-        try:
-            config = self._load_config()
-        except SpamfilterError as exc:
-            logger.error("reload failed, keeping the old configuration: %s", exc)
-            return
-        self.pool.replace(config)
-        logger.info("configuration reloaded; %s", self.pool.describe())
-
-    # -- connections ----------------------------------------------------------
+        reload_config((self.pool,), self._load_config, logger)
 
     def _admit(self, peer: Any) -> bool:
         """Whether to serve a new connection: from an allowed network, once

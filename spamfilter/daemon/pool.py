@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+import logging
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 
@@ -190,3 +191,18 @@ class FilterPool:
         for entry in old.values():
             with entry.lock:
                 entry.close()
+
+
+def reload_config(pools: Sequence[FilterPool], load: Callable[[], Config] | None, log: logging.Logger) -> None:
+    """Read the configuration again (SIGHUP) and give it to ``pools``; on
+    an error the old one stays, and ``log`` says why."""
+    if load is None:
+        return
+    try:
+        config = load()
+    except SpamfilterError as exc:
+        log.error("reload failed, keeping the old configuration: %s", exc)
+        return
+    for pool in pools:
+        pool.replace(config)
+    log.info("configuration reloaded; %s", pools[0].describe())

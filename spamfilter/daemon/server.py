@@ -55,7 +55,6 @@ the answer); never message content.
 from __future__ import annotations
 
 import logging
-import os
 import queue
 import selectors
 import socket
@@ -69,8 +68,8 @@ from spamfilter.config import Config
 from spamfilter.daemon import listen, replies
 from spamfilter.daemon.connection import CHUNK, Connection, State
 from spamfilter.daemon.replies import Answer
-from spamfilter.errors import ConfigError, ProtocolError, SpamfilterError
-from spamfilter.daemon.pool import FilterPool
+from spamfilter.errors import ConfigError, ProtocolError
+from spamfilter.daemon.pool import FilterPool, reload_config
 
 logger = logging.getLogger("spamfilter.daemon")
 
@@ -217,10 +216,7 @@ class Server:
             self._listener.close()
             self._listener = None
         if self.owns_socket and self.options.address.path:
-            try:
-                os.unlink(self.options.address.path)
-            except OSError:
-                pass
+            listen.remove_socket(self.options.address.path)
 
     def serve(self, *, parent: int | None = None, announce: bool = True) -> None:
         """Answer requests until ``stop`` (or until the pipe ``parent`` is
@@ -295,18 +291,7 @@ class Server:
         return min([1.0, *(d - now for d in deadlines)]) if deadlines else 1.0
 
     def _reread_config(self) -> None:
-        if self._load_config is None:
-            return
-        try:
-            config = self._load_config()
-        except SpamfilterError as exc:
-            logger.error("reload failed, keeping the old configuration: %s", exc)
-            return
-        self.pool.replace(config)
-        self.writers.replace(config)
-        logger.info("configuration reloaded; %s", self.pool.describe())
-
-    # -- accepting ----------------------------------------------------------
+        reload_config((self.pool, self.writers), self._load_config, logger)
 
     def _watch_listener(self, now: float, accepting: bool) -> None:
         """Watch the listening socket while there is room (or a connection
