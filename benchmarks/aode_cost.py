@@ -68,8 +68,15 @@ def main() -> None:
         chosen = Maintenance(f.store).reselect(f.config.model)
         reselect_s = time.perf_counter() - start
     size_aode = (work / "aode.db").stat().st_size
-    out: dict[str, Any] = {"corpus": args.corpus, "train": args.train, "parents": len(chosen.parents), "children": chosen.children,
-                           "pairs": chosen.pairs, "reselect_s": reselect_s, "db_mb": {"naive": size_nb / 1e6, args.dependence: size_aode / 1e6}}
+    out: dict[str, Any] = {
+        "corpus": args.corpus,
+        "train": args.train,
+        "parents": len(chosen.parents),
+        "children": chosen.children,
+        "pairs": chosen.pairs,
+        "reselect_s": reselect_s,
+        "db_mb": {"naive": size_nb / 1e6, args.dependence: size_aode / 1e6},
+    }
     for name, config in (("naive", plain), (args.dependence, dep)):
         with Filter.open(config) as f:
             analysed = [f.analyser.one(m) for m in rest]
@@ -87,12 +94,18 @@ def main() -> None:
         toml.write_text(f'[model]\ndependence = "{config.model.dependence}"\nreselect_growth = 0.0\n')
         command = [sys.executable, "-m", "spamfilter", "--config", str(toml), "--db", f"sqlite:///{db}", "classify", *(m.source for m in rest)]
         cli = best_of(args.repeat, lambda: subprocess.run(command, check=True, stdout=subprocess.DEVNULL))
-        out[name] = {"classify_ms": 1000 * batch / len(analysed), "one_ms": 1000 * one / 200, "train_ms": 1000 * min(trained) / len(more),
-                     "cli_ms": 1000 * cli / len(rest)}
+        out[name] = {
+            "classify_ms": 1000 * batch / len(analysed),
+            "one_ms": 1000 * one / 200,
+            "train_ms": 1000 * min(trained) / len(more),
+            "cli_ms": 1000 * cli / len(rest),
+        }
     a, n = out[args.dependence], out["naive"]
     out["ratios"] = {k: a[k] / n[k] for k in n}
-    print(f"{args.corpus}: trained {args.train}, {len(chosen.parents)} parent(s), {chosen.children} children, {chosen.pairs} pair counts; "
-          f"reselect {reselect_s:.1f} s; database {size_nb / 1e6:.1f} MB -> {size_aode / 1e6:.1f} MB (load {os.getloadavg()[0]:.1f})")
+    print(
+        f"{args.corpus}: trained {args.train}, {len(chosen.parents)} parent(s), {chosen.children} children, {chosen.pairs} pair counts; "
+        f"reselect {reselect_s:.1f} s; database {size_nb / 1e6:.1f} MB -> {size_aode / 1e6:.1f} MB (load {os.getloadavg()[0]:.1f})"
+    )
     print(f"{'':<10} {'classify ms/msg':>16} {'one at a time':>14} {'train ms/msg':>13} {'CLI classify ms/msg':>20}")
     for name in ("naive", args.dependence, "ratios"):
         r = out[name] if name != "ratios" else out["ratios"]

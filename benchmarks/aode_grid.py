@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -31,15 +32,14 @@ import scipy.sparse as sp
 
 from benchmarks.compare import ranking
 from benchmarks.long_stream import STREAMS, stream
-from dataclasses import replace
-from spamfilter.evaluation import run_online
-from spamfilter.learning import TrainMode
 from benchmarks.streams import Doc, tokenized
 from spamfilter import aode
 from spamfilter import model as nb
 from spamfilter.analysis import Analysed, Analyser
 from spamfilter.config import Config, load_config
 from spamfilter.counts import ClassCounts, FeatureStats, TokenCounts, Totals
+from spamfilter.evaluation import run_online
+from spamfilter.learning import TrainMode
 from spamfilter.tokenizer.features import SCALE
 
 
@@ -188,8 +188,19 @@ def feature_terms(features: np.ndarray, y: np.ndarray) -> np.ndarray:
     return out
 
 
-def run(docs: list[Doc], y: np.ndarray, k: int, children: int, child_support: int, min_support: int, growth: float, split: str | None,
-        tempering: float, alpha: float, spode: bool = False) -> tuple[np.ndarray, np.ndarray, int]:
+def run(
+    docs: list[Doc],
+    y: np.ndarray,
+    k: int,
+    children: int,
+    child_support: int,
+    min_support: int,
+    growth: float,
+    split: str | None,
+    tempering: float,
+    alpha: float,
+    spode: bool = False,
+) -> tuple[np.ndarray, np.ndarray, int]:
     model = Model(k, children, min_support, child_support, (alpha, tempering) if spode else None)
     next_selection = 50
     if split is None:
@@ -213,8 +224,16 @@ def check(config: Config, name: str, docs: list[Doc], y: np.ndarray, args: argpa
     online run with the same one-dependence settings on the first N messages."""
     k = (args.parents or [aode.DEFAULT_PARENTS])[0]
     children, child_support = (args.children or [0])[0], (args.child_support or [0])[0]
-    m = replace(config.model, dependence="spode" if args.spode else "aode", header_apart=False, aode_parents=k, aode_children=children or 10**6,
-                aode_child_support=child_support or args.min_support, aode_min_support=args.min_support, reselect_growth=args.growth)
+    m = replace(
+        config.model,
+        dependence="spode" if args.spode else "aode",
+        header_apart=False,
+        aode_parents=k,
+        aode_children=children or 10**6,
+        aode_child_support=child_support or args.min_support,
+        aode_min_support=args.min_support,
+        reselect_growth=args.growth,
+    )
     _, scored = run_online(replace(config, model=m), list(stream(name, args.check)), train_mode=TrainMode.teft)
     odds, _, _ = run(docs[: args.check], y[: args.check], k, children or 10**6, child_support, args.min_support, args.growth, None, m.tempering, m.alpha, args.spode)
     diff = np.max(np.abs(odds[1][: len(scored)] - np.array([s.log_odds for s in scored])))
@@ -249,9 +268,14 @@ def main() -> None:
         grid = [(k, c, cs) for k in args.parents or [aode.DEFAULT_PARENTS] for c in args.children or [0] for cs in args.child_support or [0]]
         for k, children, child_support in grid:
             start = time.perf_counter()
-            odds, truth, held = run(docs, y, k, children, child_support, args.min_support, args.growth, args.split, config.model.tempering, config.model.alpha, args.spode)
+            odds, truth, held = run(
+                docs, y, k, children, child_support, args.min_support, args.growth, args.split, config.model.tempering, config.model.alpha, args.spode
+            )
             seconds = time.perf_counter() - start
-            labels = ["naive Bayes (defaults)", f"{'spode' if args.spode else 'aode'} K={1 if args.spode else k} C={children or 'all'}/{child_support or ''} m'={args.min_support}"]
+            labels = [
+                "naive Bayes (defaults)",
+                f"{'spode' if args.spode else 'aode'} K={1 if args.spode else k} C={children or 'all'}/{child_support or ''} m'={args.min_support}",
+            ]
             if args.features and not args.split:
                 terms = feature_terms(message_features(config, name, args.limit, len(docs)), y)
                 odds = np.vstack([odds, odds[0] + terms, odds[0] + 0.2 * terms, odds[1] + terms, odds[1] + 0.2 * terms])

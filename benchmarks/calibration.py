@@ -60,7 +60,9 @@ def features(kind: str, odds: np.ndarray, n: np.ndarray) -> np.ndarray:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--corpus", action="append", choices=[*CORPORA, "all"], default=None, help="a stream of benchmarks/loco.py, or all (every corpus one after the other)")
+    parser.add_argument(
+        "--corpus", action="append", choices=[*CORPORA, "all"], default=None, help="a stream of benchmarks/loco.py, or all (every corpus one after the other)"
+    )
     args = parser.parse_args()
     config = Config()
     Path("results").mkdir(exist_ok=True)
@@ -81,12 +83,21 @@ def main() -> None:
         out[name] = {}
         for kind, z in mapped.items():
             cal = calibration(y, z)
-            out[name][kind] = {"one_minus_roca": 100 * (1 - roc_area(y, z)), "log_loss": cal.log_loss, "low_tail_spam_pct": cal.low_tail_spam_pct,
-                               "ham_in_low_tail_pct": cal.ham_in_low_tail_pct, "high_tail_ham_pct": cal.high_tail_ham_pct, "spam_in_high_tail_pct": cal.spam_in_high_tail_pct}
+            out[name][kind] = {
+                "one_minus_roca": 100 * (1 - roc_area(y, z)),
+                "log_loss": cal.log_loss,
+                "low_tail_spam_pct": cal.low_tail_spam_pct,
+                "ham_in_low_tail_pct": cal.ham_in_low_tail_pct,
+                "high_tail_ham_pct": cal.high_tail_ham_pct,
+                "spam_in_high_tail_pct": cal.spam_in_high_tail_pct,
+            }
             r = out[name][kind]
-            print(f"{name:13} {kind:10} 1-ROCA {r['one_minus_roca']:.4f} log-loss {r['log_loss']:.4f} "
-                  f"P<=0.01: {r['low_tail_spam_pct']:.2f}% spam, {r['ham_in_low_tail_pct']:.0f}% of ham  "
-                  f"P>=0.99: {r['high_tail_ham_pct']:.2f}% ham, {r['spam_in_high_tail_pct']:.0f}% of spam", flush=True)
+            print(
+                f"{name:13} {kind:10} 1-ROCA {r['one_minus_roca']:.4f} log-loss {r['log_loss']:.4f} "
+                f"P<=0.01: {r['low_tail_spam_pct']:.2f}% spam, {r['ham_in_low_tail_pct']:.0f}% of ham  "
+                f"P>=0.99: {r['high_tail_ham_pct']:.2f}% ham, {r['spam_in_high_tail_pct']:.0f}% of spam",
+                flush=True,
+            )
     Path("results/calibration.json").write_text(json.dumps(out, indent=1) + "\n")
 
 

@@ -40,15 +40,11 @@ import numpy as np
 
 from spamfilter.config import EVENT_MODELS, Config, load_config
 from spamfilter.evaluation import fresh_filter, lam_pct, roc_area, run_online, sm_at_hm
-from spamfilter.tuning import tune
 from spamfilter.mail import read_index
+from spamfilter.tuning import tune
 
 CORPORA = Path(__file__).resolve().parents[1].parent / "shared" / "corpora"
-INDEXES = {
-    "spamassassin": "spamassassin/index",
-    "csdmc2010": "csdmc2010/index",
-    **{f"enron{i}": f"enron-spam-preprocessed/enron{i}/index" for i in range(1, 7)},
-}
+INDEXES = {"spamassassin": "spamassassin/index", "csdmc2010": "csdmc2010/index", **{f"enron{i}": f"enron-spam-preprocessed/enron{i}/index" for i in range(1, 7)}}
 
 
 def ranking(y: np.ndarray, score: np.ndarray, threshold: float) -> dict[str, float]:
@@ -67,8 +63,13 @@ def tuned_config(config: Config, corpus: str) -> Config:
     """The setting `spamfilter tune` picks on another corpus's index (default grids)."""
     stream = list(read_index(str(CORPORA / INDEXES[corpus])))
     best = tune(
-        config, stream, event_models=list(EVENT_MODELS), alphas=[0.01, 0.03, 0.1, 0.3, 1.0],
-        temperings=[0.0, 0.5], min_evidences=[0.0, 2.0, 3.0], bigram_options=[True, False],
+        config,
+        stream,
+        event_models=list(EVENT_MODELS),
+        alphas=[0.01, 0.03, 0.1, 0.3, 1.0],
+        temperings=[0.0, 0.5],
+        min_evidences=[0.0, 2.0, 3.0],
+        bigram_options=[True, False],
     )[0]
     return replace(
         config,
@@ -128,13 +129,7 @@ def run_bogofilter(index: Path) -> dict[str, object]:
         started = time.perf_counter()
         subprocess.run(["bogofilter", "-d", db, "-b", "-T"], input="\n".join(paths) + "\n", capture_output=True, text=True, check=False)
         batch_classify = len(paths) / (time.perf_counter() - started)
-    return {
-        "system": "bogofilter",
-        **ranking(y, scores, 0.99),
-        "online_per_s": online,
-        "batch_train_per_s": batch_train,
-        "batch_classify_per_s": batch_classify,
-    }
+    return {"system": "bogofilter", **ranking(y, scores, 0.99), "online_per_s": online, "batch_train_per_s": batch_train, "batch_classify_per_s": batch_classify}
 
 
 def run_sklearn(stream: list, name: str) -> dict[str, object]:

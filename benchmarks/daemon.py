@@ -104,8 +104,7 @@ def start_daemon(url: str, tmp: Path, *args: str) -> tuple[subprocess.Popen[byte
     log = tmp / f"serve-{time.monotonic_ns()}.log"
     with open(log, "wb") as err:
         daemon = subprocess.Popen(
-            [sys.executable, "-m", "spamfilter", "--db", url, "--config", str(config), "serve", "--listen", "127.0.0.1:0", *args],
-            stdout=subprocess.DEVNULL, stderr=err,
+            [sys.executable, "-m", "spamfilter", "--db", url, "--config", str(config), "serve", "--listen", "127.0.0.1:0", *args], stdout=subprocess.DEVNULL, stderr=err
         )
     while (m := re.search(r"listening on 127\.0\.0\.1:(\d+)", log.read_text())) is None:
         if daemon.poll() is not None:
@@ -163,8 +162,7 @@ def main() -> None:
                 t.join()
             spamc_rate = len(test) / (time.perf_counter() - start)
             start = time.perf_counter()
-            subprocess.run(["bogofilter", "-d", bogo, "-b", "-T"], input="\n".join(map(str, test)) + "\n",
-                           capture_output=True, text=True, check=False)
+            subprocess.run(["bogofilter", "-d", bogo, "-b", "-T"], input="\n".join(map(str, test)) + "\n", capture_output=True, text=True, check=False)
             bogo_rate = len(test) / (time.perf_counter() - start)
             rss_after_runs = rss_kib(daemon.pid)
 
@@ -199,8 +197,9 @@ def main() -> None:
     print(f"{'spamc < msg (spamfilter serve)':40} {result['spamc_median_ms']:10.2f} {result['spamc_p99_ms']:10.2f}")
     print(f"{'bogofilter -p < msg':40} {result['bogofilter_p_median_ms']:10.2f} {result['bogofilter_p_p99_ms']:10.2f}")
     print(f"{args.clients} concurrent spamc: {spamc_rate:.0f} msgs/s; bogofilter -b -T: {bogo_rate:.0f} msgs/s")
-    print(f"daemon RSS MiB: start {rss_start / 1024:.0f}, after runs {rss_after_runs / 1024:.0f}, "
-          f"over {args.requests} more requests {[round(r / 1024) for r in rss_track]}")
+    print(
+        f"daemon RSS MiB: start {rss_start / 1024:.0f}, after runs {rss_after_runs / 1024:.0f}, over {args.requests} more requests {[round(r / 1024) for r in rss_track]}"
+    )
     print(json.dumps(result))
 
 

@@ -63,8 +63,11 @@ def throughput(url: str, tmp: Path, paths: list[Path], processes: int) -> dict[s
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(60)
     return {
-        "one_client_per_s": one, "eight_clients_per_s": eight, "ratio": eight / one,
-        "eight_median_ms": percentile(times, 0.5) * 1000, "eight_p99_ms": percentile(times, 0.99) * 1000,
+        "one_client_per_s": one,
+        "eight_clients_per_s": eight,
+        "ratio": eight / one,
+        "eight_median_ms": percentile(times, 0.5) * 1000,
+        "eight_p99_ms": percentile(times, 0.99) * 1000,
     }
 
 
@@ -89,9 +92,14 @@ def idle(url: str, tmp: Path, paths: list[Path], n: int) -> dict[str, float]:
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(60)
     return {
-        "idle": n, "p99_ms_alone": percentile(quiet, 0.99) * 1000, "p99_ms_with_idle": percentile(busy, 0.99) * 1000,
-        "held_open_by_daemon": open_after, "fds_held": fds_held, "fds_after": fds_after,
-        "rss_mib_held": rss_held / 1024, "rss_mib_after": rss_after / 1024,
+        "idle": n,
+        "p99_ms_alone": percentile(quiet, 0.99) * 1000,
+        "p99_ms_with_idle": percentile(busy, 0.99) * 1000,
+        "held_open_by_daemon": open_after,
+        "fds_held": fds_held,
+        "fds_after": fds_after,
+        "rss_mib_held": rss_held / 1024,
+        "rss_mib_after": rss_after / 1024,
     }
 
 
@@ -141,10 +149,14 @@ def locked(url: str, tmp: Path, paths: list[Path], seconds: float) -> dict[str, 
         daemon.wait(60)
     return {
         "lock_seconds": seconds,
-        "check_median_ms_free": percentile(check_free, 0.5) * 1000, "check_median_ms_locked": percentile(check_locked, 0.5) * 1000,
-        "check_p99_ms_free": percentile(check_free, 0.99) * 1000, "check_p99_ms_locked": percentile(check_locked, 0.99) * 1000,
-        "ping_p99_ms_free": percentile(ping_free, 0.99) * 1000, "ping_p99_ms_locked": percentile(ping_locked, 0.99) * 1000,
-        "tells_under_lock": answers[:4], "tell_after": answers[4:],
+        "check_median_ms_free": percentile(check_free, 0.5) * 1000,
+        "check_median_ms_locked": percentile(check_locked, 0.5) * 1000,
+        "check_p99_ms_free": percentile(check_free, 0.99) * 1000,
+        "check_p99_ms_locked": percentile(check_locked, 0.99) * 1000,
+        "ping_p99_ms_free": percentile(ping_free, 0.99) * 1000,
+        "ping_p99_ms_locked": percentile(ping_locked, 0.99) * 1000,
+        "tells_under_lock": answers[:4],
+        "tell_after": answers[4:],
     }
 
 
@@ -173,15 +185,21 @@ def main() -> None:
         }
     for key in ("processes_1", f"processes_{cores}"):
         r = result[key]
-        print(f"{key}: 1 client {r['one_client_per_s']:.0f}/s, 8 clients {r['eight_clients_per_s']:.0f}/s (x{r['ratio']:.2f}), "
-              f"8-client median {r['eight_median_ms']:.1f} ms, p99 {r['eight_p99_ms']:.1f} ms")
+        print(
+            f"{key}: 1 client {r['one_client_per_s']:.0f}/s, 8 clients {r['eight_clients_per_s']:.0f}/s (x{r['ratio']:.2f}), "
+            f"8-client median {r['eight_median_ms']:.1f} ms, p99 {r['eight_p99_ms']:.1f} ms"
+        )
     i = result["idle"]
-    print(f"idle {i['idle']}: p99 {i['p99_ms_alone']:.1f} ms alone, {i['p99_ms_with_idle']:.1f} ms with them; "
-          f"{i['held_open_by_daemon']} held open; fds {i['fds_held']} -> {i['fds_after']}; RSS {i['rss_mib_held']:.0f} -> {i['rss_mib_after']:.0f} MiB")
+    print(
+        f"idle {i['idle']}: p99 {i['p99_ms_alone']:.1f} ms alone, {i['p99_ms_with_idle']:.1f} ms with them; "
+        f"{i['held_open_by_daemon']} held open; fds {i['fds_held']} -> {i['fds_after']}; RSS {i['rss_mib_held']:.0f} -> {i['rss_mib_after']:.0f} MiB"
+    )
     k = result["locked"]
-    print(f"locked {k['lock_seconds']:.0f} s: CHECK median {k['check_median_ms_free']:.1f} -> {k['check_median_ms_locked']:.1f} ms, "
-          f"p99 {k['check_p99_ms_free']:.1f} -> {k['check_p99_ms_locked']:.1f} ms, "
-          f"PING p99 {k['ping_p99_ms_free']:.1f} -> {k['ping_p99_ms_locked']:.1f} ms; TELLs {k['tells_under_lock']}, after {k['tell_after']}")
+    print(
+        f"locked {k['lock_seconds']:.0f} s: CHECK median {k['check_median_ms_free']:.1f} -> {k['check_median_ms_locked']:.1f} ms, "
+        f"p99 {k['check_p99_ms_free']:.1f} -> {k['check_p99_ms_locked']:.1f} ms, "
+        f"PING p99 {k['ping_p99_ms_free']:.1f} -> {k['ping_p99_ms_locked']:.1f} ms; TELLs {k['tells_under_lock']}, after {k['tell_after']}"
+    )
     print(json.dumps(result))
 
 

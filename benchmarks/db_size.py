@@ -139,10 +139,7 @@ def run(min_counts: list[int]) -> dict[str, object]:
 def markdown(result: dict[str, object]) -> str:
     stages = result["stages"]
     assert isinstance(stages, list)
-    lines = [
-        "| stage | tokens | file MB | token table MB | ledger MB | `db check` | 1-ROCA % spamassassin / enron |",
-        "|---|---:|---:|---:|---:|---|---:|",
-    ]
+    lines = ["| stage | tokens | file MB | token table MB | ledger MB | `db check` | 1-ROCA % spamassassin / enron |", "|---|---:|---:|---:|---:|---|---:|"]
     for s in stages:
         lines.append(
             f"| {s['stage']} | {s['tokens']:,} | {s['file_bytes'] / 1e6:.1f} | {s['tokens_table_bytes'] / 1e6:.1f} | "

@@ -30,8 +30,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from benchmarks.loco import CORPORA
-from benchmarks.streams import Corpus
 from benchmarks.option_grid import bogofilter_split
+from benchmarks.streams import Corpus
 from spamfilter.config import Config
 from spamfilter.memcounts import MemoryCounts
 from spamfilter.scorer import Scorer
@@ -76,10 +76,14 @@ def main() -> None:
         miss_mine, miss_theirs = truth & (mine <= t_mine), truth & (theirs <= t_theirs)
         fp_mine, fp_theirs = ~truth & (mine > t_mine), ~truth & (theirs > t_theirs)
         print(f"\n{name}: {truth.size} later messages ({int(truth.sum())} spam), at 0.1% ham lost each")
-        print(f"  spam let through: spamfilter {int(miss_mine.sum())}, bogofilter {int(miss_theirs.sum())}; "
-              f"only spamfilter {int((miss_mine & ~miss_theirs).sum())}, only bogofilter {int((miss_theirs & ~miss_mine).sum())}")
-        print(f"  ham filed as spam: spamfilter {int(fp_mine.sum())}, bogofilter {int(fp_theirs.sum())}; "
-              f"only spamfilter {int((fp_mine & ~fp_theirs).sum())}, only bogofilter {int((fp_theirs & ~fp_mine).sum())}")
+        print(
+            f"  spam let through: spamfilter {int(miss_mine.sum())}, bogofilter {int(miss_theirs.sum())}; "
+            f"only spamfilter {int((miss_mine & ~miss_theirs).sum())}, only bogofilter {int((miss_theirs & ~miss_mine).sum())}"
+        )
+        print(
+            f"  ham filed as spam: spamfilter {int(fp_mine.sum())}, bogofilter {int(fp_theirs.sum())}; "
+            f"only spamfilter {int((fp_mine & ~fp_theirs).sum())}, only bogofilter {int((fp_theirs & ~fp_mine).sum())}"
+        )
         rows = np.flatnonzero(miss_mine & ~miss_theirs)
         sums: dict[str, list[float]] = {k: [] for k in (*CLASSES, "prior")}
         for i in rows:
@@ -91,8 +95,7 @@ def main() -> None:
             sums["prior"].append(terms.prior + terms.absent)
         if rows.size:
             shown = ", ".join(f"{k} {np.mean(v):+.2f}" for k, v in sums.items())
-            print(f"  spamfilter's own misses, mean log-odds by token class: {shown}; "
-                  f"mean log-odds {float(mine[rows].mean()):+.2f} against the threshold {t_mine:+.2f}")
+            print(f"  spamfilter's own misses, mean log-odds by token class: {shown}; mean log-odds {float(mine[rows].mean()):+.2f} against the threshold {t_mine:+.2f}")
 
 
 if __name__ == "__main__":

@@ -65,7 +65,9 @@ def main() -> None:
                 report_, scored = run_online(config, items, train_mode=mode)
                 mine, learned = online_scores(head, config.model, thresholds, mode)
                 diff = np.max(np.abs(mine[: len(scored)] - np.array([s.log_odds for s in scored])))
-                print(f"check {name}, {mode.value}: largest |log-odds difference| against run_online over {len(scored)} messages: {diff:.2e}; trained {int(learned.sum())} and {report_.trained}")
+                print(
+                    f"check {name}, {mode.value}: largest |log-odds difference| against run_online over {len(scored)} messages: {diff:.2e}; trained {int(learned.sum())} and {report_.trained}"
+                )
         names, rows, trained = [], [], []
         for mode, margin in settings:
             odds, learned = online_scores(c, config.model, thresholds, mode, margin)
@@ -78,7 +80,9 @@ def main() -> None:
         if cached.exists():
             bogo = json.loads(cached.read_text())
             shown = " ".join("-" if w is None else f"{w:.3f}" for w in bogo["windows"])
-            print(f"{'bogofilter 1.2.5 (long_stream cache)':<36} {bogo['one_minus_roca_pct']:8.4f} {bogo['sm_at_hm01_pct']:9.2f} {bogo['lam_pct']:7.3f} {'':>10}  {shown}")
+            print(
+                f"{'bogofilter 1.2.5 (long_stream cache)':<36} {bogo['one_minus_roca_pct']:8.4f} {bogo['sm_at_hm01_pct']:9.2f} {bogo['lam_pct']:7.3f} {'':>10}  {shown}"
+            )
         for label, n in zip(names, trained):
             print(f"  {label}: trained {n} of {y.size}")
         for row, n in zip(result, trained):

@@ -89,10 +89,13 @@ def left_out_folds(table: dict[str, dict[str, dict[str, float]]], corpora: list[
     for left_out in corpora:
         chosen = choose(table, left_out, corpora)
         mine, base = table[chosen][left_out], table["defaults"][left_out]
-        folds.append({"left_out": left_out, "chosen": chosen, "chosen_figures": mine, "default_figures": base,
-                      "roca_ratio": max(mine["roca"], FLOOR) / max(base["roca"], FLOOR)})
-        print(f"  left out {left_out:13} chose {chosen:40} 1-ROCA {mine['roca']:.4f} (defaults {base['roca']:.4f}) "
-              f"sm@0.1%hm {mine['sm_at_hm01']:.2f} ({base['sm_at_hm01']:.2f}) log-loss {mine['log_loss']:.3f} ({base['log_loss']:.3f})")
+        folds.append(
+            {"left_out": left_out, "chosen": chosen, "chosen_figures": mine, "default_figures": base, "roca_ratio": max(mine["roca"], FLOOR) / max(base["roca"], FLOOR)}
+        )
+        print(
+            f"  left out {left_out:13} chose {chosen:40} 1-ROCA {mine['roca']:.4f} (defaults {base['roca']:.4f}) "
+            f"sm@0.1%hm {mine['sm_at_hm01']:.2f} ({base['sm_at_hm01']:.2f}) log-loss {mine['log_loss']:.3f} ({base['log_loss']:.3f})"
+        )
     return folds
 
 

@@ -86,7 +86,9 @@ def summary(y: np.ndarray, score: np.ndarray, threshold: float, window: int, sou
     }
 
 
-def run_spamfilter(config: Config, items: list[tuple[bool, MailItem]], window: int, train_mode: TrainMode = ONLINE_TRAIN_MODE, margin: float = TUNE_MARGIN) -> dict[str, Any]:
+def run_spamfilter(
+    config: Config, items: list[tuple[bool, MailItem]], window: int, train_mode: TrainMode = ONLINE_TRAIN_MODE, margin: float = TUNE_MARGIN
+) -> dict[str, Any]:
     started = time.perf_counter()
     report, scored = run_online(config, items, jobs=2, train_mode=train_mode, margin=margin)
     seconds = time.perf_counter() - started
@@ -143,7 +145,9 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=None)
     parser.add_argument("--config", type=Path)
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
-    parser.add_argument("--train-mode", choices=[t.value for t in TrainMode], default=ONLINE_TRAIN_MODE.value, help="which messages spamfilter learns from (default: the library's)")
+    parser.add_argument(
+        "--train-mode", choices=[t.value for t in TrainMode], default=ONLINE_TRAIN_MODE.value, help="which messages spamfilter learns from (default: the library's)"
+    )
     parser.add_argument("--margin", type=float, default=TUNE_MARGIN, help="nats, for --train-mode tune")
     parser.add_argument("--skip-bogofilter", action="store_true")
     parser.add_argument("--fresh-bogofilter", action="store_true")
@@ -167,7 +171,12 @@ def main() -> None:
         load = os.getloadavg()[0]
         suffix = f"-{args.label}" if args.label else ""
         (Path("results") / f"long_stream-{tag}{suffix}.json").write_text(
-            json.dumps({"stream": name, "messages": len(items), "window": window, "load": load, "rows": rows}, indent=2, default=lambda x: None if isinstance(x, float) and not math.isfinite(x) else x) + "\n"
+            json.dumps(
+                {"stream": name, "messages": len(items), "window": window, "load": load, "rows": rows},
+                indent=2,
+                default=lambda x: None if isinstance(x, float) and not math.isfinite(x) else x,
+            )
+            + "\n"
         )
 
 

@@ -28,8 +28,8 @@ import time
 from pathlib import Path
 
 from benchmarks.daemon import rows
-from spamfilter.daemon import milter
 from spamfilter.config import Config
+from spamfilter.daemon import milter
 from spamfilter.mail import MailItem
 from spamfilter.service import Filter
 
@@ -115,8 +115,7 @@ def main() -> None:
         started = time.perf_counter()
         subprocess.run([*base, "filter"], input=raw, capture_output=True, check=False)
         filter_times.append(time.perf_counter() - started)
-    result = {"corpus": args.corpus, "train": args.train, "messages": len(messages),
-              "milter_ms": _ms(waits), "filter_ms": _ms(filter_times)}
+    result = {"corpus": args.corpus, "train": args.train, "messages": len(messages), "milter_ms": _ms(waits), "filter_ms": _ms(filter_times)}
     print("| | median ms / message | p99 ms / message |\n|---|---:|---:|")
     print("| end of message to the milter's reply | %.2f | %.2f |" % result["milter_ms"])
     print("| `spamfilter filter < msg` (a process) | %.2f | %.2f |" % result["filter_ms"])

@@ -46,7 +46,9 @@ from spamfilter.learning import TrainMode
 from spamfilter.memcounts import MemoryCounts
 
 
-def run(docs: list[Doc], y: np.ndarray, settings: list[ModelConfig], split: str | None, fisher: tuple[float, float, float] | None = None) -> tuple[np.ndarray, np.ndarray]:
+def run(
+    docs: list[Doc], y: np.ndarray, settings: list[ModelConfig], split: str | None, fisher: tuple[float, float, float] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Log-odds (len(settings) + bool(fisher), n scored) and the scored
     labels: online (every message trained, as ``train_mode`` teft), or
     trained on the head of the --split and scored on the rest. The counts
@@ -140,7 +142,9 @@ def main() -> None:
     stream_arguments(parser, "[model] keys, comma-separated (repeatable); the defaults always run")
     parser.add_argument("--window", type=int, default=None)
     parser.add_argument("--bogofilter", action="store_true", help="with --split: bogofilter on the same split")
-    parser.add_argument("--fisher", type=float, nargs=3, metavar=("S", "X", "MIN_DEV"), help="with --split: also Robinson's f(w) with Fisher combining (bogofilter: 0.0178 0.52 0.375)")
+    parser.add_argument(
+        "--fisher", type=float, nargs=3, metavar=("S", "X", "MIN_DEV"), help="with --split: also Robinson's f(w) with Fisher combining (bogofilter: 0.0178 0.52 0.375)"
+    )
     parser.add_argument("--check", type=int, default=0, help="compare the defaults with run_online on the first N messages")
     args = parser.parse_args()
     config, threshold = setup(args)
@@ -167,6 +171,7 @@ def main() -> None:
         rows = report(f"{name}, {truth.size} scored, {args.split or 'online'}", names, odds, truth, threshold, args.window)
         out = Path("results") / f"option_grid-{name}-{args.split or 'online'}-{args.limit or 'all'}.json"
         out.write_text(json.dumps({"stream": name, "split": args.split, "scored": int(truth.size), "rows": rows}, indent=2) + "\n")
+
 
 if __name__ == "__main__":
     main()

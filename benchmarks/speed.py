@@ -40,10 +40,7 @@ import time
 from pathlib import Path
 
 CORPORA = Path(__file__).resolve().parents[1].parent / "shared" / "corpora"
-SPLITS = {
-    "enron": ("enron-spam-preprocessed/index", 5000, 3000),
-    "spamassassin": ("spamassassin/index", 3046, 3000),
-}
+SPLITS = {"enron": ("enron-spam-preprocessed/index", 5000, 3000), "spamassassin": ("spamassassin/index", 3046, 3000)}
 SPAMFILTER = [sys.executable, "-m", "spamfilter"]  # --python replaces the interpreter
 
 
@@ -160,6 +157,7 @@ def main() -> None:
     print(f"load average {results['load_before']} -> {results['load_after']}, {results['cores']} cores")
     print(f"{'corpus':13} {'task':28} {'spamfilter':>14} {'bogofilter':>14} {'ratio':>7}")
     for r in results["corpora"]:  # type: ignore[union-attr]
+
         def row(task: str, ours: float, theirs: float, unit: str, higher_is_better: bool) -> None:
             ratio = ours / theirs if higher_is_better else theirs / ours
             print(f"{r['corpus']:13} {task:28} {ours:10.3f} {unit:3} {theirs:10.3f} {unit:3} {ratio:7.2f}")

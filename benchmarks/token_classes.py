@@ -41,10 +41,7 @@ from benchmarks.streams import Doc, tokenized
 from spamfilter.config import ModelConfig
 from spamfilter.tokenizer import LIST_HEADERS
 
-_NAMESPACES = (
-    "subject|from|to|reply-to|received|message-id|mailer|header|content-type|charset|encoding"
-    "|attachment|url|email|html|skip|num|bi|meta"
-)
+_NAMESPACES = "subject|from|to|reply-to|received|message-id|mailer|header|content-type|charset|encoding|attachment|url|email|html|skip|num|bi|meta"
 
 #: Class name -> pattern matched at the token's start; first match wins.
 CLASSES: dict[str, str] = {
@@ -76,6 +73,7 @@ CLASSES: dict[str, str] = {
     "header-words": rf"(?!(?:{_NAMESPACES}):)[^:]+:",
     "word": r"[^:]*$",
 }
+
 
 class Setting(NamedTuple):
     """One row: the classes left out and the [model] settings."""
@@ -151,7 +149,11 @@ def parse(base: ModelConfig, text: str) -> Setting:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     stream_arguments(parser, "drop=<class>+<class>[, header_apart=K][, [model] key=value...] (repeatable)")
-    parser.add_argument("--slice", metavar="A:B", help="run on the messages from fraction A to B of the stream only (0:0.6667 --split half: train on the first third, classify the second)")
+    parser.add_argument(
+        "--slice",
+        metavar="A:B",
+        help="run on the messages from fraction A to B of the stream only (0:0.6667 --split half: train on the first third, classify the second)",
+    )
     parser.add_argument("--class", dest="extra", action="append", default=[], metavar="NAME=REGEX", help="a further class, tried before the listed ones (repeatable)")
     parser.add_argument("--classes", action="store_true", help="print each class's share of the tokens and stop")
     args = parser.parse_args()

@@ -68,9 +68,18 @@ def main() -> None:
         print(f"{name:13} defaults            1-ROCA {base.one_minus_roca:.4f}  loss/msg {row['defaults']['loss']:.4f}", flush=True)
         for folds in args.folds or [1, 4]:
             holdout = 0.2 if folds == 1 else 0.5
-            candidates = tune(config, head, event_models=list(EVENT_MODELS), alphas=[0.01, 0.03, 0.1, 0.3, 1.0],
-                              temperings=sorted({0.0, 0.5, config.model.tempering}), min_evidences=[0.0, 2.0, 3.0],
-                              bigram_options=[True, False], holdout=holdout, folds=folds, baseline=True)
+            candidates = tune(
+                config,
+                head,
+                event_models=list(EVENT_MODELS),
+                alphas=[0.01, 0.03, 0.1, 0.3, 1.0],
+                temperings=sorted({0.0, 0.5, config.model.tempering}),
+                min_evidences=[0.0, 2.0, 3.0],
+                bigram_options=[True, False],
+                holdout=holdout,
+                folds=folds,
+                baseline=True,
+            )
             best = next(c for c in candidates if c.in_grid)
             try:
                 require_separation(best, holdout)
@@ -82,8 +91,11 @@ def main() -> None:
             report, _ = run_split(chosen, stream)
             what = f"{best.event_model} alpha {best.alpha:g} tempering {best.tempering:g} min_evidence {best.min_evidence:g} bigrams {best.bigrams}"
             row[f"folds {folds}"] = {"wrote": wrote, "best": what, "one_minus_roca": report.one_minus_roca, "loss": loss_per_message(report, chosen)}
-            print(f"{name:13} {folds} fold{'s' if folds > 1 else ' '} {'wrote' if wrote else 'kept '}     1-ROCA {report.one_minus_roca:.4f}  loss/msg "
-                  f"{row[f'folds {folds}']['loss']:.4f}  ({what})", flush=True)
+            print(
+                f"{name:13} {folds} fold{'s' if folds > 1 else ' '} {'wrote' if wrote else 'kept '}     1-ROCA {report.one_minus_roca:.4f}  loss/msg "
+                f"{row[f'folds {folds}']['loss']:.4f}  ({what})",
+                flush=True,
+            )
         results[name] = row
     Path("results").mkdir(exist_ok=True)
     Path("results/tune_later.json").write_text(json.dumps(results, indent=1) + "\n")

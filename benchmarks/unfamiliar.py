@@ -50,9 +50,13 @@ def main() -> None:
     mine = collections.Counter(str(v.verdict) for v in verdicts)
     theirs = bogofilter_verdicts([(s, item.source) for s, item in train], [item.source for _, item in score])
     result = {
-        "train": args.train, "score": args.score, "scored": len(verdicts),
-        "spamfilter": dict(mine), "spamfilter_p_at_most_0.01": int((odds <= np.log(0.01 / 0.99)).sum()),
-        "spamfilter_median_log_odds": float(np.median(odds)), "bogofilter": dict(theirs),
+        "train": args.train,
+        "score": args.score,
+        "scored": len(verdicts),
+        "spamfilter": dict(mine),
+        "spamfilter_p_at_most_0.01": int((odds <= np.log(0.01 / 0.99)).sum()),
+        "spamfilter_median_log_odds": float(np.median(odds)),
+        "bogofilter": dict(theirs),
     }
     for system in ("spamfilter", "bogofilter"):
         counts = result[system]

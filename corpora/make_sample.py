@@ -76,13 +76,13 @@ INBOX_DAYS = 12
 WRAP = 72
 # Same names as asctime(), spelt out so the envelope line ignores the locale.
 WEEKDAY_ABBR = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
-MONTH_ABBR = ("Jan", "Feb", "Mar", "Apr", "May", "Jun",
-              "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+MONTH_ABBR = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 # mboxrd: quote "From " and any already quoted ">From " at a line start.
 MBOXRD_FROM = re.compile(rb"^(>*From )", re.MULTILINE)
 
 
 # ---------------------------------------------------------------- data types
+
 
 @dataclass(frozen=True, slots=True)
 class Person:
@@ -135,6 +135,7 @@ T = TypeVar("T")
 
 # ------------------------------------------------------------------ helpers
 
+
 def _pick(rng: random.Random, options: Sequence[T]) -> T:
     return options[rng.randrange(len(options))]
 
@@ -180,13 +181,12 @@ def _group(rng: random.Random, sentences: Sequence[str]) -> list[str]:
     i = 0
     while i < len(sentences):
         n = rng.randint(1, 3)
-        out.append(" ".join(sentences[i:i + n]))
+        out.append(" ".join(sentences[i : i + n]))
         i += n
     return out
 
 
-def _html(paragraphs: Sequence[str], *, link_text: str | None = None,
-          shouty: bool = False) -> str:
+def _html(paragraphs: Sequence[str], *, link_text: str | None = None, shouty: bool = False) -> str:
     """Turn plain paragraphs into a small HTML document.
 
     URLs become links; link_text, if given, replaces the visible text of every
@@ -197,9 +197,7 @@ def _html(paragraphs: Sequence[str], *, link_text: str | None = None,
 
     def linkify(text: str) -> str:
         escaped = html.escape(text, quote=False)
-        return url.sub(
-            lambda m: f'<a href="{m.group(0)}">{html.escape(link_text or m.group(0))}</a>',
-            escaped)
+        return url.sub(lambda m: f'<a href="{m.group(0)}">{html.escape(link_text or m.group(0))}</a>', escaped)
 
     rows: list[str] = []
     for i, p in enumerate(paragraphs):
@@ -236,8 +234,7 @@ LIST_ADDRESS = "tokenizers@lists.example.org"
 LIST_ID = "<tokenizers.lists.example.org>"
 
 WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday")
-MONTHS = ("January", "February", "March", "April", "May", "June",
-          "July", "August", "September", "October", "November", "December")
+MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October", "November", "December")
 
 
 def _spam_to(rng: random.Random) -> str:
@@ -249,15 +246,13 @@ def _spam_to(rng: random.Random) -> str:
     return "undisclosed-recipients:;"
 
 
-def _spam_sender(rng: random.Random, names: Sequence[str],
-                 domains: Sequence[str], locals_: Sequence[str]) -> Person:
+def _spam_sender(rng: random.Random, names: Sequence[str], domains: Sequence[str], locals_: Sequence[str]) -> Person:
     local = f"{_pick(rng, locals_)}{rng.randint(2, 998)}"
     return Person(_pick(rng, names), f"{local}@{_pick(rng, domains)}")
 
 
 def _spam_headers(rng: random.Random, reply_to: str | None = None) -> tuple[tuple[str, str], ...]:
-    mailers = ("Microsoft Outlook Express 6.00.2900.2180", "The Bat! (v3.51.10) Home",
-               "PHPMailer 5.2.9", "Mozilla Thunderbird 1.0.2")
+    mailers = ("Microsoft Outlook Express 6.00.2900.2180", "The Bat! (v3.51.10) Home", "PHPMailer 5.2.9", "Mozilla Thunderbird 1.0.2")
     out = [("X-Mailer", _pick(rng, mailers))]
     if reply_to:
         out.append(("Reply-To", reply_to))
@@ -270,17 +265,29 @@ def _spam_offset(rng: random.Random) -> float:
 
 # ---------------------------------------------------------------- ham topics
 
-PROJECTS = ("Atlas", "billing revamp", "mobile onboarding", "data warehouse",
-            "search relaunch", "partner portal")
-AGENDA = ("status of the {project} milestones", "open hiring for the platform team",
-          "moving CI to the new build servers", "the budget for the autumn offsite",
-          "feedback from the pilot customers", "who covers support over the holidays",
-          "the retention numbers from last quarter", "risks before the release freeze",
-          "the vendor contract renewal", "the order of the launch tasks")
-ACTIONS = ("send round the revised timeline", "book a slot with the design team",
-           "update the risk register", "check the numbers with finance",
-           "write up the decision on the wiki", "ask legal about the retention clause",
-           "draft the customer announcement", "confirm the rate card with the agency")
+PROJECTS = ("Atlas", "billing revamp", "mobile onboarding", "data warehouse", "search relaunch", "partner portal")
+AGENDA = (
+    "status of the {project} milestones",
+    "open hiring for the platform team",
+    "moving CI to the new build servers",
+    "the budget for the autumn offsite",
+    "feedback from the pilot customers",
+    "who covers support over the holidays",
+    "the retention numbers from last quarter",
+    "risks before the release freeze",
+    "the vendor contract renewal",
+    "the order of the launch tasks",
+)
+ACTIONS = (
+    "send round the revised timeline",
+    "book a slot with the design team",
+    "update the risk register",
+    "check the numbers with finance",
+    "write up the decision on the wiki",
+    "ask legal about the retention clause",
+    "draft the customer announcement",
+    "confirm the rate card with the agency",
+)
 ROOMS = ("Harbour", "Lighthouse", "3.14", "the small room on the fourth floor", "Orchard")
 TIMES = ("9:30", "10:00", "11:15", "13:30", "14:00", "15:30", "16:00")
 
@@ -324,11 +331,16 @@ def ham_meeting(rng: random.Random, k: int) -> Draft:
     items = rng.sample(AGENDA, 3)
     actions = rng.sample(ACTIONS, 2)
     values = {
-        "project": project, "weekday": _pick(rng, WEEKDAYS), "time": _pick(rng, TIMES),
-        "room": _pick(rng, ROOMS), "colleague": colleague,
-        "item1": items[0].format(project=project), "item2": items[1].format(project=project),
+        "project": project,
+        "weekday": _pick(rng, WEEKDAYS),
+        "time": _pick(rng, TIMES),
+        "room": _pick(rng, ROOMS),
+        "colleague": colleague,
+        "item1": items[0].format(project=project),
+        "item2": items[1].format(project=project),
         "item3": items[2].format(project=project),
-        "action1": actions[0], "action2": actions[1],
+        "action1": actions[0],
+        "action2": actions[1],
     }
     subject = _pick(rng, MEETING_SUBJECTS).format(**values)
     subject = subject[0].upper() + subject[1:]
@@ -336,8 +348,7 @@ def ham_meeting(rng: random.Random, k: int) -> Draft:
     paragraphs = _group(rng, sentences)
     if k % 3 == 0:
         # A paragraph opening with "From " exercises the mboxrd quoting.
-        paragraphs.insert(rng.randint(0, len(paragraphs)),
-                          f"From my side the only blocker is {values['item1']}.")
+        paragraphs.insert(rng.randint(0, len(paragraphs)), f"From my side the only blocker is {values['item1']}.")
     greeting = _pick(rng, ("Hi Dana,", "Hi all,", "Morning Dana,", "Dana,"))
     signoff = _pick(rng, ("Cheers,", "Thanks,", "Best,")) + "\n" + sender.name.split()[0]
     headers: list[tuple[str, str]] = [("User-Agent", "Northwind Mail 4.1")]
@@ -347,15 +358,25 @@ def ham_meeting(rng: random.Random, k: int) -> Draft:
     if k % 4 == 1:
         day = rng.randint(1, 28)
         ics = ICS_TEMPLATE.format(
-            uid=_hex(rng, 20), stamp=f"202401{day:02d}T090000Z",
+            uid=_hex(rng, 20),
+            stamp=f"202401{day:02d}T090000Z",
             start=f"202402{day:02d}T{rng.randint(8, 16):02d}0000Z",
-            summary=f"{project} sync", room=values["room"],
-            org_name=sender.name, org_addr=sender.address)
+            summary=f"{project} sync",
+            room=values["room"],
+            org_name=sender.name,
+            org_addr=sender.address,
+        )
         attachment = Attachment("invite.ics", "text", "calendar", ics.encode("ascii"))
-    return Draft(sender=sender, to=formataddr((USER_WORK.name, USER_WORK.address)),
-                 subject=subject, text=_body(greeting, paragraphs, signoff),
-                 attachment=attachment, headers=tuple(headers),
-                 utc_offset_hours=1.0, office_hours=True)
+    return Draft(
+        sender=sender,
+        to=formataddr((USER_WORK.name, USER_WORK.address)),
+        subject=subject,
+        text=_body(greeting, paragraphs, signoff),
+        attachment=attachment,
+        headers=tuple(headers),
+        utc_offset_hours=1.0,
+        office_hours=True,
+    )
 
 
 GARDEN_JOBS = ("new fence", "vegetable beds", "shed roof", "pond", "greenhouse")
@@ -389,21 +410,24 @@ SAM_SENTENCES = (
     "We won the quiz again, Mum will tell you all about it.",
     "Order the birthday present for Grandma and I'll pay you back.",
 )
-FAMILY_SUBJECTS_MUM = ("Sunday lunch", "Re: Sunday", "Photos from {place}",
-                       "Grandma's birthday", "Did the parcel arrive?", "News from home")
-FAMILY_SUBJECTS_SAM = ("Saturday?", "Spare ticket for {event}", "Weekend plans",
-                       "Quick favour", "Re: Grandma's present")
+FAMILY_SUBJECTS_MUM = ("Sunday lunch", "Re: Sunday", "Photos from {place}", "Grandma's birthday", "Did the parcel arrive?", "News from home")
+FAMILY_SUBJECTS_SAM = ("Saturday?", "Spare ticket for {event}", "Weekend plans", "Quick favour", "Re: Grandma's present")
 
 
 def ham_family(rng: random.Random, k: int) -> Draft:
     is_mum = rng.random() < 0.6
     values = {
-        "garden_job": _pick(rng, GARDEN_JOBS), "food": _pick(rng, FOODS),
+        "garden_job": _pick(rng, GARDEN_JOBS),
+        "food": _pick(rng, FOODS),
         "weekday": _pick(rng, WEEKDAYS + ("Saturday", "Sunday")),
-        "hour": str(rng.randint(10, 12)), "object": _pick(rng, OBJECTS),
-        "nth": f"{rng.randint(4, 28)}th", "place": _pick(rng, PLACES),
-        "cousin": _pick(rng, COUSINS), "hill": _pick(rng, HILLS),
-        "lendable": _pick(rng, LENDABLES), "event": _pick(rng, EVENTS),
+        "hour": str(rng.randint(10, 12)),
+        "object": _pick(rng, OBJECTS),
+        "nth": f"{rng.randint(4, 28)}th",
+        "place": _pick(rng, PLACES),
+        "cousin": _pick(rng, COUSINS),
+        "hill": _pick(rng, HILLS),
+        "lendable": _pick(rng, LENDABLES),
+        "event": _pick(rng, EVENTS),
     }
     if is_mum:
         sender, pool, subjects = MUM, MUM_SENTENCES, FAMILY_SUBJECTS_MUM
@@ -414,11 +438,14 @@ def ham_family(rng: random.Random, k: int) -> Draft:
         greeting = _pick(rng, ("Hey sis,", "Dana,", "Hi"))
         signoff = _pick(rng, ("Sam", "S.", "cheers, Sam"))
     sentences = [s.format(**values) for s in rng.sample(pool, rng.randint(2, 4))]
-    return Draft(sender=sender, to=formataddr((USER_HOME.name, USER_HOME.address)),
-                 subject=_pick(rng, subjects).format(**values),
-                 text=_body(greeting, _group(rng, sentences), signoff),
-                 headers=(("User-Agent", "Thunderbird 115.6"),) if is_mum else (),
-                 utc_offset_hours=0.0)
+    return Draft(
+        sender=sender,
+        to=formataddr((USER_HOME.name, USER_HOME.address)),
+        subject=_pick(rng, subjects).format(**values),
+        text=_body(greeting, _group(rng, sentences), signoff),
+        headers=(("User-Agent", "Thunderbird 115.6"),) if is_mum else (),
+        utc_offset_hours=0.0,
+    )
 
 
 # Written in German by an aunt whose mail client still sends Latin-1.
@@ -438,21 +465,29 @@ AUNT_PLACES = ("Travemünde", "Ratzeburg", "Wismar", "Schwerin")
 def ham_aunt(rng: random.Random, k: int) -> Draft:
     ort = _pick(rng, AUNT_PLACES)
     sentences = [s.format(ort=ort) for s in rng.sample(AUNT_SENTENCES, rng.randint(3, 4))]
-    return Draft(sender=MARGIT, to=USER_HOME.address, subject=AUNT_SUBJECTS[k % len(AUNT_SUBJECTS)],
-                 text=_body("Liebe Dana,", _group(rng, sentences), "Herzliche Grüße\ndeine Tante Margit"),
-                 charset="iso-8859-1", headers=(("X-Mailer", "Microsoft Outlook 14.0"),),
-                 utc_offset_hours=1.0)
+    return Draft(
+        sender=MARGIT,
+        to=USER_HOME.address,
+        subject=AUNT_SUBJECTS[k % len(AUNT_SUBJECTS)],
+        text=_body("Liebe Dana,", _group(rng, sentences), "Herzliche Grüße\ndeine Tante Margit"),
+        charset="iso-8859-1",
+        headers=(("X-Mailer", "Microsoft Outlook 14.0"),),
+        utc_offset_hours=1.0,
+    )
 
 
 REPOS = ("billing-api", "ingest", "webapp", "search-indexer")
-MODULES = ("retry.py", "the parser module", "the session cache", "the CSV exporter",
-           "the auth middleware")
-FUNCTIONS = ("fetch_batch()", "parse_header()", "refresh_token()", "write_rows()",
-             "merge_segments()")
-PR_TITLES = ("Retry failed uploads with backoff", "Stream CSV export instead of buffering",
-             "Fix race in session cache eviction", "Parse folded headers correctly",
-             "Add rate limiting to the public endpoints", "Drop Python 3.8 support",
-             "Validate payment webhooks before queueing")
+MODULES = ("retry.py", "the parser module", "the session cache", "the CSV exporter", "the auth middleware")
+FUNCTIONS = ("fetch_batch()", "parse_header()", "refresh_token()", "write_rows()", "merge_segments()")
+PR_TITLES = (
+    "Retry failed uploads with backoff",
+    "Stream CSV export instead of buffering",
+    "Fix race in session cache eviction",
+    "Parse folded headers correctly",
+    "Add rate limiting to the public endpoints",
+    "Drop Python 3.8 support",
+    "Validate payment webhooks before queueing",
+)
 THINGS = ("batch", "header", "token", "file", "account list")
 REVIEW_SENTENCES = (
     "I left a few comments on {module}; nothing blocking.",
@@ -466,15 +501,8 @@ REVIEW_SENTENCES = (
     "The error message should say which {thing} failed, otherwise support can't act on it.",
 )
 SNIPPETS = (
-    "    for attempt in range(max_attempts):\n"
-    "        try:\n"
-    "            return {fn}\n"
-    "        except TimeoutError:\n"
-    "            time.sleep(backoff * 2 ** attempt)",
-    "    rows = list(reader)\n"
-    "    if not rows:\n"
-    "        return 0\n"
-    "    return {fn}",
+    "    for attempt in range(max_attempts):\n        try:\n            return {fn}\n        except TimeoutError:\n            time.sleep(backoff * 2 ** attempt)",
+    "    rows = list(reader)\n    if not rows:\n        return 0\n    return {fn}",
 )
 
 
@@ -483,40 +511,48 @@ def ham_review(rng: random.Random, k: int) -> Draft:
     title = _pick(rng, PR_TITLES)
     num = rng.randint(120, 980)
     function = _pick(rng, FUNCTIONS)
-    values = {"module": _pick(rng, MODULES), "function": function,
-              "code": _pick(rng, ("429", "503", "an empty page")),
-              "thing": _pick(rng, THINGS), "pct": str(rng.randint(8, 40))}
+    values = {
+        "module": _pick(rng, MODULES),
+        "function": function,
+        "code": _pick(rng, ("429", "503", "an empty page")),
+        "thing": _pick(rng, THINGS),
+        "pct": str(rng.randint(8, 40)),
+    }
     sentences = [s.format(**values) for s in rng.sample(REVIEW_SENTENCES, rng.randint(3, 4))]
     paragraphs = _group(rng, sentences)
     if k % 2 == 0:
-        paragraphs.insert(0, f"From the traceback it looks like {function} is called "
-                             "twice when the connection drops.")
+        paragraphs.insert(0, f"From the traceback it looks like {function} is called twice when the connection drops.")
     if rng.random() < 0.5:
-        paragraphs.insert(rng.randint(1, len(paragraphs)),
-                          _pick(rng, SNIPPETS).format(fn=function))
+        paragraphs.insert(rng.randint(1, len(paragraphs)), _pick(rng, SNIPPETS).format(fn=function))
     url = f"https://code.northwind.example.com/northwind/{repo}/pull/{num}"
     subject = f"[northwind/{repo}] {title} (#{num})"
     if rng.random() < 0.5:
         # Direct mail from the colleague.
-        return Draft(sender=TOMASZ, to=formataddr((USER_WORK.name, USER_WORK.address)),
-                     subject="Re: " + subject,
-                     text=_body("Hi Dana,", paragraphs + [f"PR: {url}"], "Tomasz"),
-                     headers=(("In-Reply-To", f"<{_hex(rng, 16)}@code.northwind.example.com>"),),
-                     utc_offset_hours=1.0, office_hours=True)
+        return Draft(
+            sender=TOMASZ,
+            to=formataddr((USER_WORK.name, USER_WORK.address)),
+            subject="Re: " + subject,
+            text=_body("Hi Dana,", paragraphs + [f"PR: {url}"], "Tomasz"),
+            headers=(("In-Reply-To", f"<{_hex(rng, 16)}@code.northwind.example.com>"),),
+            utc_offset_hours=1.0,
+            office_hours=True,
+        )
     lead = f"Tomasz Kowalczyk requested changes on this pull request ({repo} #{num})."
-    footer = (f"Reply to this email directly or view it on Northwind Code:\n{url}\n"
-              "You are receiving this because your review was requested.")
+    footer = f"Reply to this email directly or view it on Northwind Code:\n{url}\nYou are receiving this because your review was requested."
     text = _body(None, [lead] + paragraphs + [footer], None)
-    return Draft(sender=CODE_BOT, to=USER_WORK.address, subject=subject, text=text,
-                 html=_html([lead] + paragraphs + [footer.replace("\n", " ")]),
-                 headers=(("Auto-Submitted", "auto-generated"),
-                          ("List-Unsubscribe",
-                           "<https://code.northwind.example.com/settings/notifications>")),
-                 utc_offset_hours=0.0, office_hours=True)
+    return Draft(
+        sender=CODE_BOT,
+        to=USER_WORK.address,
+        subject=subject,
+        text=text,
+        html=_html([lead] + paragraphs + [footer.replace("\n", " ")]),
+        headers=(("Auto-Submitted", "auto-generated"), ("List-Unsubscribe", "<https://code.northwind.example.com/settings/notifications>")),
+        utc_offset_hours=0.0,
+        office_hours=True,
+    )
 
 
-CITIES = ("Amsterdam", "Brussels", "Cologne", "Lyon", "Zurich", "Vienna",
-          "Edinburgh", "Copenhagen", "London")
+CITIES = ("Amsterdam", "Brussels", "Cologne", "Lyon", "Zurich", "Vienna", "Edinburgh", "Copenhagen", "London")
 HOTELS = ("Hotel Kanaal", "The Old Bakery Inn", "Parkhotel am Ring", "Maison Rivière")
 TRAVEL_SUBJECTS = (
     "Booking confirmed: {origin} to {dest} on {date}",
@@ -537,33 +573,36 @@ TRAVEL_SENTENCES = (
 def ham_travel(rng: random.Random, k: int) -> Draft:
     origin, dest = rng.sample(CITIES, 2)
     month = rng.randint(2, 9)
-    values = {"origin": origin, "dest": dest, "ref": _ref(rng, 2, 6),
-              "date": f"{rng.randint(1, 28)} {MONTHS[month - 1]} 2024",
-              "hotel": _pick(rng, HOTELS), "nights": str(rng.randint(1, 4))}
+    values = {
+        "origin": origin,
+        "dest": dest,
+        "ref": _ref(rng, 2, 6),
+        "date": f"{rng.randint(1, 28)} {MONTHS[month - 1]} 2024",
+        "hotel": _pick(rng, HOTELS),
+        "nights": str(rng.randint(1, 4)),
+    }
     amount = f"{rng.randint(39, 420)}.{rng.randint(0, 99):02d}"
     dep = f"{rng.randint(6, 19):02d}:{rng.choice((0, 15, 28, 42, 55)):02d}"
     arr = f"{rng.randint(9, 23):02d}:{rng.choice((3, 17, 34, 50)):02d}"
-    details = (f"Booking reference: {values['ref']}\n"
-               f"Outbound: {origin} {dep} -> {dest} {arr}, {values['date']}\n"
-               f"Passenger: Dana Whitfield\n"
-               f"Total paid: EUR {amount}")
+    details = f"Booking reference: {values['ref']}\nOutbound: {origin} {dep} -> {dest} {arr}, {values['date']}\nPassenger: Dana Whitfield\nTotal paid: EUR {amount}"
     manage = f"https://www.railhop.example.com/manage/{values['ref']}"
     paragraphs = [
-        f"Thank you for booking with Railhop. Your payment of EUR {amount} has been received "
-        "and your booking is confirmed.",
+        f"Thank you for booking with Railhop. Your payment of EUR {amount} has been received and your booking is confirmed.",
         details,
         " ".join(s.format(**values) for s in rng.sample(TRAVEL_SENTENCES, 2)),
         f"View or change your booking: {manage}",
     ]
-    footer = ("Railhop Ltd, 1 Station Approach, Example City. You receive this email because "
-              "you made a booking; it is not a marketing message.")
-    return Draft(sender=RAILHOP, to=formataddr((USER_HOME.name, USER_HOME.address)),
-                 subject=_pick(rng, TRAVEL_SUBJECTS).format(**values),
-                 text=_body("Dear Dana Whitfield,", paragraphs, footer),
-                 html=_html(["Dear Dana Whitfield,"] + paragraphs + [footer]),
-                 cte="base64" if k % 2 == 0 else None,
-                 headers=(("X-Mailer", "Railhop Notify 2.7"),),
-                 utc_offset_hours=0.0)
+    footer = "Railhop Ltd, 1 Station Approach, Example City. You receive this email because you made a booking; it is not a marketing message."
+    return Draft(
+        sender=RAILHOP,
+        to=formataddr((USER_HOME.name, USER_HOME.address)),
+        subject=_pick(rng, TRAVEL_SUBJECTS).format(**values),
+        text=_body("Dear Dana Whitfield,", paragraphs, footer),
+        html=_html(["Dear Dana Whitfield,"] + paragraphs + [footer]),
+        cte="base64" if k % 2 == 0 else None,
+        headers=(("X-Mailer", "Railhop Notify 2.7"),),
+        utc_offset_hours=0.0,
+    )
 
 
 LIST_THREADS = (
@@ -589,15 +628,18 @@ LIST_SENTENCES = (
     "Dropping stop words cost us accuracy on short messages, so I'd keep them.",
     "Let's decide at the call on {weekday} and stop bikeshedding here.",
 )
-LIST_FOOTER = ("--\ntokenizers mailing list\ntokenizers@lists.example.org\n"
-               "To unsubscribe: https://lists.example.org/mailman/listinfo/tokenizers")
+LIST_FOOTER = "--\ntokenizers mailing list\ntokenizers@lists.example.org\nTo unsubscribe: https://lists.example.org/mailman/listinfo/tokenizers"
 
 
 def ham_list(rng: random.Random, k: int) -> Draft:
     sender, other = rng.sample(LIST_MEMBERS, 2)
-    values = {"pct": str(rng.randint(3, 19)), "name": other.name.split()[0],
-              "n": str(rng.randint(800, 2400)), "m": str(rng.randint(2500, 6000)),
-              "weekday": _pick(rng, WEEKDAYS)}
+    values = {
+        "pct": str(rng.randint(3, 19)),
+        "name": other.name.split()[0],
+        "n": str(rng.randint(800, 2400)),
+        "m": str(rng.randint(2500, 6000)),
+        "weekday": _pick(rng, WEEKDAYS),
+    }
     thread = _pick(rng, LIST_THREADS)
     is_reply = rng.random() < 0.7
     mine = [s.format(**values) for s in rng.sample(LIST_SENTENCES, rng.randint(2, 4))]
@@ -609,16 +651,18 @@ def ham_list(rng: random.Random, k: int) -> Draft:
     ]
     if is_reply:
         quoted = textwrap.fill(_pick(rng, LIST_SENTENCES).format(**values), WRAP - 2)
-        paragraphs.append(f"On {_pick(rng, WEEKDAYS)}, {other.name} wrote:\n"
-                          + "\n".join("> " + line for line in quoted.splitlines()))
+        paragraphs.append(f"On {_pick(rng, WEEKDAYS)}, {other.name} wrote:\n" + "\n".join("> " + line for line in quoted.splitlines()))
         parent = f"<{_hex(rng, 12)}@{other.domain}>"
         headers += [("In-Reply-To", parent), ("References", parent)]
     paragraphs += _group(rng, mine)
-    return Draft(sender=sender, to=LIST_ADDRESS,
-                 subject=("Re: " if is_reply else "") + f"[tokenizers] {thread}",
-                 text=_body(None, paragraphs, sender.name.split()[0] + "\n\n" + LIST_FOOTER),
-                 headers=tuple(headers),
-                 utc_offset_hours=float(_pick(rng, ("1", "9", "0", "2"))))
+    return Draft(
+        sender=sender,
+        to=LIST_ADDRESS,
+        subject=("Re: " if is_reply else "") + f"[tokenizers] {thread}",
+        text=_body(None, paragraphs, sender.name.split()[0] + "\n\n" + LIST_FOOTER),
+        headers=tuple(headers),
+        utc_offset_hours=float(_pick(rng, ("1", "9", "0", "2"))),
+    )
 
 
 # --------------------------------------------------------------- spam topics
@@ -648,25 +692,33 @@ PHARMA_SENTENCES = (
 
 def spam_pharmacy(rng: random.Random, k: int) -> Draft:
     domain = _pick(rng, PHARMA_DOMAINS)
-    values = {"pct": str(rng.choice((50, 65, 70, 80, 85))), "num": str(rng.randint(10000, 99999)),
-              "pounds": str(rng.randint(10, 30)), "weeks": str(rng.randint(2, 6)),
-              "cents": str(rng.randint(59, 99)), "cents2": str(rng.randint(10, 49)),
-              "customers": _money(rng, 50000, 900000, 1000),
-              "amount": str(rng.choice((99, 150, 200)))}
+    values = {
+        "pct": str(rng.choice((50, 65, 70, 80, 85))),
+        "num": str(rng.randint(10000, 99999)),
+        "pounds": str(rng.randint(10, 30)),
+        "weeks": str(rng.randint(2, 6)),
+        "cents": str(rng.randint(59, 99)),
+        "cents2": str(rng.randint(10, 49)),
+        "customers": _money(rng, 50000, 900000, 1000),
+        "amount": str(rng.choice((99, 150, 200))),
+    }
     sentences = [s.format(**values) for s in rng.sample(PHARMA_SENTENCES, rng.randint(3, 5))]
     link = f"Visit our store: http://www.{domain}/?ref={_hex(rng, 6)}"
     remove = "To be removed from our mailing list, reply with REMOVE in the subject."
     paragraphs = _group(rng, sentences) + [link, remove]
-    return Draft(sender=_spam_sender(rng, PHARMA_NAMES, (domain,), ("sales", "orders", "info")),
-                 to=_spam_to(rng), subject=_pick(rng, PHARMA_SUBJECTS).format(**values),
-                 text=_body(_pick(rng, ("Dear Customer,", "Hello!", None)), paragraphs, None),
-                 html=_html(paragraphs, shouty=True) if k % 3 == 1 else None,
-                 cte="base64" if k % 2 == 0 else None,
-                 headers=_spam_headers(rng), utc_offset_hours=_spam_offset(rng))
+    return Draft(
+        sender=_spam_sender(rng, PHARMA_NAMES, (domain,), ("sales", "orders", "info")),
+        to=_spam_to(rng),
+        subject=_pick(rng, PHARMA_SUBJECTS).format(**values),
+        text=_body(_pick(rng, ("Dear Customer,", "Hello!", None)), paragraphs, None),
+        html=_html(paragraphs, shouty=True) if k % 3 == 1 else None,
+        cte="base64" if k % 2 == 0 else None,
+        headers=_spam_headers(rng),
+        utc_offset_hours=_spam_offset(rng),
+    )
 
 
-LOTTO_NAMES = ("International Lottery Commission", "Euro Millions Promo Award",
-               "Claims Department", "Global Sweepstakes Board")
+LOTTO_NAMES = ("International Lottery Commission", "Euro Millions Promo Award", "Claims Department", "Global Sweepstakes Board")
 LOTTO_DOMAINS = ("lotto-claims.example", "intl-prize-board.test", "promo-award.test")
 LOTTO_SUBJECTS = (
     "CONGRATULATIONS! You have won ${amount}",
@@ -688,12 +740,17 @@ LOTTO_AGENTS = ("Mrs. Grace Williams", "Dr. Peter Collins", "Mr. James Morgan")
 
 
 def spam_lottery(rng: random.Random, k: int) -> Draft:
-    values = {"amount": _money(rng, 500000, 2500000, 50000), "ref": _ref(rng),
-              "date": f"{rng.randint(1, 28)} {_pick(rng, MONTHS)} 2024",
-              "category": _pick(rng, ("second", "first", "bonus", "online email")),
-              "ticket": f"{rng.randint(10, 99)}-{rng.randint(1000, 9999)}-{rng.randint(100, 999)}",
-              "serial": _ref(rng, 2, 7), "fee": str(rng.choice((195, 250, 385, 420))),
-              "days": str(rng.choice((7, 10, 14))), "phone": f"{rng.randint(0, 99):02d}"}
+    values = {
+        "amount": _money(rng, 500000, 2500000, 50000),
+        "ref": _ref(rng),
+        "date": f"{rng.randint(1, 28)} {_pick(rng, MONTHS)} 2024",
+        "category": _pick(rng, ("second", "first", "bonus", "online email")),
+        "ticket": f"{rng.randint(10, 99)}-{rng.randint(1000, 9999)}-{rng.randint(100, 999)}",
+        "serial": _ref(rng, 2, 7),
+        "fee": str(rng.choice((195, 250, 385, 420))),
+        "days": str(rng.choice((7, 10, 14))),
+        "phone": f"{rng.randint(0, 99):02d}",
+    }
     if k % 2 == 0:
         # French subject with an accent and a euro sign: becomes an RFC 2047 word.
         subject = f"Félicitations ! Vous avez gagné {values['amount'].replace(',', ' ')} €"
@@ -703,11 +760,15 @@ def spam_lottery(rng: random.Random, k: int) -> Draft:
     sentences = [s.format(**values) for s in rng.sample(LOTTO_SENTENCES, rng.randint(4, 6))]
     paragraphs = _group(rng, sentences) + ["Congratulations once again from all our staff!"]
     reply_to = f"claims.agent{rng.randint(10, 99)}@freemail.example"
-    return Draft(sender=_spam_sender(rng, LOTTO_NAMES, LOTTO_DOMAINS, ("award", "notify", "promo")),
-                 to=_spam_to(rng), subject=subject,
-                 text=_body("Dear Winner,", paragraphs, f"{agent}\nClaims Coordinator"),
-                 html=_html(["Dear Winner,"] + paragraphs, shouty=True) if k % 3 == 2 else None,
-                 headers=_spam_headers(rng, reply_to), utc_offset_hours=_spam_offset(rng))
+    return Draft(
+        sender=_spam_sender(rng, LOTTO_NAMES, LOTTO_DOMAINS, ("award", "notify", "promo")),
+        to=_spam_to(rng),
+        subject=subject,
+        text=_body("Dear Winner,", paragraphs, f"{agent}\nClaims Coordinator"),
+        html=_html(["Dear Winner,"] + paragraphs, shouty=True) if k % 3 == 2 else None,
+        headers=_spam_headers(rng, reply_to),
+        utc_offset_hours=_spam_offset(rng),
+    )
 
 
 LOAN_NAMES = ("QuickCash Loans", "Approval Center", "Lending Team", "Mortgage Savers")
@@ -732,20 +793,25 @@ LOAN_SENTENCES = (
 
 def spam_loan(rng: random.Random, k: int) -> Draft:
     domain = _pick(rng, LOAN_DOMAINS)
-    values = {"amount": _money(rng, 5000, 75000, 500),
-              "rate": f"{rng.randint(1, 4)}.{rng.randint(1, 9)}",
-              "date": f"{_pick(rng, MONTHS)} {rng.randint(1, 28)}",
-              "save": _money(rng, 800, 6000, 50)}
+    values = {
+        "amount": _money(rng, 5000, 75000, 500),
+        "rate": f"{rng.randint(1, 4)}.{rng.randint(1, 9)}",
+        "date": f"{_pick(rng, MONTHS)} {rng.randint(1, 28)}",
+        "save": _money(rng, 800, 6000, 50),
+    }
     sentences = [s.format(**values) for s in rng.sample(LOAN_SENTENCES, rng.randint(3, 5))]
     apply = f"Apply in 2 minutes: http://{domain}/apply?id={_hex(rng, 8)}"
-    optout = ("You are receiving this because you opted in to partner offers. "
-              f"To unsubscribe visit http://{domain}/optout")
+    optout = f"You are receiving this because you opted in to partner offers. To unsubscribe visit http://{domain}/optout"
     paragraphs = _group(rng, sentences) + [apply, optout]
-    return Draft(sender=_spam_sender(rng, LOAN_NAMES, (domain,), ("offers", "approval", "info")),
-                 to=_spam_to(rng), subject=_pick(rng, LOAN_SUBJECTS).format(**values),
-                 text=_body(_pick(rng, ("Dear Homeowner,", "Hello,", None)), paragraphs, None),
-                 html=_html(paragraphs, shouty=True) if k % 2 == 0 else None,
-                 headers=_spam_headers(rng), utc_offset_hours=_spam_offset(rng))
+    return Draft(
+        sender=_spam_sender(rng, LOAN_NAMES, (domain,), ("offers", "approval", "info")),
+        to=_spam_to(rng),
+        subject=_pick(rng, LOAN_SUBJECTS).format(**values),
+        text=_body(_pick(rng, ("Dear Homeowner,", "Hello,", None)), paragraphs, None),
+        html=_html(paragraphs, shouty=True) if k % 2 == 0 else None,
+        headers=_spam_headers(rng),
+        utc_offset_hours=_spam_offset(rng),
+    )
 
 
 COIN_NAMES = ("Bitcoin Profit Club", "Elena from CoinVault", "CoinVault Rewards", "AI Trade Desk")
@@ -757,7 +823,7 @@ COIN_SUBJECTS = (
     "Last chance: {coin} presale closes tonight",
     "The trading bot the banks don't want you to know about",
     "Withdrawal of {small} {coin} pending your confirmation",
-    "Make money from home with {coin} \U0001F680",
+    "Make money from home with {coin} \U0001f680",
 )
 COIN_SENTENCES = (
     "Our AI trading bot made {pct}% returns last month, fully automated.",
@@ -774,19 +840,27 @@ COIN_SENTENCES = (
 def spam_crypto(rng: random.Random, k: int) -> Draft:
     domain = _pick(rng, COIN_DOMAINS)
     wallet = "bc1q" + "".join(rng.choice("023456789acdefghjklmnpqrstuvwxyz") for _ in range(38))
-    values = {"amount": _money(rng, 8000, 50000, 1000), "days": str(rng.randint(7, 30)),
-              "coin": _pick(rng, COINS), "small": f"0.{rng.randint(1, 9)}",
-              "pct": str(rng.randint(140, 900)), "wallet": wallet,
-              "places": str(rng.randint(3, 17))}
+    values = {
+        "amount": _money(rng, 8000, 50000, 1000),
+        "days": str(rng.randint(7, 30)),
+        "coin": _pick(rng, COINS),
+        "small": f"0.{rng.randint(1, 9)}",
+        "pct": str(rng.randint(140, 900)),
+        "wallet": wallet,
+        "places": str(rng.randint(3, 17)),
+    }
     sentences = [s.format(**values) for s in rng.sample(COIN_SENTENCES, rng.randint(3, 5))]
     paragraphs = _group(rng, sentences) + [f"Register now: https://{domain}/join?ref={_hex(rng, 8)}"]
-    return Draft(sender=_spam_sender(rng, COIN_NAMES, (domain,), ("elena", "rewards", "vip")),
-                 to=_spam_to(rng), subject=_pick(rng, COIN_SUBJECTS).format(**values),
-                 text=_body(_pick(rng, ("Hi friend,", "Dear investor,", None)), paragraphs,
-                            _pick(rng, ("To your success,\nElena", "The CoinVault Team"))),
-                 html=_html(paragraphs, shouty=True) if k % 3 == 0 else None,
-                 cte="base64" if k % 2 == 1 else None,
-                 headers=_spam_headers(rng), utc_offset_hours=_spam_offset(rng))
+    return Draft(
+        sender=_spam_sender(rng, COIN_NAMES, (domain,), ("elena", "rewards", "vip")),
+        to=_spam_to(rng),
+        subject=_pick(rng, COIN_SUBJECTS).format(**values),
+        text=_body(_pick(rng, ("Hi friend,", "Dear investor,", None)), paragraphs, _pick(rng, ("To your success,\nElena", "The CoinVault Team"))),
+        html=_html(paragraphs, shouty=True) if k % 3 == 0 else None,
+        cte="base64" if k % 2 == 1 else None,
+        headers=_spam_headers(rng),
+        utc_offset_hours=_spam_offset(rng),
+    )
 
 
 PHISH_BRANDS = (
@@ -820,34 +894,44 @@ INVOICE_SENTENCES = (
 
 
 def spam_phishing(rng: random.Random, k: int) -> Draft:
-    values = {"country": _pick(rng, COUNTRIES), "n": str(rng.randint(12, 95)), "ref": _ref(rng),
-              "amount": f"{rng.randint(240, 4800):,}.{rng.randint(0, 99):02d}",
-              "date": f"{_pick(rng, MONTHS)} {rng.randint(1, 28)}"}
+    values = {
+        "country": _pick(rng, COUNTRIES),
+        "n": str(rng.randint(12, 95)),
+        "ref": _ref(rng),
+        "amount": f"{rng.randint(240, 4800):,}.{rng.randint(0, 99):02d}",
+        "date": f"{_pick(rng, MONTHS)} {rng.randint(1, 28)}",
+    }
     if k % 3 == 1:
         # Fake invoice with a zipped "document"; the bytes are only a zip header
         # and noise, nothing executable.
-        sender = _spam_sender(rng, ("Accounts Payable", "Billing Department"),
-                              ("invoices-portal.test", "billing-notice.example"), ("ap", "billing"))
+        sender = _spam_sender(rng, ("Accounts Payable", "Billing Department"), ("invoices-portal.test", "billing-notice.example"), ("ap", "billing"))
         sentences = [s.format(**values) for s in rng.sample(INVOICE_SENTENCES, 3)]
         data = b"PK\x03\x04\x14\x00\x00\x00\x08\x00" + rng.randbytes(rng.randint(180, 320))
-        return Draft(sender=sender, to=_spam_to(rng),
-                     subject=f"Invoice {values['ref']} overdue, payment required",
-                     text=_body("Dear customer,", _group(rng, sentences), "Kind regards,\nAccounts Payable"),
-                     attachment=Attachment(f"Invoice_{values['ref']}.zip", "application", "zip", data),
-                     headers=_spam_headers(rng), utc_offset_hours=_spam_offset(rng))
+        return Draft(
+            sender=sender,
+            to=_spam_to(rng),
+            subject=f"Invoice {values['ref']} overdue, payment required",
+            text=_body("Dear customer,", _group(rng, sentences), "Kind regards,\nAccounts Payable"),
+            attachment=Attachment(f"Invoice_{values['ref']}.zip", "application", "zip", data),
+            headers=_spam_headers(rng),
+            utc_offset_hours=_spam_offset(rng),
+        )
     brand, domain, shown = PHISH_BRANDS[rng.randrange(len(PHISH_BRANDS))]
     # The text shows the raw link; the HTML shows a trustworthy-looking name
     # over the same raw link.
     folder = _pick(rng, ("secure", "account", "verify"))
     link = f"http://{_doc_ip(rng)}/{folder}/login.php?session={_hex(rng, 12)}"
     sentences = [s.format(**values) for s in rng.sample(PHISH_SENTENCES, 3)]
-    paragraphs = _group(rng, sentences) + [f"Click here to confirm your details: {link}",
-                                           "Thank you for being a valued customer."]
-    return Draft(sender=Person(brand, f"no-reply@{domain}"), to=_spam_to(rng),
-                 subject=_pick(rng, PHISH_SUBJECTS).format(**values),
-                 text=_body("Dear Customer,", paragraphs, f"{brand} Team"),
-                 html=_html(["Dear Customer,"] + paragraphs, link_text=f"https://{shown}/secure"),
-                 headers=_spam_headers(rng), utc_offset_hours=_spam_offset(rng))
+    paragraphs = _group(rng, sentences) + [f"Click here to confirm your details: {link}", "Thank you for being a valued customer."]
+    return Draft(
+        sender=Person(brand, f"no-reply@{domain}"),
+        to=_spam_to(rng),
+        subject=_pick(rng, PHISH_SUBJECTS).format(**values),
+        text=_body("Dear Customer,", paragraphs, f"{brand} Team"),
+        html=_html(["Dear Customer,"] + paragraphs, link_text=f"https://{shown}/secure"),
+        headers=_spam_headers(rng),
+        utc_offset_hours=_spam_offset(rng),
+    )
 
 
 WATCH_NAMES = ("Replica Watches Outlet", "Luxury Timepieces", "Swiss Watch Store")
@@ -872,24 +956,26 @@ WATCH_SENTENCES = (
 
 def spam_watches(rng: random.Random, k: int) -> Draft:
     domain = _pick(rng, WATCH_DOMAINS)
-    values = {"price": str(rng.choice((89, 119, 149, 199))), "pct": str(rng.choice((70, 80, 90))),
-              "big": _money(rng, 6000, 25000, 500)}
+    values = {"price": str(rng.choice((89, 119, 149, 199))), "pct": str(rng.choice((70, 80, 90))), "big": _money(rng, 6000, 25000, 500)}
     sentences = [s.format(**values) for s in rng.sample(WATCH_SENTENCES, rng.randint(3, 5))]
     paragraphs = _group(rng, sentences) + [f"Visit our online store: http://www.{domain}/"]
     is_html_only = k % 2 == 0
-    return Draft(sender=_spam_sender(rng, WATCH_NAMES, (domain,), ("shop", "sales", "deals")),
-                 to=_spam_to(rng), subject=_pick(rng, WATCH_SUBJECTS).format(**values),
-                 text=_body(None, paragraphs, None),
-                 html=_html(paragraphs, shouty=True) if is_html_only or rng.random() < 0.4 else None,
-                 html_only=is_html_only,
-                 headers=_spam_headers(rng), utc_offset_hours=_spam_offset(rng))
+    return Draft(
+        sender=_spam_sender(rng, WATCH_NAMES, (domain,), ("shop", "sales", "deals")),
+        to=_spam_to(rng),
+        subject=_pick(rng, WATCH_SUBJECTS).format(**values),
+        text=_body(None, paragraphs, None),
+        html=_html(paragraphs, shouty=True) if is_html_only or rng.random() < 0.4 else None,
+        html_only=is_html_only,
+        headers=_spam_headers(rng),
+        utc_offset_hours=_spam_offset(rng),
+    )
 
 
 # Russian bulk-mail advertising (seminars, "mailing services"), sent as KOI8-R.
-RU_SUBJECTS = ("Семинар: налоговые проверки, скидка {pct}%",
-               "Реклама вашего бизнеса: {n} тысяч адресов за день")
+RU_SUBJECTS = ("Семинар: налоговые проверки, скидка {pct}%", "Реклама вашего бизнеса: {n} тысяч адресов за день")
 RU_SENTENCES = (
-    "Приглашаем вас на практический семинар \"Налоговые проверки: как защитить свой бизнес\".",
+    'Приглашаем вас на практический семинар "Налоговые проверки: как защитить свой бизнес".',
     "Семинар пройдёт {day} числа в центре Москвы, начало в 10:00.",
     "Стоимость участия {price} рублей, при оплате до конца недели скидка {pct}%.",
     "Закажите рекламную рассылку: {n} тысяч адресов ваших будущих клиентов за один день.",
@@ -901,41 +987,47 @@ RU_SENTENCES = (
 def spam_russian(rng: random.Random, k: int) -> Draft:
     domain = _pick(rng, ("biz-rassylka.test", "seminar-msk.example"))
     addr = f"info@{domain}"
-    values = {"pct": str(rng.choice((10, 15, 20))), "n": str(rng.choice((300, 500, 800))),
-              "day": str(rng.randint(2, 27)), "price": _money(rng, 4500, 12000, 500), "addr": addr}
+    values = {
+        "pct": str(rng.choice((10, 15, 20))),
+        "n": str(rng.choice((300, 500, 800))),
+        "day": str(rng.randint(2, 27)),
+        "price": _money(rng, 4500, 12000, 500),
+        "addr": addr,
+    }
     sentences = [s.format(**values) for s in rng.sample(RU_SENTENCES, 4)]
     footer = "Если это письмо попало к вам по ошибке, просто удалите его."
-    return Draft(sender=Person("Деловая рассылка", addr), to=_spam_to(rng),
-                 subject=_pick(rng, RU_SUBJECTS).format(**values),
-                 text=_body("Уважаемые коллеги!", _group(rng, sentences), footer),
-                 charset="koi8-r", headers=(("X-Mailer", "The Bat! (v3.51.10) Home"),),
-                 utc_offset_hours=3.0)
+    return Draft(
+        sender=Person("Деловая рассылка", addr),
+        to=_spam_to(rng),
+        subject=_pick(rng, RU_SUBJECTS).format(**values),
+        text=_body("Уважаемые коллеги!", _group(rng, sentences), footer),
+        charset="koi8-r",
+        headers=(("X-Mailer", "The Bat! (v3.51.10) Home"),),
+        utc_offset_hours=3.0,
+    )
 
 
 # How many of each topic go into each file.  Counts add up to the sizes in the
 # module docstring; every topic appears often enough that the k-based feature
 # switches (k % 2, k % 3, k % 4) each fire at least once.
-TRAIN_HAM_PLAN: tuple[tuple[TopicFn, int], ...] = (
-    (ham_meeting, 13), (ham_family, 11), (ham_aunt, 2), (ham_review, 12),
-    (ham_travel, 8), (ham_list, 14),
-)
+TRAIN_HAM_PLAN: tuple[tuple[TopicFn, int], ...] = ((ham_meeting, 13), (ham_family, 11), (ham_aunt, 2), (ham_review, 12), (ham_travel, 8), (ham_list, 14))
 TRAIN_SPAM_PLAN: tuple[tuple[TopicFn, int], ...] = (
-    (spam_pharmacy, 10), (spam_lottery, 10), (spam_loan, 9), (spam_crypto, 10),
-    (spam_phishing, 10), (spam_watches, 10), (spam_russian, 1),
+    (spam_pharmacy, 10),
+    (spam_lottery, 10),
+    (spam_loan, 9),
+    (spam_crypto, 10),
+    (spam_phishing, 10),
+    (spam_watches, 10),
+    (spam_russian, 1),
 )
-INBOX_HAM_PLAN: tuple[tuple[TopicFn, int], ...] = (
-    (ham_meeting, 2), (ham_family, 2), (ham_review, 2), (ham_travel, 2), (ham_list, 2),
-)
-INBOX_SPAM_PLAN: tuple[tuple[TopicFn, int], ...] = (
-    (spam_pharmacy, 2), (spam_lottery, 1), (spam_loan, 2), (spam_crypto, 2),
-    (spam_phishing, 2), (spam_watches, 1),
-)
+INBOX_HAM_PLAN: tuple[tuple[TopicFn, int], ...] = ((ham_meeting, 2), (ham_family, 2), (ham_review, 2), (ham_travel, 2), (ham_list, 2))
+INBOX_SPAM_PLAN: tuple[tuple[TopicFn, int], ...] = ((spam_pharmacy, 2), (spam_lottery, 1), (spam_loan, 2), (spam_crypto, 2), (spam_phishing, 2), (spam_watches, 1))
 
 
 # ---------------------------------------------------------------- rendering
 
-def _pick_time(rng: random.Random, start: dt.datetime, days: int, offset_hours: float,
-               office_hours: bool) -> dt.datetime:
+
+def _pick_time(rng: random.Random, start: dt.datetime, days: int, offset_hours: float, office_hours: bool) -> dt.datetime:
     """A time in [start, start + days) in the sender's zone, deterministic in rng."""
     tz = dt.timezone(dt.timedelta(hours=offset_hours))
     while True:
@@ -946,8 +1038,7 @@ def _pick_time(rng: random.Random, start: dt.datetime, days: int, offset_hours: 
 
 def _envelope_line(sender: str, when: dt.datetime) -> bytes:
     utc = when.astimezone(dt.timezone.utc)
-    stamp = (f"{WEEKDAY_ABBR[utc.weekday()]} {MONTH_ABBR[utc.month - 1]} {utc.day:2d} "
-             f"{utc:%H:%M:%S} {utc.year}")
+    stamp = f"{WEEKDAY_ABBR[utc.weekday()]} {MONTH_ABBR[utc.month - 1]} {utc.day:2d} {utc:%H:%M:%S} {utc.year}"
     return f"From {sender} {stamp}\n".encode("ascii")
 
 
@@ -1021,8 +1112,7 @@ def render_mbox_entry(rng: random.Random, draft: Draft, when: dt.datetime) -> by
     return _envelope_line(draft.sender.address, when) + raw + b"\n"
 
 
-def _generate(rng: random.Random, plan: Sequence[tuple[TopicFn, int, str]],
-              start: dt.datetime, days: int) -> list[tuple[str, bytes]]:
+def _generate(rng: random.Random, plan: Sequence[tuple[TopicFn, int, str]], start: dt.datetime, days: int) -> list[tuple[str, bytes]]:
     """Draft, date and render every message of a plan; return (label, entry) by date."""
     topics = [(fn, label) for fn, n, label in plan for _ in range(n)]
     rng.shuffle(topics)
@@ -1055,15 +1145,13 @@ def write_sample(out: Path, seed: int) -> SampleSummary:
     rng = random.Random(seed)
     ham = _generate(rng, _labelled(TRAIN_HAM_PLAN, HAM), TRAIN_START, TRAIN_DAYS)
     spam = _generate(rng, _labelled(TRAIN_SPAM_PLAN, SPAM), TRAIN_START, TRAIN_DAYS)
-    inbox = _generate(rng, _labelled(INBOX_HAM_PLAN, HAM) + _labelled(INBOX_SPAM_PLAN, SPAM),
-                      INBOX_START, INBOX_DAYS)
+    inbox = _generate(rng, _labelled(INBOX_HAM_PLAN, HAM) + _labelled(INBOX_SPAM_PLAN, SPAM), INBOX_START, INBOX_DAYS)
     out.mkdir(parents=True, exist_ok=True)
     files = {
         TRAIN_HAM_FILE: b"".join(entry for _, entry in ham),
         TRAIN_SPAM_FILE: b"".join(entry for _, entry in spam),
         INBOX_FILE: b"".join(entry for _, entry in inbox),
-        TRUTH_FILE: "".join(f"{i}\t{label}\n"
-                            for i, (label, _) in enumerate(inbox, 1)).encode("ascii"),
+        TRUTH_FILE: "".join(f"{i}\t{label}\n" for i, (label, _) in enumerate(inbox, 1)).encode("ascii"),
     }
     for name, data in files.items():
         (out / name).write_bytes(data)
@@ -1073,15 +1161,13 @@ def write_sample(out: Path, seed: int) -> SampleSummary:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="Write a small synthetic ham/spam mail set (mboxrd) for trying spamfilter.",
-        epilog="Example: python corpora/make_sample.py --out /tmp/sample --seed 7")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
-                        help=f"output folder (default: {DEFAULT_OUT})")
-    parser.add_argument("--seed", type=int, default=DEFAULT_SEED,
-                        help=f"random seed; same seed, same bytes (default: {DEFAULT_SEED})")
+        epilog="Example: python corpora/make_sample.py --out /tmp/sample --seed 7",
+    )
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output folder (default: {DEFAULT_OUT})")
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"random seed; same seed, same bytes (default: {DEFAULT_SEED})")
     args = parser.parse_args(argv)
     summary = write_sample(args.out, args.seed)
-    print(f"wrote {summary.train_ham} ham + {summary.train_spam} spam training messages and "
-          f"{summary.inbox} inbox messages ({summary.total_bytes:,} bytes) to {args.out}")
+    print(f"wrote {summary.train_ham} ham + {summary.train_spam} spam training messages and {summary.inbox} inbox messages ({summary.total_bytes:,} bytes) to {args.out}")
     return 0
 
 

@@ -154,9 +154,7 @@ def analyse(analyser: Analyser, items: Iterable[MailItem], jobs: int = 1, ahead:
     # Only this process holds the write end: the kernel closes it however
     # this process ends, and the workers' reads of the other end return.
     lifeline = os.pipe()
-    executor = ProcessPoolExecutor(
-        max_workers=jobs, mp_context=multiprocessing.get_context("fork"), initializer=_end_with_parent, initargs=lifeline
-    )
+    executor = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("fork"), initializer=_end_with_parent, initargs=lifeline)
     try:
         # Only the sources wait here with their chunk's future: the bytes
         # went to the worker, and a message's bytes are not needed again.
@@ -200,9 +198,7 @@ def _end_with_parent(read_end: int, write_end: int) -> None:
     threading.Thread(target=wait, name="end-with-parent", daemon=True).start()
 
 
-def analyse_labelled(
-    analyser: Analyser, labelled: Iterable[tuple[bool, MailItem]], jobs: int = 1, ahead: int = 0
-) -> Iterator[tuple[bool, Analysed | Refusal]]:
+def analyse_labelled(analyser: Analyser, labelled: Iterable[tuple[bool, MailItem]], jobs: int = 1, ahead: int = 0) -> Iterator[tuple[bool, Analysed | Refusal]]:
     """``analyse`` of (is_spam, message) pairs: each result with its label,
     in input order."""
     labels: deque[bool] = deque()

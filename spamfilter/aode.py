@@ -137,14 +137,7 @@ class _Batch:
 
 
 def joint_log_likelihood(
-    X: sp.csr_matrix,
-    doc_count: IntArray,
-    classes: ClassCounts,
-    vocabulary_size: int,
-    pairs: PairCounts,
-    alpha: float,
-    tempering: float,
-    min_support: int,
+    X: sp.csr_matrix, doc_count: IntArray, classes: ClassCounts, vocabulary_size: int, pairs: PairCounts, alpha: float, tempering: float, min_support: int
 ) -> tuple[FloatArray, npt.NDArray[np.bool_]]:
     """AODE's jll (n, 2) for the 0/1 rows of X (n, m), and which rows had a
     parent value with support (the others' rows are zero: score them as
@@ -178,9 +171,7 @@ def joint_log_likelihood(
     return jll, covered
 
 
-def _class_spodes(
-    b: _Batch, c: int, doc_count: IntArray, classes: ClassCounts, vocabulary_size: int, pairs: PairCounts, alpha: float
-) -> FloatArray:
+def _class_spodes(b: _Batch, c: int, doc_count: IntArray, classes: ClassCounts, vocabulary_size: int, pairs: PairCounts, alpha: float) -> FloatArray:
     """log P(c, x_p) + tau * sum_j log theta[c,j|x_p] for every row and parent, (n, P)."""
     v = float(vocabulary_size)
     d, nb = classes.messages.astype(np.float64), float(classes.binary_terms[c])
@@ -241,8 +232,14 @@ SPODE_CANDIDATES = 20
 
 
 def spode_parent(
-    X: sp.csr_matrix, is_spam: npt.NDArray[np.bool_], candidates: list[int], child: npt.NDArray[np.bool_],
-    alpha: float, tempering: float, min_support: int, holdout: float = 0.2,
+    X: sp.csr_matrix,
+    is_spam: npt.NDArray[np.bool_],
+    candidates: list[int],
+    child: npt.NDArray[np.bool_],
+    alpha: float,
+    tempering: float,
+    min_support: int,
+    holdout: float = 0.2,
 ) -> int:
     """The column among ``candidates`` whose SPODE ranks the held-out tail
     best: train on the first 1 - ``holdout`` of the messages (rows of the

@@ -12,9 +12,9 @@ import ipaddress
 import math
 import os
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any, Literal, get_args
 
 from spamfilter.errors import ConfigError
@@ -41,6 +41,7 @@ def has_absent_term(event_model: str) -> bool:
     models' counts cannot simply add up to: such a model cannot be merged
     with the shared one (``shared_model = "merge"``)."""
     return event_model == "bernoulli"
+
 
 ImapSecurity = Literal["tls", "starttls", "none"]
 IMAP_SECURITY: tuple[str, ...] = get_args(ImapSecurity)

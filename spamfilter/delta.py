@@ -52,9 +52,7 @@ class CountDelta:
         sign_of = np.repeat(signs, lengths)
         doc_count = np.bincount(slot, weights=sign_of, minlength=2 * len(unique))
         term_count = np.bincount(slot, weights=sign_of * values, minlength=2 * len(unique))
-        delta = TokenCounts(
-            np.rint(doc_count).astype(np.int64).reshape(2, -1), np.rint(term_count).astype(np.int64).reshape(2, -1)
-        )
+        delta = TokenCounts(np.rint(doc_count).astype(np.int64).reshape(2, -1), np.rint(term_count).astype(np.int64).reshape(2, -1))
         per_message_terms = np.fromiter((sum(d.values()) for d in docs), dtype=np.int64, count=len(docs))
         classes = ClassCounts(
             np.bincount(labels, weights=signs, minlength=2).astype(np.int64),

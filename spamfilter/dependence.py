@@ -23,8 +23,8 @@ import scipy.sparse as sp
 from spamfilter import aode
 from spamfilter.config import ModelConfig
 from spamfilter.counts import IntArray
-from spamfilter.store import StoreTransaction
 from spamfilter.errors import StoreInconsistent
+from spamfilter.store import StoreTransaction
 from spamfilter.store.pairs import PAIR_COLUMNS, Pairs, ParentRow
 from spamfilter.vectorizer import Vocabulary, count_matrix
 
@@ -52,11 +52,7 @@ def _records(parent: IntArray, ham: IntArray, spam: IntArray) -> Pairs:
 
 
 def pair_sums(
-    parents: Sequence[str],
-    children: set[str],
-    docs: Sequence[dict[str, int]],
-    labels: Sequence[int],
-    signs: Sequence[int],
+    parents: Sequence[str], children: set[str], docs: Sequence[dict[str, int]], labels: Sequence[int], signs: Sequence[int]
 ) -> tuple[list[ParentRow], dict[str, Pairs]]:
     """The signed change that training (+1) or untraining (-1) the messages
     ``docs`` makes to D[c,p] and N[c,p] (store rows, unchanged parents left
@@ -80,8 +76,7 @@ def pair_sums(
     # one key per (child, parent): child-major, so each child's records are a run in parent order
     keys, inverse = np.unique(np.concatenate([k for k, _, _ in entries]), return_inverse=True)
     split = len(entries[0][0])
-    counts = [np.bincount(inverse[:split], weights=entries[0][1], minlength=keys.size),
-              np.bincount(inverse[split:], weights=entries[1][1], minlength=keys.size)]
+    counts = [np.bincount(inverse[:split], weights=entries[0][1], minlength=keys.size), np.bincount(inverse[split:], weights=entries[1][1], minlength=keys.size)]
     ham, spam = (np.rint(x).astype(np.int64) for x in counts)
     keep = (ham != 0) | (spam != 0)
     keys, ham, spam = keys[keep], ham[keep], spam[keep]
@@ -89,9 +84,7 @@ def pair_sums(
     starts = np.flatnonzero(np.diff(child, prepend=-1))
     ends = np.append(starts[1:], child.size)
     changes = {kids.tokens[int(child[a])]: _records(parent[a:b], ham[a:b], spam[a:b]) for a, b in zip(starts.tolist(), ends.tolist())}
-    parent_rows: list[ParentRow] = [
-        (parents[p], int(a), int(b), int(t0), int(t1)) for p, (a, b, t0, t1) in enumerate(parent_counts.tolist()) if a or b or t0 or t1
-    ]
+    parent_rows: list[ParentRow] = [(parents[p], int(a), int(b), int(t0), int(t1)) for p, (a, b, t0, t1) in enumerate(parent_counts.tolist()) if a or b or t0 or t1]
     return parent_rows, changes
 
 

@@ -203,15 +203,7 @@ class Scored:
 
 
 def summarise(
-    protocol: str,
-    scored: list[Scored],
-    *,
-    refused: int,
-    trained: int,
-    two_way_threshold: float,
-    classify_seconds: float,
-    train_seconds: float,
-    window: int | None = None,
+    protocol: str, scored: list[Scored], *, refused: int, trained: int, two_way_threshold: float, classify_seconds: float, train_seconds: float, window: int | None = None
 ) -> EvalReport:
     """Metrics of a finished run; ``two_way_threshold`` is in log-odds,
     ``window`` the messages per window of the windowed 1-ROCA (default:
@@ -252,9 +244,7 @@ def summarise(
 
 def _need_both_classes(n_spam: int, n_ham: int) -> None:
     if not (n_spam and n_ham):
-        raise EvaluationError(
-            f"the stream has {n_spam} spam and {n_ham} ham that could be read: measuring a filter needs at least one of each"
-        )
+        raise EvaluationError(f"the stream has {n_spam} spam and {n_ham} ham that could be read: measuring a filter needs at least one of each")
 
 
 def fresh_filter(config: Config, url: str | None = None, *, jobs: int = 1) -> Filter:
@@ -291,18 +281,13 @@ def run_online(
             else:
                 refused += 1
     report = summarise(
-        "online", scored, refused=refused, trained=trained, two_way_threshold=two_way,
-        classify_seconds=classify_seconds, train_seconds=train_seconds, window=window,
+        "online", scored, refused=refused, trained=trained, two_way_threshold=two_way, classify_seconds=classify_seconds, train_seconds=train_seconds, window=window
     )
     return replace(report, learned=LEARNED[TrainMode(train_mode)].format(margin=margin)), scored
 
 
 #: ``EvalReport.learned`` of an online run, per train mode.
-LEARNED = {
-    TrainMode.teft: "every message",
-    TrainMode.toe: "errors: misfiled or unsure",
-    TrainMode.tune: "errors and those scored right by less than {margin:g} nats",
-}
+LEARNED = {TrainMode.teft: "every message", TrainMode.toe: "errors: misfiled or unsure", TrainMode.tune: "errors and those scored right by less than {margin:g} nats"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,12 +312,7 @@ def _train_then_classify(config: Config, train: Sequence[tuple[bool, MailItem]],
 
 
 def run_split(
-    config: Config,
-    labelled: Sequence[tuple[bool, MailItem]],
-    *,
-    head: int | None = None,
-    jobs: int = 1,
-    window: int | None = None,
+    config: Config, labelled: Sequence[tuple[bool, MailItem]], *, head: int | None = None, jobs: int = 1, window: int | None = None
 ) -> tuple[EvalReport, list[Scored]]:
     """Train once, classify later: train a fresh in-memory model on the first
     ``head`` messages of the stream (default: the first half) as
@@ -348,8 +328,14 @@ def run_split(
     scored = [Scored(v.source, is_spam, v.score, v.log_odds, v.verdict) for (is_spam, _), v in zip(test, run.verdicts) if isinstance(v, Verdict)]
     refused = len(run.summary.refused) + len(run.verdicts) - len(scored)
     report = summarise(
-        f"split {head}", scored, refused=refused, trained=run.summary.trained_ham + run.summary.trained_spam,
-        two_way_threshold=run.two_way, classify_seconds=run.classify_seconds, train_seconds=run.train_seconds, window=window,
+        f"split {head}",
+        scored,
+        refused=refused,
+        trained=run.summary.trained_ham + run.summary.trained_spam,
+        two_way_threshold=run.two_way,
+        classify_seconds=run.classify_seconds,
+        train_seconds=run.train_seconds,
+        window=window,
     )
     return replace(report, learned=f"the first {head} messages, then none"), scored
 
@@ -369,12 +355,7 @@ def stratified_folds(is_spam: Sequence[bool], k: int, seed: int) -> list[int]:
 
 
 def run_cross_validation(
-    config: Config,
-    labelled: Sequence[tuple[bool, MailItem]],
-    *,
-    folds: int = 10,
-    seed: int = 0,
-    window: int | None = None,
+    config: Config, labelled: Sequence[tuple[bool, MailItem]], *, folds: int = 10, seed: int = 0, window: int | None = None
 ) -> tuple[EvalReport, list[Scored]]:
     """Stratified k-fold: train a fresh in-memory model on k-1 folds, classify
     the held-out fold, pool the held-out scores of all folds."""
@@ -400,8 +381,7 @@ def run_cross_validation(
                 refused += 1
     scored = [results[i] for i in sorted(results)]
     report = summarise(
-        f"cv{folds}", scored, refused=refused, trained=trained, two_way_threshold=two_way,
-        classify_seconds=classify_seconds, train_seconds=train_seconds, window=window,
+        f"cv{folds}", scored, refused=refused, trained=trained, two_way_threshold=two_way, classify_seconds=classify_seconds, train_seconds=train_seconds, window=window
     )
     return report, scored
 

@@ -53,9 +53,7 @@ def account_password(account: ImapAccount) -> str:
         return value
     if account.password_command:
         try:
-            done = subprocess.run(
-                account.password_command, shell=True, capture_output=True, timeout=60, check=False
-            )
+            done = subprocess.run(account.password_command, shell=True, capture_output=True, timeout=60, check=False)
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise ConfigError(f"imap.{account.name}: password_command failed: {type(exc).__name__}") from None
         if done.returncode != 0:
@@ -94,11 +92,7 @@ class ImapSession:
         try:
             context = _ssl_context(account)
             client = IMAPClient(
-                account.host,
-                port=account.server_port,
-                ssl=account.security == "tls",
-                ssl_context=context if account.security == "tls" else None,
-                timeout=account.timeout,
+                account.host, port=account.server_port, ssl=account.security == "tls", ssl_context=context if account.security == "tls" else None, timeout=account.timeout
             )
             if account.security == "starttls":
                 client.starttls(context)
@@ -234,10 +228,7 @@ class ImapSession:
             self._call(f"MOVE to {folder}", self.client.move, list(uids), folder)
             return self._copyuid()
         if not self.has("UIDPLUS"):
-            raise ImapError(
-                f"{self.account.host}: the server has neither MOVE nor UIDPLUS, so messages cannot be "
-                'moved safely; set spam_action = "keyword"'
-            )
+            raise ImapError(f'{self.account.host}: the server has neither MOVE nor UIDPLUS, so messages cannot be moved safely; set spam_action = "keyword"')
         self._call(f"COPY to {folder}", self.client.copy, list(uids), folder)
         moved = self._copyuid()
         self.expunge(uids)

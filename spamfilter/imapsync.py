@@ -47,10 +47,9 @@ from spamfilter.config import ImapAccount
 from spamfilter.counts import Decision
 from spamfilter.errors import ImapUnavailable, NotTrainedError
 from spamfilter.imap import JUNK, NOT_JUNK, Fetched, ImapSession, Moved, account_password
+from spamfilter.imapstate import Arrival, ImapRecord, ImapState
 from spamfilter.mail import MailItem, digest_bytes
 from spamfilter.service import Filter, Refusal, Verdict
-from spamfilter.imapstate import Arrival, ImapRecord, ImapState
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,10 +104,18 @@ class RunSummary:
     def as_dict(self) -> dict[str, int | list[str]]:
         """The counts, for JSON output."""
         return {
-            "seen": self.seen, "classified": self.classified, "spam": self.spam, "ham": self.ham,
-            "unsure": self.unsure, "moved": self.moved, "flagged": self.flagged,
-            "trained_spam": self.trained_spam, "trained_ham": self.trained_ham,
-            "errors": self.errors, "retries": self.retries, "created_folders": list(self.created),
+            "seen": self.seen,
+            "classified": self.classified,
+            "spam": self.spam,
+            "ham": self.ham,
+            "unsure": self.unsure,
+            "moved": self.moved,
+            "flagged": self.flagged,
+            "trained_spam": self.trained_spam,
+            "trained_ham": self.trained_ham,
+            "errors": self.errors,
+            "retries": self.retries,
+            "created_folders": list(self.created),
         }
 
 
@@ -119,14 +126,7 @@ class ImapRun:
     """One pass over one account on an open session."""
 
     def __init__(
-        self,
-        spamfilter: Filter,
-        account: ImapAccount,
-        summary: RunSummary,
-        *,
-        dry_run: bool = False,
-        on_event: EventSink | None = None,
-        use_move: bool = True,
+        self, spamfilter: Filter, account: ImapAccount, summary: RunSummary, *, dry_run: bool = False, on_event: EventSink | None = None, use_move: bool = True
     ) -> None:
         self.filter = spamfilter
         self.account = account
@@ -461,10 +461,7 @@ class ImapRun:
                 self._keywords(session, folder, [m.uid for m in messages], [], [NOT_JUNK if is_spam else JUNK])
                 for m in messages:
                     now[m.uid] &= ~(_NOT_JUNK_BIT if is_spam else _JUNK_BIT)
-                new = [
-                    (m, ImapRecord(changed[m.uid], label, "user", target, False, _log_odds(records.get(changed[m.uid]))))
-                    for m in messages
-                ]
+                new = [(m, ImapRecord(changed[m.uid], label, "user", target, False, _log_odds(records.get(changed[m.uid])))) for m in messages]
                 if target == folder:
                     self.state.commit(folder, [r for _, r in new])
                 else:

@@ -172,10 +172,7 @@ class Insight:
                 log_theta = model.token_log_likelihood(m.event_model, counts, stats, m.alpha)
                 score = log_theta[model.SPAM] - log_theta[model.HAM]
                 tokens_now = best_tokens + token_list
-                counts_now = TokenCounts(
-                    np.concatenate([best.doc_count, counts.doc_count], axis=1),
-                    np.concatenate([best.term_count, counts.term_count], axis=1),
-                )
+                counts_now = TokenCounts(np.concatenate([best.doc_count, counts.doc_count], axis=1), np.concatenate([best.term_count, counts.term_count], axis=1))
                 scores_now = np.concatenate([best_scores, score if spam else -score])
                 # The kept ones precede the chunk in token order, so the
                 # stable sort breaks ties by token.
@@ -185,10 +182,7 @@ class Insight:
                 best, best_scores = counts_now.take(keep), scores_now[keep]
         shown = self._shown_counts(best)
         order = np.argsort(-best_scores, kind="stable")
-        return [
-            WordScore(best_tokens[j], int(shown[model.SPAM, j]), int(shown[model.HAM, j]), float(best_scores[j]))
-            for j in order.tolist()
-        ]
+        return [WordScore(best_tokens[j], int(shown[model.SPAM, j]), int(shown[model.HAM, j]), float(best_scores[j])) for j in order.tolist()]
 
     def explain(self, item: MailItem) -> Explanation:
         """The message's verdict and its log-odds term by term (``Scorer.terms``):
@@ -213,10 +207,7 @@ class Insight:
         odds = parts.log_odds
         terms = self.filter.scorer.terms(fitted.evidence, fitted.params)
         shown = self._shown_counts(fitted.evidence.counts)
-        contributions = [
-            Contribution(token, float(terms.token[j]), int(shown[model.SPAM, j]), int(shown[model.HAM, j]))
-            for j, token in enumerate(fitted.tokens)
-        ]
+        contributions = [Contribution(token, float(terms.token[j]), int(shown[model.SPAM, j]), int(shown[model.HAM, j])) for j, token in enumerate(fitted.tokens)]
         absent = 0
         if has_absent_term(m.event_model):
             absent = fitted.evidence.totals.vocabulary_size - int(terms.used.sum())

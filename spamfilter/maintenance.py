@@ -99,10 +99,7 @@ class Maintenance:
                 scan.differ.add(f"token {token!r}: not stored, ledger {expected}")
             pairs = dependence.differences(tx)
         stored = np.stack([totals.messages, totals.terms, totals.binary_terms])
-        scan.negative.extend(
-            f"class_totals {Label(c).decision} {name} is {int(stored[i, c])}"
-            for i, name in enumerate(_TOTAL_NAMES) for c in (0, 1) if stored[i, c] < 0
-        )
+        scan.negative.extend(f"class_totals {Label(c).decision} {name} is {int(stored[i, c])}" for i, name in enumerate(_TOTAL_NAMES) for c in (0, 1) if stored[i, c] < 0)
         for c in (0, 1):
             scan.negative.extend(f"doc_histogram {Label(c).decision} count {k} has {n} tokens" for k, n in totals.histogram[c].tolist() if n < 0)
         sums = scan.sums
@@ -113,14 +110,9 @@ class Maintenance:
             scan.empty.item("every stored token is in a message"),
             scan.uneven.item("occurrences >= messages >= 1 per class"),
             scan.beyond.item("no token is in more messages than its class has"),
-            _compare_item(
-                "class totals (terms, binary_terms) = sums over the tokens",
-                stored[1:], token_sums, "the tokens add up to", names=_TOTAL_NAMES[1:],
-            ),
+            _compare_item("class totals (terms, binary_terms) = sums over the tokens", stored[1:], token_sums, "the tokens add up to", names=_TOTAL_NAMES[1:]),
             _histogram_item(totals.histogram, scan.histogram),
-            _compare_item(
-                "class totals = sums over the ledger" + plus, stored, ledger_rows + untracked, "the ledger" + plus + " gives", names=_TOTAL_NAMES,
-            ),
+            _compare_item("class totals = sums over the ledger" + plus, stored, ledger_rows + untracked, "the ledger" + plus + " gives", names=_TOTAL_NAMES),
         ]
         if pairs is not None:
             found = _Findings()
@@ -421,7 +413,9 @@ def _compare_item(name: str, stored: IntArray, expected: IntArray, what: str, *,
     """Compare (k, 2) stored class totals with what they should be."""
     problems = tuple(
         f"{Label(c).decision} {row}: stored {int(stored[i, c])}, {what} {int(expected[i, c])}"
-        for i, row in enumerate(names) for c in (0, 1) if stored[i, c] != expected[i, c]
+        for i, row in enumerate(names)
+        for c in (0, 1)
+        if stored[i, c] != expected[i, c]
     )
     return CheckItem(name, "failed" if problems else "ok", problems)
 
@@ -517,7 +511,8 @@ class _CountsReader:
                 token, counts = self._token_line(line)
                 if self.previous is not None and token <= self.previous[0]:
                     raise self.fail(
-                        f"the token {token!r} is given again (line {self.previous[1]})" if token == self.previous[0]
+                        f"the token {token!r} is given again (line {self.previous[1]})"
+                        if token == self.previous[0]
                         else f"the token {token!r} comes after {self.previous[0]!r}: the tokens must be in code point order, as `db export` writes them"
                     )
                 self.previous = (token, number)

@@ -94,7 +94,4 @@ class MemoryCounts:
         known = self.known(X)
         sub = sp.csr_matrix(X[:, known])
         sub.sort_indices()
-        return Evidence(
-            TokenCounts(self.doc[:, known], self.term[:, known]), self.totals(histogram=histogram), sub,
-            None if header is None else header[known],
-        )
+        return Evidence(TokenCounts(self.doc[:, known], self.term[:, known]), self.totals(histogram=histogram), sub, None if header is None else header[known])

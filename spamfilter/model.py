@@ -55,20 +55,20 @@ import numpy.typing as npt
 import scipy.sparse as sp
 from scipy.special import expit, gammaln, logsumexp
 
+from spamfilter.config import counts_occurrences, has_absent_term
 from spamfilter.counts import HAM as HAM
 from spamfilter.counts import SPAM as SPAM
-from spamfilter.counts import IntArray as IntArray
 from spamfilter.counts import UNSURE_CODE
+from spamfilter.counts import FeatureStats as FeatureStats
+from spamfilter.counts import IntArray as IntArray
 from spamfilter.counts import TokenCounts as TokenCounts
 from spamfilter.counts import Totals as Totals
-from spamfilter.counts import FeatureStats as FeatureStats
+from spamfilter.errors import NotTrainedError
 from spamfilter.gaussian import FEATURE_VAR_FLOOR as FEATURE_VAR_FLOOR
 from spamfilter.gaussian import GaussianParams as GaussianParams
 from spamfilter.gaussian import feature_log_odds as feature_log_odds
 from spamfilter.gaussian import gaussian_estimate as gaussian_estimate
 from spamfilter.gaussian import gaussian_log_density as gaussian_log_density
-from spamfilter.config import counts_occurrences, has_absent_term
-from spamfilter.errors import NotTrainedError
 
 UNSURE = UNSURE_CODE
 
@@ -96,10 +96,7 @@ def log_prior(stats: Totals) -> FloatArray:
     """log P(c) = log D[c] - log (D[0] + D[1]), shape (2,)."""
     messages = stats.messages.astype(np.float64)
     if messages[HAM] <= 0 or messages[SPAM] <= 0:
-        raise NotTrainedError(
-            f"the model needs at least one trained spam and one trained ham "
-            f"(it has {int(messages[SPAM])} spam and {int(messages[HAM])} ham)"
-        )
+        raise NotTrainedError(f"the model needs at least one trained spam and one trained ham (it has {int(messages[SPAM])} spam and {int(messages[HAM])} ham)")
     result: FloatArray = np.log(messages) - np.log(messages.sum())
     return result
 
@@ -151,12 +148,7 @@ def estimate(event_model: str, counts: TokenCounts, stats: Totals, alpha: float)
     if has_absent_term(event_model):
         d = stats.messages.astype(np.float64)[:, None]
         log_one_minus = np.log(d - counts.doc_count + alpha) - np.log(d + 2 * alpha)
-        return NBParams(
-            weight=log_theta - log_one_minus,
-            bias=prior + bernoulli_absent_sum(stats, alpha),
-            log_prior=prior,
-            binary=True,
-        )
+        return NBParams(weight=log_theta - log_one_minus, bias=prior + bernoulli_absent_sum(stats, alpha), log_prior=prior, binary=True)
     return NBParams(weight=log_theta, bias=prior, log_prior=prior, binary=not counts_occurrences(event_model))
 
 
@@ -292,9 +284,7 @@ def split_columns(X: sp.csr_matrix, columns: npt.NDArray[np.bool_]) -> tuple[sp.
     return parts[0], parts[1]
 
 
-def _tempered_evidence(
-    X: sp.csr_matrix, params: NBParams, tempering: float, min_evidence: float, max_tokens: int, token_cap: float, *, absent: bool
-) -> FloatArray:
+def _tempered_evidence(X: sp.csr_matrix, params: NBParams, tempering: float, min_evidence: float, max_tokens: int, token_cap: float, *, absent: bool) -> FloatArray:
     """log P(x|c) / n ** tempering per row, (n, 2), after the selection;
     with ``absent`` the Bernoulli absent-token sum is in it."""
     X = evidence_features(X, params, min_evidence, max_tokens)
@@ -426,9 +416,7 @@ def fisher_log_odds(X: sp.csr_matrix, f: FloatArray, min_dev: float) -> FloatArr
     k = np.asarray(binary @ used.astype(np.float64)).ravel().astype(np.int64)
     ham_stat = -2.0 * np.asarray(binary @ np.where(used, np.log(q), 0.0)).ravel()
     spam_stat = -2.0 * np.asarray(binary @ np.where(used, np.log(one_minus), 0.0)).ravel()
-    result: FloatArray = np.array(
-        [log_chi2_tail(h, n) - log_chi2_tail(t, n) if n else 0.0 for h, t, n in zip(ham_stat, spam_stat, k.tolist())]
-    )
+    result: FloatArray = np.array([log_chi2_tail(h, n) - log_chi2_tail(t, n) if n else 0.0 for h, t, n in zip(ham_stat, spam_stat, k.tolist())])
     return result
 
 
@@ -570,14 +558,11 @@ def log_odds_terms(
     head, rest = split_columns(x, header)
     token, absent, counts, factor = _part_terms(rest, params, log_theta, tempering, min_evidence, max_tokens, token_cap, absent=True)
     h_token, h_absent, h_counts, h_factor = _part_terms(head, params, log_theta, tempering, min_evidence, header_max_tokens, token_cap, absent=False)
-    return LogOddsTerms(
-        prior, token + h_token, absent + h_absent, (counts + h_counts) > 0, float(counts.sum()), factor, float(h_counts.sum()), h_factor
-    )
+    return LogOddsTerms(prior, token + h_token, absent + h_absent, (counts + h_counts) > 0, float(counts.sum()), factor, float(h_counts.sum()), h_factor)
 
 
 def _part_terms(
-    x: sp.csr_matrix, params: NBParams, log_theta: FloatArray, tempering: float, min_evidence: float, max_tokens: int,
-    token_cap: float, *, absent: bool,
+    x: sp.csr_matrix, params: NBParams, log_theta: FloatArray, tempering: float, min_evidence: float, max_tokens: int, token_cap: float, *, absent: bool
 ) -> tuple[FloatArray, float, FloatArray, float]:
     """(token terms, absent term, the selected x', f) of one message's columns (see ``log_odds_terms``)."""
     selected = evidence_features(x, params, min_evidence, max_tokens)

@@ -126,9 +126,7 @@ def reliability_png(predicted: Sequence[float], observed: Sequence[float], messa
     return _png(plt, fig)
 
 
-def learning_curve_series(
-    is_spam: npt.NDArray[np.bool_], odds: npt.NDArray[np.float64], threshold: float
-) -> list[tuple[str, npt.NDArray[np.float64]]]:
+def learning_curve_series(is_spam: npt.NDArray[np.bool_], odds: npt.NDArray[np.float64], threshold: float) -> list[tuple[str, npt.NDArray[np.float64]]]:
     """The learning curve's lines: (legend label, cumulative % after each message).
 
     Two-way, as TREC measures and as `evaluate`'s hm / sm: a message is
@@ -250,12 +248,7 @@ def history_png(days: Sequence[date], spam: Sequence[int], ham: Sequence[int]) -
     return _png(plt, fig)
 
 
-def log_odds_histogram_png(
-    odds: npt.NDArray[np.float64],
-    is_spam: npt.NDArray[np.bool_] | None,
-    thresholds: tuple[float, float] | None,
-    title: str,
-) -> bytes:
+def log_odds_histogram_png(odds: npt.NDArray[np.float64], is_spam: npt.NDArray[np.bool_] | None, thresholds: tuple[float, float] | None, title: str) -> bytes:
     """Histogram of log-odds, one colour per true class when ``is_spam`` is
     given, with the (ham_max, spam_min) verdict bounds as dashed lines."""
     plt = _pyplot()
@@ -287,9 +280,7 @@ def log_odds_histogram_png(
     return _png(plt, fig)
 
 
-def density_curves(
-    mean: tuple[float, float], sd: tuple[float, float], points: int = 241
-) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+def density_curves(mean: tuple[float, float], sd: tuple[float, float], points: int = 241) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """The (ham, spam) normal densities of one feature on a common grid:
     x (points,) spans min(mu - 4 sigma) to max(mu + 4 sigma) over both
     classes, and y (2, points) holds
@@ -314,9 +305,7 @@ def feature_densities_size(panels: int) -> tuple[int, int]:
     return FEATURE_PANEL[0] * FEATURE_COLUMNS, FEATURE_PANEL[1] * rows
 
 
-def feature_densities_figure(
-    features: Sequence[tuple[str, str, tuple[float, float], tuple[float, float]]],
-) -> Any:
+def feature_densities_figure(features: Sequence[tuple[str, str, tuple[float, float], tuple[float, float]]]) -> Any:
     """A matplotlib figure with one panel per (name, unit, (mu_ham, mu_spam),
     (sigma_ham, sigma_spam)): the two ``density_curves`` and a dashed line
     at each mean, labelled with its value (the lower mean's label to its
@@ -325,7 +314,7 @@ def feature_densities_figure(
     width, height = feature_densities_size(len(features))
     rows = height // FEATURE_PANEL[1]
     fig, axes = plt.subplots(rows, FEATURE_COLUMNS, figsize=(width / 100, height / 100), dpi=100, squeeze=False)
-    for ax in axes.flat[len(features):]:
+    for ax in axes.flat[len(features) :]:
         ax.set_visible(False)
     for ax, (name, unit, mean, sd) in zip(axes.flat, features):
         x, y = density_curves(mean, sd)
@@ -334,8 +323,13 @@ def feature_densities_figure(
             ax.plot(x, y[c], color=colour, lw=1.5, label=f"{cls} (\u03c3 {sd[c]:.3g})")
             ax.axvline(mean[c], color=colour, linestyle="--", lw=1)
             ax.annotate(
-                f"{cls} \u03bc = {mean[c]:.3g}", xy=(mean[c], float(y[c].max())), xytext=(-4 if c == low else 4, -12),
-                textcoords="offset points", ha="right" if c == low else "left", color=colour, fontsize=8,
+                f"{cls} \u03bc = {mean[c]:.3g}",
+                xy=(mean[c], float(y[c].max())),
+                xytext=(-4 if c == low else 4, -12),
+                textcoords="offset points",
+                ha="right" if c == low else "left",
+                color=colour,
+                fontsize=8,
                 bbox={"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none", "alpha": 0.8},
             )
         ax.set_ylim(bottom=0, top=1.12 * float(y.max()))

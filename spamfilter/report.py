@@ -95,10 +95,7 @@ def read_scores(path: Path) -> ScoreSample:
     if not np.isfinite(values).all():
         raise ScoresFileError(f"{path}: has log-odds that are not finite numbers")
     return ScoreSample(
-        path=str(path),
-        log_odds=values,
-        is_spam=None if gold is None else np.array(gold, dtype=bool),
-        verdicts=None if verdicts is None else tuple(verdicts),
+        path=str(path), log_odds=values, is_spam=None if gold is None else np.array(gold, dtype=bool), verdicts=None if verdicts is None else tuple(verdicts)
     )
 
 
@@ -248,13 +245,13 @@ def _table(head: Sequence[tuple[str, bool]], rows: Sequence[Sequence[str]]) -> s
     """Cells of ``rows`` must already be HTML; head is (text, numeric) pairs."""
     numeric = [n for _, n in head]
     out = ["<table><thead><tr>"]
-    out += [f'<th{" class=num" if n else ""}>{_e(t)}</th>' for t, n in head]
+    out += [f"<th{' class=num' if n else ''}>{_e(t)}</th>" for t, n in head]
     out.append("</tr></thead><tbody>")
     for row in rows:
         cells = []
         for i, cell in enumerate(row):
             cls = "num" if numeric[i] else ("token" if head[i][0] == "token" else "")
-            cells.append(f'<td{f" class={cls}" if cls else ""}>{cell}</td>')
+            cells.append(f"<td{f' class={cls}' if cls else ''}>{cell}</td>")
         out.append("<tr>" + "".join(cells) + "</tr>")
     out.append("</tbody></table>")
     return "".join(out)
@@ -285,11 +282,7 @@ def _summary(d: ReportData) -> str:
         facts.insert(0, ("user", s.user))
     fact_rows = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in facts)
     fact_rows += f"<tr><th>size</th><td>{size}</td></tr>"
-    return (
-        '<section id="summary"><h2>Database</h2>'
-        + _table([("", False), ("spam", True), ("ham", True)], rows)
-        + f"<table><tbody>{fact_rows}</tbody></table></section>"
-    )
+    return '<section id="summary"><h2>Database</h2>' + _table([("", False), ("spam", True), ("ham", True)], rows) + f"<table><tbody>{fact_rows}</tbody></table></section>"
 
 
 def _history(d: ReportData) -> str:
@@ -328,9 +321,7 @@ def _top_words(d: ReportData) -> str:
         f"with alpha {d.model.alpha:g}; tokens with fewer than {d.min_count} counts ({count}, both classes together) "
         "are left out.</p>"
     )
-    png = plots.top_words_png(
-        [(w.token, w.score) for w in d.spam_words], [(w.token, w.score) for w in d.ham_words], "most class-indicative tokens"
-    )
+    png = plots.top_words_png([(w.token, w.score) for w in d.spam_words], [(w.token, w.score) for w in d.ham_words], "most class-indicative tokens")
     out.append(_img(png, "bar chart of the most spam-indicative and the most ham-indicative tokens"))
     out.append('<div class="pair">' + _word_table(d.spam_words, "spam") + _word_table(d.ham_words, "ham") + "</div>")
     out.append("</section>")
@@ -347,10 +338,7 @@ def _features(d: ReportData) -> str:
     if held != fd.messages:
         cover += " (messages trained before the sums were kept are in none of them)"
     if not shown:
-        out.append(
-            f'<p class="note">No feature densities: the {_e(cover)}; a normal density needs at least two messages '
-            "of each class.</p></section>"
-        )
+        out.append(f'<p class="note">No feature densities: the {_e(cover)}; a normal density needs at least two messages of each class.</p></section>')
         return "".join(out)
     use = (
         f"The model adds their log-density ratios, times {fd.weight:g} (<code>[model] features = true</code>)."
@@ -369,10 +357,7 @@ def _features(d: ReportData) -> str:
     out.append(_img(png, "the ham and spam normal density of each message feature, means marked"))
     head = [("feature", False), ("unit", False), ("ham n", True), ("ham mean", True), ("ham sd", True)]
     head += [("spam n", True), ("spam mean", True), ("spam sd", True)]
-    rows = [
-        [_e(f.name), _e(f.unit), str(f.n[0]), f"{f.mean[0]:.4g}", f"{f.sd[0]:.4g}", str(f.n[1]), f"{f.mean[1]:.4g}", f"{f.sd[1]:.4g}"]
-        for f in shown
-    ]
+    rows = [[_e(f.name), _e(f.unit), str(f.n[0]), f"{f.mean[0]:.4g}", f"{f.sd[0]:.4g}", str(f.n[1]), f"{f.mean[1]:.4g}", f"{f.sd[1]:.4g}"] for f in shown]
     out.append(_table(head, rows) + "</section>")
     return "".join(out)
 
@@ -431,14 +416,8 @@ def _evaluation(d: ReportData) -> str:
     c = calibration(y, odds)
     rows += [
         ("log-loss (nats per message) / Brier score", f"{c.log_loss:.4f} / {c.brier:.4f}"),
-        (
-            f"P(spam) ≤ {TAIL:g}: spam among them / ham they hold",
-            f"{_num(c.low_tail_spam_pct, 2, '%')} of {c.low_tail} / {_num(c.ham_in_low_tail_pct, 1, '%')}",
-        ),
-        (
-            f"P(spam) ≥ {1 - TAIL:g}: ham among them / spam they hold",
-            f"{_num(c.high_tail_ham_pct, 2, '%')} of {c.high_tail} / {_num(c.spam_in_high_tail_pct, 1, '%')}",
-        ),
+        (f"P(spam) ≤ {TAIL:g}: spam among them / ham they hold", f"{_num(c.low_tail_spam_pct, 2, '%')} of {c.low_tail} / {_num(c.ham_in_low_tail_pct, 1, '%')}"),
+        (f"P(spam) ≥ {1 - TAIL:g}: ham among them / spam they hold", f"{_num(c.high_tail_ham_pct, 2, '%')} of {c.high_tail} / {_num(c.spam_in_high_tail_pct, 1, '%')}"),
     ]
     out.append("<table><tbody>" + "".join(f"<tr><th>{_e(k)}</th><td class=num>{v}</td></tr>" for k, v in rows) + "</tbody></table>")
     out.append(_img(plots.roc_png(y, odds, Path(sample.path).name), "ROC curve on logit axes"))
@@ -453,13 +432,14 @@ def _evaluation(d: ReportData) -> str:
 
 def render(d: ReportData) -> str:
     """The whole page as one HTML string."""
-    csp = (
-        "default-src 'none'; img-src data:; "
-        f"style-src {_csp_hash(_STYLE)}; script-src {_csp_hash(_SCRIPT)}; base-uri 'none'; form-action 'none'"
-    )
+    csp = f"default-src 'none'; img-src data:; style-src {_csp_hash(_STYLE)}; script-src {_csp_hash(_SCRIPT)}; base-uri 'none'; form-action 'none'"
     titles = {
-        "summary": "Database", "history": "Trained over time", "top-words": "Top words", "features": "Message features",
-        "scores": "Scores", "evaluation": "Evaluation",
+        "summary": "Database",
+        "history": "Trained over time",
+        "top-words": "Top words",
+        "features": "Message features",
+        "scores": "Scores",
+        "evaluation": "Evaluation",
     }
     nav = "".join(f'<a href="#{sid}">{_e(titles[sid])}</a>' for sid in SECTIONS)
     body = _summary(d) + _history(d) + _top_words(d) + _features(d) + _scores(d) + _evaluation(d)

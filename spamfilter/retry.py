@@ -24,12 +24,7 @@ _CONFLICT_ATTEMPTS = 8
 
 
 def retrying(
-    step: Callable[[], T],
-    deadline: float,
-    *,
-    sleep: Callable[[float], None] = time.sleep,
-    clock: Callable[[], float] = time.monotonic,
-    rng: random.Random | None = None,
+    step: Callable[[], T], deadline: float, *, sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic, rng: random.Random | None = None
 ) -> T:
     """Run one transaction, and again, after a pause that doubles each time
     (with jitter), while the database is busy (``StoreBusyError``: a lock held

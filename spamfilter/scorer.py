@@ -89,9 +89,7 @@ class Scorer:
         """Naive Bayes's log-odds of the rows of X, shape (n,), with the
         settings' selection, tempering and header lines apart."""
         s = self.scoring
-        jll = model.joint_log_likelihood(
-            X, params, s.tempering, s.min_evidence, s.max_tokens, s.token_cap, header if s.header_apart else None, s.header_max_tokens
-        )
+        jll = model.joint_log_likelihood(X, params, s.tempering, s.min_evidence, s.max_tokens, s.token_cap, header if s.header_apart else None, s.header_max_tokens)
         return model.log_odds(jll)
 
     def parts(self, e: Evidence, params: model.NBParams | None = None) -> LogOddsParts:
@@ -118,9 +116,7 @@ class Scorer:
         assert e.pairs is not None
         s = self.scoring
         X = model.evidence_features(e.X, params, s.min_evidence, s.max_tokens)
-        jll, covered = aode.joint_log_likelihood(
-            X, e.counts.doc_count, e.totals.classes, e.totals.vocabulary_size, e.pairs, s.alpha, s.tempering, s.aode_min_support
-        )
+        jll, covered = aode.joint_log_likelihood(X, e.counts.doc_count, e.totals.classes, e.totals.vocabulary_size, e.pairs, s.alpha, s.tempering, s.aode_min_support)
         result: FloatArray = np.where(covered, jll[:, 1] - jll[:, 0], naive)
         return result
 

@@ -30,9 +30,9 @@ from spamfilter.analysis import Analysed as _Analysed
 from spamfilter.analysis import Analyser, analyse, analyse_labelled
 from spamfilter.analysis import Refusal as Refusal
 from spamfilter.cache import CacheKey, CountCache, ModelView
-from spamfilter.delta import CountDelta
 from spamfilter.config import Config, counts_occurrences, database_url, default_location_url
 from spamfilter.counts import Decision, FeatureStats, Label, Totals
+from spamfilter.delta import CountDelta
 from spamfilter.errors import NotTrainedError
 from spamfilter.learning import ONLINE_TRAIN_MODE as ONLINE_TRAIN_MODE
 from spamfilter.learning import TUNE_MARGIN as TUNE_MARGIN
@@ -221,13 +221,7 @@ class Filter:
         deadline = config.store.write_deadline if write_deadline is None else write_deadline
 
         def opened() -> Store:
-            return Store.open(
-                url,
-                busy_timeout=config.store.busy_timeout,
-                owner=owner,
-                create=create,
-                create_dirs=create_dirs or at_default,
-            )
+            return Store.open(url, busy_timeout=config.store.busy_timeout, owner=owner, create=create, create_dirs=create_dirs or at_default)
 
         return cls(retrying(opened, deadline), config, jobs=jobs, write_deadline=deadline)
 
@@ -321,11 +315,7 @@ class Filter:
         dependence.reselect_if_due(tx, self.config.model)
         new_labels = [label for d, (label, _) in add.items() if d not in moving]
         return TrainSummary(
-            trained_ham=new_labels.count(model.HAM),
-            trained_spam=new_labels.count(model.SPAM),
-            unchanged=unchanged,
-            relabelled=len(moving),
-            conflicts=conflicts,
+            trained_ham=new_labels.count(model.HAM), trained_spam=new_labels.count(model.SPAM), unchanged=unchanged, relabelled=len(moving), conflicts=conflicts
         )
 
     def forget(self, items: Iterable[MailItem]) -> TrainSummary:
@@ -514,10 +504,7 @@ class Filter:
         odds = self.log_odds_parts(fitted, analysed).log_odds
         probability = model.spam_probability(odds)
         decision = model.decide(odds, self.thresholds)
-        return [
-            Verdict(a.source, a.digest, float(p), float(lo), Decision.of_code(int(v)))
-            for a, p, lo, v in zip(analysed, probability, odds, decision)
-        ]
+        return [Verdict(a.source, a.digest, float(p), float(lo), Decision.of_code(int(v))) for a, p, lo, v in zip(analysed, probability, odds, decision)]
 
     def log_odds_parts(self, fitted: Fitted, analysed: Sequence[_Analysed]) -> LogOddsParts:
         """What a batch's log-odds are made of (``Scorer.parts``): naive
@@ -530,13 +517,7 @@ class Filter:
 
     # -- learning online ----------------------------------------------------
 
-    def learn_online(
-        self,
-        labelled: Iterable[tuple[bool, MailItem]],
-        *,
-        train_mode: TrainMode = ONLINE_TRAIN_MODE,
-        margin: float = TUNE_MARGIN,
-    ) -> Iterator[OnlineStep]:
+    def learn_online(self, labelled: Iterable[tuple[bool, MailItem]], *, train_mode: TrainMode = ONLINE_TRAIN_MODE, margin: float = TUNE_MARGIN) -> Iterator[OnlineStep]:
         """Classify each message, then train on its true label (the TREC
         spam-track protocol: a user who corrects every verdict at once).
 
@@ -561,6 +542,7 @@ class Filter:
                 yield OnlineStep(is_spam, analysed, False, time.perf_counter() - started, 0.0), TrainSummary()
                 started = time.perf_counter()
                 continue
+
             def step(label: Label = label, analysed: _Analysed = analysed) -> tuple[Verdict, bool, TrainSummary, float]:
                 # One write transaction for both steps (tried again while the
                 # database is busy): the verdict is computed from exactly the
@@ -583,9 +565,7 @@ class Filter:
     def stats(self) -> Stats:
         """Messages and tokens per class, and where the database is."""
         totals = self.store.totals()
-        unseen = [
-            int(h[h[:, 0] == 0, 1].sum()) if h.size else 0 for h in totals.histogram
-        ]
+        unseen = [int(h[h[:, 0] == 0, 1].sum()) if h.size else 0 for h in totals.histogram]
         return Stats(
             ham_messages=int(totals.messages[model.HAM]),
             spam_messages=int(totals.messages[model.SPAM]),
@@ -617,9 +597,7 @@ def upgrade_database(config: Config, url: str | None = None, *, create_dirs: boo
     ``write_deadline`` seconds. A missing SQLite file is created, in a missing
     folder only with ``create_dirs`` or at the default location."""
     url, at_default = _database(url, config)
-    store = Store.open(
-        url, busy_timeout=config.store.busy_timeout, upgrade_new=False, check=False, create_dirs=create_dirs or at_default
-    )
+    store = Store.open(url, busy_timeout=config.store.busy_timeout, upgrade_new=False, check=False, create_dirs=create_dirs or at_default)
     try:
         before = store.schema_revision()
         retrying(store.upgrade, config.store.write_deadline)

@@ -194,12 +194,7 @@ def verdict_headers(verdict: Decision, score: float, log_odds: float, threshold:
     """The ``Spam`` line (see the module docstring for the mapping) and the
     ``Verdict``, ``Probability`` and ``Log-odds`` headers."""
     is_spam = "True" if verdict is Decision.SPAM else "False"
-    return [
-        ("Spam", f"{is_spam} ; {_number(log_odds)} / {_number(threshold)}"),
-        ("Verdict", verdict),
-        ("Probability", f"{score:.6f}"),
-        ("Log-odds", f"{log_odds:+.4f}"),
-    ]
+    return [("Spam", f"{is_spam} ; {_number(log_odds)} / {_number(threshold)}"), ("Verdict", verdict), ("Probability", f"{score:.6f}"), ("Log-odds", f"{log_odds:+.4f}")]
 
 
 def body_start(raw: bytes) -> int | None:
@@ -319,15 +314,7 @@ def _read_reply(sock: socket.socket, limit: int) -> Reply:
     return Reply(code, headers, bytes(body))
 
 
-def request(
-    address: Address,
-    command: str,
-    message: bytes,
-    *,
-    user: str | None = None,
-    headers: Sequence[tuple[str, str]] = (),
-    timeout: float = 30.0,
-) -> Reply:
+def request(address: Address, command: str, message: bytes, *, user: str | None = None, headers: Sequence[tuple[str, str]] = (), timeout: float = 30.0) -> Reply:
     """Send one request and read the whole reply. Raises OSError (no server,
     a timeout, a broken connection) or ``ProtocolError`` (not a spamd reply,
     or a body of another length than announced)."""

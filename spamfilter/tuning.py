@@ -104,10 +104,7 @@ def best_cutoffs(
     above = np.concatenate([s, [np.inf]])
     ham_ok = valid & (below <= ham_max_ceiling)
     spam_ok = valid & (above > spam_min_floor)
-    options = _cut_options(
-        spam_below, ham_below, ham_ok, spam_ok, cost_ham_as_spam=cost_ham_as_spam,
-        cost_spam_as_ham=cost_spam_as_ham, cost_unsure=cost_unsure,
-    )
+    options = _cut_options(spam_below, ham_below, ham_ok, spam_ok, cost_ham_as_spam=cost_ham_as_spam, cost_spam_as_ham=cost_spam_as_ham, cost_unsure=cost_unsure)
     if not options:
         raise ValueError("the cutoff bounds leave no possible cut")
     loss = min(o[0] for o in options)
@@ -272,10 +269,19 @@ def tune(
     for bigrams in bigram_options if bigram_options is not None else (config.tokenizer.bigrams,):
         variant = replace(config, tokenizer=replace(config.tokenizer, bigrams=bigrams))
         results += tune_settings(
-            variant, labelled, event_models=event_models, alphas=alphas,
-            temperings=temperings, min_evidences=min_evidences, holdout=holdout,
-            max_tokens_options=max_tokens_options, dependences=dependences,
-            feature_weights=feature_weights, jobs=jobs, reading=reading, folds=folds,
+            variant,
+            labelled,
+            event_models=event_models,
+            alphas=alphas,
+            temperings=temperings,
+            min_evidences=min_evidences,
+            holdout=holdout,
+            max_tokens_options=max_tokens_options,
+            dependences=dependences,
+            feature_weights=feature_weights,
+            jobs=jobs,
+            reading=reading,
+            folds=folds,
             with_configured=baseline and bigrams == config.tokenizer.bigrams,
         )
     results.sort(key=lambda c: _rank(c, config))
@@ -363,7 +369,9 @@ def tune_settings(
         grid = dict(_setting_odds(s, config, event_models, alphas, temperings, min_evidences, keeps, tried, weights))
         extra = with_configured and configured not in grid
         if extra:
-            grid.update(_setting_odds(s, config, [m.event_model], [m.alpha], [m.tempering], [m.min_evidence], [m.max_tokens], [m.dependence], [configured.feature_weight]))
+            grid.update(
+                _setting_odds(s, config, [m.event_model], [m.alpha], [m.tempering], [m.min_evidence], [m.max_tokens], [m.dependence], [configured.feature_weight])
+            )
         for setting, odds in grid.items():
             scores.setdefault(setting, []).append(odds)
     if len(scores) == int(extra):
@@ -371,8 +379,7 @@ def tune_settings(
     valid_y = np.concatenate([s.valid_y for s in splits])
     sizes = [s.valid_y.size for s in splits]
     results = [
-        replace(_candidate(valid_y, np.concatenate(odds), setting, config, sizes), in_grid=not (extra and setting == configured))
-        for setting, odds in scores.items()
+        replace(_candidate(valid_y, np.concatenate(odds), setting, config, sizes), in_grid=not (extra and setting == configured)) for setting, odds in scores.items()
     ]
     results.sort(key=lambda c: _rank(c, config))
     return results
@@ -403,8 +410,15 @@ def _setting_odds(
             for dep in (d for d in tried if d == "none" or dependence_applies(config, event_model)):
                 for w in weights:
                     scoring = replace(
-                        m, event_model=cast(EventModel, event_model), alpha=alpha, tempering=tempering, min_evidence=min_evidence,
-                        max_tokens=keep, dependence=cast(Dependence, dep), features=w > 0, feature_weight=w or m.feature_weight,
+                        m,
+                        event_model=cast(EventModel, event_model),
+                        alpha=alpha,
+                        tempering=tempering,
+                        min_evidence=min_evidence,
+                        max_tokens=keep,
+                        dependence=cast(Dependence, dep),
+                        features=w > 0,
+                        feature_weight=w or m.feature_weight,
                     )
                     evidence = Evidence(s.counts, s.stats, X, s.header, pairs.get(dep), s.gaussian if w else None, s.valid_features if w else None)
                     yield _Setting(event_model, alpha, tempering, min_evidence, keep, dep, w), Scorer(scoring).log_odds(evidence, params)
@@ -455,18 +469,22 @@ def _split(config: Config, docs: Sequence[dict[str, int]], y: BoolArray, feature
     vocabulary = Vocabulary(t for d in docs[:split] for t in d)
     counts, stats = _training_counts(docs[:split], train_y, vocabulary)
     return _Split(
-        counts, stats, vocabulary.tokens, train_y, count_matrix(docs[:split], vocabulary, binary=True),
-        valid_y, count_matrix(docs[split:stop], vocabulary), count_matrix(docs[split:stop], vocabulary, binary=True),
-        nb.gaussian_estimate(_feature_stats(features[:split], train_y), SCALE), features[split:stop] / SCALE,
+        counts,
+        stats,
+        vocabulary.tokens,
+        train_y,
+        count_matrix(docs[:split], vocabulary, binary=True),
+        valid_y,
+        count_matrix(docs[split:stop], vocabulary),
+        count_matrix(docs[split:stop], vocabulary, binary=True),
+        nb.gaussian_estimate(_feature_stats(features[:split], train_y), SCALE),
+        features[split:stop] / SCALE,
         np.fromiter(map(is_header_line, vocabulary.tokens), dtype=bool, count=len(vocabulary.tokens)) if config.model.header_apart else None,
     )
 
 
 def _read(
-    config: Config,
-    labelled: Sequence[tuple[bool, MailItem]],
-    jobs: int,
-    reading: Reading | None,
+    config: Config, labelled: Sequence[tuple[bool, MailItem]], jobs: int, reading: Reading | None
 ) -> tuple[list[dict[str, int]], list[bool], list[tuple[int, ...]]]:
     """The token counts, labels and feature vectors of the messages that
     read as mail, read on ``jobs`` processes through ``reading``."""
@@ -536,11 +554,7 @@ def _training_counts(docs: Sequence[dict[str, int]], is_spam: BoolArray, vocabul
         k, n = np.unique(doc_count[c], return_counts=True)
         histogram.append(np.stack([k, n], axis=1).astype(np.int64))
     stats = nb.Totals(
-        ClassCounts(
-            messages=np.array([int((~is_spam).sum()), int(is_spam.sum())], dtype=np.int64),
-            terms=term_count.sum(axis=1),
-            binary_terms=doc_count.sum(axis=1),
-        ),
+        ClassCounts(messages=np.array([int((~is_spam).sum()), int(is_spam.sum())], dtype=np.int64), terms=term_count.sum(axis=1), binary_terms=doc_count.sum(axis=1)),
         vocabulary_size=len(vocabulary),
         histogram=(histogram[0], histogram[1]),
     )
@@ -569,8 +583,13 @@ def _candidate(valid_y: BoolArray, odds: FloatArray, setting: _Setting, config: 
     d = config.decision
     bounds = nb.thresholds_from_loss(d.cost_ham_as_spam, d.cost_spam_as_ham, d.cost_unsure)
     cut = best_cutoffs(
-        valid_y, odds, cost_ham_as_spam=d.cost_ham_as_spam, cost_spam_as_ham=d.cost_spam_as_ham,
-        cost_unsure=d.cost_unsure, spam_min_floor=bounds.spam_min, ham_max_ceiling=bounds.ham_max,
+        valid_y,
+        odds,
+        cost_ham_as_spam=d.cost_ham_as_spam,
+        cost_spam_as_ham=d.cost_spam_as_ham,
+        cost_unsure=d.cost_unsure,
+        spam_min_floor=bounds.spam_min,
+        ham_max_ceiling=bounds.ham_max,
     )
     verdict_spam = odds > cut.spam_min
     verdict_ham = odds <= cut.ham_max
@@ -599,14 +618,7 @@ def _candidate(valid_y: BoolArray, odds: FloatArray, setting: _Setting, config: 
 
 
 def _cut_options(
-    spam_below: IntArray,
-    ham_below: IntArray,
-    ham_ok: BoolArray,
-    spam_ok: BoolArray,
-    *,
-    cost_ham_as_spam: float,
-    cost_spam_as_ham: float,
-    cost_unsure: float,
+    spam_below: IntArray, ham_below: IntArray, ham_ok: BoolArray, spam_ok: BoolArray, *, cost_ham_as_spam: float, cost_spam_as_ham: float, cost_unsure: float
 ) -> list[tuple[float, int, int]]:
     """(loss, i1, i2) for each allowed spam cut i2 with the best ham cut
     i1 <= i2 (a running minimum of the ham cut's bracket; see

@@ -72,10 +72,7 @@ def count_matrix(docs: Sequence[Mapping[str, int]], vocabulary: Vocabulary, *, b
                 indices.append(column)
                 data.append(1 if binary else n)
         indptr[i + 1] = len(indices)
-    return sp.csr_matrix(
-        (np.asarray(data, dtype=np.float64), np.asarray(indices, dtype=np.int64), indptr),
-        shape=(len(docs), len(vocabulary)),
-    )
+    return sp.csr_matrix((np.asarray(data, dtype=np.float64), np.asarray(indices, dtype=np.int64), indptr), shape=(len(docs), len(vocabulary)))
 
 
 def indexed_matrix(

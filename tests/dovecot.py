@@ -221,16 +221,7 @@ class Dovecot:
 
     host: str = "127.0.0.1"
 
-    def __init__(
-        self,
-        workdir: Path,
-        port: int,
-        tls_port: int,
-        mail_uid: int,
-        mail_gid: int,
-        remove_workdir: bool,
-        extra_config: str = "",
-    ) -> None:
+    def __init__(self, workdir: Path, port: int, tls_port: int, mail_uid: int, mail_gid: int, remove_workdir: bool, extra_config: str = "") -> None:
         self.workdir = workdir
         self.port = port
         self.tls_port = tls_port
@@ -310,18 +301,27 @@ class Dovecot:
         for directory in [self.workdir, *self.workdir.parents]:
             mode = directory.stat().st_mode
             if not mode & 0o001:
-                raise RuntimeError(
-                    f"{directory} is not traversable by uid {self.mail_uid}; "
-                    "start Dovecot without a workdir to use a fresh /tmp directory"
-                )
+                raise RuntimeError(f"{directory} is not traversable by uid {self.mail_uid}; start Dovecot without a workdir to use a fresh /tmp directory")
 
     def _prepare(self) -> None:
         subprocess.run(
             [
-                "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes",
-                "-keyout", str(self.key_file), "-out", str(self.ca_file),
-                "-days", "2", "-subj", "/CN=localhost",
-                "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+                "openssl",
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-keyout",
+                str(self.key_file),
+                "-out",
+                str(self.ca_file),
+                "-days",
+                "2",
+                "-subj",
+                "/CN=localhost",
+                "-addext",
+                "subjectAltName=DNS:localhost,IP:127.0.0.1",
             ],
             check=True,
             capture_output=True,
@@ -367,17 +367,10 @@ class Dovecot:
         output_path = self.workdir / "dovecot-start.out"
         with output_path.open("wb") as output:
             result = subprocess.run(
-                [str(DOVECOT_BINARY), "-c", str(self.config_path)],
-                stdin=subprocess.DEVNULL,
-                stdout=output,
-                stderr=subprocess.STDOUT,
-                timeout=START_TIMEOUT,
+                [str(DOVECOT_BINARY), "-c", str(self.config_path)], stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT, timeout=START_TIMEOUT
             )
         if result.returncode != 0:
-            raise RuntimeError(
-                f"dovecot failed to start (exit {result.returncode}):\n"
-                f"{output_path.read_text(errors='replace')}\n{self.log_tail()}"
-            )
+            raise RuntimeError(f"dovecot failed to start (exit {result.returncode}):\n{output_path.read_text(errors='replace')}\n{self.log_tail()}")
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
             if self._pid is None and self.pid_path.is_file():
@@ -389,10 +382,7 @@ class Dovecot:
             if self._pid is not None and not _process_alive(self._pid):
                 break
             time.sleep(0.05)
-        raise RuntimeError(
-            f"dovecot did not accept connections on {self.host}:{self.port} "
-            f"within {START_TIMEOUT:.0f} s:\n{self.log_tail()}"
-        )
+        raise RuntimeError(f"dovecot did not accept connections on {self.host}:{self.port} within {START_TIMEOUT:.0f} s:\n{self.log_tail()}")
 
     def log_tail(self, lines: int = 40) -> str:
         """The last ``lines`` lines of the Dovecot log ("" if there is none)."""
@@ -422,12 +412,7 @@ class Dovecot:
     def __enter__(self) -> Dovecot:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.stop()
 
     # -- users -------------------------------------------------------------
@@ -481,13 +466,7 @@ class Dovecot:
             raise
         return imap
 
-    def append(
-        self,
-        user: ImapUser,
-        folder: str,
-        messages: Sequence[bytes],
-        flags: Sequence[str | bytes] = (),
-    ) -> None:
+    def append(self, user: ImapUser, folder: str, messages: Sequence[bytes], flags: Sequence[str | bytes] = ()) -> None:
         """APPEND ``messages`` to ``folder`` (created when missing)."""
         imap = self.client(user)
         try:
@@ -498,9 +477,7 @@ class Dovecot:
         finally:
             imap.logout()
 
-    def folder_messages(
-        self, user: ImapUser, folder: str
-    ) -> list[tuple[int, bytes, tuple[bytes, ...]]]:
+    def folder_messages(self, user: ImapUser, folder: str) -> list[tuple[int, bytes, tuple[bytes, ...]]]:
         """(uid, raw message, flags) of every message in ``folder``, by uid.
 
         The folder is examined read-only, so \\Seen is not set; the
@@ -559,10 +536,7 @@ class Dovecot:
         count = 0
         chown = os.geteuid() == 0
         for message in messages:
-            name = (
-                f"{stamp}.M{next(self._maildir_seq)}P{pid}R{prefix}"
-                f".spamfilter-test,S={len(message)}"
-            )
+            name = f"{stamp}.M{next(self._maildir_seq)}P{pid}R{prefix}.spamfilter-test,S={len(message)}"
             tmp_path = tmp_dir / name
             fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             try:

@@ -20,8 +20,11 @@ TRAIN = [({0, 1}, 0), ({1, 2}, 0), ({0, 2}, 1), ({0, 1, 2}, 1)]
 def counts(train: list[tuple[set[int], int]], parents: list[int], v: int) -> dict[str, np.ndarray]:
     """D[c], N[c] (distinct tokens), D[c,j], D[c,p], N[c,p] and D[c,p,j], by loops."""
     out = {
-        "D": np.zeros(2, dtype=np.int64), "N": np.zeros(2, dtype=np.int64), "Dj": np.zeros((2, v), dtype=np.int64),
-        "Dp": np.zeros((2, len(parents)), dtype=np.int64), "Np": np.zeros((2, len(parents)), dtype=np.int64),
+        "D": np.zeros(2, dtype=np.int64),
+        "N": np.zeros(2, dtype=np.int64),
+        "Dj": np.zeros((2, v), dtype=np.int64),
+        "Dp": np.zeros((2, len(parents)), dtype=np.int64),
+        "Np": np.zeros((2, len(parents)), dtype=np.int64),
         "Dpj": np.zeros((2, len(parents), v), dtype=np.int64),
     }
     for x, c in train:
@@ -38,13 +41,16 @@ def counts(train: list[tuple[set[int], int]], parents: list[int], v: int) -> dic
     return out
 
 
-def vectorised(train: list[tuple[set[int], int]], parents: list[int], tests: list[set[int]], v: int,
-               alpha: float, tempering: float, min_support: int, child: set[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+def vectorised(
+    train: list[tuple[set[int], int]], parents: list[int], tests: list[set[int]], v: int, alpha: float, tempering: float, min_support: int, child: set[int] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     k = counts(train, parents, v)
     cols = sorted(set().union(*tests))
     X = sp.csr_matrix(np.array([[1.0 if j in x else 0.0 for j in cols] for x in tests]))
     pairs = aode.PairCounts(
-        k["Dp"], k["Np"], (sp.csr_matrix(k["Dpj"][0][:, cols]), sp.csr_matrix(k["Dpj"][1][:, cols])),
+        k["Dp"],
+        k["Np"],
+        (sp.csr_matrix(k["Dpj"][0][:, cols]), sp.csr_matrix(k["Dpj"][1][:, cols])),
         np.array([cols.index(p) if p in cols else -1 for p in parents], dtype=np.int64),
         np.array([child is None or j in child for j in cols], dtype=bool),
     )
@@ -91,14 +97,16 @@ def test_support_threshold_leaves_out_parent_values_seen_too_rarely() -> None:
     assert jll[2] == pytest.approx(np.log([float(F(2, 8) * F(1, 3)), float(F(3, 8) * F(3, 5))]), abs=1e-12)
 
 
-def loop_log_likelihood(train: list[tuple[set[int], int]], parents: list[int], x: set[int], v: int, alpha: float,
-                        tempering: float, min_support: int, child: set[int]) -> list[float]:
+def loop_log_likelihood(
+    train: list[tuple[set[int], int]], parents: list[int], x: set[int], v: int, alpha: float, tempering: float, min_support: int, child: set[int]
+) -> list[float]:
     """The module docstring's formulas term by term."""
     k = counts(train, parents, v)
     total = k["D"].sum()
     tau = len(x) ** -tempering
     out = []
     for c in (0, 1):
+
         def naive(j: int) -> float:
             return math.log((k["Dj"][c, j] + alpha) / (k["N"][c] + alpha * v))
 
@@ -108,18 +116,12 @@ def loop_log_likelihood(train: list[tuple[set[int], int]], parents: list[int], x
                 if k["Dp"][:, i].sum() < min_support:
                     continue
                 prior = math.log((k["Dp"][c, i] + alpha) / (total + 4 * alpha))
-                children = sum(
-                    math.log((k["Dpj"][c, i, j] + alpha) / (k["Np"][c, i] - k["Dp"][c, i] + alpha * (v - 1))) if j in child else naive(j)
-                    for j in x if j != p
-                )
+                children = sum(math.log((k["Dpj"][c, i, j] + alpha) / (k["Np"][c, i] - k["Dp"][c, i] + alpha * (v - 1))) if j in child else naive(j) for j in x if j != p)
             else:
                 if total - k["Dp"][:, i].sum() < min_support:
                     continue
                 prior = math.log((k["D"][c] - k["Dp"][c, i] + alpha) / (total + 4 * alpha))
-                children = sum(
-                    math.log((k["Dj"][c, j] - k["Dpj"][c, i, j] + alpha) / (k["N"][c] - k["Np"][c, i] + alpha * v)) if j in child else naive(j)
-                    for j in x
-                )
+                children = sum(math.log((k["Dj"][c, j] - k["Dpj"][c, i, j] + alpha) / (k["N"][c] - k["Np"][c, i] + alpha * v)) if j in child else naive(j) for j in x)
             terms.append(prior + tau * children)
         out.append(float(logsumexp(terms) - math.log(len(terms))))
     return out
@@ -141,8 +143,11 @@ def test_matches_the_formulas_term_by_term_with_tempering_and_children() -> None
 def test_no_parents_means_no_row_is_covered() -> None:
     X = sp.csr_matrix(np.ones((2, 3)))
     pairs = aode.PairCounts(
-        np.zeros((2, 0), dtype=np.int64), np.zeros((2, 0), dtype=np.int64),
-        (sp.csr_matrix((0, 3)), sp.csr_matrix((0, 3))), np.zeros(0, dtype=np.int64), np.ones(3, dtype=bool),
+        np.zeros((2, 0), dtype=np.int64),
+        np.zeros((2, 0), dtype=np.int64),
+        (sp.csr_matrix((0, 3)), sp.csr_matrix((0, 3))),
+        np.zeros(0, dtype=np.int64),
+        np.ones(3, dtype=bool),
     )
     classes = ClassCounts(np.array([2, 2]), np.array([4, 5]), np.array([4, 5]))
     jll, covered = aode.joint_log_likelihood(X, np.ones((2, 3), dtype=np.int64), classes, 3, pairs, 1.0, 0.0, 1)

@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 
 from spamfilter import model
+from spamfilter.analysis import Analysed as _Analysed
 from spamfilter.cache import CountCache, ModelView
 from spamfilter.config import Config
 from spamfilter.counts import ClassCounts, TokenCounts, Totals
-from spamfilter.analysis import Analysed as _Analysed
 from spamfilter.mail import MailItem, read_index
-from spamfilter.tokenizer import is_header_line
 from spamfilter.service import Filter, Refusal, Verdict
 from spamfilter.store import StoreTransaction
+from spamfilter.tokenizer import is_header_line
 from spamfilter.vectorizer import Vocabulary, batch_vocabulary, count_matrix, term_counts
 
 pytestmark = pytest.mark.corpus
@@ -94,9 +94,7 @@ def test_cached_scores_are_bit_identical_to_reading_every_count(
         assert got == reference_odds(f, probe)
 
 
-def test_a_second_pass_reads_only_the_tokens_the_model_lacks(
-    tmp_path: Path, stream: list[tuple[bool, MailItem]], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_second_pass_reads_only_the_tokens_the_model_lacks(tmp_path: Path, stream: list[tuple[bool, MailItem]], monkeypatch: pytest.MonkeyPatch) -> None:
     config = replace(Config(), store=replace(Config().store, batch_size=40))
     with Filter.open(config, f"sqlite:///{tmp_path / 'c.db'}") as f:
         f.train(stream[:300])
@@ -131,9 +129,7 @@ def test_training_by_another_process_drops_the_copy(tmp_path: Path, stream: list
 
 
 @pytest.mark.parametrize("event_model", EVENT_MODELS)
-def test_online_learning_keeps_the_copy_exact(
-    tmp_path: Path, stream: list[tuple[bool, MailItem]], event_model: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_online_learning_keeps_the_copy_exact(tmp_path: Path, stream: list[tuple[bool, MailItem]], event_model: str, monkeypatch: pytest.MonkeyPatch) -> None:
     config = config_for(event_model)
     with Filter.open(config, f"sqlite:///{tmp_path / 'a.db'}") as cached, Filter.open(config, f"sqlite:///{tmp_path / 'b.db'}") as cold:
         cached.train(stream[:60])

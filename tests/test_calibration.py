@@ -15,7 +15,6 @@ from spamfilter.cli import app
 from spamfilter.config import Config
 from spamfilter.mail import read_index
 from spamfilter.service import Filter, Verdict
-
 from tests.test_evaluate import index  # noqa: F401  (the sample index fixture)
 
 
@@ -60,7 +59,9 @@ def test_reliability_bins_cover_every_message_once_and_ece_weighs_them() -> None
 
 def test_split_protocol_equals_train_then_classify_by_hand(index: Path) -> None:  # noqa: F811
     stream = list(read_index(str(index)))
-    result = CliRunner().invoke(app, ["evaluate", "--index", str(index), "--protocol", "split", "--head", "40", "--format", "json", "--out", str(index.parent / "split.tsv")])
+    result = CliRunner().invoke(
+        app, ["evaluate", "--index", str(index), "--protocol", "split", "--head", "40", "--format", "json", "--out", str(index.parent / "split.tsv")]
+    )
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
     with Filter.open(Config(), "sqlite://") as f:

@@ -132,7 +132,9 @@ def test_filter_adds_headers_and_exits_with_the_verdict(runner: CliRunner, train
     assert out.count(b"X-Spam-Status:") == 1
     assert b"X-Spam-Status: Yes, verdict=spam score=" in out
     # Only the filter's own fields were touched: the rest is byte-identical.
-    assert out.replace(out[out.index(b"X-Spam-Status: Yes") : out.index(b"X-Spam-Flag: YES\n") + 17], b"") == spam.replace(b"X-Spam-Status: No, forged by the sender\n", b"")
+    assert out.replace(out[out.index(b"X-Spam-Status: Yes") : out.index(b"X-Spam-Flag: YES\n") + 17], b"") == spam.replace(
+        b"X-Spam-Status: No, forged by the sender\n", b""
+    )
 
     ham = _first_message(sample / "inbox.mbox", ham_n)
     result = runner.invoke(app, ["--db", trained, "filter"], input=ham)
@@ -173,13 +175,7 @@ def test_classify_goes_on_past_an_unreadable_message_and_exits_65(runner: CliRun
 
 @pytest.mark.parametrize(
     ("args", "code"),
-    [
-        (["classify", "/no/such/file"], 66),
-        (["classify", "--no-such-option", "x"], 64),
-        (["classify"], 64),
-        (["train"], 64),
-        (["mark", "maybe", "x"], 64),
-    ],
+    [(["classify", "/no/such/file"], 66), (["classify", "--no-such-option", "x"], 64), (["classify"], 64), (["train"], 64), (["mark", "maybe", "x"], 64)],
 )
 def test_errors_exit_with_documented_codes_and_one_line(runner: CliRunner, db_url: str, args: list[str], code: int) -> None:
     result = runner.invoke(app, ["--db", db_url, *args])

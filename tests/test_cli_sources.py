@@ -84,10 +84,7 @@ def test_train_takes_several_sources_after_each_label(runner: CliRunner, db_url:
     for n, item in enumerate(items):
         files.append(tmp_path / f"s{n}.eml")
         files[-1].write_bytes(item.raw)
-    result = runner.invoke(
-        app,
-        ["--db", db_url, "train", "--spam", str(files[0]), str(files[1]), "--ham", str(sample / "train-ham.mbox"), "--spam", str(files[2])],
-    )
+    result = runner.invoke(app, ["--db", db_url, "train", "--spam", str(files[0]), str(files[1]), "--ham", str(sample / "train-ham.mbox"), "--spam", str(files[2])])
     assert result.exit_code == 0, result.output
     assert result.stdout.strip() == "trained 3 spam, 60 ham"
     s = stats(runner, db_url)
@@ -133,8 +130,7 @@ def test_a_one_message_mbox_file_is_named_by_its_path(runner: CliRunner, sample_
 
 
 @pytest.mark.parametrize(
-    "command",
-    [["stats"], ["classify", "MSG"], ["explain", "MSG"], ["top-words"], ["report", "--out", "OUT"], ["db", "check"], ["db", "export"], ["forget", "MSG"]],
+    "command", [["stats"], ["classify", "MSG"], ["explain", "MSG"], ["top-words"], ["report", "--out", "OUT"], ["db", "check"], ["db", "export"], ["forget", "MSG"]]
 )
 def test_commands_that_read_refuse_a_missing_database(runner: CliRunner, tmp_path: Path, command: list[str]) -> None:
     msg = tmp_path / "m.eml"
@@ -205,7 +201,27 @@ def test_an_empty_index_exits_66(runner: CliRunner, db_url: str, tmp_path: Path)
 
 
 def test_help_has_no_framework_artefacts(runner: CliRunner) -> None:
-    commands = ["", "train", "forget", "mark", "classify", "filter", "stats", "evaluate", "tune", "db upgrade", "db check", "db prune", "db vacuum", "db export", "db import", "imap run", "top-words", "explain", "report"]
+    commands = [
+        "",
+        "train",
+        "forget",
+        "mark",
+        "classify",
+        "filter",
+        "stats",
+        "evaluate",
+        "tune",
+        "db upgrade",
+        "db check",
+        "db prune",
+        "db vacuum",
+        "db export",
+        "db import",
+        "imap run",
+        "top-words",
+        "explain",
+        "report",
+    ]
     for command in commands:
         text = runner.invoke(app, [*command.split(), "--help"]).stdout
         assert not re.search(r"<[a-z\[\]| ]+>|\{[A-Za-z.|]+\}|\]\.\.\.\]|list\[", text), (command, text)

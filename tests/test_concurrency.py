@@ -237,9 +237,10 @@ def test_concurrent_training_loses_no_update(
     print(f"{backend}: trainers waited and tried again {waits} times")
     stats = json.loads(spamfilter(tmp_path, url, "stats", "--format", "json"))
     counts = Counter(line.split()[0] for index in message_sets for line in index.read_text().splitlines())
-    assert (stats["spam_messages"], stats["ham_messages"]) == (counts["spam"], counts["ham"]) == (
-        sum(1 for _, _, label in reference["messages"] if label == 1),
-        sum(1 for _, _, label in reference["messages"] if label == 0),
+    assert (
+        (stats["spam_messages"], stats["ham_messages"])
+        == (counts["spam"], counts["ham"])
+        == (sum(1 for _, _, label in reference["messages"] if label == 1), sum(1 for _, _, label in reference["messages"] if label == 0))
     )
     assert dump(url) == reference
     assert stats["tokens"] == len(reference["tokens"])
@@ -248,12 +249,7 @@ def test_concurrent_training_loses_no_update(
 
 @pytest.mark.parametrize(("backend", "kills"), [("sqlite", 20), ("postgresql", 6)])
 def test_killed_training_keeps_whole_batches_and_resumes(
-    backend: str,
-    kills: int,
-    all_messages: Path,
-    reference: dict[str, list[tuple[object, ...]]],
-    tmp_path: Path,
-    request: pytest.FixtureRequest,
+    backend: str, kills: int, all_messages: Path, reference: dict[str, list[tuple[object, ...]]], tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     config = small_batches(tmp_path)
     total = len(reference["messages"])

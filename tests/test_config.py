@@ -28,18 +28,9 @@ def test_defaults() -> None:
     c = Config()
     assert c.store == StoreConfig(url="", busy_timeout=30.0, batch_size=200)
     assert c.model == ModelConfig(event_model="multinomial-binary", alpha=0.1, tempering=0.55, min_evidence=0.0, max_tokens=0, token_cap=0.0)
-    assert c.decision == DecisionConfig(
-        cost_ham_as_spam=10.0, cost_spam_as_ham=1.0, cost_unsure=0.2, spam_cutoff=None, ham_cutoff=None
-    )
+    assert c.decision == DecisionConfig(cost_ham_as_spam=10.0, cost_spam_as_ham=1.0, cost_unsure=0.2, spam_cutoff=None, ham_cutoff=None)
     assert c.tokenizer == TokenizerConfig(
-        max_bytes=200_000,
-        min_word_length=3,
-        max_word_length=20,
-        bigrams=True,
-        stemmer="none",
-        header_tokens=True,
-        fold_case=True,
-        list_header_words=False,
+        max_bytes=200_000, min_word_length=3, max_word_length=20, bigrams=True, stemmer="none", header_tokens=True, fold_case=True, list_header_words=False
     )
     assert c.daemon == DaemonConfig(per_user=False)
 
@@ -59,9 +50,9 @@ def test_file_overlays_the_defaults(tmp_path: Path) -> None:
     path = tmp_path / "config.toml"
     path.write_text(
         '[model]\nevent_model = "bernoulli"\nalpha = 1\n\n'
-        '[decision]\nspam_cutoff = 0.9\nham_cutoff = 0.2\n\n'
+        "[decision]\nspam_cutoff = 0.9\nham_cutoff = 0.2\n\n"
         '[store]\nurl = "sqlite:///x.db"\nbusy_timeout = 5\n\n'
-        '[daemon]\nper_user = true\n'
+        "[daemon]\nper_user = true\n"
     )
     c = load_config(path)
     assert c.model == ModelConfig(event_model="bernoulli", alpha=1.0)

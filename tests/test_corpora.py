@@ -28,10 +28,7 @@ EXPECTED_COUNTS = {"train-ham.mbox": 60, "train-spam.mbox": 60, "inbox.mbox": 20
 SAMPLE_FILES = sorted([*EXPECTED_COUNTS, "inbox-truth.tsv"])
 SIZE_LIMIT = 200_000
 
-EXPECTED_CORPORA = {
-    "spamassassin", "csdmc2010", "spamassassin-testdata", "nazario-phishing",
-    "enron1", "enron2", "enron3", "enron4", "enron5", "enron6", "lingspam-bare",
-}
+EXPECTED_CORPORA = {"spamassassin", "csdmc2010", "spamassassin-testdata", "nazario-phishing", "enron1", "enron2", "enron3", "enron4", "enron5", "enron6", "lingspam-bare"}
 
 ENVELOPE = re.compile(rb"^From ", re.MULTILINE)
 ENVELOPE_LINE = re.compile(rb"^From [^\n]*\n", re.MULTILINE)
@@ -41,6 +38,7 @@ ENVELOPE_FORMAT = re.compile(rb"From \S+@\S+ \w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d 
 
 
 # ------------------------------------------------------------------- helpers
+
 
 def corpus_root(repo: Path = REPO) -> Path:
     """Where the tests look for the shared corpora of the repository at `repo`."""
@@ -62,8 +60,7 @@ def _missing(message: str) -> None:
 
 
 def run_script(out: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), *args],
-                          check=True, capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), *args], check=True, capture_output=True, text=True, timeout=120)
 
 
 def split_mboxrd(data: bytes) -> list[bytes]:
@@ -124,6 +121,7 @@ def make_sample() -> Iterator[ModuleType]:
 
 # ----------------------------------------------------------- sample mail set
 
+
 def test_make_sample_twice_gives_identical_bytes(tmp_path: Path) -> None:
     first, second = tmp_path / "a", tmp_path / "b"
     run_script(first)
@@ -161,8 +159,7 @@ def test_every_message_parses_and_has_the_usual_headers(sample: Path) -> None:
         for i, msg in enumerate(load_messages(sample / name), 1):
             where = f"{name} message {i}"
             assert not msg.defects, where
-            for header in ("From", "To", "Subject", "Date", "Message-ID", "MIME-Version",
-                           "Content-Type"):
+            for header in ("From", "To", "Subject", "Date", "Message-ID", "MIME-Version", "Content-Type"):
                 assert msg[header], f"{where}: no {header}"
             assert str(msg["Subject"]).strip(), where
             assert msg["Date"].datetime is not None, where
@@ -191,7 +188,7 @@ def test_mbox_entries_are_separated_by_a_blank_line(sample: Path) -> None:
         data = (sample / name).read_bytes()
         assert data.endswith(b"\n\n"), name
         starts = [m.start() for m in ENVELOPE.finditer(data)][1:]
-        assert all(data[s - 2:s] == b"\n\n" for s in starts), name
+        assert all(data[s - 2 : s] == b"\n\n" for s in starts), name
 
 
 def test_body_lines_starting_with_from_are_quoted(sample: Path) -> None:
@@ -216,8 +213,7 @@ def test_sample_exercises_the_awkward_mime_cases(sample: Path) -> None:
                     seen[label].add("alternative")
                 if part.get_content_type() == "text/html":
                     seen[label].add("html")
-                if part.get("Content-Transfer-Encoding", "").lower() == "base64" and \
-                        part.get_content_maintype() == "text":
+                if part.get("Content-Transfer-Encoding", "").lower() == "base64" and part.get_content_maintype() == "text":
                     seen[label].add("base64-text")
                 if part.get_filename():
                     seen[label].add("attachment")
@@ -230,8 +226,7 @@ def test_sample_exercises_the_awkward_mime_cases(sample: Path) -> None:
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3, 99])
-def test_sample_stays_small_for_any_seed(tmp_path: Path, make_sample: ModuleType,
-                                         seed: int) -> None:
+def test_sample_stays_small_for_any_seed(tmp_path: Path, make_sample: ModuleType, seed: int) -> None:
     summary = make_sample.write_sample(tmp_path, seed)
     assert (summary.train_ham, summary.train_spam, summary.inbox) == (60, 60, 20)
     assert sum(p.stat().st_size for p in tmp_path.iterdir()) == summary.total_bytes
@@ -257,8 +252,7 @@ def test_classes_share_vocabulary_but_stay_learnable(sample: Path) -> None:
 
     vocab = set(counts["ham"]) | set(counts["spam"])
     totals = {label: sum(c.values()) for label, c in counts.items()}
-    truth = dict(line.split("\t") for line in
-                 (sample / "inbox-truth.tsv").read_text(encoding="ascii").splitlines())
+    truth = dict(line.split("\t") for line in (sample / "inbox-truth.tsv").read_text(encoding="ascii").splitlines())
     correct = 0
     for n, msg in enumerate(load_messages(sample / "inbox.mbox"), 1):
         scores = {}
@@ -273,6 +267,7 @@ def test_classes_share_vocabulary_but_stay_learnable(sample: Path) -> None:
 
 
 # ------------------------------------------------------------------ manifest
+
 
 def load_manifest() -> dict[str, dict[str, object]]:
     with MANIFEST.open("rb") as f:

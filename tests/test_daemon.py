@@ -140,10 +140,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory, trained: tuple[str, Path]) 
     """The trained model served on a free loopback port in per-user mode (a
     user without a model of their own gets the shared one), learning
     allowed, requests over 1 MB not scanned, 3 s to send a request."""
-    d = Daemon(
-        tmp_path_factory.mktemp("log") / "serve.log", *trained,
-        "--listen", "127.0.0.1:0", "--per-user", "--allow-tell", "--max-size", "1000000", "--timeout", "3",
-    )
+    d = Daemon(tmp_path_factory.mktemp("log") / "serve.log", *trained, "--listen", "127.0.0.1:0", "--per-user", "--allow-tell", "--max-size", "1000000", "--timeout", "3")
     yield d
     assert d.stop() == 0
     assert "internal error" not in d.log()
@@ -171,7 +168,9 @@ def _check_line(v: Verdict, threshold: float) -> str:
 
 
 @pytest.mark.corpus
-def test_spamc_check_gives_classifys_verdicts_on_200_messages(daemon: Daemon, trained: tuple[str, Path], corpus: tuple[list[tuple[bool, MailItem]], list[tuple[bool, MailItem]]]) -> None:
+def test_spamc_check_gives_classifys_verdicts_on_200_messages(
+    daemon: Daemon, trained: tuple[str, Path], corpus: tuple[list[tuple[bool, MailItem]], list[tuple[bool, MailItem]]]
+) -> None:
     items = [item for _, item in corpus[1]]
     expected = _classify(trained, items)
     threshold = _threshold(trained)
@@ -187,7 +186,9 @@ def test_spamc_check_gives_classifys_verdicts_on_200_messages(daemon: Daemon, tr
 
 
 @pytest.mark.corpus
-def test_spamc_process_and_headers_write_what_filter_writes(daemon: Daemon, trained: tuple[str, Path], corpus: tuple[list[tuple[bool, MailItem]], list[tuple[bool, MailItem]]]) -> None:
+def test_spamc_process_and_headers_write_what_filter_writes(
+    daemon: Daemon, trained: tuple[str, Path], corpus: tuple[list[tuple[bool, MailItem]], list[tuple[bool, MailItem]]]
+) -> None:
     items = [item for _, item in corpus[1][:6]]
     for item, v in zip(items, _classify(trained, items)):
         expected = with_filter_headers(item.raw, filter_fields(v.verdict, v.score, v.log_odds, "multinomial-binary"))
@@ -196,8 +197,7 @@ def test_spamc_process_and_headers_write_what_filter_writes(daemon: Daemon, trai
     # And the command itself, once, writes the same bytes.
     item = items[0]
     cli = subprocess.run(
-        [sys.executable, "-m", "spamfilter", "--db", trained[0], "--config", str(trained[1]), "filter"],
-        input=item.raw, capture_output=True, timeout=HANG,
+        [sys.executable, "-m", "spamfilter", "--db", trained[0], "--config", str(trained[1]), "filter"], input=item.raw, capture_output=True, timeout=HANG
     )
     assert cli.stdout == daemon.spamc(message=item.raw).stdout
 
@@ -220,7 +220,9 @@ def test_spamc_report_and_symbols(daemon: Daemon, trained: tuple[str, Path], cor
 
 
 @pytest.mark.corpus
-def test_spamc_tell_learns_relearns_and_forgets_in_the_users_model(daemon: Daemon, trained: tuple[str, Path], corpus: tuple[list[tuple[bool, MailItem]], list[tuple[bool, MailItem]]]) -> None:
+def test_spamc_tell_learns_relearns_and_forgets_in_the_users_model(
+    daemon: Daemon, trained: tuple[str, Path], corpus: tuple[list[tuple[bool, MailItem]], list[tuple[bool, MailItem]]]
+) -> None:
     url, config = trained
     message = corpus[1][10][1].raw
 
@@ -305,8 +307,7 @@ def test_unix_socket_is_private_and_sighup_rereads_the_config(tmp_path: Path, tr
 
 def test_listening_beyond_loopback_needs_an_allow_list(tmp_path: Path, trained: tuple[str, Path]) -> None:
     r = subprocess.run(
-        [sys.executable, "-m", "spamfilter", "--db", trained[0], "--config", str(trained[1]), "serve", "--listen", "0.0.0.0:0"],
-        capture_output=True, timeout=HANG,
+        [sys.executable, "-m", "spamfilter", "--db", trained[0], "--config", str(trained[1]), "serve", "--listen", "0.0.0.0:0"], capture_output=True, timeout=HANG
     )
     assert r.returncode == 78
     assert b"--allowed-ips" in r.stderr
@@ -458,10 +459,7 @@ def test_8_concurrent_spamc_clients_with_learning_match_a_sequential_run(tmp_pat
 
 
 def _export(url: str, config: Path) -> str:
-    r = subprocess.run(
-        [sys.executable, "-m", "spamfilter", "--db", url, "--config", str(config), "db", "export", "-"],
-        capture_output=True, timeout=HANG, check=True,
-    )
+    r = subprocess.run([sys.executable, "-m", "spamfilter", "--db", url, "--config", str(config), "db", "export", "-"], capture_output=True, timeout=HANG, check=True)
     return r.stdout.decode()
 
 
@@ -489,10 +487,7 @@ def test_kill_9_during_a_stream_of_tells_leaves_whole_messages(tmp_path: Path, c
     d.proc.wait(HANG)
     stop.set()
     worker.join(HANG)
-    check = subprocess.run(
-        [sys.executable, "-m", "spamfilter", "--db", url, "--config", str(config), "db", "check"],
-        capture_output=True, timeout=HANG,
-    )
+    check = subprocess.run([sys.executable, "-m", "spamfilter", "--db", url, "--config", str(config), "db", "check"], capture_output=True, timeout=HANG)
     assert check.returncode == 0, check.stdout.decode()
     with Filter.open(load_config(config), url) as f:
         s = f.stats()
@@ -643,12 +638,17 @@ def test_random_requests_never_stop_the_daemon(daemon: Daemon) -> None:
 def _filter(trained: tuple[str, Path], message: bytes, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
         [sys.executable, "-m", "spamfilter", "--db", trained[0], "--config", str(trained[1]), "filter", *args],
-        input=message, capture_output=True, timeout=HANG, env={**os.environ, **(env or {})},
+        input=message,
+        capture_output=True,
+        timeout=HANG,
+        env={**os.environ, **(env or {})},
     )
 
 
 @pytest.mark.corpus
-def test_filter_connect_asks_the_daemon_and_falls_back_in_process(daemon: Daemon, trained: tuple[str, Path], corpus: tuple[list[tuple[bool, MailItem]], list[tuple[bool, MailItem]]]) -> None:
+def test_filter_connect_asks_the_daemon_and_falls_back_in_process(
+    daemon: Daemon, trained: tuple[str, Path], corpus: tuple[list[tuple[bool, MailItem]], list[tuple[bool, MailItem]]]
+) -> None:
     message = corpus[1][0][1].raw
     local = _filter(trained, message)
     assert local.returncode in (0, 1, 2)

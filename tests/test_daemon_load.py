@@ -133,10 +133,7 @@ def test_a_database_locked_by_another_process_holds_up_no_check(tmp_path: Path, 
 
 def test_a_stop_answers_the_clients_waiting_in_the_backlog(tmp_path: Path, corpus: Corpus) -> None:
     url, config = _fresh(tmp_path, corpus)
-    d = Daemon(
-        tmp_path / "log", url, config,
-        "--listen", "127.0.0.1:0", "--allow-tell", "--timeout", "20", "--max-connections", "2", "--processes", "1",
-    )
+    d = Daemon(tmp_path / "log", url, config, "--listen", "127.0.0.1:0", "--allow-tell", "--timeout", "20", "--max-connections", "2", "--processes", "1")
     lock = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None)
     clients: list[socket.socket] = []
     try:
@@ -181,10 +178,7 @@ def test_a_refused_client_that_sent_its_request_reads_the_refusal(tmp_path: Path
 
 def test_oversized_process_bodies_are_spooled_within_the_limit(tmp_path: Path, corpus: Corpus) -> None:
     url, config = _fresh(tmp_path, corpus)
-    d = Daemon(
-        tmp_path / "log", url, config,
-        "--listen", "127.0.0.1:0", "--max-size", "1000", "--spool-limit", "5000", "--processes", "1",
-    )
+    d = Daemon(tmp_path / "log", url, config, "--listen", "127.0.0.1:0", "--max-size", "1000", "--spool-limit", "5000", "--processes", "1")
     body = b"Subject: big\r\n\r\n" + b"z" * 2984
     try:
         first = spamd.connect(d.address, HANG)
@@ -263,9 +257,9 @@ def test_filter_connect_writes_the_message_it_read_whatever_the_server_sends(tmp
     url, config = _fresh(tmp_path, corpus)
     message = corpus[1][0][1].raw
     other = b"Subject: not yours\r\n\r\nreplaced\r\n"
-    answer = (
-        b"SPAMD/1.5 0 EX_OK\r\nContent-length: %d\r\nSpam: True ; 9.0 / 3.9\r\nVerdict: spam\r\n"
-        b"Probability: 0.999877\r\nLog-odds: +9.0000\r\n\r\n%s" % (len(other), other)
+    answer = b"SPAMD/1.5 0 EX_OK\r\nContent-length: %d\r\nSpam: True ; 9.0 / 3.9\r\nVerdict: spam\r\nProbability: 0.999877\r\nLog-odds: +9.0000\r\n\r\n%s" % (
+        len(other),
+        other,
     )
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
@@ -282,7 +276,9 @@ def test_filter_connect_writes_the_message_it_read_whatever_the_server_sends(tmp
         t.start()
         r = subprocess.run(
             [sys.executable, "-m", "spamfilter", "--db", url, "--config", str(config), "filter", "--connect", "127.0.0.1:%d" % server.getsockname()[1]],
-            input=message, capture_output=True, timeout=HANG,
+            input=message,
+            capture_output=True,
+            timeout=HANG,
         )
         t.join(HANG)
     event_model = load_config(config).model.event_model

@@ -8,29 +8,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from dovecot import DOVECOT_BINARY, Dovecot, ImapUser, _descendants, _maildir_folder_name, _process_alive, dovecot_server  # noqa: F401
 from imapclient import IMAPClient
 from imapclient.exceptions import LoginError
 
-from dovecot import (  # noqa: F401
-    DOVECOT_BINARY,
-    Dovecot,
-    ImapUser,
-    _descendants,
-    _maildir_folder_name,
-    _process_alive,
-    dovecot_server,
-)
-
 
 def _message(subject: str, body: str = "Hello.") -> bytes:
-    return (
-        f"From: sender@example.com\r\n"
-        f"To: user@example.com\r\n"
-        f"Subject: {subject}\r\n"
-        f"Message-ID: <{subject.replace(' ', '-')}@example.com>\r\n"
-        f"\r\n"
-        f"{body}\r\n"
-    ).encode()
+    return (f"From: sender@example.com\r\nTo: user@example.com\r\nSubject: {subject}\r\nMessage-ID: <{subject.replace(' ', '-')}@example.com>\r\n\r\n{body}\r\n").encode()
 
 
 @pytest.fixture(scope="module")

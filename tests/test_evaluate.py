@@ -198,8 +198,20 @@ def test_evaluate_json_never_holds_nan() -> None:
 
     rates = ErrorRates(ham_as_spam=0.0, spam_as_ham=50.0, ham_unsure=0.0, spam_unsure=0.0, accuracy=75.0)
     report = EvalReport(
-        protocol="online", messages=4, spam=2, ham=2, refused=0, trained=4, one_minus_roca=0.0, sm_at_hm01=50.0,
-        hm=0.0, sm=50.0, lam=12.5, rates=rates, classify_per_second=float("nan"), train_per_second=float("inf"),
+        protocol="online",
+        messages=4,
+        spam=2,
+        ham=2,
+        refused=0,
+        trained=4,
+        one_minus_roca=0.0,
+        sm_at_hm01=50.0,
+        hm=0.0,
+        sm=50.0,
+        lam=12.5,
+        rates=rates,
+        classify_per_second=float("nan"),
+        train_per_second=float("inf"),
         two_way_threshold=2.3,
     )
     data = json.loads(report_json(report))

@@ -60,9 +60,7 @@ def test_roc_area_depends_only_on_the_order_of_scores() -> None:
     y = np.array([1, 0, 1, 0, 1, 1, 0], dtype=bool)
     log_odds = np.array([2.0, -1.0, 0.5, 0.5, -3.0, 9.0, 1.5])
     probability = 1.0 / (1.0 + np.exp(-log_odds))
-    assert roc_area(y, probability) == roc_area(y, log_odds) == pytest.approx(
-        pairwise_auc(y.tolist(), log_odds.tolist()), rel=1e-12
-    )
+    assert roc_area(y, probability) == roc_area(y, log_odds) == pytest.approx(pairwise_auc(y.tolist(), log_odds.tolist()), rel=1e-12)
 
 
 def test_roc_area_accepts_lists_of_ints() -> None:
@@ -74,11 +72,7 @@ def test_roc_area_handles_infinite_log_odds() -> None:
     assert roc_area(y, np.array([np.inf, -np.inf, np.inf])) == 1.0
 
 
-@pytest.mark.parametrize(
-    "is_spam",
-    [[True, True, True], [False, False], []],
-    ids=["only-spam", "only-ham", "empty"],
-)
+@pytest.mark.parametrize("is_spam", [[True, True, True], [False, False], []], ids=["only-spam", "only-ham", "empty"])
 def test_roc_area_needs_both_classes(is_spam: list[bool]) -> None:
     with pytest.raises(ValueError, match="at least one spam and one ham"):
         roc_area(np.array(is_spam, dtype=bool), np.zeros(len(is_spam)))
@@ -86,9 +80,7 @@ def test_roc_area_needs_both_classes(is_spam: list[bool]) -> None:
 
 @settings(max_examples=200, deadline=None)
 @given(
-    st.lists(st.tuples(st.booleans(), st.sampled_from([-2.0, -0.5, 0.0, 0.5, 1.0, 3.0])), min_size=2, max_size=40).filter(
-        lambda pairs: len({y for y, _ in pairs}) == 2
-    )
+    st.lists(st.tuples(st.booleans(), st.sampled_from([-2.0, -0.5, 0.0, 0.5, 1.0, 3.0])), min_size=2, max_size=40).filter(lambda pairs: len({y for y, _ in pairs}) == 2)
 )
 def test_roc_area_equals_the_pairwise_definition(pairs: list[tuple[bool, float]]) -> None:
     y = [p[0] for p in pairs]

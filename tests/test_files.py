@@ -141,9 +141,7 @@ def test_folders_spamfilter_creates_are_owner_only_whatever_the_umask(sample: Pa
     spam = str(sample / "train-spam.mbox")
 
     def train(*options: str) -> None:
-        result = subprocess.run(
-            [sys.executable, "-m", "spamfilter", *options, "train", "--spam", spam], env=env, umask=0, capture_output=True, timeout=120
-        )
+        result = subprocess.run([sys.executable, "-m", "spamfilter", *options, "train", "--spam", spam], env=env, umask=0, capture_output=True, timeout=120)
         assert result.returncode == 0, result.stderr
 
     train()  # the default location, ~/.local/share/spamfilter/spamfilter.db

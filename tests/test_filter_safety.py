@@ -42,7 +42,12 @@ def spamfilter(tmp_path: Path, *args: str, stdin: bytes = MESSAGE) -> tuple[int,
     env["HOME"] = str(tmp_path)
     proc = subprocess.run(
         [sys.executable, "-c", "import sys; from spamfilter.cli import main; sys.exit(main())", *args],
-        input=stdin, capture_output=True, env=env, cwd=tmp_path, timeout=120, check=False,
+        input=stdin,
+        capture_output=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+        check=False,
     )
     return proc.returncode, proc.stdout, proc.stderr
 
@@ -73,9 +78,7 @@ def test_filter_passes_the_message_through_on_a_broken_default_config(tmp_path: 
     assert out == MESSAGE
 
 
-@pytest.mark.parametrize(
-    "args", [["filter", "--bogus"], ["--bogus", "filter"], ["filter", "extra-argument"], ["--db", "x", "--user", "u", "filter", "-z"]]
-)
+@pytest.mark.parametrize("args", [["filter", "--bogus"], ["--bogus", "filter"], ["filter", "extra-argument"], ["--db", "x", "--user", "u", "filter", "-z"]])
 def test_filter_passes_the_message_through_on_a_usage_error(tmp_path: Path, args: list[str]) -> None:
     rc, out, err = spamfilter(tmp_path, *args)
     assert rc == exitcodes.USAGE == 64, err
@@ -98,9 +101,7 @@ def test_other_commands_and_verdict_only_write_nothing_on_errors(tmp_path: Path)
         assert MESSAGE not in out, args
 
 
-def test_filter_passes_the_message_through_on_an_internal_error(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_filter_passes_the_message_through_on_an_internal_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def broken(self: Filter, items: object) -> object:
         raise RuntimeError("a bug")
 
@@ -191,25 +192,15 @@ BODY_CHANGED = (FORGED_PAST_CRLF_BLANK, CRLF_FIELD_IN_BODY)
             id="CR-only-forged-first",
         ),
         pytest.param(
-            b"From: a@example.com\rSubject: classic mac\r\rbody\r",
-            added_block(SPAM_FIELDS, b"\r") + b"From: a@example.com\rSubject: classic mac\r\rbody\r",
-            id="CR-only",
+            b"From: a@example.com\rSubject: classic mac\r\rbody\r", added_block(SPAM_FIELDS, b"\r") + b"From: a@example.com\rSubject: classic mac\r\rbody\r", id="CR-only"
         ),
-        pytest.param(
-            b"Subject: x\r\nFrom: a@b\n\nbody\n",
-            added_block(SPAM_FIELDS, b"\r\n") + b"Subject: x\r\nFrom: a@b\n\nbody\n",
-            id="LF-with-one-early-CRLF",
-        ),
+        pytest.param(b"Subject: x\r\nFrom: a@b\n\nbody\n", added_block(SPAM_FIELDS, b"\r\n") + b"Subject: x\r\nFrom: a@b\n\nbody\n", id="LF-with-one-early-CRLF"),
         pytest.param(
             b"Subject: x\r\n\r\nline\r\nbinary\n\x00\xff\nend\r\n",
             added_block(SPAM_FIELDS, b"\r\n") + b"Subject: x\r\n\r\nline\r\nbinary\n\x00\xff\nend\r\n",
             id="CRLF-with-bare-LF",
         ),
-        pytest.param(
-            b"Subject: x\r\n\nbody\r\n",
-            added_block(SPAM_FIELDS, b"\r\n") + b"Subject: x\r\n\nbody\r\n",
-            id="CRLF-then-LF-blank-line",
-        ),
+        pytest.param(b"Subject: x\r\n\nbody\r\n", added_block(SPAM_FIELDS, b"\r\n") + b"Subject: x\r\n\nbody\r\n", id="CRLF-then-LF-blank-line"),
         pytest.param(
             b"From MAILER-DAEMON Fri Jul  8 12:08:34 2011\nSubject: x\nX-Spam-Status: No\n\tfolded\nTo: b\n\nbody",
             b"From MAILER-DAEMON Fri Jul  8 12:08:34 2011\n" + added_block(SPAM_FIELDS, b"\n") + b"Subject: x\nTo: b\n\nbody",
@@ -220,29 +211,17 @@ BODY_CHANGED = (FORGED_PAST_CRLF_BLANK, CRLF_FIELD_IN_BODY)
             added_block(SPAM_FIELDS, b"\n") + b"Subject: hello\nTo: b\n\nbody\n",
             id="forged-after-bare-CR",
         ),
+        pytest.param(b"Subject: a\rX-Spam-Flag: NO\n\nbody", added_block(SPAM_FIELDS, b"\n") + b"Subject: a\n\nbody", id="forged-between-CR-and-blank-line"),
         pytest.param(
-            b"Subject: a\rX-Spam-Flag: NO\n\nbody",
-            added_block(SPAM_FIELDS, b"\n") + b"Subject: a\n\nbody",
-            id="forged-between-CR-and-blank-line",
+            b"Subject: hi\nno colon here\nX-Spam-Status: No\n\nbody\n", added_block(SPAM_FIELDS, b"\n") + b"Subject: hi\nno colon here\n\nbody\n", id="colon-less-line"
         ),
         pytest.param(
-            b"Subject: hi\nno colon here\nX-Spam-Status: No\n\nbody\n",
-            added_block(SPAM_FIELDS, b"\n") + b"Subject: hi\nno colon here\n\nbody\n",
-            id="colon-less-line",
-        ),
-        pytest.param(
-            b"Subject: hi\nX-Spam-Flag\x00: NO\n\nbody\n",
-            added_block(SPAM_FIELDS, b"\n") + b"Subject: hi\nX-Spam-Flag\x00: NO\n\nbody\n",
-            id="NUL-in-field-name",
+            b"Subject: hi\nX-Spam-Flag\x00: NO\n\nbody\n", added_block(SPAM_FIELDS, b"\n") + b"Subject: hi\nX-Spam-Flag\x00: NO\n\nbody\n", id="NUL-in-field-name"
         ),
         pytest.param(b"Subject: no body", added_block(SPAM_FIELDS, b"\n") + b"Subject: no body", id="no-line-break"),
         pytest.param(b"", added_block(SPAM_FIELDS, b"\n"), id="empty"),
-        pytest.param(
-            b"Subject: x\n\nX-Spam-Flag: NO\nbody\n", added_block(SPAM_FIELDS, b"\n") + b"Subject: x\n\nX-Spam-Flag: NO\nbody\n", id="field-in-body"
-        ),
-        pytest.param(
-            FORGED_PAST_CRLF_BLANK, added_block(SPAM_FIELDS, b"\n") + b"From: a@b\n\r\n\nbody\n", id="forged-past-CRLF-blank-line"
-        ),
+        pytest.param(b"Subject: x\n\nX-Spam-Flag: NO\nbody\n", added_block(SPAM_FIELDS, b"\n") + b"Subject: x\n\nX-Spam-Flag: NO\nbody\n", id="field-in-body"),
+        pytest.param(FORGED_PAST_CRLF_BLANK, added_block(SPAM_FIELDS, b"\n") + b"From: a@b\n\r\n\nbody\n", id="forged-past-CRLF-blank-line"),
         pytest.param(CRLF_FIELD_IN_BODY, added_block(SPAM_FIELDS, b"\r\n") + b"Subject: x\r\n\r\nbody\r\n", id="CRLF-field-in-body"),
     ],
 )
@@ -365,10 +344,7 @@ def messages(draw: st.DrawFn) -> tuple[bytes, bytes]:
     body_piece = st.one_of(TEXT, LINE_ENDS, st.just(b"X-Spam-Flag: NO")) if blank == b"\n" else st.one_of(HEADER_TEXT, LINE_ENDS)
     lines.append((blank + draw(st.lists(body_piece, max_size=8).map(b"".join)), False))
     # A line ending in CR before one starting with LF would end in CRLF.
-    lines = [
-        (line + b"\n" if line.endswith(b"\r") and lines[i + 1][0].startswith(b"\n") else line, forged)
-        for i, (line, forged) in enumerate(lines[:-1])
-    ] + lines[-1:]
+    lines = [(line + b"\n" if line.endswith(b"\r") and lines[i + 1][0].startswith(b"\n") else line, forged) for i, (line, forged) in enumerate(lines[:-1])] + lines[-1:]
     clean = b""
     for i, (line, forged) in enumerate(lines):
         if not forged:

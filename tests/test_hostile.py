@@ -43,15 +43,7 @@ from hypothesis import strategies as st
 
 from spamfilter.config import Config
 from spamfilter.errors import MailParseError
-from spamfilter.mail import (
-    MailItem,
-    NestingTooDeepDefect,
-    digest_bytes,
-    parse_message,
-    read_index,
-    read_messages,
-    with_filter_headers,
-)
+from spamfilter.mail import MailItem, NestingTooDeepDefect, digest_bytes, parse_message, read_index, read_messages, with_filter_headers
 from spamfilter.mail.identity import _filter_layout
 from spamfilter.service import Filter, Refusal, Verdict
 from spamfilter.tokenizer import Tokenizer
@@ -71,11 +63,7 @@ HANG_GUARD = 60.0
 # 150 examples per property keep the file under a minute; in 16,000 random
 # ones none took 0.5 s.
 HOSTILE = settings(
-    max_examples=150,
-    deadline=timedelta(seconds=HANG_GUARD),
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    max_examples=150, deadline=timedelta(seconds=HANG_GUARD), derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )
 
 
@@ -153,17 +141,70 @@ def test_arbitrary_bytes_after_a_header_are_tokenized(trained: Filter, raw: byte
 # Charset labels as broken mail has them: unknown, misspelt, non-text codecs
 # Python knows (rot13, zlib), encodings without a decoder, NULs, 8-bit bytes.
 BAD_CHARSETS = [
-    b"x-unknown", b"unknown-8bit", b"utf-7", b"unicode-1-1-utf-7", b"utf-16", b"utf-32-be", b"utf8", b"UTF-8",
-    b"iso-8859-1", b"iso-8859-99", b"windows-1252", b"cp65001", b"iso-2022-jp", b"hz-gb-2312", b"gb2312", b"big5",
-    b"ks_c_5601-1987", b"koi8-r", b"rot13", b"base64", b"zlib", b"bz2", b"hex", b"idna", b"punycode", b"undefined",
-    b"mbcs", b"charmap", b"unicode_escape", b"raw_unicode_escape", b"utf-8*en", b"", b"''", b'"', b"\x00",
-    b"utf-8\x00", b"\xff\xfe", b"\xc3\xa9", b"x" * 300, b"utf-8 ; charset=latin1",
+    b"x-unknown",
+    b"unknown-8bit",
+    b"utf-7",
+    b"unicode-1-1-utf-7",
+    b"utf-16",
+    b"utf-32-be",
+    b"utf8",
+    b"UTF-8",
+    b"iso-8859-1",
+    b"iso-8859-99",
+    b"windows-1252",
+    b"cp65001",
+    b"iso-2022-jp",
+    b"hz-gb-2312",
+    b"gb2312",
+    b"big5",
+    b"ks_c_5601-1987",
+    b"koi8-r",
+    b"rot13",
+    b"base64",
+    b"zlib",
+    b"bz2",
+    b"hex",
+    b"idna",
+    b"punycode",
+    b"undefined",
+    b"mbcs",
+    b"charmap",
+    b"unicode_escape",
+    b"raw_unicode_escape",
+    b"utf-8*en",
+    b"",
+    b"''",
+    b'"',
+    b"\x00",
+    b"utf-8\x00",
+    b"\xff\xfe",
+    b"\xc3\xa9",
+    b"x" * 300,
+    b"utf-8 ; charset=latin1",
 ]
 
 HEADER_NAMES = [
-    b"Subject", b"From", b"To", b"Cc", b"Reply-To", b"Received", b"Message-ID", b"X-Mailer", b"User-Agent",
-    b"Content-Type", b"Content-Transfer-Encoding", b"Content-Disposition", b"MIME-Version", b"Date",
-    b"X-Spam-Flag", b"DKIM-Signature", b"subject", b"FROM", b"X-\xe9t\xe9", b"X-\xff\xfe", b"X-Header\x00",
+    b"Subject",
+    b"From",
+    b"To",
+    b"Cc",
+    b"Reply-To",
+    b"Received",
+    b"Message-ID",
+    b"X-Mailer",
+    b"User-Agent",
+    b"Content-Type",
+    b"Content-Transfer-Encoding",
+    b"Content-Disposition",
+    b"MIME-Version",
+    b"Date",
+    b"X-Spam-Flag",
+    b"DKIM-Signature",
+    b"subject",
+    b"FROM",
+    b"X-\xe9t\xe9",
+    b"X-\xff\xfe",
+    b"X-Header\x00",
 ]
 
 
@@ -190,11 +231,30 @@ HEADER_VALUE_PIECE = st.one_of(
     st.text(max_size=30).map(lambda t: t.encode("utf-8")),
     st.text(max_size=30).map(lambda t: t.encode("latin-1", "replace")),
     st.binary(max_size=30),  # 8-bit bytes, invalid UTF-8, NULs, CRs
-    st.sampled_from([
-        b" ", b"\n\t", b"\r\n ", b"\n ", b"<a@b.example>", b'"Name" <x@y.example>', b"(comment (nested))",
-        b"undisclosed-recipients:;", b"@", b"<", b'"', b"\\", b"; charset=", b"; boundary=", b"multipart/mixed",
-        b"text/html", b"base64", b"from mx.example.com ([10.1.2.3]) by a.b.example", b"\x00", b"\xe9t\xe9",
-    ]),
+    st.sampled_from(
+        [
+            b" ",
+            b"\n\t",
+            b"\r\n ",
+            b"\n ",
+            b"<a@b.example>",
+            b'"Name" <x@y.example>',
+            b"(comment (nested))",
+            b"undisclosed-recipients:;",
+            b"@",
+            b"<",
+            b'"',
+            b"\\",
+            b"; charset=",
+            b"; boundary=",
+            b"multipart/mixed",
+            b"text/html",
+            b"base64",
+            b"from mx.example.com ([10.1.2.3]) by a.b.example",
+            b"\x00",
+            b"\xe9t\xe9",
+        ]
+    ),
 )
 
 
@@ -221,18 +281,36 @@ def test_random_header_blocks_are_tokenized_or_refused(trained: Filter, raw: byt
 # -- MIME trees --------------------------------------------------------------
 
 CONTENT_TYPES = [
-    b"text/plain", b"text/html", b"TEXT/HTML", b"text/x-weird", b"application/octet-stream", b"image/gif",
-    b"message/rfc822", b"multipart/mixed", b"", b"text", b"/", b"text/plain/extra", b"\xe9/\xe8",
+    b"text/plain",
+    b"text/html",
+    b"TEXT/HTML",
+    b"text/x-weird",
+    b"application/octet-stream",
+    b"image/gif",
+    b"message/rfc822",
+    b"multipart/mixed",
+    b"",
+    b"text",
+    b"/",
+    b"text/plain/extra",
+    b"\xe9/\xe8",
 ]
 TRANSFER_ENCODINGS = [None, b"base64", b"quoted-printable", b"7bit", b"8bit", b"binary", b"x-uuencode", b"BASE64 ", b"bogus"]
 BODIES = st.one_of(
     st.text(max_size=200).map(lambda t: t.encode("utf-8")),
     st.binary(max_size=200),
-    st.sampled_from([
-        b"<html><body><a href=\"http://spam.example/x\">click</a><img src=x></body></html>",
-        b"caf\xe9 cr\xe8me", b"\x00\x00\x00", b"<!-- unclosed", b"<script>alert(1)", b"&#99999999999; &amp &#x110000;",
-        b"Visit www.example.com or mail me@example.org", "Привет мир 免费发票".encode(),
-    ]),
+    st.sampled_from(
+        [
+            b'<html><body><a href="http://spam.example/x">click</a><img src=x></body></html>',
+            b"caf\xe9 cr\xe8me",
+            b"\x00\x00\x00",
+            b"<!-- unclosed",
+            b"<script>alert(1)",
+            b"&#99999999999; &amp &#x110000;",
+            b"Visit www.example.com or mail me@example.org",
+            "Привет мир 免费发票".encode(),
+        ]
+    ),
 )
 
 
@@ -309,7 +387,7 @@ def render(node: Leaf | Multipart, parent_boundary: bytes = b"B") -> bytes:
         body = encode_body(node.body, node.actual_encoding)
         return head + b"\n" + body[: max(len(body) - node.cut, 0)] + b"\n"
     boundary = parent_boundary if node.shape == "inner" else node.boundary
-    out = [b'Content-Type: multipart/' + node.subtype + b'; boundary="' + boundary + b'"\n\n' + node.preamble]
+    out = [b"Content-Type: multipart/" + node.subtype + b'; boundary="' + boundary + b'"\n\n' + node.preamble]
     for child in node.children:
         delimiter = b"--" + boundary + b"\n"
         if node.shape != "none":
@@ -386,9 +464,7 @@ def mutated(draw: st.DrawFn, raw: bytes) -> bytes:
 
 @HOSTILE
 @given(data=st.data())
-def test_mutated_corpus_messages_are_tokenized_or_refused(
-    trained: Filter, corpus_sample: list[MailItem], data: st.DataObject
-) -> None:
+def test_mutated_corpus_messages_are_tokenized_or_refused(trained: Filter, corpus_sample: list[MailItem], data: st.DataObject) -> None:
     item = corpus_sample[data.draw(st.integers(0, len(corpus_sample) - 1), label="message")]
     raw = data.draw(mutated(item.raw), label="mutated")
     check(trained, raw, item.source)
@@ -399,8 +475,26 @@ def test_mutated_corpus_messages_are_tokenized_or_refused(
 # is never copied whole; the digest must not depend on where pieces split.
 
 LINE_PIECES = st.sampled_from(
-    [b"\r", b"\n", b"\r\n", b"\n\n", b"\r\n\r\n", b" ", b"\t", b"\x0b", b"\x0c", b"From ", b"X-Spam-Flag",
-     b"x-spam-score: 1", b"X-Spam-Status", b":", b"a", b"\x00", b"\xff", b"Subject: x"]
+    [
+        b"\r",
+        b"\n",
+        b"\r\n",
+        b"\n\n",
+        b"\r\n\r\n",
+        b" ",
+        b"\t",
+        b"\x0b",
+        b"\x0c",
+        b"From ",
+        b"X-Spam-Flag",
+        b"x-spam-score: 1",
+        b"X-Spam-Status",
+        b":",
+        b"a",
+        b"\x00",
+        b"\xff",
+        b"Subject: x",
+    ]
 )
 VERDICT_FIELDS = [("X-Spam-Status", "Yes, verdict=spam"), ("X-Spam-Score", "0.999"), ("X-Spam-Flag", "YES")]
 
@@ -455,8 +549,7 @@ def base64_attachment(size: int) -> bytes:
     return (
         HEAD + b'Content-Type: multipart/mixed; boundary="B"\n\n'
         b"--B\nContent-Type: text/plain\n\nsee the attachment\n"
-        b'--B\nContent-Type: application/octet-stream; name="big.bin"\nContent-Transfer-Encoding: base64\n\n'
-        + line * (size // len(line)) + b"--B--\n"
+        b'--B\nContent-Type: application/octet-stream; name="big.bin"\nContent-Transfer-Encoding: base64\n\n' + line * (size // len(line)) + b"--B--\n"
     )
 
 
@@ -510,7 +603,7 @@ EXTREMES: list[tuple[str, Callable[[], bytes]]] = [
     ("text: 5 MB of 'a@'", lambda: plain(b"a@" * (FIVE_MB // 2))),
     ("text: 5 MB of '1.'", lambda: plain(b"1." * (FIVE_MB // 2))),
     ("text: 5 MB of '$1,'", lambda: plain(b"$1," * (FIVE_MB // 3))),
-    ("text: 5 MB of \"a'\"", lambda: plain(b"a" + b"'" * FIVE_MB)),
+    ('text: 5 MB of "a\'"', lambda: plain(b"a" + b"'" * FIVE_MB)),
     ("text: 5 MB of 'a-'", lambda: plain(b"a-" * (FIVE_MB // 2))),
     ("text: 5 MB of NUL bytes", lambda: plain(b"\x00" * FIVE_MB)),
     ("100,000 headers", lambda: header_block(100_000) + b"\nbody\n"),
@@ -525,7 +618,7 @@ EXTREMES: list[tuple[str, Callable[[], bytes]]] = [
     ("Content-Type of 5 MB of parameters", lambda: b"Content-Type: text/plain; " + b'a="' + b";" * FIVE_MB + b"\n\nbody\n"),
     ("folded header of 5 MB", lambda: b"Subject: a\n" + b" a\n" * (FIVE_MB // 3) + b"\nbody\n"),
     ("NUL bytes everywhere", lambda: bytes(b for c in html(b"<a href=http://x.example>hello</a>") for b in (c, 0))),
-    ("NUL bytes in every header", lambda: b"Sub\x00ject: a\x00b\nFrom: \x00<a@\x00b>\nContent-Type: text/pl\x00ain; charset=\"ut\x00f-8\"\n\nx\x00y\n"),
+    ("NUL bytes in every header", lambda: b'Sub\x00ject: a\x00b\nFrom: \x00<a@\x00b>\nContent-Type: text/pl\x00ain; charset="ut\x00f-8"\n\nx\x00y\n'),
     ("8-bit headers in latin-1", lambda: "From: José Müller <jose@b.example>\nSubject: Café crème à volonté\n\nbody\n".encode("latin-1")),
     ("8-bit headers in invalid UTF-8", lambda: b"From: \xc3\x28 <a@b.example>\nSubject: \xff\xfe\xc3 \xe2\x82 \xf0\x9f\n\nbody\n"),
     ("8-bit header line of 5 MB", lambda: b"Subject: " + b"caf\xe9 \xc3\x28 " * (FIVE_MB // 10) + b"\n\nbody\n"),
@@ -533,7 +626,7 @@ EXTREMES: list[tuple[str, Callable[[], bytes]]] = [
     ("charset utf-7", lambda: HEAD + b"Content-Type: text/plain; charset=utf-7\n\n+AGEAYgBj- +" + b"+" * 10_000 + b"\n"),
     ("charset utf-7 in an encoded word", lambda: b"Subject: =?utf-7?b?" + b"K" * 100_000 + b"?=\n\nbody\n"),
     ("charset name of 8,000 characters", lambda: HEAD + b"Content-Type: text/plain; charset=" + b"x" * 8000 + b"\n\nhello\n"),
-    ("charset name of 100,000 characters", lambda: HEAD + b"Content-Type: text/html; charset=\"" + b"y" * 100_000 + b"\"\n\n<b>hello</b>\n"),
+    ("charset name of 100,000 characters", lambda: HEAD + b'Content-Type: text/html; charset="' + b"y" * 100_000 + b'"\n\n<b>hello</b>\n'),
     ("base64 cut to 4n+1 characters", lambda: encoded(b"base64", b"aGVsbG8gd29ybGQh" + b"Y")),
     ("base64 cut to 4n+2 characters", lambda: encoded(b"base64", b"aGVsbG8gd29ybGQhYW")),
     ("base64 cut to 4n+3 characters", lambda: encoded(b"base64", b"aGVsbG8gd29ybGQhYWJ")),
@@ -585,7 +678,7 @@ MEMORY_BOUND = 100 * MAX_BYTES
 
 @pytest.mark.parametrize(
     "make",
-    [lambda: base64_attachment(50 * MB), lambda: b"x" * (10 * MB), lambda: (b"Subject: x\r\n\r\n" + b"word\r\n" * (2 * MB))],
+    [lambda: base64_attachment(50 * MB), lambda: b"x" * (10 * MB), lambda: b"Subject: x\r\n\r\n" + b"word\r\n" * (2 * MB)],
     ids=["50 MB base64 attachment", "10 MB line, no newline", "12 MB of CRLF lines"],
 )
 def test_memory_per_message_does_not_grow_with_its_size(trained: Filter, make: Callable[[], bytes]) -> None:
@@ -665,7 +758,11 @@ def start(tmp_path: Path, *args: str) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPAMFILTER_")}
     return subprocess.Popen(
         [sys.executable, "-m", "spamfilter", "--config", str(config), "--db", db, *args],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        cwd=REPO,
     )
 
 
@@ -682,9 +779,7 @@ def stats(tmp_path: Path) -> dict[str, object]:
     return result
 
 
-def test_cli_classify_and_filter_survive_a_folder_of_broken_mail(
-    tmp_path: Path, training: list[tuple[bool, MailItem]], corpus_sample: list[MailItem]
-) -> None:
+def test_cli_classify_and_filter_survive_a_folder_of_broken_mail(tmp_path: Path, training: list[tuple[bool, MailItem]], corpus_sample: list[MailItem]) -> None:
     spam = [a for is_spam, item in training if is_spam for a in ("--spam", item.source)]
     ham = [a for is_spam, item in training if not is_spam for a in ("--ham", item.source)]
     code, _, err = finish(start(tmp_path, "train", *spam, *ham))

@@ -318,9 +318,16 @@ def _items(messages: list[bytes]) -> list[object]:
 
 def write_config(path: Path, server: Dovecot, user: ImapUser, **overrides: object) -> Path:
     table: dict[str, object] = {
-        "host": server.host, "port": server.port, "security": "starttls", "ca_file": str(server.ca_file),
-        "username": user.name, "password_env": PASSWORD_ENV, "train_spam_folder": "Train/Spam",
-        "train_ham_folder": "Train/Ham", "chunk_size": 20, "retries": 0,
+        "host": server.host,
+        "port": server.port,
+        "security": "starttls",
+        "ca_file": str(server.ca_file),
+        "username": user.name,
+        "password_env": PASSWORD_ENV,
+        "train_spam_folder": "Train/Spam",
+        "train_ham_folder": "Train/Ham",
+        "chunk_size": 20,
+        "retries": 0,
     }
     table.update(overrides)
     lines = ["[imap.test]"] + [f"{k} = {_toml(v)}" for k, v in table.items()]
@@ -452,7 +459,9 @@ def test_killed_runs_end_like_one_clean_run(dovecot_server: Dovecot, sample: Sam
         sa, sb = a.stats(), b.stats()
     assert (sa.spam_messages, sa.ham_messages, sa.tokens) == (sb.spam_messages, sb.ham_messages, sb.tokens)
     # And a further run does nothing.
-    done = subprocess.run(spamfilter_cmd(killed_cfg, killed_db, "--format", "json"), env=env_with(killed_user.password), check=True, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        spamfilter_cmd(killed_cfg, killed_db, "--format", "json"), env=env_with(killed_user.password), check=True, capture_output=True, text=True, timeout=300
+    )
     assert '"classified": 0' in done.stdout and '"moved": 0' in done.stdout and '"trained_spam": 0' in done.stdout
 
 

@@ -193,9 +193,7 @@ SETTINGS = [
 @pytest.mark.parametrize("header_apart", [False, True], ids=["joint", "header-apart"])
 @pytest.mark.parametrize("settings", SETTINGS, ids=lambda s: ",".join(f"{k}={v:g}" for k, v in s.items()))
 @pytest.mark.parametrize("event_model", EVENT_MODELS)
-def test_explanation_adds_up_to_the_classifiers_log_odds(
-    sample_filter: Filter, sample: Path, event_model: str, settings: dict[str, float], header_apart: bool
-) -> None:
+def test_explanation_adds_up_to_the_classifiers_log_odds(sample_filter: Filter, sample: Path, event_model: str, settings: dict[str, float], header_apart: bool) -> None:
     config = sample_filter.config
     model_config = replace(config.model, event_model=event_model, header_apart=header_apart, **settings)  # type: ignore[arg-type]
     f = Filter(sample_filter.store, replace(config, model=model_config))

@@ -30,10 +30,9 @@ def stream(corpora_dir: Path) -> list[tuple[bool, MailItem]]:
 
 def tables(f: Filter) -> dict[str, list[tuple[object, ...]]]:
     with f.store.engine.connect() as conn:
-        return {
-            name: [tuple(r) for r in conn.execute(sa.text(f"SELECT * FROM {name} ORDER BY 1, 2, 3"))]
-            for name in ("tokens", "class_totals", "doc_histogram")
-        } | {"messages": [tuple(r) for r in conn.execute(sa.text("SELECT digest, label, token_counts FROM messages ORDER BY 1"))]}
+        return {name: [tuple(r) for r in conn.execute(sa.text(f"SELECT * FROM {name} ORDER BY 1, 2, 3"))] for name in ("tokens", "class_totals", "doc_histogram")} | {
+            "messages": [tuple(r) for r in conn.execute(sa.text("SELECT digest, label, token_counts FROM messages ORDER BY 1"))]
+        }
 
 
 def test_analyse_on_two_processes_gives_the_same_results_in_order(stream: list[tuple[bool, MailItem]]) -> None:
@@ -79,9 +78,7 @@ def test_classify_command_output_is_the_same_for_any_jobs(tmp_path: Path, corpor
     assert one.stdout == two.stdout and one.stdout.count("\n") > 1000
 
 
-def test_a_worker_that_dies_ends_the_run_with_an_error_not_a_hang(
-    stream: list[tuple[bool, MailItem]], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_worker_that_dies_ends_the_run_with_an_error_not_a_hang(stream: list[tuple[bool, MailItem]], monkeypatch: pytest.MonkeyPatch) -> None:
     import os
     import signal
     import time
@@ -140,8 +137,18 @@ def test_workers_end_when_train_is_killed(tmp_path: Path, corpora_dir: Path) -> 
 
     corpus = corpora_dir / "spamassassin"
     command = [
-        sys.executable, "-m", "spamfilter", "--db", f"sqlite:///{tmp_path / 'model.db'}",
-        "train", "--jobs", "2", "--spam", str(corpus / "spam"), "--ham", str(corpus / "easy_ham"),
+        sys.executable,
+        "-m",
+        "spamfilter",
+        "--db",
+        f"sqlite:///{tmp_path / 'model.db'}",
+        "train",
+        "--jobs",
+        "2",
+        "--spam",
+        str(corpus / "spam"),
+        "--ham",
+        str(corpus / "easy_ham"),
     ]
     train = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     workers: list[int] = []

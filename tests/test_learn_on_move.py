@@ -119,10 +119,7 @@ def _runs_as_mail_user(server: Dovecot, command: Path) -> bool:
     ids: dict[str, object] = {}
     if os.geteuid() == 0:
         ids = {"user": server.mail_uid, "group": server.mail_gid, "extra_groups": []}
-    result = subprocess.run(
-        ["/bin/sh", "-c", '"$0" mark --help', str(command)],
-        env={}, cwd="/", capture_output=True, timeout=120, **ids,
-    )
+    result = subprocess.run(["/bin/sh", "-c", '"$0" mark --help', str(command)], env={}, cwd="/", capture_output=True, timeout=120, **ids)
     return result.returncode == 0
 
 

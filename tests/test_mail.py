@@ -13,15 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spamfilter.errors import MailParseError, MailSourceError
-from spamfilter.mail import (
-    FILTER_HEADERS,
-    MailItem,
-    NestingTooDeepDefect,
-    digest_bytes,
-    parse_message,
-    read_index,
-    read_messages,
-)
+from spamfilter.mail import FILTER_HEADERS, MailItem, NestingTooDeepDefect, digest_bytes, parse_message, read_index, read_messages
 
 MAX_BYTES = 1 << 20
 
@@ -86,42 +78,27 @@ def test_mbox_with_three_messages_gives_numbered_items_with_exact_bytes(tmp_path
 def test_mbox_with_crlf_line_ends_splits_and_keeps_crlf(tmp_path: Path) -> None:
     box = write(
         tmp_path / "crlf.mbox",
-        b"From a@x Mon Jan  1 00:00:00 2024\r\nSubject: one\r\n\r\n>From here\r\n\r\n"
-        b"From b@x Mon Jan  1 00:00:01 2024\r\nSubject: two\r\n\r\nbody\r\n",
+        b"From a@x Mon Jan  1 00:00:00 2024\r\nSubject: one\r\n\r\n>From here\r\n\r\nFrom b@x Mon Jan  1 00:00:01 2024\r\nSubject: two\r\n\r\nbody\r\n",
     )
 
     items = list(read_messages([str(box)]))
 
-    assert [item.raw for item in items] == [
-        b"Subject: one\r\n\r\nFrom here\r\n",
-        b"Subject: two\r\n\r\nbody\r\n",
-    ]
+    assert [item.raw for item in items] == [b"Subject: one\r\n\r\nFrom here\r\n", b"Subject: two\r\n\r\nbody\r\n"]
 
 
-def test_mbox_from_line_after_text_splits_only_when_it_looks_like_an_envelope(
-    tmp_path: Path,
-) -> None:
+def test_mbox_from_line_after_text_splits_only_when_it_looks_like_an_envelope(tmp_path: Path) -> None:
     box = write(
         tmp_path / "box",
-        b"From a@x Mon Jan  1 00:00:00 2024\n"
-        b"Subject: one\n\nsee you\nFrom now on, no quoting\n"
-        b"From b@x Fri Jul  8 12:08:34 2011\n"
-        b"Subject: two\n\nbody\n",
+        b"From a@x Mon Jan  1 00:00:00 2024\nSubject: one\n\nsee you\nFrom now on, no quoting\nFrom b@x Fri Jul  8 12:08:34 2011\nSubject: two\n\nbody\n",
     )
 
     items = list(read_messages([str(box)]))
 
-    assert [item.raw for item in items] == [
-        b"Subject: one\n\nsee you\nFrom now on, no quoting\n",
-        b"Subject: two\n\nbody\n",
-    ]
+    assert [item.raw for item in items] == [b"Subject: one\n\nsee you\nFrom now on, no quoting\n", b"Subject: two\n\nbody\n"]
 
 
 def test_mbox_from_line_after_blank_line_always_starts_a_message(tmp_path: Path) -> None:
-    box = write(
-        tmp_path / "box",
-        b"From a@x Mon Jan  1 00:00:00 2024\nSubject: one\n\nhi\n\nFrom someone\nSubject: two\n",
-    )
+    box = write(tmp_path / "box", b"From a@x Mon Jan  1 00:00:00 2024\nSubject: one\n\nhi\n\nFrom someone\nSubject: two\n")
 
     items = list(read_messages([str(box)]))
 
@@ -193,9 +170,7 @@ def test_plain_file_is_one_message_with_its_exact_bytes(tmp_path: Path) -> None:
     assert list(read_messages([str(eml)])) == [MailItem(str(eml), data)]
 
 
-def test_maildir_reads_cur_then_new_sorted_by_name_and_skips_tmp_and_dotfiles(
-    tmp_path: Path,
-) -> None:
+def test_maildir_reads_cur_then_new_sorted_by_name_and_skips_tmp_and_dotfiles(tmp_path: Path) -> None:
     md = tmp_path / "Mail"
     write(md / "new" / "1700000002.b.host", b"Subject: new b\n\n")
     write(md / "new" / "1700000001.a.host", b"Subject: new a\n\n")
@@ -207,12 +182,7 @@ def test_maildir_reads_cur_then_new_sorted_by_name_and_skips_tmp_and_dotfiles(
 
     items = list(read_messages([str(md)]))
 
-    assert sources(items, md) == [
-        "cur/1600000000.z.host:2,S",
-        "cur/1600000001.y.host:2,",
-        "new/1700000001.a.host",
-        "new/1700000002.b.host",
-    ]
+    assert sources(items, md) == ["cur/1600000000.z.host:2,S", "cur/1600000001.y.host:2,", "new/1700000001.a.host", "new/1700000002.b.host"]
     assert items[1].raw == b"From a@x Mon Jan  1 00:00:00 2024\nSubject: y\n\n"
 
 
@@ -336,10 +306,7 @@ def test_read_index_yields_labels_and_items_in_file_order(tmp_path: Path) -> Non
     write(corpus / "spam" / "001", b"Subject: buy\n\n")
     write(corpus / "ham" / "my mail.eml", b"Subject: lunch\n\n")
     write(corpus / "ham" / "002", b"From a@x Mon Jan  1 00:00:00 2024\nSubject: tea\n\n>From me\n\n")
-    index = write(
-        corpus / "index",
-        b"spam spam/001\n\nHAM   ham/my mail.eml  \r\nham\tham/002\n",
-    )
+    index = write(corpus / "index", b"spam spam/001\n\nHAM   ham/my mail.eml  \r\nham\tham/002\n")
 
     entries = list(read_index(str(index)))
 
@@ -348,16 +315,10 @@ def test_read_index_yields_labels_and_items_in_file_order(tmp_path: Path) -> Non
         (False, str(corpus / "ham" / "my mail.eml")),
         (False, str(corpus / "ham" / "002")),
     ]
-    assert [item.raw for _, item in entries] == [
-        b"Subject: buy\n\n",
-        b"Subject: lunch\n\n",
-        b"Subject: tea\n\nFrom me\n",
-    ]
+    assert [item.raw for _, item in entries] == [b"Subject: buy\n\n", b"Subject: lunch\n\n", b"Subject: tea\n\nFrom me\n"]
 
 
-def test_read_index_paths_are_relative_to_the_index_folder_not_the_cwd(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_read_index_paths_are_relative_to_the_index_folder_not_the_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     write(tmp_path / "c" / "m", b"Subject: x\n\n")
     write(tmp_path / "c" / "index", b"ham m\n")
     monkeypatch.chdir(tmp_path)
@@ -367,9 +328,7 @@ def test_read_index_paths_are_relative_to_the_index_folder_not_the_cwd(
     assert (is_spam, item.source, item.raw) == (False, "c/m", b"Subject: x\n\n")
 
 
-def test_read_index_gives_the_same_bytes_as_read_messages_for_an_envelope_file(
-    tmp_path: Path,
-) -> None:
+def test_read_index_gives_the_same_bytes_as_read_messages_for_an_envelope_file(tmp_path: Path) -> None:
     eml = write(tmp_path / "m.eml", b"From a@x Mon Jan  1 00:00:00 2024\r\nSubject: x\r\n\r\n>From y\r\n")
     index = write(tmp_path / "index", b"spam m.eml\n")
 
@@ -379,13 +338,8 @@ def test_read_index_gives_the_same_bytes_as_read_messages_for_an_envelope_file(
     assert from_index.raw == from_file.raw == b"Subject: x\r\n\r\nFrom y\r\n"
 
 
-@pytest.mark.parametrize(
-    ("line", "lineno"),
-    [(b"spam\n", 2), (b"junk m\n", 2), (b"spam-ish m\n", 2)],
-)
-def test_read_index_malformed_line_names_file_and_line_number(
-    tmp_path: Path, line: bytes, lineno: int
-) -> None:
+@pytest.mark.parametrize(("line", "lineno"), [(b"spam\n", 2), (b"junk m\n", 2), (b"spam-ish m\n", 2)])
+def test_read_index_malformed_line_names_file_and_line_number(tmp_path: Path, line: bytes, lineno: int) -> None:
     write(tmp_path / "m", b"Subject: x\n\n")
     index = write(tmp_path / "index", b"ham m\n" + line + b"ham m\n")
 
@@ -424,15 +378,7 @@ def test_digest_is_equal_for_crlf_and_lf_line_ends() -> None:
 
 def test_digest_ignores_headers_added_by_the_filter_in_any_case_and_folding() -> None:
     header, body = MULTIPART.split(b"\n\n", 1)
-    filtered = (
-        b"X-Spam-Status: Yes, score=0.99\n"
-        b"\ttokens=buy,now\n"
-        + header
-        + b"\nx-spam-score:  0.990\n"
-        b"X-SPAM-FLAG: YES\n"
-        b"\n"
-        + body
-    )
+    filtered = b"X-Spam-Status: Yes, score=0.99\n\ttokens=buy,now\n" + header + b"\nx-spam-score:  0.990\nX-SPAM-FLAG: YES\n\n" + body
 
     assert set(FILTER_HEADERS) == {"X-Spam-Status", "X-Spam-Score", "X-Spam-Flag"}
     assert digest_bytes(filtered) == digest_bytes(MULTIPART)
@@ -443,20 +389,14 @@ def test_digest_ignores_filter_header_at_the_end_of_a_header_only_message() -> N
 
 
 def test_digest_ignores_envelope_line_and_trailing_whitespace() -> None:
-    assert digest_bytes(b"From a@x Mon Jan  1 00:00:00 2024\n" + MSG_A + b"\n\n  \n") == digest_bytes(
-        MSG_A
-    )
+    assert digest_bytes(b"From a@x Mon Jan  1 00:00:00 2024\n" + MSG_A + b"\n\n  \n") == digest_bytes(MSG_A)
 
 
 def test_digest_keeps_other_spam_headers_and_filter_header_text_in_the_body() -> None:
     # X-Spam-Level (SpamAssassin's) is not ours; a header-like line in the
     # body is content.
-    assert digest_bytes(b"Subject: x\nX-Spam-Level: ***\n\nbody\n") != digest_bytes(
-        b"Subject: x\n\nbody\n"
-    )
-    assert digest_bytes(b"Subject: x\n\nX-Spam-Flag: YES\nbody\n") != digest_bytes(
-        b"Subject: x\n\nbody\n"
-    )
+    assert digest_bytes(b"Subject: x\nX-Spam-Level: ***\n\nbody\n") != digest_bytes(b"Subject: x\n\nbody\n")
+    assert digest_bytes(b"Subject: x\n\nX-Spam-Flag: YES\nbody\n") != digest_bytes(b"Subject: x\n\nbody\n")
 
 
 def test_digest_differs_for_different_bodies() -> None:
@@ -596,13 +536,8 @@ MAIL_PIECES = [
 
 
 @settings(max_examples=400, deadline=None, database=None)
-@given(
-    st.lists(st.one_of(st.sampled_from(MAIL_PIECES), st.binary(max_size=40)), max_size=40),
-    st.integers(min_value=1, max_value=2000),
-)
-def test_parse_message_never_raises_anything_else_on_mail_like_bytes(
-    pieces: list[bytes], max_bytes: int
-) -> None:
+@given(st.lists(st.one_of(st.sampled_from(MAIL_PIECES), st.binary(max_size=40)), max_size=40), st.integers(min_value=1, max_value=2000))
+def test_parse_message_never_raises_anything_else_on_mail_like_bytes(pieces: list[bytes], max_bytes: int) -> None:
     check_parses_or_refuses(b"".join(pieces), max_bytes)
 
 

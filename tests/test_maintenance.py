@@ -126,27 +126,12 @@ A_HAM_ONLY_TOKEN = "(SELECT token FROM tokens WHERE ham_docs > 0 AND spam_docs =
             {"class totals (terms, binary_terms) = sums over the tokens", "class totals = sums over the ledger"},
         ),
         ("UPDATE class_totals SET messages = messages + 1 WHERE owner = '' AND label = 0", {"class totals = sums over the ledger"}),
-        (
-            f"UPDATE tokens SET spam_terms = spam_terms + 1 WHERE token = {A_SPAM_TOKEN}",
-            {"class totals (terms, binary_terms) = sums over the tokens", LEDGER_CHECK},
-        ),
-        (
-            "UPDATE doc_histogram SET tokens = tokens + 1 WHERE owner = '' AND label = 0 AND doc_count = 1",
-            {"doc_histogram = recount from the tokens"},
-        ),
-        (
-            f"UPDATE tokens SET spam_docs = -1 WHERE token = {A_HAM_ONLY_TOKEN}",
-            {"no count is negative", "doc_histogram = recount from the tokens", LEDGER_CHECK},
-        ),
-        (
-            f"UPDATE tokens SET spam_docs = 0, ham_docs = 0 WHERE token = {A_SPAM_TOKEN}",
-            {"every stored token is in a message", LEDGER_CHECK},
-        ),
+        (f"UPDATE tokens SET spam_terms = spam_terms + 1 WHERE token = {A_SPAM_TOKEN}", {"class totals (terms, binary_terms) = sums over the tokens", LEDGER_CHECK}),
+        ("UPDATE doc_histogram SET tokens = tokens + 1 WHERE owner = '' AND label = 0 AND doc_count = 1", {"doc_histogram = recount from the tokens"}),
+        (f"UPDATE tokens SET spam_docs = -1 WHERE token = {A_HAM_ONLY_TOKEN}", {"no count is negative", "doc_histogram = recount from the tokens", LEDGER_CHECK}),
+        (f"UPDATE tokens SET spam_docs = 0, ham_docs = 0 WHERE token = {A_SPAM_TOKEN}", {"every stored token is in a message", LEDGER_CHECK}),
         (f"DELETE FROM tokens WHERE token = {A_SPAM_TOKEN}", {"class totals (terms, binary_terms) = sums over the tokens", LEDGER_CHECK}),
-        (
-            f"UPDATE tokens SET ham_docs = 100000, ham_terms = 100000 WHERE token = {A_HAM_ONLY_TOKEN}",
-            {"no token is in more messages than its class has", LEDGER_CHECK},
-        ),
+        (f"UPDATE tokens SET ham_docs = 100000, ham_terms = 100000 WHERE token = {A_HAM_ONLY_TOKEN}", {"no token is in more messages than its class has", LEDGER_CHECK}),
     ],
     ids=["class-terms", "class-messages", "token-count", "histogram", "negative", "token-in-no-message", "token-deleted", "beyond-class"],
 )
@@ -183,9 +168,7 @@ def damage_the_tokens_table(path: Path) -> int:
     return int(root)
 
 
-def test_check_reports_a_damaged_file_and_writers_refuse_it(
-    trained_url: str, tmp_path: Path, runner: CliRunner, mail: dict[str, list[MailItem]]
-) -> None:
+def test_check_reports_a_damaged_file_and_writers_refuse_it(trained_url: str, tmp_path: Path, runner: CliRunner, mail: dict[str, list[MailItem]]) -> None:
     path = Path(trained_url.removeprefix("sqlite:///"))
     root = damage_the_tokens_table(path)
     result = runner.invoke(app, ["--db", trained_url, "db", "check", "--format", "json"])
@@ -268,9 +251,7 @@ def test_prune_dry_run_counts_and_changes_nothing(hand_made: Filter) -> None:
         assert export_text(f) == before
 
 
-def test_forget_and_mark_work_after_prune_and_forgetting_everything_empties_the_store(
-    trained_url: str, mail: dict[str, list[MailItem]]
-) -> None:
+def test_forget_and_mark_work_after_prune_and_forgetting_everything_empties_the_store(trained_url: str, mail: dict[str, list[MailItem]]) -> None:
     with Filter.open(Config(), trained_url) as f:
         summary = Maintenance(f.store).prune(2, 0)
         assert 0 < summary.tokens_removed < summary.tokens_before
@@ -334,9 +315,7 @@ def test_vacuum_shrinks_the_file_after_forgetting_most_messages(trained_url: str
 
 
 @pytest.mark.parametrize("event_model", ["multinomial-binary", "multinomial", "bernoulli"])
-def test_export_import_round_trip_classifies_identically(
-    trained_url: str, tmp_path: Path, mail: dict[str, list[MailItem]], event_model: str
-) -> None:
+def test_export_import_round_trip_classifies_identically(trained_url: str, tmp_path: Path, mail: dict[str, list[MailItem]], event_model: str) -> None:
     config = replace(Config(), model=replace(ModelConfig(), event_model=event_model))  # type: ignore[arg-type]
     with Filter.open(config, trained_url) as f:
         text = export_text(f)
@@ -366,8 +345,10 @@ def test_tokens_with_tabs_newlines_backslashes_and_hashes_survive(db_url: str) -
     for token in odd:
         assert unescape_token(escape_token(token)) == token
         assert "\t" not in escape_token(token) and "\n" not in escape_token(token)
-    lines = ["# spamfilter counts v1 owner=x\n", f"# totals ham_messages={len(odd)} spam_messages=0 ham_terms={len(odd)} "
-             f"spam_terms=0 ham_binary_terms={len(odd)} spam_binary_terms=0\n"]
+    lines = [
+        "# spamfilter counts v1 owner=x\n",
+        f"# totals ham_messages={len(odd)} spam_messages=0 ham_terms={len(odd)} spam_terms=0 ham_binary_terms={len(odd)} spam_binary_terms=0\n",
+    ]
     lines += [f"{escape_token(t)}\t1\t0\t1\t0\n" for t in sorted(odd)]
     with Filter.open(Config(), db_url) as f:
         Maintenance(f.store).import_counts(lines, replace=True)
@@ -530,14 +511,14 @@ WRAPPED = (
         (edited(9, f"g\t0\t3\t0\t{BIG}\n"), f"line 9: a count is above {MAX_COUNT} (2^62 - 1)"),
         (edited(2, HAND_MADE_LINES[1].replace("spam_terms=13", f"spam_terms={BIG}")), "line 2: spam_terms"),
         (
-            edited(4, HAND_MADE_LINES[2] + HAND_MADE_LINES[2] + HAND_MADE_LINES[3],
-                   totals=HAND_MADE_LINES[1].replace("ham_terms=9", "ham_terms=11").replace("ham_binary_terms=6", "ham_binary_terms=8")),
+            edited(
+                4,
+                HAND_MADE_LINES[2] + HAND_MADE_LINES[2] + HAND_MADE_LINES[3],
+                totals=HAND_MADE_LINES[1].replace("ham_terms=9", "ham_terms=11").replace("ham_binary_terms=6", "ham_binary_terms=8"),
+            ),
             "line 4: the token 'a' is given again (line 3)",
         ),
-        (
-            "".join([*HAND_MADE_LINES[:2], HAND_MADE_LINES[3], HAND_MADE_LINES[2], *HAND_MADE_LINES[4:]]).encode(),
-            "line 4: the token 'a' comes after 'b'",
-        ),
+        ("".join([*HAND_MADE_LINES[:2], HAND_MADE_LINES[3], HAND_MADE_LINES[2], *HAND_MADE_LINES[4:]]).encode(), "line 4: the token 'a' comes after 'b'"),
         (WRAPPED, "end of file: the token lines add up to 18446744073709551612 ham terms"),
         (edited(5, "c\x00\t1\t1\t2\t1\n"), "line 5: the token holds a NUL character"),
         (edited(5, f"c{UNCOMPRESSIBLE}\t1\t1\t2\t1\n"), "line 5: the token is longer than 1000 bytes"),
@@ -584,8 +565,9 @@ def test_a_forget_racing_a_prune_on_postgresql_waits_for_it(postgres_url: str, m
     """A forget that has read `untracked` (still zero) while a prune commits
     must not run the strict subtraction over the pruned tokens: it takes the
     table lock a prune conflicts with first, so the prune waits for it."""
-    import sqlalchemy as sa
     import threading
+
+    import sqlalchemy as sa
 
     from spamfilter.store import StoreTransaction
 
@@ -647,9 +629,7 @@ def near_the_limit(ham_terms: int) -> str:
     )
 
 
-def test_import_keeps_headroom_and_training_past_the_limit_is_refused_not_stored(
-    any_db_url: str, tmp_path: Path, runner: CliRunner
-) -> None:
+def test_import_keeps_headroom_and_training_past_the_limit_is_refused_not_stored(any_db_url: str, tmp_path: Path, runner: CliRunner) -> None:
     """A total of 2^63 - 4 used to import; one training then made it an
     inexact REAL that no command could read (exit 70 from then on)."""
     counts = tmp_path / "counts.tsv"
@@ -676,9 +656,7 @@ def test_import_keeps_headroom_and_training_past_the_limit_is_refused_not_stored
     assert runner.invoke(app, ["--db", any_db_url, "train", "--spam", str(message)]).exit_code == 0
 
 
-def test_a_count_sqlite_turned_into_a_real_is_reported_by_check_and_refused_by_every_command(
-    trained_url: str, tmp_path: Path, runner: CliRunner
-) -> None:
+def test_a_count_sqlite_turned_into_a_real_is_reported_by_check_and_refused_by_every_command(trained_url: str, tmp_path: Path, runner: CliRunner) -> None:
     """The state the import above used to lead to: SQLite keeps a sum past
     2^63 - 1 as a REAL."""
     path = sqlite_path(trained_url)

@@ -21,8 +21,8 @@ from email import message_from_bytes
 from pathlib import Path
 
 import pytest
-
 from postfix import POSTFIX, Postfix, free_port
+
 from spamfilter.daemon import milter
 from spamfilter.mail import MailItem, filter_fields
 from spamfilter.service import Verdict
@@ -343,9 +343,7 @@ def test_the_fields_of_each_name_are_deleted_last_first_and_ours_go_on_top() -> 
 
 # -- Postfix ---------------------------------------------------------------------
 
-needs_postfix = pytest.mark.skipif(
-    (POSTFIX is None or os.geteuid() != 0) and not IN_CI, reason="a private Postfix needs Debian's postfix and root"
-)
+needs_postfix = pytest.mark.skipif((POSTFIX is None or os.geteuid() != 0) and not IN_CI, reason="a private Postfix needs Debian's postfix and root")
 
 
 def _as_sent(item: MailItem) -> MailItem | None:

@@ -130,13 +130,8 @@ def test_log_prior_is_log_message_share() -> None:
     assert prior[HAM] == pytest.approx(math.log(1 / 4), rel=1e-12)
 
 
-@pytest.mark.parametrize(("event_model", "numerator", "denominator"), [
-    ("multinomial", TERMS, {SPAM: 8, HAM: 3}),
-    ("multinomial-binary", DOCS, {SPAM: 6, HAM: 3}),
-])
-def test_multinomial_weights_are_laplace_smoothed_log_theta(
-    event_model: str, numerator: dict[int, np.ndarray], denominator: dict[int, int]
-) -> None:
+@pytest.mark.parametrize(("event_model", "numerator", "denominator"), [("multinomial", TERMS, {SPAM: 8, HAM: 3}), ("multinomial-binary", DOCS, {SPAM: 6, HAM: 3})])
+def test_multinomial_weights_are_laplace_smoothed_log_theta(event_model: str, numerator: dict[int, np.ndarray], denominator: dict[int, int]) -> None:
     # weight[c, j] = log((N[c,j] + 1) / (N[c] + 6)); e.g. multinomial spam
     # Chinese log(6/14), Beijing log(2/14), Tokyo log(1/14).
     columns = list(range(6))
@@ -161,19 +156,14 @@ def test_bernoulli_weights_are_log_odds_of_presence() -> None:
 @pytest.mark.parametrize("alpha", [1.0, 0.5, 0.01])
 def test_bernoulli_absent_sum_from_histogram_equals_sum_over_all_six_words(alpha: float) -> None:
     a = F(alpha)
-    direct = [
-        sum(flog(1 - (int(d) + a) / (int(STATS.messages[c]) + 2 * a)) for d in DOCS[c])
-        for c in (HAM, SPAM)
-    ]
+    direct = [sum(flog(1 - (int(d) + a) / (int(STATS.messages[c]) + 2 * a)) for d in DOCS[c]) for c in (HAM, SPAM)]
     # alpha = 1 by hand: spam log(1/5) + 3 log(3/5) + 2 log(4/5); ham 3 log(1/3) + 3 log(2/3)
     if alpha == 1.0:
         assert direct[SPAM] == pytest.approx(math.log(1 / 5) + 3 * math.log(3 / 5) + 2 * math.log(4 / 5), rel=1e-12)
         assert direct[HAM] == pytest.approx(3 * math.log(1 / 3) + 3 * math.log(2 / 3), rel=1e-12)
     assert model.bernoulli_absent_sum(STATS, alpha).tolist() == pytest.approx(direct, rel=1e-12)
     params = model.estimate("bernoulli", token_counts(D5_COLUMNS), STATS, alpha)
-    assert params.bias.tolist() == pytest.approx(
-        [math.log(1 / 4) + direct[HAM], math.log(3 / 4) + direct[SPAM]], rel=1e-12
-    )
+    assert params.bias.tolist() == pytest.approx([math.log(1 / 4) + direct[HAM], math.log(3 / 4) + direct[SPAM]], rel=1e-12)
 
 
 def test_unknown_event_model_is_rejected() -> None:
@@ -187,11 +177,7 @@ def test_unknown_event_model_is_rejected() -> None:
 @pytest.mark.parametrize("messages", [[0, 3], [1, 0], [0, 0]])
 @pytest.mark.parametrize("event_model", ["bernoulli", "multinomial", "multinomial-binary"])
 def test_not_trained_error_when_a_class_has_no_messages(messages: list[int], event_model: str) -> None:
-    stats = model.Totals(
-        ClassCounts(messages=np.array(messages), terms=STATS.terms, binary_terms=STATS.binary_terms),
-        vocabulary_size=6,
-        histogram=STATS.histogram,
-    )
+    stats = model.Totals(ClassCounts(messages=np.array(messages), terms=STATS.terms, binary_terms=STATS.binary_terms), vocabulary_size=6, histogram=STATS.histogram)
     with pytest.raises(NotTrainedError, match="at least one trained spam and one trained ham"):
         model.estimate(event_model, token_counts(D5_COLUMNS), stats, 1.0)
 
@@ -275,12 +261,7 @@ def test_repeated_spam_token_gives_distinct_odds_past_saturation() -> None:
 def test_min_evidence_drops_weak_tokens_before_tempering() -> None:
     import scipy.sparse as sp
 
-    params = model.NBParams(
-        weight=np.array([[-1.0, -2.0, -1.0], [-0.5, 1.0, -5.0]]),
-        bias=np.log([0.5, 0.5]),
-        log_prior=np.log([0.5, 0.5]),
-        binary=True,
-    )
+    params = model.NBParams(weight=np.array([[-1.0, -2.0, -1.0], [-0.5, 1.0, -5.0]]), bias=np.log([0.5, 0.5]), log_prior=np.log([0.5, 0.5]), binary=True)
     X = sp.csr_matrix(np.array([[1.0, 1.0, 1.0]]))
     # differences 0.5, 3, -4: with min_evidence 3 only tokens 2 and 3 count,
     # so n = 2 and the evidence per class is the sum over those two / sqrt(2).
@@ -312,12 +293,7 @@ def test_the_event_models_differ_in_what_they_count_and_whether_absent_tokens_co
 
 def three_token_params() -> model.NBParams:
     # weight differences spam - ham: 0.5, 3, -4
-    return model.NBParams(
-        weight=np.array([[-1.0, -2.0, -1.0], [-0.5, 1.0, -5.0]]),
-        bias=np.log([0.5, 0.5]),
-        log_prior=np.log([0.5, 0.5]),
-        binary=True,
-    )
+    return model.NBParams(weight=np.array([[-1.0, -2.0, -1.0], [-0.5, 1.0, -5.0]]), bias=np.log([0.5, 0.5]), log_prior=np.log([0.5, 0.5]), binary=True)
 
 
 def test_max_tokens_keeps_the_most_significant_tokens_of_each_message() -> None:
@@ -441,17 +417,16 @@ def test_header_lines_apart_have_their_own_selection_and_tempering() -> None:
     rest = np.flatnonzero(row & ~header)
     head = np.flatnonzero(row & header)
     strongest = head[np.argsort(-np.abs(d[head]), kind="stable")][:2]
-    want = prior + d[rest].sum() * len(rest) ** -0.55 + d[strongest].sum() * 2 ** -0.55
+    want = prior + d[rest].sum() * len(rest) ** -0.55 + d[strongest].sum() * 2**-0.55
     assert jll[0, SPAM] - jll[0, HAM] == pytest.approx(want, abs=1e-12)
     # the second message has no header-line token: as without the mask, to the bit
     alone = model.joint_log_likelihood(X[1], params, 0.55)
     assert (jll[1] == alone[0]).all()
     # term by term, the parts add up to the same log-odds
-    terms = model.log_odds_terms(X[:1], params, model.token_log_likelihood("multinomial-binary", counts, stats, 0.1), 0.55,
-                                 header=header, header_max_tokens=2)
+    terms = model.log_odds_terms(X[:1], params, model.token_log_likelihood("multinomial-binary", counts, stats, 0.1), 0.55, header=header, header_max_tokens=2)
     assert terms.prior + terms.token.sum() + terms.absent == pytest.approx(want, abs=1e-12)
     assert (terms.events, terms.header_events) == (len(rest), 2.0)
-    assert terms.header_factor == pytest.approx(2 ** -0.55)
+    assert terms.header_factor == pytest.approx(2**-0.55)
 
 
 @pytest.mark.parametrize("event_model", ["multinomial", "multinomial-binary", "bernoulli"])

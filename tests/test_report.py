@@ -25,9 +25,9 @@ from spamfilter.cli import app, exitcodes
 from spamfilter.cli.evaluate import write_scores
 from spamfilter.config import Config, ModelConfig
 from spamfilter.evaluation import Scored
+from spamfilter.insight import FeatureDensities, FeatureDensity, Insight, TrainedDay, WordScore
 from spamfilter.mail import read_messages
 from spamfilter.report import SECTIONS, ReportData, ScoreSample, collect, read_scores, render
-from spamfilter.insight import FeatureDensities, FeatureDensity, Insight, TrainedDay, WordScore
 from spamfilter.service import FEATURE_NAMES, FEATURE_UNITS, Filter, Stats, Verdict
 from spamfilter.tokenizer.features import SCALE
 from tests.test_service import HAM, SPAM, open_filter
@@ -337,11 +337,22 @@ def chromium() -> Path:
 def browse(chromium: Path, page: Path, tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [
-            str(chromium), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0",
-            *extra, page.as_uri(),
+            str(chromium),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--no-first-run",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--enable-logging=stderr",
+            "--v=0",
+            *extra,
+            page.as_uri(),
         ],
-        capture_output=True, text=True, timeout=60, check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
 
 

@@ -15,7 +15,6 @@ from spamfilter.scorer import Scorer
 from spamfilter.service import Filter, Verdict
 from spamfilter.tokenizer import is_header_line
 from spamfilter.vectorizer import batch_vocabulary, count_matrix
-
 from tests.test_evaluate import index  # noqa: F401  (the sample index fixture)
 
 

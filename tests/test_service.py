@@ -41,8 +41,13 @@ HAM = [
     message("ham4", "carol@example.net", "Draft report", "Please review the draft report before the meeting on Monday."),
 ]
 SPAM = [
-    message("spam1", "winner@lottery.example", "You WON!!! Claim now", "Claim your prize money now! Free money, click here now.",
-            html='<p>Claim your <b>FREE</b> prize at <a href="http://prize.example.com/claim">prize.example.com</a></p>'),
+    message(
+        "spam1",
+        "winner@lottery.example",
+        "You WON!!! Claim now",
+        "Claim your prize money now! Free money, click here now.",
+        html='<p>Claim your <b>FREE</b> prize at <a href="http://prize.example.com/claim">prize.example.com</a></p>',
+    ),
     message("spam2", "deals@cheap.example", "Cheap meds, free shipping", "Cheap meds with free shipping. Order now and save money."),
     message("spam3", "winner@lottery.example", "Final notice: claim your prize", "Your prize money expires Friday. Claim now, it is free."),
 ]
@@ -80,9 +85,7 @@ def state(f: Filter, *, with_times: bool = True) -> dict[str, Rows]:
         "tokens": query(f.store, "SELECT token, ham_docs, spam_docs, ham_terms, spam_terms FROM tokens ORDER BY token"),
         "class_totals": query(f.store, "SELECT label, messages, terms, binary_terms FROM class_totals ORDER BY label"),
         "doc_histogram": query(f.store, "SELECT label, doc_count, tokens FROM doc_histogram ORDER BY label, doc_count"),
-        "messages": [
-            (d, lbl, *((t,) if with_times else ()), sorted(unpack_token_counts(blob).items())) for d, lbl, t, blob in ledger
-        ],
+        "messages": [(d, lbl, *((t,) if with_times else ()), sorted(unpack_token_counts(blob).items())) for d, lbl, t, blob in ledger],
     }
 
 
@@ -152,12 +155,7 @@ def test_forget_restores_the_exact_previous_state(trained: Filter) -> None:
 
 def test_forgetting_everything_empties_the_store(trained: Filter) -> None:
     assert trained.forget([m for _, m in LABELLED]) == TrainSummary(forgotten=len(LABELLED))
-    assert state(trained) == {
-        "tokens": [],
-        "class_totals": [(0, 0, 0, 0), (1, 0, 0, 0)],
-        "doc_histogram": [],
-        "messages": [],
-    }
+    assert state(trained) == {"tokens": [], "class_totals": [(0, 0, 0, 0), (1, 0, 0, 0)], "doc_histogram": [], "messages": []}
 
 
 def test_train_forget_train_equals_train(tmp_path: Path) -> None:

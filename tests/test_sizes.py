@@ -19,9 +19,8 @@ MAX_FUNCTION_LINES = 60
 LONG_FUNCTIONS: dict[str, str] = {
     "cli/serve.py:serve": "a Typer command: most of its lines declare its options",
     "cli/tune.py:tune": "a Typer command: most of its lines declare its options",
-    "tuning.py:best_cutoffs": "its docstring derives the loss and the sweep over cuts (the code is 35 lines)",
+    "cli/evaluate.py:evaluate": "a Typer command: most of its lines declare its options",
     "model.py:joint_log_likelihood": "its docstring records what tempering and the per-message token selection measured (the code is 15 lines)",
-    "store/statements.py:_Statements.__init__": "one flat list of the store's statements, built once per dialect",
 }
 
 
@@ -30,7 +29,7 @@ def module_lines(package: Path) -> dict[str, int]:
 
 
 def function_lines(package: Path) -> dict[str, int]:
-    """"path:Class.function" -> lines, for every function and method."""
+    """ "path:Class.function" -> lines, for every function and method."""
     found: dict[str, int] = {}
 
     def visit(node: ast.AST, path: str, prefix: str) -> None:

@@ -19,10 +19,24 @@ import pytest
 # What `filter` must leave out: the statistics, plotting, IMAP and migration
 # libraries, nltk (only a stemmer needs it), and the code of other commands.
 NOT_FOR_FILTER = [
-    "scipy.stats", "sklearn", "matplotlib", "imapclient", "alembic", "nltk", "regex",
-    "spamfilter.evaluation", "spamfilter.report", "spamfilter.plots", "spamfilter.imapsync", "spamfilter.imap",
-    "spamfilter.cli.train", "spamfilter.cli.db", "spamfilter.cli.evaluate", "spamfilter.cli.imap",
-    "spamfilter.cli.insight", "spamfilter.cli.tune",
+    "scipy.stats",
+    "sklearn",
+    "matplotlib",
+    "imapclient",
+    "alembic",
+    "nltk",
+    "regex",
+    "spamfilter.evaluation",
+    "spamfilter.report",
+    "spamfilter.plots",
+    "spamfilter.imapsync",
+    "spamfilter.imap",
+    "spamfilter.cli.train",
+    "spamfilter.cli.db",
+    "spamfilter.cli.evaluate",
+    "spamfilter.cli.imap",
+    "spamfilter.cli.insight",
+    "spamfilter.cli.tune",
 ]
 
 # Runs the command line in this interpreter and prints the exit code and the

@@ -18,9 +18,9 @@ import sqlalchemy as sa
 from alembic.config import Config as AlembicConfig
 from alembic.script import ScriptDirectory
 
+from spamfilter.counts import ClassCounts, TokenCounts
 from spamfilter.errors import SchemaOutOfDate, StoreError
 from spamfilter.mail import MailItem, parse_message
-from spamfilter.counts import ClassCounts, TokenCounts
 from spamfilter.store import SCHEMA_REVISION, Store, pack_token_counts, sqlite_path, unpack_token_counts
 from spamfilter.tokenizer import Tokenizer
 from spamfilter.vectorizer import term_counts
@@ -53,12 +53,7 @@ def dump(store: Store) -> dict[str, Rows]:
 
 def histogram_from_tokens(store: Store) -> Rows:
     """doc_histogram recomputed from scratch: for each class, tokens per message count."""
-    return query(
-        store,
-        "SELECT 0, ham_docs, count(*) FROM tokens GROUP BY ham_docs "
-        "UNION ALL SELECT 1, spam_docs, count(*) FROM tokens GROUP BY spam_docs "
-        "ORDER BY 1, 2",
-    )
+    return query(store, "SELECT 0, ham_docs, count(*) FROM tokens GROUP BY ham_docs UNION ALL SELECT 1, spam_docs, count(*) FROM tokens GROUP BY spam_docs ORDER BY 1, 2")
 
 
 def add(store: Store, token_list: list[str], delta: np.ndarray, class_delta: np.ndarray | None = None) -> None:
@@ -88,11 +83,23 @@ def test_new_database_gets_schema_at_head_wal_and_owner_only_mode(store: Store) 
     assert store.schema_revision() == SCHEMA_REVISION
     assert query(store, "SELECT version_num FROM alembic_version") == [(SCHEMA_REVISION,)]
     tables = set(sa.inspect(store.engine).get_table_names())
-    assert tables == {"alembic_version", "tokens", "class_totals", "doc_histogram", "messages", "untracked_totals", "imap_folders", "imap_uids", "imap_messages", "model_versions", "feature_stats", "aode_parents", "aode_pairs", "aode_selection"}
-    assert query(store, "SELECT label, messages, terms, binary_terms FROM class_totals ORDER BY label") == [
-        (0, 0, 0, 0),
-        (1, 0, 0, 0),
-    ]
+    assert tables == {
+        "alembic_version",
+        "tokens",
+        "class_totals",
+        "doc_histogram",
+        "messages",
+        "untracked_totals",
+        "imap_folders",
+        "imap_uids",
+        "imap_messages",
+        "model_versions",
+        "feature_stats",
+        "aode_parents",
+        "aode_pairs",
+        "aode_selection",
+    }
+    assert query(store, "SELECT label, messages, terms, binary_terms FROM class_totals ORDER BY label") == [(0, 0, 0, 0), (1, 0, 0, 0)]
     if store.engine.dialect.name == "sqlite":
         assert query(store, "PRAGMA journal_mode") == [("wal",)]
         path = sqlite_path(store.url)
@@ -191,9 +198,7 @@ def test_random_training_and_untraining_keep_histogram_exact(store: Store) -> No
         assert zero_rows.get(1, 0) == int((known & (state[:, 1] == 0)).sum())
         totals = store.totals()
         assert totals.vocabulary_size == len(expected_tokens) == int(known.sum())
-        assert [h.tolist() for h in totals.histogram] == [
-            [[k, n] for label, k, n in hist if label == c] for c in (0, 1)
-        ]
+        assert [h.tolist() for h in totals.histogram] == [[[k, n] for label, k, n in hist if label == c] for c in (0, 1)]
         assert totals.messages.tolist() == classes[0].tolist()
         assert totals.terms.tolist() == classes[1].tolist()
         assert totals.binary_terms.tolist() == classes[2].tolist()
@@ -267,14 +272,7 @@ def test_pack_unpack_round_trip(counts: dict[str, int]) -> None:
 def test_tokens_from_folded_headers_survive_the_ledger() -> None:
     # compat32 keeps header folding inside parameter values; the tokenizer
     # squeezes the white space out, and the ledger round-trips the result.
-    raw = (
-        b"From: <\"x\n y\"@example.com>\n"
-        b"Subject: hi\n"
-        b"Content-Type: text/plain;\n charset=\"utf\n 8\"\n"
-        b"Content-Transfer-Encoding: 7bit\tx\n"
-        b"\n"
-        b"hello world\n"
-    )
+    raw = b'From: <"x\n y"@example.com>\nSubject: hi\nContent-Type: text/plain;\n charset="utf\n 8"\nContent-Transfer-Encoding: 7bit\tx\n\nhello world\n'
     tokens = Tokenizer().tokenize(parse_message(MailItem("m", raw), max_bytes=1 << 16))
     assert "charset:utf8" in tokens
     assert "encoding:7bitx" in tokens
@@ -293,10 +291,7 @@ def test_upgrade_from_0001_keeps_the_counts(db_url: str) -> None:
         conn.execute(sa.text("INSERT INTO tokens VALUES ('free', 0, 2, 0, 3), ('meeting', 1, 0, 1, 0)"))
         conn.execute(sa.text("UPDATE class_totals SET messages = 1, terms = label + 1, binary_terms = 1"))
         conn.execute(sa.text("INSERT INTO doc_histogram VALUES (0, 0, 1), (0, 1, 1), (1, 0, 1), (1, 2, 1)"))
-        conn.execute(
-            sa.text("INSERT INTO messages VALUES ('d1', 1, :when, :blob)"),
-            {"when": datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc), "blob": b"\x00"},
-        )
+        conn.execute(sa.text("INSERT INTO messages VALUES ('d1', 1, :when, :blob)"), {"when": datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc), "blob": b"\x00"})
     assert old.schema_revision() == "0001"
     old.close()
     with pytest.raises(SchemaOutOfDate):

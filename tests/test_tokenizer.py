@@ -20,9 +20,8 @@ from hypothesis import strategies as st
 from spamfilter.config import TokenizerConfig
 from spamfilter.errors import MailParseError
 from spamfilter.mail import MailItem, parse_message, read_index
-from spamfilter.tokenizer import Tokenizer, received_tokens, url_tokens
+from spamfilter.tokenizer import Tokenizer, mime, received_tokens, url_tokens
 from spamfilter.tokenizer import html as html_text
-from spamfilter.tokenizer import mime
 
 MAX_BYTES = 200_000
 # The longest token the tokenizer makes by design is a namespace prefix plus
@@ -141,9 +140,7 @@ def test_words_keep_inner_apostrophes_hyphens_and_dots() -> None:
         ("x" * 1234, ["skip:x:1230"]),
     ],
 )
-def test_word_longer_than_max_word_length_becomes_skip_with_first_char_and_length_floor_10(
-    word: str, expected: list[str]
-) -> None:
+def test_word_longer_than_max_word_length_becomes_skip_with_first_char_and_length_floor_10(word: str, expected: list[str]) -> None:
     assert Tokenizer(UNIGRAMS).words(word) == expected
 
 
@@ -199,10 +196,7 @@ def test_mixed_raw_8bit_and_encoded_word_subject_decodes_both() -> None:
 
 
 def test_unknown_body_charset_still_gives_the_words() -> None:
-    raw = (
-        b"Subject: x\nContent-Type: text/plain; charset=x-foo\nContent-Transfer-Encoding: 8bit\n\n"
-        b"Cheap na\xc3\xafve caf\xc3\xa9 deals\n"
-    )
+    raw = b"Subject: x\nContent-Type: text/plain; charset=x-foo\nContent-Transfer-Encoding: 8bit\n\nCheap na\xc3\xafve caf\xc3\xa9 deals\n"
     toks = tokenize(raw)
     assert "charset:x-foo" in toks
     assert toks[-4:] == ["cheap", "naïve", "café", "deals"]
@@ -400,16 +394,8 @@ def test_base64_zip_attachment_gives_type_ext_and_name_tokens_and_payload_is_not
 
 
 def test_attachment_only_message_is_marked_no_text() -> None:
-    raw = (
-        b"Subject: x\nContent-Type: application/octet-stream\nContent-Transfer-Encoding: base64\n\n"
-        + base64.encodebytes(b"\x00\x01binary")
-    )
-    assert tokenize(raw)[-4:] == [
-        "content-type:application/octet-stream",
-        "encoding:base64",
-        "attachment:type:application/octet-stream",
-        "meta:no-text",
-    ]
+    raw = b"Subject: x\nContent-Type: application/octet-stream\nContent-Transfer-Encoding: base64\n\n" + base64.encodebytes(b"\x00\x01binary")
+    assert tokenize(raw)[-4:] == ["content-type:application/octet-stream", "encoding:base64", "attachment:type:application/octet-stream", "meta:no-text"]
 
 
 # -- special headers ---------------------------------------------------------
@@ -477,16 +463,7 @@ def test_deeply_nested_address_comments_do_not_crash() -> None:
     # Regression: email.utils.parseaddr recurses once per "(" and raised
     # RecursionError out of tokenize.
     raw = b"From: " + b"(" * 5000 + b"\nTo: " + b"(a " * 5000 + b"\n\nbody text\n"
-    assert tokenize(raw) == [
-        "header:from",
-        "header:to",
-        "from:no-address",
-        "from:no-name",
-        "to:count:0",
-        "content-type:text/plain",
-        "body",
-        "text",
-    ]
+    assert tokenize(raw) == ["header:from", "header:to", "from:no-address", "from:no-name", "to:count:0", "content-type:text/plain", "body", "text"]
 
 
 def test_very_long_content_type_gives_a_bounded_token() -> None:
@@ -530,20 +507,14 @@ def test_unicode_line_separator_in_recipient_domain_is_dropped() -> None:
 def test_nul_in_charset_and_transfer_encoding_neither_crashes_nor_reaches_tokens() -> None:
     # Regression: codecs.lookup raised ValueError on the NUL, and a NUL in
     # Content-Transfer-Encoding went into the encoding: token.
-    raw = (
-        b"Subject: x\nContent-Type: text/plain; charset=\x00utf-8\n"
-        b"Content-Transfer-Encoding: 8\x00bit\n\nplain words\n"
-    )
+    raw = b"Subject: x\nContent-Type: text/plain; charset=\x00utf-8\nContent-Transfer-Encoding: 8\x00bit\n\nplain words\n"
     assert tokenize(raw)[3:] == ["content-type:text/plain", "charset:utf-8", "encoding:8bit", "plain", "words"]
 
 
 def test_nul_in_charset_of_8bit_part_in_multipart_does_not_crash() -> None:
     # Regression: walking the parts called get_payload() on each leaf, which
     # decodes 8-bit text with the charset parameter and raised ValueError.
-    raw = (
-        b'Subject: x\nContent-Type: multipart/mixed; boundary="b"\n\n--b\n'
-        b"Content-Type: text/plain; charset=\x00utf-8\n\ncaf\xc3\xa9 cr\xc3\xa8me\n--b--\n"
-    )
+    raw = b'Subject: x\nContent-Type: multipart/mixed; boundary="b"\n\n--b\nContent-Type: text/plain; charset=\x00utf-8\n\ncaf\xc3\xa9 cr\xc3\xa8me\n--b--\n'
     assert tokenize(raw)[-3:] == ["charset:utf-8", "café", "crème"]
 
 
@@ -555,12 +526,7 @@ def test_malformed_rfc_2231_charset_parameter_does_not_crash() -> None:
 
 def test_attachment_extension_never_holds_blanks() -> None:
     raw = b'Subject: x\nContent-Type: application/octet-stream; name="scan.p df"\n\nJVBERi0=\n'
-    assert tokenize(raw)[-4:] == [
-        "attachment:type:application/octet-stream",
-        "attachment:ext:pdf",
-        "attachment:name:scan",
-        "meta:no-text",
-    ]
+    assert tokenize(raw)[-4:] == ["attachment:type:application/octet-stream", "attachment:ext:pdf", "attachment:name:scan", "meta:no-text"]
 
 
 # -- options -----------------------------------------------------------------
@@ -617,37 +583,31 @@ def test_list_header_words_are_kept_when_asked() -> None:
 
 
 def test_list_header_words_off_by_default_keeps_only_the_list_headers_names() -> None:
-    assert tokenize(LIST_MAIL) == tokenize(LIST_MAIL, list_header_words=False) == [
-        "header:list-id",
-        "header:list-unsubscribe",
-        "header:sender",
-        "header:precedence",
-        "header:x-beenthere",
-        "header:organization",
-        "organization:widget",
-        "organization:works",
-        "header:subject",
-        "subject:gears",
-        "content-type:text/plain",
-        "new",
-        "gears",
-    ]
+    assert (
+        tokenize(LIST_MAIL)
+        == tokenize(LIST_MAIL, list_header_words=False)
+        == [
+            "header:list-id",
+            "header:list-unsubscribe",
+            "header:sender",
+            "header:precedence",
+            "header:x-beenthere",
+            "header:organization",
+            "organization:widget",
+            "organization:works",
+            "header:subject",
+            "subject:gears",
+            "content-type:text/plain",
+            "new",
+            "gears",
+        ]
+    )
 
 
 def test_bigrams_add_pairs_of_adjacent_plain_words() -> None:
     raw = b"Subject: x\n\nCheap pills, order NOW today\n"
     toks = tokenize(raw, bigrams=True)
-    assert toks[toks.index("cheap") :] == [
-        "cheap",
-        "pills",
-        "order",
-        "now",
-        "today",
-        "bi:cheap+pills",
-        "bi:pills+order",
-        "bi:order+now",
-        "bi:now+today",
-    ]
+    assert toks[toks.index("cheap") :] == ["cheap", "pills", "order", "now", "today", "bi:cheap+pills", "bi:pills+order", "bi:order+now", "bi:now+today"]
 
 
 def test_bigrams_skip_namespaced_tokens() -> None:
@@ -703,20 +663,14 @@ def test_truncated_base64_body_gives_the_words_before_the_cut(cut: int, last_wor
 
 
 def test_broken_mime_boundary_reads_the_body_as_text() -> None:
-    raw = (
-        b'Subject: x\nContent-Type: multipart/alternative; boundary="nope"\n\n'
-        b"--other\nContent-Type: text/plain\n\nlost words here\n--other--\n"
-    )
+    raw = b'Subject: x\nContent-Type: multipart/alternative; boundary="nope"\n\n--other\nContent-Type: text/plain\n\nlost words here\n--other--\n'
     toks = tokenize(raw)
     assert is_subsequence(["lost", "words", "here"], toks)
 
 
 @pytest.mark.parametrize(
     "raw",
-    [
-        b'Subject: x\nContent-Type: multipart/mixed; boundary="b"\n\n--b--\n',
-        b"Subject: x\nContent-Type: multipart/mixed\n\n",
-    ],
+    [b'Subject: x\nContent-Type: multipart/mixed; boundary="b"\n\n--b--\n', b"Subject: x\nContent-Type: multipart/mixed\n\n"],
     ids=["closing-boundary-only", "no-boundary"],
 )
 def test_multipart_without_parts_gives_only_header_and_type_tokens(raw: bytes) -> None:
@@ -761,9 +715,11 @@ def test_binary_junk_body_gives_clean_tokens() -> None:
 
 def test_many_nested_multiparts_are_bounded() -> None:
     depth = 300
-    raw = b"Subject: x\n" + b"".join(
-        b'Content-Type: multipart/mixed; boundary="b%d"\n\n--b%d\n' % (i, i) for i in range(depth)
-    ) + b"Content-Type: text/plain\n\ndeep words\n"
+    raw = (
+        b"Subject: x\n"
+        + b"".join(b'Content-Type: multipart/mixed; boundary="b%d"\n\n--b%d\n' % (i, i) for i in range(depth))
+        + b"Content-Type: text/plain\n\ndeep words\n"
+    )
     item = MailItem("deep", raw)
     toks = Tokenizer(UNIGRAMS).tokenize(parse_message(item, max_bytes=MAX_BYTES))
     assert problems(toks) == []
@@ -833,8 +789,34 @@ def test_random_bytes_never_raise_and_give_clean_tokens(raw: bytes) -> None:
 
 
 _MUTATION_BYTES = st.sampled_from(
-    [b"\n", b"\r\n", b" ", b"\t", b":", b";", b"=?", b"?=", b"\x00", b"\xff", b"\xc3", b"<", b">", b'"', b"(",
-     b"--", b"--XX", b"--=_1\n", b"=\n", b"=E9", b"&#", b"&amp;", b"<script>", b"<!--", b"\xe2\x80\xa8", b"\x1c"]
+    [
+        b"\n",
+        b"\r\n",
+        b" ",
+        b"\t",
+        b":",
+        b";",
+        b"=?",
+        b"?=",
+        b"\x00",
+        b"\xff",
+        b"\xc3",
+        b"<",
+        b">",
+        b'"',
+        b"(",
+        b"--",
+        b"--XX",
+        b"--=_1\n",
+        b"=\n",
+        b"=E9",
+        b"&#",
+        b"&amp;",
+        b"<script>",
+        b"<!--",
+        b"\xe2\x80\xa8",
+        b"\x1c",
+    ]
 ) | st.binary(min_size=1, max_size=20)
 
 
@@ -878,11 +860,35 @@ def test_bigrams_are_on_by_default_and_join_adjacent_body_words() -> None:
 def test_header_line_tokens_are_told_from_the_rest() -> None:
     from spamfilter.tokenizer import is_header_line
 
-    header = ["header:x-mailer", "from:domain:example.com", "to:name:bob", "reply-to:domain:a.b", "received:ip:10.0",
-              "received:host:mx.example.com", "message-id:domain:example.com", "mailer:outlook", "x-spam-level:high",
-              "list-id:users", "precedence:bulk"]
-    rest = ["header:subject", "subject:free", "content-type:text/html", "charset:utf-8", "encoding:base64",
-            "attachment:ext:exe", "url:host:bit.ly", "email:domain:x.org", "html:tag:img", "skip:l:20", "num:12345",
-            "bi:free+money", "meta:empty", "money", "don't"]
+    header = [
+        "header:x-mailer",
+        "from:domain:example.com",
+        "to:name:bob",
+        "reply-to:domain:a.b",
+        "received:ip:10.0",
+        "received:host:mx.example.com",
+        "message-id:domain:example.com",
+        "mailer:outlook",
+        "x-spam-level:high",
+        "list-id:users",
+        "precedence:bulk",
+    ]
+    rest = [
+        "header:subject",
+        "subject:free",
+        "content-type:text/html",
+        "charset:utf-8",
+        "encoding:base64",
+        "attachment:ext:exe",
+        "url:host:bit.ly",
+        "email:domain:x.org",
+        "html:tag:img",
+        "skip:l:20",
+        "num:12345",
+        "bi:free+money",
+        "meta:empty",
+        "money",
+        "don't",
+    ]
     assert [t for t in header if is_header_line(t)] == header
     assert [t for t in rest if is_header_line(t)] == []

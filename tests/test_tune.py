@@ -17,12 +17,12 @@ from spamfilter.cli import app
 from spamfilter.config import Config, DecisionConfig, ModelConfig, StoreConfig, TokenizerConfig, load_config, update_config_file
 from spamfilter.errors import ConfigError, EvaluationError
 from spamfilter.evaluation import roc_area
+from spamfilter.mail import MailItem
+from spamfilter.mail.sources import read_messages
 from spamfilter.maintenance import Maintenance
 from spamfilter.model import thresholds_from_loss
 from spamfilter.service import Filter
 from spamfilter.tuning import MIN_COSTLY, Candidate, best_cutoffs, tune
-from spamfilter.mail import MailItem
-from spamfilter.mail.sources import read_messages
 
 LETTERS = "bcdfghjklmnpqrstvwxz"
 
@@ -65,10 +65,7 @@ def test_tune_picks_the_alpha_that_resists_hapaxes() -> None:
     # unsure verdict put the cut at log-odds 0: the default loss matrix's
     # unsure band (-1.39, 3.89] would hold the class words' 1.4 and make
     # every message unsure for both alphas.
-    config = Config(
-        tokenizer=TokenizerConfig(bigrams=False),
-        decision=DecisionConfig(cost_ham_as_spam=1.0, cost_spam_as_ham=1.0, cost_unsure=1.0),
-    )
+    config = Config(tokenizer=TokenizerConfig(bigrams=False), decision=DecisionConfig(cost_ham_as_spam=1.0, cost_spam_as_ham=1.0, cost_unsure=1.0))
     results = tune(config, trap_stream(), event_models=["multinomial-binary"], alphas=[0.001, 1.0], temperings=[0.0], holdout=0.2)
     by_alpha = {c.alpha: c for c in results}
     assert results[0].alpha == 1.0
@@ -101,7 +98,7 @@ def test_separated_classes_get_the_cut_in_the_middle_of_the_gap() -> None:
 
 def test_update_config_file_keeps_comments_and_validates(tmp_path: Path) -> None:
     path = tmp_path / "config.toml"
-    path.write_text("# mine\n[model]\n# smoothing\nalpha = 0.1\n\n[store]\nurl = \"\"\n")
+    path.write_text('# mine\n[model]\n# smoothing\nalpha = 0.1\n\n[store]\nurl = ""\n')
     update_config_file(path, {("model", "alpha"): 0.03, ("model", "event_model"): "bernoulli", ("decision", "ham_cutoff"): 0.2, ("decision", "spam_cutoff"): 0.95})
     text = path.read_text()
     assert text.startswith("# mine\n[model]\n# smoothing\nalpha = 0.03\n")
@@ -124,7 +121,32 @@ def test_tune_command_writes_the_best_settings(tmp_path: Path) -> None:
     # beats them on the one fold of the old protocol (--folds 1).
     config.write_text("[model]\nalpha = 0.001\ntempering = 0.0\n\n[tokenizer]\nbigrams = false\n")
     runner = CliRunner()
-    result = runner.invoke(app, ["--config", str(config), "tune", "--index", str(index), "--folds", "1", "--holdout", "0.2", "--model", "multinomial-binary", "--alpha", "1", "--tempering", "0", "--min-evidence", "0", "--keep-tokenizer", "--write", "--format", "json"])
+    result = runner.invoke(
+        app,
+        [
+            "--config",
+            str(config),
+            "tune",
+            "--index",
+            str(index),
+            "--folds",
+            "1",
+            "--holdout",
+            "0.2",
+            "--model",
+            "multinomial-binary",
+            "--alpha",
+            "1",
+            "--tempering",
+            "0",
+            "--min-evidence",
+            "0",
+            "--keep-tokenizer",
+            "--write",
+            "--format",
+            "json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     best = json.loads(result.stdout.splitlines()[0])["best"]
     assert (best["event_model"], best["alpha"], best["tempering"]) == ("multinomial-binary", 1.0, 0.0)
@@ -156,15 +178,20 @@ HAM_WORDS = ["meeting", "agenda", "minutes", "report", "schedule", "project", "r
 def easy_stream(n: int) -> list[tuple[bool, MailItem]]:
     """Classes that every setting separates: eight class words each, plus a
     word of noise, alternating spam and ham."""
-    return [
-        (i % 2 == 0, message([*(SPAM_WORDS if i % 2 == 0 else HAM_WORDS), noise(i, 0)]))
-        for i in range(n)
-    ]
+    return [(i % 2 == 0, message([*(SPAM_WORDS if i % 2 == 0 else HAM_WORDS), noise(i, 0)])) for i in range(n)]
 
 
 def test_ties_keep_the_configured_settings() -> None:
     config = Config()
-    results = tune(config, easy_stream(100), event_models=["multinomial-binary", "bernoulli"], alphas=[0.01, 0.1, 1.0], temperings=[0.0, 0.5, 0.55], min_evidences=[0.0, 3.0], bigram_options=[True, False])
+    results = tune(
+        config,
+        easy_stream(100),
+        event_models=["multinomial-binary", "bernoulli"],
+        alphas=[0.01, 0.1, 1.0],
+        temperings=[0.0, 0.5, 0.55],
+        min_evidences=[0.0, 3.0],
+        bigram_options=[True, False],
+    )
     assert {c.loss_per_message for c in results} == {0.0}
     best = results[0]
     assert (best.event_model, best.alpha, best.tempering, best.min_evidence, best.bigrams) == ("multinomial-binary", 0.1, 0.55, 0.0, True)
@@ -212,7 +239,27 @@ def test_tune_refuses_to_write_what_a_small_tail_cannot_decide(tmp_path: Path) -
     index = write_index(tmp_path, easy_stream(100))
     config = tmp_path / "config.toml"
     config.write_text("# mine\n")
-    result = CliRunner().invoke(app, ["--config", str(config), "tune", "--index", str(index), "--folds", "1", "--holdout", "0.2", "--model", "multinomial-binary", "--alpha", "1", "--tempering", "0.5", "--write"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "--config",
+            str(config),
+            "tune",
+            "--index",
+            str(index),
+            "--folds",
+            "1",
+            "--holdout",
+            "0.2",
+            "--model",
+            "multinomial-binary",
+            "--alpha",
+            "1",
+            "--tempering",
+            "0.5",
+            "--write",
+        ],
+    )
     assert result.exit_code == 65
     # 0 costly messages in 20 held out: at most 1 in 20, so 10 need 200 held out.
     assert result.stderr.strip() == (
@@ -228,8 +275,8 @@ def test_tune_refuses_to_write_what_a_small_tail_cannot_decide(tmp_path: Path) -
 
 
 def test_cutoffs_as_probabilities_read_back_as_the_same_log_odds() -> None:
-    from spamfilter.tuning import Cutoffs
     from spamfilter.model import thresholds_from_cutoffs
+    from spamfilter.tuning import Cutoffs
 
     ham_cutoff, spam_cutoff = Cutoffs(ham_max=-2.5, spam_min=4.0, loss=0.0).probabilities()
     assert (ham_cutoff, spam_cutoff) == pytest.approx((1 / (1 + math.exp(2.5)), 1 / (1 + math.exp(-4.0))), rel=1e-15)
@@ -255,7 +302,29 @@ def test_tune_command_writes_max_tokens(tmp_path: Path) -> None:
     index = write_index(tmp_path, trap_stream())
     config = tmp_path / "config.toml"
     config.write_text("[model]\nalpha = 0.001\ntempering = 0.0\n")
-    args = ["--config", str(config), "tune", "--index", str(index), "--folds", "1", "--holdout", "0.2", "--model", "multinomial-binary", "--alpha", "1", "--tempering", "0", "--min-evidence", "0", "--max-tokens", "3", "--keep-tokenizer", "--write"]
+    args = [
+        "--config",
+        str(config),
+        "tune",
+        "--index",
+        str(index),
+        "--folds",
+        "1",
+        "--holdout",
+        "0.2",
+        "--model",
+        "multinomial-binary",
+        "--alpha",
+        "1",
+        "--tempering",
+        "0",
+        "--min-evidence",
+        "0",
+        "--max-tokens",
+        "3",
+        "--keep-tokenizer",
+        "--write",
+    ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     header, row = result.stdout.splitlines()[:2]
@@ -289,8 +358,15 @@ def assert_scored_as(c: Candidate, is_spam: np.ndarray, odds: np.ndarray, config
     """The candidate's figures are those of these held-out log-odds."""
     d = config.decision
     bounds = thresholds_from_loss(d.cost_ham_as_spam, d.cost_spam_as_ham, d.cost_unsure)
-    cut = best_cutoffs(is_spam, odds, cost_ham_as_spam=d.cost_ham_as_spam, cost_spam_as_ham=d.cost_spam_as_ham,
-                       cost_unsure=d.cost_unsure, spam_min_floor=bounds.spam_min, ham_max_ceiling=bounds.ham_max)
+    cut = best_cutoffs(
+        is_spam,
+        odds,
+        cost_ham_as_spam=d.cost_ham_as_spam,
+        cost_spam_as_ham=d.cost_spam_as_ham,
+        cost_unsure=d.cost_unsure,
+        spam_min_floor=bounds.spam_min,
+        ham_max_ceiling=bounds.ham_max,
+    )
     assert c.log_loss == pytest.approx(float(-np.mean(log_expit(np.where(is_spam, odds, -odds)))), rel=1e-9)
     assert c.one_minus_roca == pytest.approx(100 * (1 - roc_area(is_spam, odds)), abs=1e-12)
     assert (c.cutoffs.ham_max, c.cutoffs.spam_min) == pytest.approx((cut.ham_max, cut.spam_min), rel=1e-9)
@@ -300,17 +376,21 @@ def assert_scored_as(c: Candidate, is_spam: np.ndarray, odds: np.ndarray, config
     ("dependence", "weight", "tempering", "min_evidence"),
     [("aode", 0.0, 0.55, 0.0), ("spode", 0.0, 0.55, 0.0), ("aode", 0.0, 1.0, 1.0), ("none", 0.5, 0.55, 0.0), ("aode", 0.3, 1.0, 0.0)],
 )
-def test_tuned_candidates_score_the_tail_as_the_filter_does(
-    tmp_path: Path, sample: Path, dependence: str, weight: float, tempering: float, min_evidence: float
-) -> None:
+def test_tuned_candidates_score_the_tail_as_the_filter_does(tmp_path: Path, sample: Path, dependence: str, weight: float, tempering: float, min_evidence: float) -> None:
     # Tempering 1 divides the token evidence by each message's length, so
     # the log-odds come near 0 and the log-loss weighs every message.
     labelled = sample_stream(sample)
     base = replace(ModelConfig(), tempering=tempering, min_evidence=min_evidence, **ONE_DEPENDENCE)  # type: ignore[arg-type]
     config = Config(model=base)
     results = tune(
-        config, labelled, event_models=["multinomial-binary"], alphas=[base.alpha], temperings=[tempering],
-        min_evidences=[min_evidence], dependences=sorted({"none", dependence}), feature_weights=sorted({0.0, weight}),
+        config,
+        labelled,
+        event_models=["multinomial-binary"],
+        alphas=[base.alpha],
+        temperings=[tempering],
+        min_evidences=[min_evidence],
+        dependences=sorted({"none", dependence}),
+        feature_weights=sorted({0.0, weight}),
     )
     found = {(c.dependence, c.feature_weight): c for c in results}
     tuned = found[(dependence, weight)]
@@ -344,7 +424,9 @@ def test_dependence_and_features_are_tried_only_when_asked(sample: Path) -> None
 
 def test_ties_keep_the_configured_dependence_and_features() -> None:
     config = Config(model=ModelConfig(dependence="aode", features=True, feature_weight=0.5))
-    results = tune(config, easy_stream(100), event_models=["multinomial-binary"], alphas=[0.1], temperings=[0.55], dependences=["none", "aode"], feature_weights=[0.0, 0.5, 1.0])
+    results = tune(
+        config, easy_stream(100), event_models=["multinomial-binary"], alphas=[0.1], temperings=[0.55], dependences=["none", "aode"], feature_weights=[0.0, 0.5, 1.0]
+    )
     assert {c.loss_per_message for c in results} == {0.0}
     assert (results[0].dependence, results[0].feature_weight) == ("aode", 0.5)
 
@@ -354,8 +436,31 @@ def test_tune_command_writes_dependence_and_features(tmp_path: Path) -> None:
     config = tmp_path / "config.toml"
     trap = "[model]\nalpha = 0.001\ntempering = 0.0\naode_min_support = 5\n\n[tokenizer]\nbigrams = false\n"
     config.write_text(trap)
-    args = ["--config", str(config), "tune", "--index", str(index), "--folds", "1", "--holdout", "0.2", "--model", "multinomial-binary", "--alpha", "1", "--tempering", "0",
-            "--min-evidence", "0", "--dependence", "aode", "--feature-weight", "0.25", "--keep-tokenizer", "--write"]
+    args = [
+        "--config",
+        str(config),
+        "tune",
+        "--index",
+        str(index),
+        "--folds",
+        "1",
+        "--holdout",
+        "0.2",
+        "--model",
+        "multinomial-binary",
+        "--alpha",
+        "1",
+        "--tempering",
+        "0",
+        "--min-evidence",
+        "0",
+        "--dependence",
+        "aode",
+        "--feature-weight",
+        "0.25",
+        "--keep-tokenizer",
+        "--write",
+    ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     header, row = result.stdout.splitlines()[:2]
@@ -377,8 +482,22 @@ def folds_candidate(fold_losses: tuple[float, ...], configured_fold_losses: tupl
     """A candidate with only the per-fold losses set (the rest is not read)."""
     from spamfilter.tuning import Cutoffs
 
-    return Candidate("multinomial-binary", 0.1, 0.55, 0.0, True, 0.0, Cutoffs(0.0, 0.0, 0.0), 0.0, 0.0, 0.0, 0.0, 0.0,
-                     fold_losses=fold_losses, configured_fold_losses=configured_fold_losses)
+    return Candidate(
+        "multinomial-binary",
+        0.1,
+        0.55,
+        0.0,
+        True,
+        0.0,
+        Cutoffs(0.0, 0.0, 0.0),
+        0.0,
+        0.0,
+        0.0,
+        0.0,
+        0.0,
+        fold_losses=fold_losses,
+        configured_fold_losses=configured_fold_losses,
+    )
 
 
 def test_a_choice_must_beat_the_configured_settings_in_most_folds_and_lose_badly_in_none() -> None:
@@ -412,7 +531,26 @@ def test_tune_command_refuses_a_choice_that_does_not_beat_the_configured_setting
     index = write_index(tmp_path, trap_stream())
     config = tmp_path / "config.toml"
     config.write_text("[tokenizer]\nbigrams = false\n")
-    result = CliRunner().invoke(app, ["--config", str(config), "tune", "--index", str(index), "--model", "multinomial-binary", "--alpha", "1", "--tempering", "0", "--min-evidence", "0", "--keep-tokenizer", "--write"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "--config",
+            str(config),
+            "tune",
+            "--index",
+            str(index),
+            "--model",
+            "multinomial-binary",
+            "--alpha",
+            "1",
+            "--tempering",
+            "0",
+            "--min-evidence",
+            "0",
+            "--keep-tokenizer",
+            "--write",
+        ],
+    )
     assert result.exit_code == 65, result.output
     assert "the best setting beat the configured one in 0 of 4 time-ordered folds" in result.stderr
     assert config.read_text() == "[tokenizer]\nbigrams = false\n"

@@ -179,12 +179,7 @@ def training(tmp_path: Path, mail: tuple[Path, Path], deadline: float = 600.0, e
 def test_training_waits_for_a_writer_that_holds_the_database(tmp_path: Path, mail: tuple[Path, Path], extra: tuple[str, ...]) -> None:
     url, train = training(tmp_path, mail, extra=extra)
     with write_locked(tmp_path / "sf.db"):
-        proc = subprocess.Popen(
-            train,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        proc = subprocess.Popen(train, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         # Let go of the lock once the trainer has said it is waiting.
         assert proc.stderr is not None
         first = proc.stderr.readline()
@@ -212,9 +207,7 @@ def test_training_gives_up_with_75_after_the_write_deadline(tmp_path: Path, mail
 def test_filter_on_a_new_database_held_by_a_writer_exits_75_without_retrying(tmp_path: Path) -> None:
     path = tmp_path / "new.db"
     with write_locked(path):
-        done = subprocess.run(
-            spamfilter(f"sqlite:///{path}", "filter", config=short_timeout(tmp_path)), input=SPAM, capture_output=True, timeout=HANG_GUARD
-        )
+        done = subprocess.run(spamfilter(f"sqlite:///{path}", "filter", config=short_timeout(tmp_path)), input=SPAM, capture_output=True, timeout=HANG_GUARD)
     assert done.returncode == exitcodes.STORE_BUSY, done.stderr
     assert done.stdout == SPAM
     assert b"trying again" not in done.stderr

@@ -27,12 +27,7 @@ def mail(corpora_dir: Path) -> dict[str, list[MailItem]]:
     random.Random(3).shuffle(rows)
     spam = [MailItem(p, (root / p).read_bytes()) for label, p in rows if label == "spam"][:90]
     ham = [MailItem(p, (root / p).read_bytes()) for label, p in rows if label == "ham"][:90]
-    return {
-        "shared": [*spam[:40], *ham[:40]],
-        "alice": [*spam[40:70], *ham[40:70]],
-        "probe": [*spam[70:90], *ham[70:90]],
-        "spam": spam,
-    }
+    return {"shared": [*spam[:40], *ham[:40]], "alice": [*spam[40:70], *ham[40:70]], "probe": [*spam[70:90], *ham[70:90]], "spam": spam}
 
 
 def labelled(items: list[MailItem], spam: list[MailItem]) -> list[tuple[bool, MailItem]]:

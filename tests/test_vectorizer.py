@@ -49,40 +49,19 @@ def test_batch_vocabulary_is_union_in_first_seen_order() -> None:
     assert batch_vocabulary(docs).tokens == ["free", "money", "meeting"]
 
 
-DOCS = [
-    {"free": 2, "money": 1},
-    {},
-    {"meeting": 1, "free": 1, "not-in-vocabulary": 5},
-    {"money": 3, "meeting": 2},
-]
+DOCS = [{"free": 2, "money": 1}, {}, {"meeting": 1, "free": 1, "not-in-vocabulary": 5}, {"money": 3, "meeting": 2}]
 VOCABULARY = Vocabulary(["free", "money", "meeting"])
 
 
 def test_count_matrix_holds_the_counts() -> None:
     X = count_matrix(DOCS, VOCABULARY)
     assert X.shape == (4, 3)
-    np.testing.assert_array_equal(
-        X.toarray(),
-        [
-            [2, 1, 0],
-            [0, 0, 0],
-            [1, 0, 1],
-            [0, 3, 2],
-        ],
-    )
+    np.testing.assert_array_equal(X.toarray(), [[2, 1, 0], [0, 0, 0], [1, 0, 1], [0, 3, 2]])
 
 
 def test_binary_count_matrix_holds_presence() -> None:
     X = count_matrix(DOCS, VOCABULARY, binary=True)
-    np.testing.assert_array_equal(
-        X.toarray(),
-        [
-            [1, 1, 0],
-            [0, 0, 0],
-            [1, 0, 1],
-            [0, 1, 1],
-        ],
-    )
+    np.testing.assert_array_equal(X.toarray(), [[1, 1, 0], [0, 0, 0], [1, 0, 1], [0, 1, 1]])
 
 
 def test_tokens_outside_the_vocabulary_are_dropped() -> None:
@@ -125,14 +104,7 @@ def test_tokens_to_matrix_end_to_end() -> None:
     docs = [term_counts(tokens) for tokens in messages]
     vocabulary = batch_vocabulary(docs)
     assert vocabulary.tokens == ["free", "money", "meeting", "at", "noon"]
-    np.testing.assert_array_equal(
-        count_matrix(docs, vocabulary).toarray(),
-        [
-            [2, 1, 0, 0, 0],
-            [0, 0, 1, 1, 1],
-            [1, 0, 1, 0, 0],
-        ],
-    )
+    np.testing.assert_array_equal(count_matrix(docs, vocabulary).toarray(), [[2, 1, 0, 0, 0], [0, 0, 1, 1, 1], [1, 0, 1, 0, 0]])
 
 
 def test_count_matrix_accepts_counters() -> None:

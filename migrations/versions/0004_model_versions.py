@@ -24,11 +24,7 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    op.create_table(
-        "model_versions",
-        sa.Column("owner", sa.Text(), primary_key=True),
-        sa.Column("version", sa.BigInteger(), nullable=False),
-    )
+    op.create_table("model_versions", sa.Column("owner", sa.Text(), primary_key=True), sa.Column("version", sa.BigInteger(), nullable=False))
     op.execute("INSERT INTO model_versions (owner, version) SELECT DISTINCT owner, 1 FROM class_totals")
 
 

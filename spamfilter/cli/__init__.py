@@ -80,12 +80,7 @@ def _runs_filter(group: TyperGroup, argv: Sequence[str]) -> bool:
     """Whether ``argv`` runs ``filter`` in its mail-writing mode: the first
     argument that is neither a root option nor its value names ``filter``,
     and neither ``--verdict-only`` nor ``--help`` follows."""
-    takes_value = {
-        name
-        for param in group.params
-        if isinstance(param, TyperOption) and not param.is_flag and not param.count
-        for name in param.opts
-    }
+    takes_value = {name for param in group.params if isinstance(param, TyperOption) and not param.is_flag and not param.count for name in param.opts}
     i = 0
     while i < len(argv):
         arg = argv[i]
@@ -154,10 +149,21 @@ def _plain_help(command: Any) -> None:
 #: delivery filter starts once per message and must not load the evaluation,
 #: report, plotting and IMAP code, nor scipy.stats and matplotlib with them.
 COMMAND_MODULES = {
-    "classify": "classify", "filter": "classify", "stats": "db", "evaluate": "evaluate",
-    "top-words": "insight", "explain": "insight", "report": "insight",
-    "train": "train", "forget": "train", "mark": "train", "tune": "tune",
-    "db": "db", "imap": "imap", "serve": "serve", "milter": "milter",
+    "classify": "classify",
+    "filter": "classify",
+    "stats": "db",
+    "evaluate": "evaluate",
+    "top-words": "insight",
+    "explain": "insight",
+    "report": "insight",
+    "train": "train",
+    "forget": "train",
+    "mark": "train",
+    "tune": "tune",
+    "db": "db",
+    "imap": "imap",
+    "serve": "serve",
+    "milter": "milter",
 }
 
 
@@ -316,16 +322,14 @@ def root(
         typer.Option("--db", metavar="URL", help="Database URL (default: $SPAMFILTER_DB, store.url in the config, or a SQLite file in ~/.local/share/spamfilter)."),
     ] = None,
     config: Annotated[
-        Path | None,
-        typer.Option("--config", metavar="FILE", help="Config file (default: $SPAMFILTER_CONFIG or ~/.config/spamfilter/config.toml)."),
+        Path | None, typer.Option("--config", metavar="FILE", help="Config file (default: $SPAMFILTER_CONFIG or ~/.config/spamfilter/config.toml).")
     ] = None,
     user: Annotated[
         str | None,
         typer.Option("--user", metavar="NAME", help="Use NAME's model (each user's counts are kept apart; default: store.user in the config, else the shared model)."),
     ] = None,
     create_dirs: Annotated[
-        bool,
-        typer.Option("--create-dirs", help="Let a command that writes create the missing folders of a new SQLite --db (always done for the default location)."),
+        bool, typer.Option("--create-dirs", help="Let a command that writes create the missing folders of a new SQLite --db (always done for the default location).")
     ] = False,
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
 ) -> None:

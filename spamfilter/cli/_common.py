@@ -11,17 +11,7 @@ from typing import Annotated, TypeVar
 
 import typer
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    ProgressColumn,
-    SpinnerColumn,
-    Task,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, SpinnerColumn, Task, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.text import Text
 
 from spamfilter.cli import exitcodes, fail, state
@@ -47,7 +37,11 @@ def jobs_or_default(jobs: int | None) -> int:
 Jobs = Annotated[
     int | None,
     typer.Option(
-        "--jobs", "-j", min=1, metavar="N", show_default="the number of cores",
+        "--jobs",
+        "-j",
+        min=1,
+        metavar="N",
+        show_default="the number of cores",
         help="Read (parse and tokenize) messages on N processes; the results are the same for any N.",
     ),
 ]
@@ -55,8 +49,7 @@ Jobs = Annotated[
 #: The --margin option of the commands that learn in a train mode
 #: (``learning.TrainMode.tune``).
 Margin = Annotated[
-    float,
-    typer.Option("--margin", min=0.0, metavar="NATS", help="--train-mode tune: also learn a message scored right by less than this many nats of log-odds."),
+    float, typer.Option("--margin", min=0.0, metavar="NATS", help="--train-mode tune: also learn a message scored right by less than this many nats of log-odds.")
 ]
 
 
@@ -65,18 +58,13 @@ Margin = Annotated[
 Connect = Annotated[
     str | None,
     typer.Option(
-        "--connect",
-        metavar="ADDR",
-        envvar="SPAMFILTER_SERVER",
-        help="Ask `spamfilter serve` at HOST:PORT or a socket PATH; work in-process when it does not answer.",
+        "--connect", metavar="ADDR", envvar="SPAMFILTER_SERVER", help="Ask `spamfilter serve` at HOST:PORT or a socket PATH; work in-process when it does not answer."
     ),
 ]
 
 
 @contextmanager
-def open_filter(
-    ctx: typer.Context, *, create: bool, jobs: int | None = 1, write_deadline: float | None = None
-) -> Iterator[Filter]:
+def open_filter(ctx: typer.Context, *, create: bool, jobs: int | None = 1, write_deadline: float | None = None) -> Iterator[Filter]:
     """The filter on the database chosen by --db / config / default.
 
     ``create``: whether the command may create a SQLite database that does
@@ -86,9 +74,7 @@ def open_filter(
     ``Filter.open``."""
     s = state(ctx)
     jobs = jobs_or_default(jobs)
-    with Filter.open(
-        s.config, s.db_url, s.user, create=create, create_dirs=s.create_dirs, jobs=jobs, write_deadline=write_deadline
-    ) as f:
+    with Filter.open(s.config, s.db_url, s.user, create=create, create_dirs=s.create_dirs, jobs=jobs, write_deadline=write_deadline) as f:
         yield f
 
 

@@ -33,8 +33,7 @@ AllowedIps = Annotated[
 
 
 Processes = Annotated[
-    int | None,
-    typer.Option("--processes", min=1, max=64, help="Processes serving, each with the model in memory (default: [daemon] processes; 0 there: one per core)."),
+    int | None, typer.Option("--processes", min=1, max=64, help="Processes serving, each with the model in memory (default: [daemon] processes; 0 there: one per core).")
 ]
 
 

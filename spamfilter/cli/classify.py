@@ -34,16 +34,15 @@ def _render(v: Verdict, fmt: Format) -> str:
     return f"{v.verdict:<7} {v.score:8.6f} {v.log_odds:+10.2f}  {v.source}"
 
 
-_HEADERS = {
-    Format.table: f"{'verdict':<7} {'score':>8} {'log_odds':>10}  source",
-    Format.tsv: "source\tscore\tlog_odds\tverdict",
-}
+_HEADERS = {Format.table: f"{'verdict':<7} {'score':>8} {'log_odds':>10}  source", Format.tsv: "source\tscore\tlog_odds\tverdict"}
 
 
 @app.command()
 def classify(
     ctx: typer.Context,
-    sources: Annotated[list[str] | None, typer.Argument(metavar="[SRC]...", help="Message file, mbox, Maildir, MH or folder; - for stdin (an mbox when it starts with a `From ` line).")] = None,
+    sources: Annotated[
+        list[str] | None, typer.Argument(metavar="[SRC]...", help="Message file, mbox, Maildir, MH or folder; - for stdin (an mbox when it starts with a `From ` line).")
+    ] = None,
     index: Annotated[str | None, typer.Option("--index", metavar="FILE", help="Classify the messages of a TREC index (labels ignored).")] = None,
     fmt: Annotated[Format, typer.Option("--format", help="table, jsonl or tsv.")] = Format.table,
     jobs: Jobs = None,
@@ -73,7 +72,6 @@ def classify(
             else:
                 typer.echo(_render(result, fmt))
     raise typer.Exit(report_refusals(refused))
-
 
 
 _VERDICT_EXIT = {Decision.SPAM: exitcodes.SPAM, Decision.HAM: exitcodes.HAM, Decision.UNSURE: exitcodes.UNSURE}

@@ -21,10 +21,7 @@ from spamfilter.service import Filter, upgrade_database
 
 
 @app.command()
-def stats(
-    ctx: typer.Context,
-    fmt: Annotated[TableOrJson, typer.Option("--format", help="table or json.")] = TableOrJson.table,
-) -> None:
+def stats(ctx: typer.Context, fmt: Annotated[TableOrJson, typer.Option("--format", help="table or json.")] = TableOrJson.table) -> None:
     """Show how much the model has learnt and where it is stored.
 
     Example: spamfilter stats --format json
@@ -75,10 +72,7 @@ def _whose(user: str) -> str:
 
 
 @db_app.command()
-def check(
-    ctx: typer.Context,
-    fmt: Annotated[TableOrJson, typer.Option("--format", help="table or json.")] = TableOrJson.table,
-) -> None:
+def check(ctx: typer.Context, fmt: Annotated[TableOrJson, typer.Option("--format", help="table or json.")] = TableOrJson.table) -> None:
     """Verify that the stored counts of the model (--user) agree with each other.
 
     Compares the class totals and the count histogram with sums over the
@@ -111,7 +105,10 @@ def check(
 def prune(
     ctx: typer.Context,
     min_count: Annotated[int, typer.Option("--min-count", metavar="N", min=0, help="Prune tokens in fewer than N messages (spam and ham together).")],
-    older_than: Annotated[int, typer.Option("--older-than", metavar="DAYS", min=0, help="... that were last trained DAYS or more days ago (0: any day; a token without a date counts as old).")],
+    older_than: Annotated[
+        int,
+        typer.Option("--older-than", metavar="DAYS", min=0, help="... that were last trained DAYS or more days ago (0: any day; a token without a date counts as old)."),
+    ],
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Count what would be pruned; change nothing.")] = False,
 ) -> None:
     """Delete rare tokens that training has not seen for a while, in one transaction.
@@ -127,8 +124,7 @@ def prune(
         s = Maintenance(f.store).prune(min_count, older_than, dry_run=dry_run)
     verb = "would prune" if s.dry_run else "pruned"
     typer.echo(
-        f"{verb} {s.tokens_removed} of {s.tokens_before} tokens of {_whose(s.user)} "
-        f"(in fewer than {min_count} messages, last trained {older_than} or more days ago)"
+        f"{verb} {s.tokens_removed} of {s.tokens_before} tokens of {_whose(s.user)} (in fewer than {min_count} messages, last trained {older_than} or more days ago)"
     )
     if not s.dry_run and s.size_before is not None:
         wal = "" if s.checkpointed else " (with a write-ahead log that readers kept from being copied in)"
@@ -155,10 +151,7 @@ def reselect(ctx: typer.Context) -> None:
     if not s.parents:
         typer.echo(f"no parents for {_whose(f.store.owner)}: one-dependence counts dropped ({s.messages} trained messages)")
         return
-    typer.echo(
-        f"chose {len(s.parents)} parent(s) and {s.children} child tokens for {_whose(f.store.owner)}: "
-        f"{s.pairs} pair counts from {s.messages} trained messages"
-    )
+    typer.echo(f"chose {len(s.parents)} parent(s) and {s.children} child tokens for {_whose(f.store.owner)}: {s.pairs} pair counts from {s.messages} trained messages")
 
 
 @db_app.command()
@@ -177,10 +170,7 @@ def vacuum(ctx: typer.Context) -> None:
 
 
 @db_app.command(name="export")
-def export_counts(
-    ctx: typer.Context,
-    path: Annotated[str, typer.Argument(metavar="[FILE|-]", help="Where to write (default: - for stdout).")] = "-",
-) -> None:
+def export_counts(ctx: typer.Context, path: Annotated[str, typer.Argument(metavar="[FILE|-]", help="Where to write (default: - for stdout).")] = "-") -> None:
     """Write the model's counts (--user) as UTF-8 text: a header, the class
     totals, then one line per token: token, ham_docs, spam_docs, ham_terms,
     spam_terms, separated by tabs, sorted by token (backslash, tab and
@@ -229,8 +219,7 @@ def import_counts(
     ctx: typer.Context,
     path: Annotated[str, typer.Argument(metavar="FILE|-", help="A file written by `db export`, or - for stdin.")],
     replace: Annotated[
-        bool | None,
-        typer.Option("--replace/--add", help="Replace the model (tokens, totals and ledger), or add the counts to it; needed when the model is not empty."),
+        bool | None, typer.Option("--replace/--add", help="Replace the model (tokens, totals and ledger), or add the counts to it; needed when the model is not empty.")
     ] = None,
 ) -> None:
     """Read counts written by `db export` into the model (--user), in one
@@ -252,10 +241,7 @@ def import_counts(
             f.store.remove_if_unused()
             raise
     how = "replacing it" if result.replaced else "added"
-    typer.echo(
-        f"imported {result.tokens} tokens, {result.spam_messages} spam and {result.ham_messages} ham messages "
-        f"into the model of {_whose(result.user)} ({how})"
-    )
+    typer.echo(f"imported {result.tokens} tokens, {result.spam_messages} spam and {result.ham_messages} ham messages into the model of {_whose(result.user)} ({how})")
 
 
 def _import_into(f: Filter, path: str, replace: bool | None) -> ImportSummary:

@@ -13,9 +13,9 @@ import numpy as np
 import typer
 
 from spamfilter.cli import app, exitcodes, state
-from spamfilter.cli._common import Jobs, Margin, TableOrJson, jobs_or_default, index_length, progress
-from spamfilter.evaluation import EvalReport, Scored, run_cross_validation, run_online, run_split
+from spamfilter.cli._common import Jobs, Margin, TableOrJson, index_length, jobs_or_default, progress
 from spamfilter.counts import Label
+from spamfilter.evaluation import EvalReport, Scored, run_cross_validation, run_online, run_split
 from spamfilter.mail import read_index
 from spamfilter.service import ONLINE_TRAIN_MODE, TUNE_MARGIN, TrainMode
 
@@ -73,10 +73,7 @@ def render(report: EvalReport) -> list[str]:
         ]
     if report.windows:
         rows.append((f"1-ROCA per window of {report.windows[0].end - report.windows[0].start} messages:", ""))
-        rows += [
-            (f"  messages {w.start + 1}-{w.end} ({w.spam} spam, {w.ham} ham)", "-" if w.one_minus_roca is None else f(w.one_minus_roca))
-            for w in report.windows
-        ]
+        rows += [(f"  messages {w.start + 1}-{w.end} ({w.spam} spam, {w.ham} ham)", "-" if w.one_minus_roca is None else f(w.one_minus_roca)) for w in report.windows]
     width = max(len(label) for label, _ in rows)
     return [f"{label:<{width}}  {value}".rstrip() for label, value in rows]
 
@@ -101,17 +98,31 @@ def report_json(report: EvalReport) -> str:
 def evaluate(
     ctx: typer.Context,
     index: Annotated[str, typer.Option("--index", metavar="FILE", help="TREC index: lines `spam PATH` / `ham PATH`, in stream order.")],
-    protocol: Annotated[Protocol, typer.Option("--protocol", help="online: classify then train each message in order; split: train on the first --head messages, classify the rest; cv: stratified k-fold.")] = Protocol.online,
+    protocol: Annotated[
+        Protocol,
+        typer.Option(
+            "--protocol", help="online: classify then train each message in order; split: train on the first --head messages, classify the rest; cv: stratified k-fold."
+        ),
+    ] = Protocol.online,
     head: Annotated[int | None, typer.Option("--head", min=1, metavar="N", help="Messages trained first with --protocol split (default: half the stream).")] = None,
     folds: Annotated[int, typer.Option("--folds", min=2, help="Folds for --protocol cv.")] = 10,
     seed: Annotated[int, typer.Option("--seed", help="Shuffling seed for --protocol cv.")] = 0,
-    train_mode: Annotated[TrainMode, typer.Option("--train-mode", help="online: which messages the filter learns from once told their label: teft every one, toe only errors (misfiled or unsure), tune errors and those scored right by less than --margin.")] = ONLINE_TRAIN_MODE,
+    train_mode: Annotated[
+        TrainMode,
+        typer.Option(
+            "--train-mode",
+            help="online: which messages the filter learns from once told their label: teft every one, toe only errors (misfiled or unsure), tune errors and those scored right by less than --margin.",
+        ),
+    ] = ONLINE_TRAIN_MODE,
     margin: Margin = TUNE_MARGIN,
     out: Annotated[Path | None, typer.Option("--out", metavar="FILE", help="Write source/gold/score/log_odds/verdict TSV rows.")] = None,
     roc: Annotated[Path | None, typer.Option("--roc", metavar="PNG", help="Write the ROC curve (TREC's logit axes).")] = None,
     learning_curve: Annotated[Path | None, typer.Option("--learning-curve", metavar="PNG", help="Write the cumulative error rate over the stream.")] = None,
     fmt: Annotated[TableOrJson, typer.Option("--format", help="table or json.")] = TableOrJson.table,
-    window: Annotated[int | None, typer.Option("--window", min=1, metavar="N", help="Messages per window of the windowed 1-ROCA (default 10,000, or a fifth of a stream shorter than 20,000).")] = None,
+    window: Annotated[
+        int | None,
+        typer.Option("--window", min=1, metavar="N", help="Messages per window of the windowed 1-ROCA (default 10,000, or a fifth of a stream shorter than 20,000)."),
+    ] = None,
     jobs: Jobs = None,
 ) -> None:
     """Measure the filter on a labelled index, TREC spam-track style, starting
@@ -129,8 +140,7 @@ def evaluate(
     labelled = read_index(index)
     if protocol is Protocol.online:
         report, scored = run_online(
-            s.config, progress(labelled, "evaluating", total), train_mode=train_mode, margin=margin, url=s.db_url,
-            jobs=jobs_or_default(jobs), window=window,
+            s.config, progress(labelled, "evaluating", total), train_mode=train_mode, margin=margin, url=s.db_url, jobs=jobs_or_default(jobs), window=window
         )
     elif protocol is Protocol.train_once:
         report, scored = run_split(s.config, list(labelled), head=head, jobs=jobs_or_default(jobs), window=window)

@@ -33,8 +33,13 @@ class _Display:
         self.tasks: dict[str, TaskID] = {}
         if console.is_terminal:
             self.bar = Progress(
-                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[counts]}"),
-                TimeElapsedColumn(), console=console, transient=True,
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[counts]}"),
+                TimeElapsedColumn(),
+                console=console,
+                transient=True,
             )
             self.bar.start()
 

@@ -18,9 +18,9 @@ import typer
 from spamfilter.cli import app, exitcodes, fail
 from spamfilter.cli._common import TableOrJson, is_tty_stdin, open_filter
 from spamfilter.counts import Decision
+from spamfilter.insight import Explanation, Insight, WordScore
 from spamfilter.mail import STDIN_SOURCE, read_messages
 from spamfilter.report import collect, printable, read_scores, render
-from spamfilter.insight import Explanation, Insight, WordScore
 
 
 class WordsFormat(str, Enum):
@@ -55,9 +55,7 @@ def _cannot_write(path: Path, exc: OSError) -> None:
 def render_words(words: list[WordScore], fmt: WordsFormat) -> list[str]:
     """The lines ``top-words`` prints."""
     if fmt is WordsFormat.jsonl:
-        return [
-            json.dumps({"token": w.token, "spam_count": w.spam_count, "ham_count": w.ham_count, "score": w.score}) for w in words
-        ]
+        return [json.dumps({"token": w.token, "spam_count": w.spam_count, "ham_count": w.ham_count, "score": w.score}) for w in words]
     if fmt is WordsFormat.csv:
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
@@ -117,10 +115,7 @@ def explanation_json(e: Explanation) -> str:
             "score": e.score,
             "log_odds": e.log_odds,
             "prior": e.prior,
-            "tokens": [
-                {"token": c.token, "contribution": c.contribution, "spam_count": c.spam_count, "ham_count": c.ham_count}
-                for c in e.tokens
-            ],
+            "tokens": [{"token": c.token, "contribution": c.contribution, "spam_count": c.spam_count, "ham_count": c.ham_count} for c in e.tokens],
         }
     )
 

@@ -28,7 +28,9 @@ def milter(
     reject_above: Annotated[
         float | None, typer.Option("--reject-above", metavar="LOGODDS", help="Refuse (550 5.7.1) a message whose log-odds are above this, instead of marking it.")
     ] = None,
-    on_error: Annotated[OnError, typer.Option("--on-error", help="What the MTA is told when a message cannot be scored: accept it unscanned, or tempfail it.")] = OnError.accept,
+    on_error: Annotated[
+        OnError, typer.Option("--on-error", help="What the MTA is told when a message cannot be scored: accept it unscanned, or tempfail it.")
+    ] = OnError.accept,
     workers: Annotated[int, typer.Option("--workers", min=1, help="Messages scored at the same time, per process.")] = 4,
     processes: Processes = None,
     max_connections: Annotated[int, typer.Option("--max-connections", min=1, help="MTA connections served at once, per process.")] = 256,
@@ -54,8 +56,8 @@ def milter(
 
     Example: spamfilter milter --listen 127.0.0.1:8895 (Postfix: smtpd_milters = inet:127.0.0.1:8895)
     """
-    from spamfilter.daemon.pool import FilterPool
     from spamfilter.daemon.milter_server import MilterOptions, MilterServer
+    from spamfilter.daemon.pool import FilterPool
 
     s = state(ctx)
     address, mode = listen_address(listen, socket_path, socket_mode, 8895)

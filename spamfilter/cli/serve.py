@@ -55,7 +55,7 @@ def serve(
     """
     from spamfilter import spamd
     from spamfilter.daemon.pool import FilterPool
-    from spamfilter.daemon.server import Server, ServeOptions
+    from spamfilter.daemon.server import ServeOptions, Server
 
     s = state(ctx)
     address, mode = listen_address(listen, socket_path, socket_mode, spamd.DEFAULT_PORT)
@@ -73,4 +73,3 @@ def serve(
     )
     pool = FilterPool(s.config, s.db_url, s.user, per_user=per_user)
     run(Server(options, pool, lambda: load_config(s.config_path)), "serve", processes or s.config.daemon.processes)
-

@@ -17,9 +17,7 @@ from spamfilter.mail import MailItem, read_index, read_messages
 from spamfilter.service import TUNE_MARGIN, TrainMode
 from spamfilter.spamd import parse_address, tell_remote
 
-_SOURCES_HELP = (
-    "Message file, mbox, Maildir, MH or folder; - for stdin (an mbox when it starts with a `From ` line)."
-)
+_SOURCES_HELP = "Message file, mbox, Maildir, MH or folder; - for stdin (an mbox when it starts with a `From ` line)."
 
 #: The options of `train` that take every value up to the next option.
 _MANY_VALUED = ("--spam", "--ham")
@@ -77,7 +75,13 @@ def train(
     spam: Annotated[list[str], typer.Option("--spam", metavar="SRC...", help="Spam to learn from: one or more sources. " + _SOURCES_HELP)] = [],  # noqa: B006
     ham: Annotated[list[str], typer.Option("--ham", metavar="SRC...", help="Ham (good mail) to learn from: one or more sources. " + _SOURCES_HELP)] = [],  # noqa: B006
     index: Annotated[str | None, typer.Option("--index", metavar="FILE", help="TREC index file: lines `spam PATH` / `ham PATH`.")] = None,
-    train_mode: Annotated[TrainMode, typer.Option("--train-mode", help="teft: learn every message; toe: only those the model, as trained so far, misfiles or is unsure of; tune: also those it scores right by less than --margin. toe and tune score the messages in the order given: an --index in arrival order.")] = TrainMode.teft,
+    train_mode: Annotated[
+        TrainMode,
+        typer.Option(
+            "--train-mode",
+            help="teft: learn every message; toe: only those the model, as trained so far, misfiles or is unsure of; tune: also those it scores right by less than --margin. toe and tune score the messages in the order given: an --index in arrival order.",
+        ),
+    ] = TrainMode.teft,
     margin: Margin = TUNE_MARGIN,
     jobs: Jobs = None,
 ) -> None:
@@ -101,12 +105,8 @@ def train(
     raise typer.Exit(report_refusals(summary.refused))
 
 
-
 @app.command()
-def forget(
-    ctx: typer.Context,
-    sources: Annotated[list[str], typer.Argument(metavar="SRC...", help=_SOURCES_HELP)],
-) -> None:
+def forget(ctx: typer.Context, sources: Annotated[list[str], typer.Argument(metavar="SRC...", help=_SOURCES_HELP)]) -> None:
     """Untrain messages: subtract exactly what training them added.
 
     Example: spamfilter forget wrongly-trained.eml

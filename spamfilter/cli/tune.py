@@ -8,10 +8,10 @@ from typing import Annotated
 
 import typer
 
-from spamfilter.cli import app, state
-from spamfilter.cli._common import Jobs, TableOrJson, jobs_or_default, index_length, progress
-from spamfilter.config import DEPENDENCES, EVENT_MODELS, default_config_path, update_config_file
 from spamfilter import tuning
+from spamfilter.cli import app, state
+from spamfilter.cli._common import Jobs, TableOrJson, index_length, jobs_or_default, progress
+from spamfilter.config import DEPENDENCES, EVENT_MODELS, default_config_path, update_config_file
 from spamfilter.mail import read_index
 
 
@@ -20,14 +20,33 @@ def tune(
     ctx: typer.Context,
     index: Annotated[str, typer.Option("--index", metavar="FILE", help="Labelled TREC index, in arrival order.")],
     holdout: Annotated[float, typer.Option("--holdout", min=0.05, max=0.5, help="Share of the stream, from its end, held out for validation.")] = 0.5,
-    folds: Annotated[int, typer.Option("--folds", min=1, max=20, help="Consecutive blocks the held-out share is cut into, each scored by a model of all the mail before it.")] = 4,
+    folds: Annotated[
+        int, typer.Option("--folds", min=1, max=20, help="Consecutive blocks the held-out share is cut into, each scored by a model of all the mail before it.")
+    ] = 4,
     models: Annotated[list[str] | None, typer.Option("--model", metavar="M", help="Event model to try (repeatable; default all).")] = None,
     alphas: Annotated[list[float] | None, typer.Option("--alpha", metavar="A", help="Smoothing strength to try (repeatable).")] = None,
     temperings: Annotated[list[float] | None, typer.Option("--tempering", metavar="T", help="Tempering exponent to try (repeatable).")] = None,
     min_evidences: Annotated[list[float] | None, typer.Option("--min-evidence", metavar="E", help="Minimum token evidence (nats) to try (repeatable).")] = None,
-    max_tokens: Annotated[list[int] | None, typer.Option("--max-tokens", metavar="K", min=0, help="Tokens a message keeps, the k most significant, to try (repeatable; 0 = all; default the configured one).")] = None,
-    dependences: Annotated[list[str] | None, typer.Option("--dependence", metavar="D", help="One-dependence estimator to try: none, spode or aode (repeatable; default the configured one; spode and aode with multinomial-binary only).")] = None,
-    feature_weights: Annotated[list[float] | None, typer.Option("--feature-weight", metavar="W", min=0.0, max=10.0, help="Weight of the message features to try (repeatable; 0 = features off; default the configured one).")] = None,
+    max_tokens: Annotated[
+        list[int] | None,
+        typer.Option(
+            "--max-tokens", metavar="K", min=0, help="Tokens a message keeps, the k most significant, to try (repeatable; 0 = all; default the configured one)."
+        ),
+    ] = None,
+    dependences: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--dependence",
+            metavar="D",
+            help="One-dependence estimator to try: none, spode or aode (repeatable; default the configured one; spode and aode with multinomial-binary only).",
+        ),
+    ] = None,
+    feature_weights: Annotated[
+        list[float] | None,
+        typer.Option(
+            "--feature-weight", metavar="W", min=0.0, max=10.0, help="Weight of the message features to try (repeatable; 0 = features off; default the configured one)."
+        ),
+    ] = None,
     try_bigrams: Annotated[bool, typer.Option("--try-bigrams/--keep-tokenizer", help="Also try the tokenizer with bigrams switched the other way.")] = True,
     top: Annotated[int, typer.Option("--top", min=1, help="Candidates to list.")] = 10,
     write: Annotated[bool, typer.Option("--write", help="Write the best settings and cutoffs into the config file.")] = False,
@@ -87,7 +106,9 @@ def tune(
     if fmt is TableOrJson.json:
         typer.echo(json.dumps({"best": asdict(best), "candidates": [asdict(c) for c in candidates[:top]]}))
     else:
-        typer.echo(f"{'event model':<19} {'bigram':>6} {'alpha':>6} {'temper':>6} {'min_ev':>6} {'keep':>5} {'dep':>5} {'feat':>5} {'loss/msg':>9} {'1-ROCA%':>8} {'hm%':>6} {'sm%':>6} {'unsure%':>7} {'ham<=':>8} {'spam>':>8}")
+        typer.echo(
+            f"{'event model':<19} {'bigram':>6} {'alpha':>6} {'temper':>6} {'min_ev':>6} {'keep':>5} {'dep':>5} {'feat':>5} {'loss/msg':>9} {'1-ROCA%':>8} {'hm%':>6} {'sm%':>6} {'unsure%':>7} {'ham<=':>8} {'spam>':>8}"
+        )
         for c in candidates[:top]:
             typer.echo(
                 f"{c.event_model:<19} {'yes' if c.bigrams else 'no':>6} {c.alpha:6g} {c.tempering:6g} {c.min_evidence:6g} {c.max_tokens or 'all':>5} {c.dependence:>5} {c.feature_weight or 'off':>5} {c.loss_per_message:9.4f} {c.one_minus_roca:8.3f} "

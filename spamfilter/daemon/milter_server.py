@@ -45,10 +45,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from spamfilter import spamd
-from spamfilter.daemon import listen, milter
 from spamfilter.config import Config
-from spamfilter.errors import ConfigError, ProtocolError, SpamfilterError
+from spamfilter.daemon import listen, milter
 from spamfilter.daemon.pool import FilterPool, reload_config
+from spamfilter.errors import ConfigError, ProtocolError, SpamfilterError
 from spamfilter.mail import MailItem, filter_fields
 from spamfilter.service import Refusal, Verdict
 
@@ -213,9 +213,7 @@ class MilterServer:
         reject = "never" if o.reject_above is None else f"above log-odds {o.reject_above:+.2f}"
         users = "; a message's User is its envelope recipients' local part" if self.pool.per_user else ""
         many = f"; {processes} processes" if processes > 1 else ""
-        logger.info(
-            "listening on %s with %s%s; reject: %s; on error: %s%s", self.address, self.pool.describe(), users, reject, o.on_error, many
-        )
+        logger.info("listening on %s with %s%s; reject: %s; on error: %s%s", self.address, self.pool.describe(), users, reject, o.on_error, many)
 
     def close_listener(self) -> None:
         """Close the listening socket (and remove a Unix socket's path)."""
@@ -342,8 +340,15 @@ class MilterServer:
         logger.log(
             logging.WARNING if answer.why else logging.INFO,
             "message id=%s user=%s verdict=%s log_odds=%s action=%s bytes=%d ms=%.1f client=%s%s",
-            session.macros.get("i", "-"), answer.owner or "(default)", answer.verdict, odds, answer.action,
-            message.size, (time.monotonic() - started) * 1000, who + self.label, f"; {answer.why}" if answer.why else "",
+            session.macros.get("i", "-"),
+            answer.owner or "(default)",
+            answer.verdict,
+            odds,
+            answer.action,
+            message.size,
+            (time.monotonic() - started) * 1000,
+            who + self.label,
+            f"; {answer.why}" if answer.why else "",
         )
         return answer.packets
 

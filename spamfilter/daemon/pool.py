@@ -20,9 +20,9 @@ behind a write waiting for a lock.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import OrderedDict
-import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
@@ -74,14 +74,7 @@ class FilterPool:
     """
 
     def __init__(
-        self,
-        config: Config,
-        db_url: str | None,
-        default_user: str | None,
-        max_users: int = 64,
-        *,
-        per_user: bool | None = None,
-        writes_within: float | None = None,
+        self, config: Config, db_url: str | None, default_user: str | None, max_users: int = 64, *, per_user: bool | None = None, writes_within: float | None = None
     ) -> None:
         self._config = config
         self._db_url = db_url
@@ -99,9 +92,7 @@ class FilterPool:
     def for_writing(self, seconds: float) -> FilterPool:
         """A pool of other filters over the same models, whose writes (and
         waits for a lock another process holds) give up after ``seconds``."""
-        return FilterPool(
-            self._config, self._db_url, self._default_user, self._max_users, per_user=self._per_user, writes_within=seconds
-        )
+        return FilterPool(self._config, self._db_url, self._default_user, self._max_users, per_user=self._per_user, writes_within=seconds)
 
     def _open(self, config: Config, owner: str) -> Filter:
         if self._writes_within is None:

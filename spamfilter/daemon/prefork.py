@@ -47,6 +47,7 @@ class Forkable(Protocol):
 
     def close_listener(self) -> None: ...
 
+
 _RESTARTS_PER_MINUTE = 5
 
 
@@ -58,6 +59,7 @@ def serve(server: Forkable, processes: int) -> int:
         _handle_signals(server)
         server.serve()
         return 0
+
     def work(index: int, parent: int) -> int:
         server.owns_socket = False
         server.label = f" worker={index}"

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from spamfilter import spamd
 from spamfilter.counts import Decision
-from spamfilter.errors import MailParseError, NotTrainedError, SpamfilterError, StoreBusyError, StoreError
 from spamfilter.daemon.pool import FilterPool
+from spamfilter.errors import MailParseError, NotTrainedError, SpamfilterError, StoreBusyError, StoreError
 from spamfilter.insight import Explanation, Insight
 from spamfilter.mail import MailItem, filter_fields, filtered_pieces
 from spamfilter.service import Filter, Refusal, Verdict

@@ -67,9 +67,9 @@ from spamfilter import spamd
 from spamfilter.config import Config
 from spamfilter.daemon import listen, replies
 from spamfilter.daemon.connection import CHUNK, Connection, State
+from spamfilter.daemon.pool import FilterPool, reload_config
 from spamfilter.daemon.replies import Answer
 from spamfilter.errors import ConfigError, ProtocolError
-from spamfilter.daemon.pool import FilterPool, reload_config
 
 logger = logging.getLogger("spamfilter.daemon")
 
@@ -117,12 +117,7 @@ class ServeOptions:
 class Server:
     """The spamd-protocol server; ``bind`` then ``serve`` (until ``stop``)."""
 
-    def __init__(
-        self,
-        options: ServeOptions,
-        pool: FilterPool,
-        load_config: Callable[[], Config] | None = None,
-    ) -> None:
+    def __init__(self, options: ServeOptions, pool: FilterPool, load_config: Callable[[], Config] | None = None) -> None:
         o = options
         if min(o.workers, o.max_connections, o.max_size, o.spool_limit) < 1 or o.timeout <= 0:
             raise ConfigError("workers, max connections, max size, spool limit and timeout must be positive")
@@ -365,7 +360,9 @@ class Server:
         if victim.state is not State.LINGER:
             logger.warning(
                 "%s: closed after %.1f s without a whole request, to make room for another client (%d connections)",
-                victim.who, time.monotonic() - victim.started, len(self._conns),
+                victim.who,
+                time.monotonic() - victim.started,
+                len(self._conns),
             )
         self._close(victim)
         return True
@@ -553,7 +550,15 @@ class Server:
         logger.log(
             logging.WARNING if conn.why else logging.INFO,
             "%s user=%s verdict=%s log_odds=%s bytes=%d ms=%.1f client=%s%s%s",
-            conn.request.command, conn.owner or "(default)", conn.outcome, odds, conn.size, ms, conn.who, self.label, why,
+            conn.request.command,
+            conn.owner or "(default)",
+            conn.outcome,
+            odds,
+            conn.size,
+            ms,
+            conn.who,
+            self.label,
+            why,
         )
 
 

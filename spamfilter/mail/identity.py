@@ -27,14 +27,9 @@ _FILTER_NAMES: Final = b"|".join(re.escape(name.encode("ascii")) for name in FIL
 # them (group 1). CR, LF and CRLF all end a line here, as they do for
 # Python's email parser: "Subject: hi\rX-Spam-Flag: NO" holds two fields
 # for it, one for procmail, which only splits at LF.
-_FILTER_FIELD_RE: Final = re.compile(
-    rb"(?:" + _FILTER_NAMES + rb")[ \t]*:[^\r\n]*(?:(?:\r\n|\r|\n)[ \t][^\r\n]*)*(\r\n|\r|\n|\Z)",
-    re.IGNORECASE,
-)
+_FILTER_FIELD_RE: Final = re.compile(rb"(?:" + _FILTER_NAMES + rb")[ \t]*:[^\r\n]*(?:(?:\r\n|\r|\n)[ \t][^\r\n]*)*(\r\n|\r|\n|\Z)", re.IGNORECASE)
 # Where such a field may start: at the very beginning, or after a CR or LF.
-_FILTER_FIELD_START_RE: Final = re.compile(
-    rb"(?:(?<=[\r\n])|(?<![\x00-\xff]))(?:" + _FILTER_NAMES + rb")[ \t]*:", re.IGNORECASE
-)
+_FILTER_FIELD_START_RE: Final = re.compile(rb"(?:(?<=[\r\n])|(?<![\x00-\xff]))(?:" + _FILTER_NAMES + rb")[ \t]*:", re.IGNORECASE)
 # An empty line when CR, LF and CRLF each end a line (group 1 ends the line
 # before it).
 _EMPTY_LINE_RE: Final = re.compile(rb"(\r\n|\r(?!\n)|\n)(?:\r\n|\r|\n)")
@@ -304,11 +299,7 @@ def filter_fields(verdict: Decision, score: float, log_odds: float, event_model:
     ('X-Spam-Score', '0.010000')
     """
     fields = [
-        (
-            "X-Spam-Status",
-            f"{'Yes' if verdict is Decision.SPAM else 'No'}, verdict={verdict} "
-            f"score={score:.6f} log_odds={log_odds:+.4f} model={event_model}",
-        ),
+        ("X-Spam-Status", f"{'Yes' if verdict is Decision.SPAM else 'No'}, verdict={verdict} score={score:.6f} log_odds={log_odds:+.4f} model={event_model}"),
         ("X-Spam-Score", f"{score:.6f}"),
     ]
     if verdict is Decision.SPAM:

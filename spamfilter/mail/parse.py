@@ -66,10 +66,7 @@ def _refuse_non_mail(item: MailItem) -> None:
     if _HEADER_START_RE.match(head) is None:
         n_control = len(head) - len(head.translate(None, _CONTROL_BYTES))
         if n_control > _MAX_CONTROL_SHARE * len(head):
-            raise MailParseError(
-                f"{item.source}: not a mail message (no header block, "
-                f"{n_control} of the first {len(head)} bytes are control bytes)"
-            )
+            raise MailParseError(f"{item.source}: not a mail message (no header block, {n_control} of the first {len(head)} bytes are control bytes)")
 
 
 def parse_message(item: MailItem, *, max_bytes: int) -> email.message.Message:

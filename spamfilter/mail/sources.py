@@ -77,9 +77,7 @@ class MailItem:
         return self.known_digest if self.known_digest is not None else digest_bytes(self.raw)
 
 
-def read_messages(
-    paths: Sequence[str], *, stdin: BinaryIO | None = None, on_empty: Callable[[str], None] | None = None
-) -> Iterator[MailItem]:
+def read_messages(paths: Sequence[str], *, stdin: BinaryIO | None = None, on_empty: Callable[[str], None] | None = None) -> Iterator[MailItem]:
     """Yield every message found in `paths`, one at a time, in a stable order.
 
     All paths are checked before anything is read, so a mistyped path fails
@@ -354,11 +352,7 @@ def _mbox_messages(lines: Iterable[bytes], path: str, *, split: bool) -> Iterato
     current: list[bytes] | None = None  # None until the first envelope line
     prev_blank = True
     for line in lines:
-        if (
-            line.startswith(_ENVELOPE_PREFIX)
-            and (split or current is None)
-            and (prev_blank or _ENVELOPE_RE.match(line) is not None)
-        ):
+        if line.startswith(_ENVELOPE_PREFIX) and (split or current is None) and (prev_blank or _ENVELOPE_RE.match(line) is not None):
             if current is not None:
                 count += 1
                 raw = _finish(current)
@@ -410,10 +404,7 @@ def _load_index(index_path: str) -> list[tuple[bool, str]]:
         label = parts[0].lower()
         if len(parts) != 2 or label not in (b"spam", b"ham"):
             text = line.decode("utf-8", "replace")
-            raise MailSourceError(
-                f"{index_path}:{lineno}: malformed index line {text!r}: "
-                f"expected 'spam <path>' or 'ham <path>'"
-            )
+            raise MailSourceError(f"{index_path}:{lineno}: malformed index line {text!r}: expected 'spam <path>' or 'ham <path>'")
         # fsdecode: file names are bytes to the OS; surrogateescape keeps
         # names that are not valid UTF-8 openable.
         path = os.path.join(folder, os.fsdecode(parts[1].rstrip()))

@@ -106,15 +106,7 @@ class Store:
 
     @classmethod
     def open(
-        cls,
-        url: str,
-        *,
-        busy_timeout: float = 30.0,
-        upgrade_new: bool = True,
-        check: bool = True,
-        owner: str = "",
-        create: bool = True,
-        create_dirs: bool = True,
+        cls, url: str, *, busy_timeout: float = 30.0, upgrade_new: bool = True, check: bool = True, owner: str = "", create: bool = True, create_dirs: bool = True
     ) -> Store:
         """Connect, create the schema on a new (empty) database, check the revision.
 
@@ -141,10 +133,7 @@ class Store:
                 store.upgrade()
             elif revision != SCHEMA_REVISION:
                 if revision in store._known_revisions():
-                    raise SchemaOutOfDate(
-                        f"{store.display_url}: schema revision {revision} is older than {SCHEMA_REVISION}; "
-                        "run `spamfilter db upgrade`"
-                    )
+                    raise SchemaOutOfDate(f"{store.display_url}: schema revision {revision} is older than {SCHEMA_REVISION}; run `spamfilter db upgrade`")
                 raise StoreError(f"{store.display_url}: schema revision {revision} is unknown to this spamfilter (newer?)")
         except DBAPIError as exc:
             engine.dispose()
@@ -180,10 +169,7 @@ class Store:
         }
         try:
             with self.engine.connect() as conn:
-                used = any(
-                    conn.execute(sa.select(sa.literal(1)).select_from(t).where(written.get(t.name, sa.true())).limit(1)).first()
-                    for t in metadata.sorted_tables
-                )
+                used = any(conn.execute(sa.select(sa.literal(1)).select_from(t).where(written.get(t.name, sa.true())).limit(1)).first() for t in metadata.sorted_tables)
         except DBAPIError:
             used = True  # not even the schema can be read: leave it to the user
         self.close()
@@ -277,10 +263,7 @@ class Store:
             # write of a process checks the file (PRAGMA quick_check).
             problems = self.integrity_check(quick=True)
             if problems:
-                raise StoreError(
-                    f"{self.display_url}: the database file is damaged ({problems[0]}); "
-                    "`spamfilter db check` lists the problems"
-                )
+                raise StoreError(f"{self.display_url}: the database file is damaged ({problems[0]}); `spamfilter db check` lists the problems")
             self._checked = True
         with self._transaction(options) as tx:
             yield tx

@@ -84,10 +84,7 @@ class _SqliteCountSQL(_CountSQL):
         "terms = terms + excluded.terms, binary_terms = binary_terms + excluded.binary_terms "
         "RETURNING messages, terms, binary_terms"
     )
-    BUMP_VERSION = (
-        "INSERT INTO model_versions (owner, version) VALUES (?, 1) "
-        "ON CONFLICT (owner) DO UPDATE SET version = version + 1 RETURNING version"
-    )
+    BUMP_VERSION = "INSERT INTO model_versions (owner, version) VALUES (?, 1) ON CONFLICT (owner) DO UPDATE SET version = version + 1 RETURNING version"
 
     def select_tokens(self, owner: str, chunk: list[str]) -> list[tuple[Any, ...]]:
         marks = ",".join("?" * len(chunk))
@@ -96,10 +93,7 @@ class _SqliteCountSQL(_CountSQL):
 
     def _load_delta(self, token_list: list[str], columns: list[list[int]]) -> None:
         c = self.cursor
-        c.execute(
-            "CREATE TEMP TABLE IF NOT EXISTS count_delta "
-            "(token TEXT PRIMARY KEY, hd INTEGER, sd INTEGER, ht INTEGER, st INTEGER) WITHOUT ROWID"
-        )
+        c.execute("CREATE TEMP TABLE IF NOT EXISTS count_delta (token TEXT PRIMARY KEY, hd INTEGER, sd INTEGER, ht INTEGER, st INTEGER) WITHOUT ROWID")
         c.execute("DELETE FROM temp.count_delta")
         c.executemany("INSERT INTO temp.count_delta VALUES (?, ?, ?, ?, ?)", zip(token_list, *columns))
 
@@ -118,11 +112,7 @@ class _SqliteCountSQL(_CountSQL):
 
     def delete_dead(self, owner: str, token_list: list[str]) -> None:
         # token_list is the batch just upserted, still in temp.count_delta.
-        self.cursor.execute(
-            "DELETE FROM tokens WHERE owner = ? AND ham_docs = 0 AND spam_docs = 0 "
-            "AND token IN (SELECT token FROM temp.count_delta)",
-            (owner,),
-        )
+        self.cursor.execute("DELETE FROM tokens WHERE owner = ? AND ham_docs = 0 AND spam_docs = 0 AND token IN (SELECT token FROM temp.count_delta)", (owner,))
 
     def add_histogram(self, owner: str, rows: list[tuple[int, int, int]]) -> None:
         self.cursor.executemany(
@@ -147,16 +137,10 @@ class _PgCountSQL(_CountSQL):
         "terms = class_totals.terms + excluded.terms, binary_terms = class_totals.binary_terms + excluded.binary_terms "
         "RETURNING class_totals.messages, class_totals.terms, class_totals.binary_terms"
     )
-    BUMP_VERSION = (
-        "INSERT INTO model_versions AS v (owner, version) VALUES (%s, 1) "
-        "ON CONFLICT (owner) DO UPDATE SET version = v.version + 1 RETURNING v.version"
-    )
+    BUMP_VERSION = "INSERT INTO model_versions AS v (owner, version) VALUES (%s, 1) ON CONFLICT (owner) DO UPDATE SET version = v.version + 1 RETURNING v.version"
 
     def select_tokens(self, owner: str, chunk: list[str]) -> list[tuple[Any, ...]]:
-        return self.rows(
-            "SELECT token, ham_docs, spam_docs, ham_terms, spam_terms FROM tokens WHERE owner = %s AND token = ANY(%s::text[])",
-            (owner, chunk),
-        )
+        return self.rows("SELECT token, ham_docs, spam_docs, ham_terms, spam_terms FROM tokens WHERE owner = %s AND token = ANY(%s::text[])", (owner, chunk))
 
     def upsert_tokens(self, owner: str, today: date, token_list: list[str], columns: list[list[int]]) -> list[tuple[Any, ...]]:
         order = sorted(range(len(token_list)), key=token_list.__getitem__)
@@ -174,10 +158,7 @@ class _PgCountSQL(_CountSQL):
         )
 
     def delete_dead(self, owner: str, token_list: list[str]) -> None:
-        self.cursor.execute(
-            "DELETE FROM tokens WHERE owner = %s AND ham_docs = 0 AND spam_docs = 0 AND token = ANY(%s::text[])",
-            (owner, token_list),
-        )
+        self.cursor.execute("DELETE FROM tokens WHERE owner = %s AND ham_docs = 0 AND spam_docs = 0 AND token = ANY(%s::text[])", (owner, token_list))
 
     def add_histogram(self, owner: str, rows: list[tuple[int, int, int]]) -> None:
         labels, ks, ns = ([row[i] for row in rows] for i in range(3))

@@ -6,7 +6,6 @@ import re
 import zlib
 from typing import Final
 
-
 # A token is free text to the store: escape backslash, newline and NUL so
 # one line holds one token (in the first ledger format tabs needed no escape,
 # as the count followed the last tab on its line).

@@ -78,9 +78,7 @@ class PairTables:
     def parents(self) -> tuple[list[str], IntArray, IntArray]:
         """The parents in index order, D[c,p] and N[c,p], each (2, P)."""
         t = aode_parents.c
-        rows = self.conn.execute(
-            sa.select(t.token, t.ham_docs, t.spam_docs, t.ham_terms, t.spam_terms).where(t.owner == self.owner).order_by(t.token)
-        ).all()
+        rows = self.conn.execute(sa.select(t.token, t.ham_docs, t.spam_docs, t.ham_terms, t.spam_terms).where(t.owner == self.owner).order_by(t.token)).all()
         values = np.array([r[1:] for r in rows], dtype=np.int64).reshape(-1, 4)
         names = [str(r[0]) for r in rows]
         # the index order is Python's string order, whatever the database collation
@@ -111,11 +109,7 @@ class PairTables:
     def put_children(self, rows: Mapping[str, Pairs]) -> None:
         """Write new packed counts for existing child rows."""
         t = aode_pairs.c
-        update = (
-            sa.update(aode_pairs)
-            .where((t.owner == sa.bindparam("own")) & (t.token == sa.bindparam("key")))
-            .values(counts=sa.bindparam("blob"))
-        )
+        update = sa.update(aode_pairs).where((t.owner == sa.bindparam("own")) & (t.token == sa.bindparam("key"))).values(counts=sa.bindparam("blob"))
         values = [{"own": self.owner, "key": token, "blob": pack(records)} for token, records in rows.items()]
         for start in range(0, len(values), _CHUNK):
             self.conn.execute(update, values[start : start + _CHUNK])
@@ -151,9 +145,7 @@ class PairTables:
         rows = [{"owner": self.owner, "token": token, "counts": pack(records)} for token, records in children.items()]
         for start in range(0, len(rows), _CHUNK):
             self.conn.execute(sa.insert(aode_pairs), rows[start : start + _CHUNK])
-        self.conn.execute(
-            sa.insert(aode_selection), [{"owner": self.owner, "messages": messages, "selected_at": datetime.now(timezone.utc)}]
-        )
+        self.conn.execute(sa.insert(aode_selection), [{"owner": self.owner, "messages": messages, "selected_at": datetime.now(timezone.utc)}])
 
     def clear(self) -> None:
         """Drop the owner's parents, pair counts and selection."""

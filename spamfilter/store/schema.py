@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-
 #: The Alembic head this code reads and writes; tests check it is the
 #: migrations' head. Kept as a constant so opening a store needs no Alembic import.
 SCHEMA_REVISION = "0006"
@@ -69,12 +68,7 @@ messages = sa.Table(
 
 untracked_totals = sa.Table("untracked_totals", metadata, *_class_total_columns())
 
-model_versions = sa.Table(
-    "model_versions",
-    metadata,
-    sa.Column("owner", sa.Text(), primary_key=True),
-    sa.Column("version", sa.BigInteger(), nullable=False),
-)
+model_versions = sa.Table("model_versions", metadata, sa.Column("owner", sa.Text(), primary_key=True), sa.Column("version", sa.BigInteger(), nullable=False))
 
 feature_stats = sa.Table(
     "feature_stats",

@@ -7,16 +7,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite
 
-from spamfilter.store.schema import (
-    class_totals,
-    feature_stats,
-    imap_folders,
-    imap_messages,
-    imap_uids,
-    messages,
-    model_versions,
-    untracked_totals,
-)
+from spamfilter.store.schema import class_totals, feature_stats, imap_folders, imap_messages, imap_uids, messages, model_versions, untracked_totals
 
 
 class _Statements:
@@ -53,34 +44,24 @@ class _Statements:
         )
         folder_row = insert(imap_folders)
         self.set_imap_validity = folder_row.on_conflict_do_update(
-            index_elements=[imap_folders.c.account, imap_folders.c.folder],
-            set_={"uidvalidity": folder_row.excluded.uidvalidity},
+            index_elements=[imap_folders.c.account, imap_folders.c.folder], set_={"uidvalidity": folder_row.excluded.uidvalidity}
         )
         self.imap_uids = sa.select(imap_uids.c.uid, imap_uids.c.digest, imap_uids.c.keywords).where(where_folder)
-        self.set_imap_keywords = (
-            sa.update(imap_uids)
-            .where(where_folder & (imap_uids.c.uid == sa.bindparam("u")))
-            .values(keywords=sa.bindparam("k"))
-        )
+        self.set_imap_keywords = sa.update(imap_uids).where(where_folder & (imap_uids.c.uid == sa.bindparam("u"))).values(keywords=sa.bindparam("k"))
         self.clear_imap_uids = sa.delete(imap_uids).where(where_folder)
         self.delete_imap_uids = sa.delete(imap_uids).where(where_folder & imap_uids.c.uid.in_(sa.bindparam("keys", expanding=True)))
         uid_row = insert(imap_uids)
         self.add_imap_uids = uid_row.on_conflict_do_update(
-            index_elements=[imap_uids.c.account, imap_uids.c.folder, imap_uids.c.uid],
-            set_={"digest": uid_row.excluded.digest, "keywords": None},
+            index_elements=[imap_uids.c.account, imap_uids.c.folder, imap_uids.c.uid], set_={"digest": uid_row.excluded.digest, "keywords": None}
         )
-        self.imap_records = sa.select(imap_messages).where(
-            (imap_messages.c.account == sa.bindparam("acct")) & imap_messages.c.digest.in_(keys)
-        )
+        self.imap_records = sa.select(imap_messages).where((imap_messages.c.account == sa.bindparam("acct")) & imap_messages.c.digest.in_(keys))
         record_row = insert(imap_messages)
         self.put_imap_records = record_row.on_conflict_do_update(
             index_elements=[imap_messages.c.account, imap_messages.c.digest],
             set_={c: record_row.excluded[c] for c in ("label", "origin", "folder", "pending", "log_odds", "updated_at", "source")},
         )
         self.imap_pending = sa.select(imap_messages).where(
-            (imap_messages.c.account == sa.bindparam("acct"))
-            & imap_messages.c.pending
-            & (imap_messages.c.source == sa.bindparam("src"))
+            (imap_messages.c.account == sa.bindparam("acct")) & imap_messages.c.pending & (imap_messages.c.source == sa.bindparam("src"))
         )
         totals_row = insert(class_totals)
         self.add_totals = totals_row.on_conflict_do_update(

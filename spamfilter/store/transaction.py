@@ -17,16 +17,7 @@ from spamfilter.errors import CountLimitError, StoreError, StoreInconsistent
 from spamfilter.store.backends import _CountSQL, _PgCountSQL, _SqliteCountSQL
 from spamfilter.store.ledger import pack_ledger_entry, unpack_features, unpack_token_counts
 from spamfilter.store.pairs import PairTables
-from spamfilter.store.schema import (
-    _CHUNK,
-    COUNT_COLUMNS,
-    class_totals,
-    doc_histogram,
-    feature_stats,
-    messages,
-    tokens,
-    untracked_totals,
-)
+from spamfilter.store.schema import _CHUNK, COUNT_COLUMNS, class_totals, doc_histogram, feature_stats, messages, tokens, untracked_totals
 from spamfilter.store.statements import _Statements
 
 _TOTAL_COLUMNS = ("messages", "terms", "binary_terms")
@@ -140,17 +131,12 @@ class StoreTransaction:
 
     # -- writes -------------------------------------------------------------
 
-    def record_messages(
-        self, rows: Sequence[tuple[str, int, dict[str, int], tuple[int, ...]]], when: datetime | None = None
-    ) -> None:
+    def record_messages(self, rows: Sequence[tuple[str, int, dict[str, int], tuple[int, ...]]], when: datetime | None = None) -> None:
         """Add (digest, label, token_counts, features) rows to the ledger."""
         if not rows:
             return
         when = when or datetime.now(timezone.utc)
-        values = [
-            {"owner": self.owner, "digest": d, "label": lbl, "trained_at": when, "token_counts": pack_ledger_entry(c, f)}
-            for d, lbl, c, f in rows
-        ]
+        values = [{"owner": self.owner, "digest": d, "label": lbl, "trained_at": when, "token_counts": pack_ledger_entry(c, f)} for d, lbl, c, f in rows]
         self.conn.execute(self.sql.record, values)
 
     def take_messages(self, digests: Sequence[str]) -> list[TrainedMessage]:
@@ -187,9 +173,7 @@ class StoreTransaction:
                 raise _past_limit(f"token {token_list[int(full[0])]!r}")
             bad = new.any_negative()
             if bad is not None:
-                raise StoreError(
-                    f"count of token {token_list[bad]!r} would go negative: the store is inconsistent (run `spamfilter db check`)"
-                )
+                raise StoreError(f"count of token {token_list[bad]!r} would go negative: the store is inconsistent (run `spamfilter db check`)")
             histogram = {key: n for key, n in _histogram_delta(new - delta, new).items() if n != 0}
             self._add_histogram(histogram)
             if not new.known().all():
@@ -221,8 +205,7 @@ class StoreTransaction:
         """Add ``delta`` to this owner's feature sums: one upsert
         (count = count + delta, atomic on both backends)."""
         rows = [
-            {"owner": self.owner, "label": c, "feature": i, "n": int(delta.n[c, i]), "total": int(delta.total[c, i]),
-             "total_sq": int(delta.total_sq[c, i])}
+            {"owner": self.owner, "label": c, "feature": i, "n": int(delta.n[c, i]), "total": int(delta.total[c, i]), "total_sq": int(delta.total_sq[c, i])}
             for c in (HAM, SPAM)
             for i in range(delta.n.shape[1])
             if delta.n[c, i] or delta.total[c, i] or delta.total_sq[c, i]
@@ -300,8 +283,14 @@ class StoreTransaction:
         now = datetime.now(timezone.utc)
         values = [
             {
-                "account": self._imap_key(account), "digest": r.digest, "label": r.label, "origin": r.origin,
-                "folder": r.folder, "pending": r.pending, "log_odds": r.log_odds, "updated_at": now,
+                "account": self._imap_key(account),
+                "digest": r.digest,
+                "label": r.label,
+                "origin": r.origin,
+                "folder": r.folder,
+                "pending": r.pending,
+                "log_odds": r.log_odds,
+                "updated_at": now,
                 "source": r.source or None,
             }
             for r in records
@@ -348,12 +337,7 @@ class StoreTransaction:
         forgotten message has left the ledger; a relabelled one counts on
         the day of its new label."""
         day = sa.func.date(messages.c.trained_at)
-        query = (
-            sa.select(day, messages.c.label, sa.func.count())
-            .where(messages.c.owner == self.owner)
-            .group_by(day, messages.c.label)
-            .order_by(day, messages.c.label)
-        )
+        query = sa.select(day, messages.c.label, sa.func.count()).where(messages.c.owner == self.owner).group_by(day, messages.c.label).order_by(day, messages.c.label)
         result: list[tuple[date, int, int]] = []
         for when, label, n in self.conn.execute(query):
             result.append((when if isinstance(when, date) else date.fromisoformat(str(when)), int(label), int(n)))
@@ -372,11 +356,7 @@ class StoreTransaction:
             # The default collation sorts by locale; "C" sorts UTF-8 bytes,
             # i.e. code points, as SQLite's BINARY does.
             column = tokens.c.token.collate("C")
-        query = (
-            sa.select(tokens.c.token, *(tokens.c[name] for name in COUNT_COLUMNS), tokens.c.last_seen)
-            .where(tokens.c.owner == self.owner)
-            .order_by(column)
-        )
+        query = sa.select(tokens.c.token, *(tokens.c[name] for name in COUNT_COLUMNS), tokens.c.last_seen).where(tokens.c.owner == self.owner).order_by(column)
         result = self.conn.execute(query, execution_options={"stream_results": True, "yield_per": chunk})
         for row in result:
             _whole([row[1:5]], "tokens")
@@ -403,19 +383,14 @@ class StoreTransaction:
             for row in self.conn.execute(query):
                 where = f"token {row[0]!r}" if table is tokens else f"{Label(row[0]).decision}"
                 found += [
-                    f"{table.name} {where} {name} is {value!r}" for name, value in zip(names, row[1:])
-                    if type(value) is not int or not -MAX_COUNT <= value <= MAX_COUNT
+                    f"{table.name} {where} {name} is {value!r}" for name, value in zip(names, row[1:]) if type(value) is not int or not -MAX_COUNT <= value <= MAX_COUNT
                 ]
         return found
 
     def iter_ledger(self, chunk: int = 500) -> Iterator[tuple[int, dict[str, int]]]:
         """(label, token_counts) of every message in this owner's ledger, streamed
         in the order they were trained (ties: by digest)."""
-        query = (
-            sa.select(messages.c.label, messages.c.token_counts)
-            .where(messages.c.owner == self.owner)
-            .order_by(messages.c.trained_at, messages.c.digest)
-        )
+        query = sa.select(messages.c.label, messages.c.token_counts).where(messages.c.owner == self.owner).order_by(messages.c.trained_at, messages.c.digest)
         for label, blob in self.conn.execute(query, execution_options={"stream_results": True, "yield_per": chunk}):
             yield int(label), unpack_token_counts(blob)
 
@@ -445,9 +420,9 @@ class StoreTransaction:
         (see the module docstring): zeros for a store never pruned or
         imported into."""
         out = ClassCounts.zeros()
-        query = sa.select(
-            untracked_totals.c.label, untracked_totals.c.messages, untracked_totals.c.terms, untracked_totals.c.binary_terms
-        ).where(untracked_totals.c.owner == self.owner)
+        query = sa.select(untracked_totals.c.label, untracked_totals.c.messages, untracked_totals.c.terms, untracked_totals.c.binary_terms).where(
+            untracked_totals.c.owner == self.owner
+        )
         for label, m, t, b in _whole(list(self.conn.execute(query)), "untracked_totals"):
             out.messages[label], out.terms[label], out.binary_terms[label] = m, t, b
         return out
@@ -492,10 +467,7 @@ class StoreTransaction:
         docs = np.maximum(old.doc_count + delta.doc_count, 0)
         terms = np.where(docs == 0, 0, np.maximum(old.term_count + delta.term_count, docs))
         shrinking = (delta.doc_count < 0) | (delta.term_count < 0)
-        effective = TokenCounts(
-            np.where(shrinking, docs - old.doc_count, delta.doc_count),
-            np.where(shrinking, terms - old.term_count, delta.term_count),
-        )
+        effective = TokenCounts(np.where(shrinking, docs - old.doc_count, delta.doc_count), np.where(shrinking, terms - old.term_count, delta.term_count))
         saved = (effective - delta).sums()
         changed = np.flatnonzero(effective.doc_count.any(axis=0) | effective.term_count.any(axis=0))
         written = self.add_counts([token_list[int(i)] for i in changed], effective.take(changed), classes + saved)
@@ -509,8 +481,7 @@ class StoreTransaction:
         whole database already."""
         if isinstance(self.counts_sql, _PgCountSQL):
             self.counts_sql.rows(
-                "SELECT token FROM tokens WHERE owner = %s AND token = ANY(%s::text[]) ORDER BY token COLLATE \"C\" FOR UPDATE",
-                (self.owner, list(token_list)),
+                'SELECT token FROM tokens WHERE owner = %s AND token = ANY(%s::text[]) ORDER BY token COLLATE "C" FOR UPDATE', (self.owner, list(token_list))
             )
 
     def prune_tokens(self, min_count: int, last_seen_by: date | None, *, dry_run: bool = False) -> tuple[int, ClassCounts]:
@@ -575,10 +546,7 @@ def _whole(rows: Sequence[Sequence[Any]], table: str, start: int = 1) -> Sequenc
     for row in rows:
         for value in row[start:]:
             if type(value) is not int:
-                raise StoreInconsistent(
-                    f"{table} holds {value!r} where a count belongs: the database is damaged "
-                    "(`spamfilter db check` lists the problems)"
-                )
+                raise StoreInconsistent(f"{table} holds {value!r} where a count belongs: the database is damaged (`spamfilter db check` lists the problems)")
     return rows
 
 
@@ -622,6 +590,4 @@ def _histogram_delta(old: TokenCounts, new: TokenCounts) -> dict[tuple[int, int]
 
 
 def _imap_record(row: sa.RowMapping) -> ImapRecord:
-    return ImapRecord(
-        row["digest"], int(row["label"]), row["origin"], row["folder"], bool(row["pending"]), row["log_odds"], row["source"] or ""
-    )
+    return ImapRecord(row["digest"], int(row["label"]), row["origin"], row["folder"], bool(row["pending"]), row["log_odds"], row["source"] or "")

@@ -92,9 +92,7 @@ META = "meta:"
 #: words (``is_header_line``), and the ones that do not: the Subject, MIME
 #: parts, the body's URLs, addresses, HTML and words.
 _HEADER_LINE_NAMESPACES = frozenset(p[:-1] for p in (FROM, TO, REPLY_TO, RECEIVED, MESSAGE_ID, MAILER, HEADER))
-_TEXT_NAMESPACES = frozenset(
-    p[:-1] for p in (SUBJECT, CONTENT_TYPE, CHARSET, ENCODING, ATTACHMENT, URL, EMAIL, HTML, SKIP, NUMBER, BIGRAM, META)
-)
+_TEXT_NAMESPACES = frozenset(p[:-1] for p in (SUBJECT, CONTENT_TYPE, CHARSET, ENCODING, ATTACHMENT, URL, EMAIL, HTML, SKIP, NUMBER, BIGRAM, META))
 
 
 def is_header_line(token: str) -> bool:
@@ -118,24 +116,36 @@ _FILTER_HEADERS = frozenset(name.lower() for name in FILTER_HEADERS)
 # handled by a dedicated routine below.
 _SKIP_HEADERS = frozenset(
     {
-        "dkim-signature", "domainkey-signature", "arc-seal", "arc-message-signature",
-        "x-google-dkim-signature", "authentication-results", "arc-authentication-results",
-        "date", "delivered-to", "content-length", "lines", "status", "x-status", "x-uid",
-        "x-keywords", "references", "in-reply-to", "thread-index", "x-ms-tnef-correlator",
-        "x-gmail-labels", "x-gm-thrid", "resent-date",
+        "dkim-signature",
+        "domainkey-signature",
+        "arc-seal",
+        "arc-message-signature",
+        "x-google-dkim-signature",
+        "authentication-results",
+        "arc-authentication-results",
+        "date",
+        "delivered-to",
+        "content-length",
+        "lines",
+        "status",
+        "x-status",
+        "x-uid",
+        "x-keywords",
+        "references",
+        "in-reply-to",
+        "thread-index",
+        "x-ms-tnef-correlator",
+        "x-gmail-labels",
+        "x-gm-thrid",
+        "resent-date",
     }
 )
 _SPECIAL_HEADERS = frozenset(
-    {
-        "subject", "from", "to", "cc", "reply-to", "received", "message-id", "x-mailer",
-        "user-agent", "content-type", "content-transfer-encoding", "mime-version",
-    }
+    {"subject", "from", "to", "cc", "reply-to", "received", "message-id", "x-mailer", "user-agent", "content-type", "content-transfer-encoding", "mime-version"}
 )
 #: Headers a mailing list adds; ``list_header_words = false`` keeps only their
 #: names. Every header whose name starts with "list-" counts too.
-LIST_HEADERS = frozenset(
-    {"sender", "errors-to", "precedence", "x-beenthere", "x-mailman-version", "x-loop", "mailing-list", "x-mailing-list"}
-)
+LIST_HEADERS = frozenset({"sender", "errors-to", "precedence", "x-beenthere", "x-mailman-version", "x-loop", "mailing-list", "x-mailing-list"})
 _MAX_HEADER_WORDS = 60
 _MAX_RECEIVED = 8
 
@@ -157,7 +167,7 @@ _MAX_RECEIVED = 8
 # mathematical letters) are stood in for by "a", "0" or " " before matching:
 # a class that holds any of them makes ``re`` test every non-word character
 # against each of its ranges in turn (13 times slower on plain mail).
-_ASTRAL = re.compile("[\U00010000-\U0010FFFF]")
+_ASTRAL = re.compile("[\U00010000-\U0010ffff]")
 _URL = re.compile(r"\b(?:(?:https?|ftp)://|www\.)[^\s<>\"'()]{1,500}", re.IGNORECASE)
 _EMAIL = re.compile(r"\b[\w.+\-]{1,64}@([\w\-]{1,63}(?:\.[\w\-]{1,63}){1,8})")
 _CJK_RUN = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]{2,}")

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import binascii
 import codecs
+import email.errors
 import email.header
 import email.message
-import email.errors
 import re
 
 # Labels seen in real mail that codecs does not know, or that name a subset
