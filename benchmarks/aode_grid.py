@@ -33,13 +33,14 @@ import scipy.sparse as sp
 from benchmarks.compare import ranking
 from benchmarks.long_stream import STREAMS, stream
 from benchmarks.streams import Doc, tokenized
-from spamfilter import aode
-from spamfilter import model as nb
 from spamfilter.analysis import Analysed, Analyser
 from spamfilter.config import Config, load_config
 from spamfilter.counts import ClassCounts, FeatureStats, TokenCounts, Totals
 from spamfilter.evaluation import run_online
-from spamfilter.learning import TrainMode
+from spamfilter.nb import aode
+from spamfilter.nb import model as nb
+from spamfilter.nb.gaussian import feature_log_odds, gaussian_estimate
+from spamfilter.nb.learning import TrainMode
 from spamfilter.tokenizer.features import SCALE
 
 
@@ -182,8 +183,8 @@ def feature_terms(features: np.ndarray, y: np.ndarray) -> np.ndarray:
     out = np.zeros(len(y))
     for i, (x, spam) in enumerate(zip(features, y)):
         if stats.n[:, 0].all():
-            params = nb.gaussian_estimate(stats, SCALE)
-            out[i] = float(nb.feature_log_odds(x[None, :] / SCALE, params, 1.0).sum())
+            params = gaussian_estimate(stats, SCALE)
+            out[i] = float(feature_log_odds(x[None, :] / SCALE, params, 1.0).sum())
         stats = stats + FeatureStats.of_message(int(spam), tuple(int(v) for v in x))
     return out
 

@@ -18,7 +18,7 @@ second half:
              a slope can do, not a method)
 
 Prints 1-ROCA % (of the mapped log-odds: only the length map reorders),
-log-loss (nats per message) and the two P(spam) tails of `spamfilter.calibration`
+log-loss (nats per message) and the two P(spam) tails of `spamfilter.nb.calibration`
 per stream and map; writes results/calibration.json. Asserts nothing.
 """
 
@@ -34,9 +34,9 @@ from scipy.special import expit
 
 from benchmarks.loco import CORPORA
 from benchmarks.streams import Corpus, split_scores
-from spamfilter.calibration import calibration
 from spamfilter.config import Config
 from spamfilter.evaluation import roc_area
+from spamfilter.nb.calibration import calibration
 
 
 def fit(F: np.ndarray, y: np.ndarray) -> np.ndarray:

@@ -33,8 +33,8 @@ from benchmarks.loco import CORPORA
 from benchmarks.option_grid import bogofilter_split
 from benchmarks.streams import Corpus
 from spamfilter.config import Config
-from spamfilter.memcounts import MemoryCounts
-from spamfilter.scorer import Scorer
+from spamfilter.nb.memcounts import MemoryCounts
+from spamfilter.nb.scorer import Scorer
 from spamfilter.tokenizer import BIGRAM, SUBJECT, URL, is_header_line
 
 CLASSES = ("header lines", "subject", "bigrams", "urls", "body")

@@ -42,9 +42,9 @@ import numpy as np
 
 from benchmarks.compare import ranking
 from benchmarks.streams import Corpus, online_scores, split_scores
-from spamfilter import model as nb
-from spamfilter.calibration import log_loss
 from spamfilter.config import Config, ModelConfig
+from spamfilter.nb import model as nb
+from spamfilter.nb.calibration import log_loss
 
 CORPORA = ["spamassassin", "csdmc2010", *(f"enron{i}" for i in range(1, 7))]
 #: Corpora that share messages: one is never used to choose when the other is left out.

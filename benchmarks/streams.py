@@ -19,14 +19,14 @@ import numpy as np
 import scipy.sparse as sp
 
 from benchmarks.long_stream import STREAMS, stream
-from spamfilter import model as nb
 from spamfilter.config import Config, ModelConfig, counts_occurrences
 from spamfilter.counts import Decision, Label
 from spamfilter.errors import MailParseError
-from spamfilter.learning import ONLINE_TRAIN_MODE, TUNE_MARGIN, TrainMode, wants_training
 from spamfilter.mail import parse_message
-from spamfilter.memcounts import MemoryCounts
-from spamfilter.scorer import Scorer
+from spamfilter.nb import model as nb
+from spamfilter.nb.learning import ONLINE_TRAIN_MODE, TUNE_MARGIN, TrainMode, wants_training
+from spamfilter.nb.memcounts import MemoryCounts
+from spamfilter.nb.scorer import Scorer
 from spamfilter.tokenizer import Tokenizer, is_header_line
 from spamfilter.vectorizer import batch_vocabulary, count_matrix, term_counts
 

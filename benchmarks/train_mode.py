@@ -29,11 +29,11 @@ import numpy as np
 
 from benchmarks.loco import CORPORA, figures, left_out_folds
 from benchmarks.streams import Corpus, online_scores, split_scores
-from spamfilter import model as nb
 from spamfilter.config import Config
-from spamfilter.learning import TrainMode
-from spamfilter.memcounts import MemoryCounts
-from spamfilter.scorer import Scorer
+from spamfilter.nb import model as nb
+from spamfilter.nb.learning import TrainMode
+from spamfilter.nb.memcounts import MemoryCounts
+from spamfilter.nb.scorer import Scorer
 
 
 def head_of(c: Corpus, head: int) -> Corpus:

@@ -26,7 +26,7 @@ DEPENDENCES: tuple[str, ...] = get_args(Dependence)
 
 
 # The event models' two differences that matter outside the maths of
-# spamfilter.model (which message counts they read, and whether absent
+# spamfilter.nb.model (which message counts they read, and whether absent
 # tokens count), each stated once.
 def counts_occurrences(event_model: str) -> bool:
     """Whether the model counts every occurrence of a token ("multinomial")
@@ -95,7 +95,7 @@ class ModelConfig:
     max_tokens: int = 0
     token_cap: float = 0.0
     #: Add the Gaussian log-odds of the continuous message features
-    #: (``model.feature_log_odds``), scaled by feature_weight.
+    #: (``nb.gaussian.feature_log_odds``), scaled by feature_weight.
     features: bool = False
     feature_weight: float = 1.0
     #: Score the tokens of header lines (``tokenizer.is_header_line``) apart
@@ -104,7 +104,7 @@ class ModelConfig:
     header_apart: bool = True
     header_max_tokens: int = 10
     #: "none": naive Bayes; "aode"/"spode": one-dependence estimators over
-    #: parent tokens (``spamfilter.aode``), with aode_parents parents (SPODE:
+    #: parent tokens (``spamfilter.nb.aode``), with aode_parents parents (SPODE:
     #: one) and pairs counted with aode_children child tokens (in at least
     #: aode_child_support messages), the support threshold m' =
     #: aode_min_support, chosen again when the ledger has grown

@@ -16,7 +16,7 @@ on its first axis, indexed by ``Label`` (``HAM = 0``, ``SPAM = 1``).
     Totals        a model's ClassCounts, its vocabulary size V and the
                   per-class histogram H[c,k] of how many tokens occur in
                   exactly k class-c messages (for the exact Bernoulli
-                  absent-token sum, see ``spamfilter.model``)
+                  absent-token sum, see ``spamfilter.nb.model``)
 
 Deltas (what a training step adds, negative to untrain) have the same types.
 ``Label`` names the two classes and ``Decision`` the three verdicts.

@@ -1,4 +1,4 @@
-"""One-dependence counts between the store and ``spamfilter.aode``: keeping
+"""One-dependence counts between the store and ``spamfilter.nb.aode``: keeping
 them with training, choosing the parents, and reading them for scoring.
 
 The parents are chosen explicitly: ``reselect`` (``spamfilter db reselect``,
@@ -20,10 +20,10 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from spamfilter import aode
 from spamfilter.config import ModelConfig
 from spamfilter.counts import IntArray
 from spamfilter.errors import StoreInconsistent
+from spamfilter.nb import aode
 from spamfilter.store import StoreTransaction
 from spamfilter.store.pairs import PAIR_COLUMNS, Pairs, ParentRow
 from spamfilter.vectorizer import Vocabulary, count_matrix

@@ -16,11 +16,11 @@ import numpy as np
 import numpy.typing as npt
 from scipy.stats import rankdata
 
-from spamfilter.calibration import Calibration, calibration
 from spamfilter.config import Config
 from spamfilter.counts import Decision
 from spamfilter.errors import EvaluationError
 from spamfilter.mail import MailItem
+from spamfilter.nb.calibration import Calibration, calibration
 from spamfilter.service import ONLINE_TRAIN_MODE, TUNE_MARGIN, Filter, Refusal, TrainMode, TrainSummary, Verdict
 
 BoolArray = npt.NDArray[np.bool_]
@@ -167,7 +167,7 @@ class EvalReport:
     windows: 1-ROCA% per window of the judged messages in stream order
         (``windowed_roca``), so that drift over a long stream shows.
     calibration: log-loss, Brier score, the P(spam) tails and the
-        reliability table of the judged messages (``spamfilter.calibration``).
+        reliability table of the judged messages (``spamfilter.nb.calibration``).
     """
 
     protocol: str

@@ -18,11 +18,11 @@ from datetime import date
 
 import numpy as np
 
-from spamfilter import model
 from spamfilter.config import counts_occurrences, has_absent_term
 from spamfilter.counts import Decision, IntArray, TokenCounts
 from spamfilter.errors import MailParseError
 from spamfilter.mail import MailItem
+from spamfilter.nb import model
 from spamfilter.service import FEATURE_NAMES, FEATURE_UNITS, Filter, Refusal
 
 
@@ -106,7 +106,7 @@ class FeatureDensity:
     (ham, spam).
 
     n: messages in the feature sums.
-    mean, sd: mu and sigma of ``model.gaussian_estimate``, the variance
+    mean, sd: mu and sigma of ``gaussian_estimate``, the variance
         floored as the model floors it.
     usable: both classes have the two messages a variance needs; the
         model adds the feature's log-odds only then.

@@ -22,10 +22,11 @@ from typing import BinaryIO, TextIO
 
 import numpy as np
 
-from spamfilter import dependence, model
+from spamfilter import dependence
 from spamfilter.config import ModelConfig
 from spamfilter.counts import MAX_COUNT, ClassCounts, IntArray, Label, TokenCounts
 from spamfilter.errors import CountsFileError, StoreError
+from spamfilter.nb import model
 from spamfilter.store import Store
 
 

@@ -25,7 +25,7 @@ from typing import TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from spamfilter import dependence, model
+from spamfilter import dependence
 from spamfilter.analysis import Analysed as _Analysed
 from spamfilter.analysis import Analyser, analyse, analyse_labelled
 from spamfilter.analysis import Refusal as Refusal
@@ -34,13 +34,15 @@ from spamfilter.config import Config, counts_occurrences, database_url, default_
 from spamfilter.counts import Decision, FeatureStats, Label, Totals
 from spamfilter.delta import CountDelta
 from spamfilter.errors import NotTrainedError
-from spamfilter.learning import ONLINE_TRAIN_MODE as ONLINE_TRAIN_MODE
-from spamfilter.learning import TUNE_MARGIN as TUNE_MARGIN
-from spamfilter.learning import TrainMode as TrainMode
-from spamfilter.learning import wants_training
 from spamfilter.mail import MailItem
+from spamfilter.nb import model
+from spamfilter.nb.gaussian import GaussianParams, gaussian_estimate
+from spamfilter.nb.learning import ONLINE_TRAIN_MODE as ONLINE_TRAIN_MODE
+from spamfilter.nb.learning import TUNE_MARGIN as TUNE_MARGIN
+from spamfilter.nb.learning import TrainMode as TrainMode
+from spamfilter.nb.learning import wants_training
+from spamfilter.nb.scorer import Evidence, LogOddsParts, Scorer
 from spamfilter.retry import retrying
-from spamfilter.scorer import Evidence, LogOddsParts, Scorer
 from spamfilter.store import Store, StoreTransaction
 from spamfilter.tokenizer import Tokenizer, is_header_line
 from spamfilter.tokenizer.features import FEATURE_NAMES as FEATURE_NAMES
@@ -172,7 +174,7 @@ class Filter:
         self.cache = CountCache()
         #: The one-dependence counts read so far, for the same model key as the cache.
         self.pair_cache = dependence.PairCache()
-        #: The one place the log-odds are put together (``spamfilter.scorer``).
+        #: The one place the log-odds are put together (``spamfilter.nb.scorer``).
         self.scorer = Scorer(config.model)
         self.tokenizer = Tokenizer(config.tokenizer)
         self.analyser = Analyser(config.tokenizer, config.tokenizer.max_bytes, self.tokenizer)
@@ -447,13 +449,13 @@ class Filter:
         return stats
 
     @staticmethod
-    def feature_densities(stats: FeatureStats) -> model.GaussianParams:
-        """The normal densities of ``stats`` (``model.gaussian_estimate``), in
+    def feature_densities(stats: FeatureStats) -> GaussianParams:
+        """The normal densities of ``stats`` (``gaussian_estimate``), in
         the features' own units: stored value / SCALE."""
-        return model.gaussian_estimate(stats, SCALE)
+        return gaussian_estimate(stats, SCALE)
 
     @staticmethod
-    def _gaussian(reader: StoreTransaction, owners: tuple[str, ...]) -> model.GaussianParams:
+    def _gaussian(reader: StoreTransaction, owners: tuple[str, ...]) -> GaussianParams:
         """The feature densities of the model made of ``owners``' sums."""
         return Filter.feature_densities(Filter.feature_sums(reader, owners))
 

@@ -5,9 +5,9 @@ setting tried (or, with several folds, each block of the tail with a model
 of all the mail before it), and keep the one whose cutoffs give the lowest expected loss
 under the loss matrix; the cutoffs come from ``best_cutoffs``. Besides the
 naive Bayes settings it may try the one-dependence estimators (``[model]
-dependence``, ``spamfilter.aode``) and the weight of the continuous message
+dependence``, ``spamfilter.nb.aode``) and the weight of the continuous message
 features (``[model] features``, ``feature_weight``), computed from the
-same head and tail with the filter's own scorer (``spamfilter.scorer``).
+same head and tail with the filter's own scorer (``spamfilter.nb.scorer``).
 """
 
 from __future__ import annotations
@@ -23,15 +23,17 @@ import numpy.typing as npt
 import scipy.sparse as sp
 from scipy.special import log_expit
 
-from spamfilter import aode, dependence
-from spamfilter import model as nb
+from spamfilter import dependence
 from spamfilter.analysis import Analysed, Analyser, analyse_labelled
 from spamfilter.config import Config, Dependence, EventModel, ModelConfig, counts_occurrences
 from spamfilter.counts import HAM, SPAM, ClassCounts, FeatureStats, IntArray
 from spamfilter.errors import EvaluationError
 from spamfilter.evaluation import BoolArray, FloatArray, roc_area
 from spamfilter.mail import MailItem
-from spamfilter.scorer import Evidence, Scorer
+from spamfilter.nb import aode
+from spamfilter.nb import model as nb
+from spamfilter.nb.gaussian import GaussianParams, gaussian_estimate
+from spamfilter.nb.scorer import Evidence, Scorer
 from spamfilter.tokenizer import is_header_line
 from spamfilter.tokenizer.features import SCALE
 from spamfilter.vectorizer import Vocabulary, count_matrix
@@ -439,7 +441,7 @@ class _Split:
     valid_y: BoolArray
     valid_terms: sp.csr_matrix
     valid_binary: sp.csr_matrix
-    gaussian: nb.GaussianParams
+    gaussian: GaussianParams
     valid_features: FloatArray
     #: Which tokens are header lines, with ``[model] header_apart``; else None.
     header: npt.NDArray[np.bool_] | None = None
@@ -477,7 +479,7 @@ def _split(config: Config, docs: Sequence[dict[str, int]], y: BoolArray, feature
         valid_y,
         count_matrix(docs[split:stop], vocabulary),
         count_matrix(docs[split:stop], vocabulary, binary=True),
-        nb.gaussian_estimate(_feature_stats(features[:split], train_y), SCALE),
+        gaussian_estimate(_feature_stats(features[:split], train_y), SCALE),
         features[split:stop] / SCALE,
         np.fromiter(map(is_header_line, vocabulary.tokens), dtype=bool, count=len(vocabulary.tokens)) if config.model.header_apart else None,
     )

@@ -1,4 +1,4 @@
-"""The one-dependence maths (``spamfilter.aode``) against hand computation and a loop."""
+"""The one-dependence maths (``spamfilter.nb.aode``) against hand computation and a loop."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 import scipy.sparse as sp
 from scipy.special import logsumexp
 
-from spamfilter import aode
 from spamfilter.counts import ClassCounts
+from spamfilter.nb import aode
 
 # Four training messages over the tokens a, b, c (0, 1, 2):
 TRAIN = [({0, 1}, 0), ({1, 2}, 0), ({0, 2}, 1), ({0, 1, 2}, 1)]

@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from spamfilter import model
 from spamfilter.analysis import Analysed as _Analysed
 from spamfilter.cache import CountCache, ModelView
 from spamfilter.config import Config
 from spamfilter.counts import ClassCounts, TokenCounts, Totals
 from spamfilter.mail import MailItem, read_index
+from spamfilter.nb import model
 from spamfilter.service import Filter, Refusal, Verdict
 from spamfilter.store import StoreTransaction
 from spamfilter.tokenizer import is_header_line

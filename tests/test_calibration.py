@@ -1,4 +1,4 @@
-"""Calibration figures (spamfilter.calibration) and the train-once split protocol."""
+"""Calibration figures (spamfilter.nb.calibration) and the train-once split protocol."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from spamfilter.calibration import calibration, log_loss, reliability
 from spamfilter.cli import app
 from spamfilter.config import Config
 from spamfilter.mail import read_index
+from spamfilter.nb.calibration import calibration, log_loss, reliability
 from spamfilter.service import Filter, Verdict
 from tests.test_evaluate import index  # noqa: F401  (the sample index fixture)
 

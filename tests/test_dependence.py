@@ -11,12 +11,13 @@ import pytest
 import sqlalchemy as sa
 from typer.testing import CliRunner
 
-from spamfilter import aode, dependence
+from spamfilter import dependence
 from spamfilter.cli import app
 from spamfilter.config import Config, ConfigError, ModelConfig, StoreConfig, validate
 from spamfilter.mail import MailItem
 from spamfilter.mail.sources import read_messages
 from spamfilter.maintenance import Maintenance
+from spamfilter.nb import aode
 from spamfilter.service import Filter, Verdict
 from spamfilter.store.pairs import unpack
 from tests.test_aode import loop_log_likelihood

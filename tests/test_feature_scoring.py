@@ -8,9 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from spamfilter import model
 from spamfilter.analysis import Analysed
 from spamfilter.config import Config, ConfigError, ModelConfig, validate
+from spamfilter.nb import model
+from spamfilter.nb.gaussian import feature_log_odds, gaussian_estimate
 from spamfilter.service import FEATURE_NAMES, Filter
 from spamfilter.tokenizer.features import SCALE
 from tests.test_service import HAM, LABELLED, SPAM, UNSEEN, log_odds, open_filter, query
@@ -66,8 +67,8 @@ def test_features_add_the_gaussian_log_odds(tmp_path: Path) -> None:
     total, total_sq = n.copy(), n.copy()
     for label, i, k, s1, s2 in stats:
         n[label, i], total[label, i], total_sq[label, i] = k, s1, s2  # type: ignore[index]
-    params = model.gaussian_estimate(model.FeatureStats(n, total, total_sq), SCALE)
-    expected = np.array(base) + model.feature_log_odds(x, params, 0.5).sum(axis=1)
+    params = gaussian_estimate(model.FeatureStats(n, total, total_sq), SCALE)
+    expected = np.array(base) + feature_log_odds(x, params, 0.5).sum(axis=1)
     assert with_features == pytest.approx(expected.tolist(), rel=1e-12, abs=1e-12)
     assert with_features != pytest.approx(base)
 

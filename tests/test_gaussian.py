@@ -7,8 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from spamfilter import model
 from spamfilter.counts import HAM, SPAM, FeatureStats
+from spamfilter.nb import model
+from spamfilter.nb.gaussian import feature_log_odds, gaussian_estimate, gaussian_log_density
 
 # Zhou, Machine Learning (2016), watermelon data set 3.0: density and sugar
 # content of 8 good melons (class 1 here) and 9 bad ones (class 0), in
@@ -29,7 +30,7 @@ def melons() -> FeatureStats:
 
 
 def test_watermelon_densities_match_the_book() -> None:
-    params = model.gaussian_estimate(melons(), scale=1000, var_floor=0.0)
+    params = gaussian_estimate(melons(), scale=1000, var_floor=0.0)
     # The book: density mu 0.574 / 0.496, sigma 0.129 / 0.195;
     # sugar mu 0.279 / 0.154, sigma 0.101 / 0.108 (good / bad).
     assert params.mean[SPAM] == pytest.approx([0.574, 0.279], abs=5e-4)
@@ -38,7 +39,7 @@ def test_watermelon_densities_match_the_book() -> None:
     assert np.sqrt(params.var[HAM]) == pytest.approx([0.195, 0.108], abs=5e-4)
     # Test melon 1 (density 0.697, sugar 0.460):
     # p(0.697 | good) = 1.959, p(0.697 | bad) = 1.203, p(0.460 | good) = 0.788, p(0.460 | bad) = 0.066.
-    density = np.exp(model.gaussian_log_density(np.array([[0.697, 0.460]]), params))[0]
+    density = np.exp(gaussian_log_density(np.array([[0.697, 0.460]]), params))[0]
     assert density[SPAM] == pytest.approx([1.959, 0.788], abs=5e-4)
     assert density[HAM] == pytest.approx([1.203, 0.066], abs=5e-4)
     # Exact values from the sums: good density mean 4590/8000.
@@ -49,19 +50,19 @@ def test_watermelon_densities_match_the_book() -> None:
 
 
 def test_feature_log_odds_is_the_weighted_density_ratio() -> None:
-    params = model.gaussian_estimate(melons(), scale=1000, var_floor=0.0)
+    params = gaussian_estimate(melons(), scale=1000, var_floor=0.0)
     x = np.array([[0.697, 0.460]])
-    g = model.feature_log_odds(x, params, weight=0.5)
+    g = feature_log_odds(x, params, weight=0.5)
     assert g[0] == pytest.approx([0.5 * math.log(1.959 / 1.203), 0.5 * math.log(0.788 / 0.066)], rel=2e-3)
 
 
 def test_variance_floor_and_too_few_messages() -> None:
     same = stats_of([(SPAM, (1024,)), (SPAM, (1024,)), (HAM, (0,)), (HAM, (0,)), (HAM, (0,))])
-    params = model.gaussian_estimate(same, scale=1024, var_floor=0.01)
+    params = gaussian_estimate(same, scale=1024, var_floor=0.01)
     assert params.var.tolist() == [[0.01], [0.01]]
     assert params.usable.tolist() == [True]
     one = stats_of([(SPAM, (1024,)), (HAM, (0,)), (HAM, (0,))])
-    assert model.feature_log_odds(np.array([[1.0]]), model.gaussian_estimate(one, 1024), 1.0).tolist() == [[0.0]]
+    assert feature_log_odds(np.array([[1.0]]), gaussian_estimate(one, 1024), 1.0).tolist() == [[0.0]]
 
 
 def test_forgetting_restores_the_sums_exactly_and_batch_equals_incremental() -> None:
@@ -74,5 +75,5 @@ def test_forgetting_restores_the_sums_exactly_and_batch_equals_incremental() -> 
     assert all((getattr(batch, f) == getattr(running, f)).all() for f in ("n", "total", "total_sq"))
     extra = FeatureStats.of_message(SPAM, (19_999,) * 7)
     back = (batch + extra) - extra
-    assert (model.gaussian_estimate(back, 1024).var == model.gaussian_estimate(batch, 1024).var).all()
+    assert (gaussian_estimate(back, 1024).var == gaussian_estimate(batch, 1024).var).all()
     assert (back.total_sq == batch.total_sq).all() and (back.n == batch.n).all()

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from spamfilter import model
 from spamfilter.config import Config, ModelConfig, StoreConfig
 from spamfilter.insight import Insight
 from spamfilter.maintenance import Maintenance
+from spamfilter.nb import model
 from spamfilter.service import Filter, Verdict
 from spamfilter.tokenizer import is_header_line
 from tests.test_dependence import sample_mail

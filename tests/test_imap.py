@@ -23,7 +23,7 @@ from dovecot import Dovecot, ImapUser, dovecot_server  # noqa: F401
 
 from spamfilter.config import Config, ImapAccount, config_from_dict
 from spamfilter.errors import ConfigError, ImapAuthError, ImapUnavailable
-from spamfilter.imapsync import RunSummary, run_account
+from spamfilter.imap.sync import RunSummary, run_account
 from spamfilter.mail import digest_bytes
 from spamfilter.service import Filter
 
@@ -144,7 +144,7 @@ def test_classify_and_move_from_training_folders(dovecot_server: Dovecot, sample
 
 
 def test_each_message_is_digested_once(dovecot_server: Dovecot, sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import spamfilter.imapsync
+    import spamfilter.imap.sync
     import spamfilter.mail
 
     hashed: Counter[bytes] = Counter()
@@ -153,7 +153,7 @@ def test_each_message_is_digested_once(dovecot_server: Dovecot, sample: Sample, 
         hashed[raw] += 1
         return digest_bytes(raw)
 
-    monkeypatch.setattr(spamfilter.imapsync, "digest_bytes", counting)
+    monkeypatch.setattr(spamfilter.imap.sync, "digest_bytes", counting)
     monkeypatch.setattr(spamfilter.mail, "digest_bytes", counting)
     user = setup_mailbox(dovecot_server, sample)
     summary = run(account_config(dovecot_server, user), f"sqlite:///{tmp_path / 'sf.db'}", monkeypatch, user)
@@ -506,7 +506,7 @@ def test_a_folder_of_5000_messages_runs_in_bounded_memory(dovecot_server: Doveco
 
 
 def test_password_from_a_command_and_its_failures(monkeypatch: pytest.MonkeyPatch) -> None:
-    from spamfilter.imap import account_password
+    from spamfilter.imap.session import account_password
 
     account = ImapAccount(name="x", username="u", password_command="printf 'pa ss\\n'")
     assert account_password(account) == "pa ss"
@@ -568,7 +568,7 @@ def test_limit_counts_classified_messages_only(dovecot_server: Dovecot, sample: 
 def _drop_once(monkeypatch: pytest.MonkeyPatch, method: str, when: object = None) -> list[int]:
     """Make ImapSession.<method> lose the connection once (a real network
     failure at that point), after the real call when ``when == "after"``."""
-    from spamfilter import imap as imap_module
+    from spamfilter.imap import session as imap_module
 
     original = getattr(imap_module.ImapSession, method)
     calls: list[int] = []

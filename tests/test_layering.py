@@ -9,28 +9,23 @@ layer before it can go in. From the bottom up:
    cross from store to model; nothing); ``headers`` (the header fields the
    filter writes, which mail and tokenizer both know; nothing); ``retry``
    (trying a busy transaction again; errors only).
-1. Leaves: ``mail``, ``tokenizer``, ``vectorizer``, ``model`` (with
-   ``gaussian``, the message features' normal densities, under it),
-   ``aode`` (one-dependence estimators, the maths only), ``store``,
-   ``imap``, ``plots``, ``cache``, ``spamd`` (the spamd protocol, standard
-   library only, so that ``filter --connect`` starts fast), ``learning`` (which messages of a labelled stream are trained),
-   ``calibration`` (how far scores can be taken at their word)
-   import only errors, config and counts,
-   never each other; ``model``, ``gaussian``, ``aode`` and ``calibration`` do no I/O; only ``store``
-   imports SQLAlchemy.
-2. ``scorer`` (the one place the log-odds are put together) over model,
-   aode and gaussian; ``memcounts`` (the store's sums in memory) over scorer; ``dependence`` (keeping and reading the one-dependence counts) over
-   store, aode and vectorizer; ``delta`` (a batch's count change) over store and
-   dependence; ``analysis`` (reading mail, here or in worker processes) over mail,
-   tokenizer and vectorizer; ``service`` over it, the cache and the leaves
-   (``maintenance``, ``insight`` (top words, explain) and ``imapstate``,
-   the IMAP sync's records and transactions, beside it);
-   ``evaluation`` over service and the leaves; ``imapsync`` over service,
-   imapstate, imap and the leaves but store; ``daemon`` (the spamd server
-   and the milter: their sockets, protocols, open filters and processes)
-   over service, insight and spamd; ``report`` over
-   evaluation, service, insight, plots and calibration.
-3. ``cli`` over everything but ``store`` and ``model``; ``__main__`` runs cli.
+1. Leaves: ``mail``, ``tokenizer``, ``vectorizer``, ``nb`` (the naive Bayes
+   mathematics: model, gaussian, aode, the one scorer, the in-memory counts,
+   the learning rule, calibration; no I/O), ``store`` (the only module that
+   imports SQLAlchemy), ``plots``, ``cache``, ``spamd`` (the spamd
+   protocol, standard library only, so that ``filter --connect`` starts
+   fast) import only errors, config and counts, never each other.
+2. ``dependence`` (keeping and reading the one-dependence counts) over
+   store, nb and vectorizer; ``delta`` (a batch's count change) over store
+   and dependence; ``analysis`` (reading mail, here or in worker processes)
+   over mail, tokenizer and vectorizer; ``service`` over it, the cache and
+   the leaves (``maintenance`` and ``insight`` (top words, explain) beside
+   it); ``evaluation`` over service and the leaves, ``tuning`` over it;
+   ``imap`` (the session, what a run remembers, the run) over service;
+   ``daemon`` (the spamd server and the milter: their sockets, protocols,
+   open filters and processes) over service, insight and spamd; ``report``
+   over evaluation, service, insight, plots and nb.
+3. ``cli`` over everything but ``store`` and ``nb``; ``__main__`` runs cli.
 """
 
 from __future__ import annotations
@@ -44,8 +39,8 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "spamfilter"
 
 BASE = frozenset({"errors", "config", "counts", "headers"})
-LEAVES = frozenset({"mail", "tokenizer", "vectorizer", "model", "aode", "gaussian", "store", "imap", "plots", "cache", "spamd", "learning", "calibration"})
-_SERVICE = BASE | {"mail", "tokenizer", "vectorizer", "model", "aode", "store", "cache", "analysis", "retry", "dependence", "learning", "scorer"}
+LEAVES = frozenset({"mail", "tokenizer", "vectorizer", "nb", "store", "plots", "cache", "spamd"})
+_SERVICE = BASE | {"mail", "tokenizer", "vectorizer", "nb", "store", "cache", "analysis", "retry", "dependence"}
 
 #: module -> the package modules it may import ("__init__" is the package itself).
 ALLOWED: dict[str, frozenset[str]] = {
@@ -57,38 +52,30 @@ ALLOWED: dict[str, frozenset[str]] = {
     # How the service layer tries a busy or raced transaction again.
     "retry": frozenset({"errors"}),
     **{leaf: BASE for leaf in LEAVES},
-    # model re-exports the Gaussian maths of the message features
-    "model": BASE | {"gaussian"},
-    # The one place the log-odds are put together, over the maths.
-    "scorer": BASE | {"model", "aode", "gaussian"},
-    # The store's sums in memory, handing the scorer its batches.
-    "memcounts": BASE | {"scorer"},
     "analysis": BASE | {"mail", "tokenizer", "vectorizer"},
     # The one-dependence counts between the store and the aode maths.
-    "dependence": BASE | {"store", "aode", "vectorizer"},
+    "dependence": BASE | {"store", "nb", "vectorizer"},
     # A batch's count change, written through the store.
     "delta": BASE | {"store", "dependence"},
     "service": _SERVICE | {"delta"},
     # Beside service: may use it, never the reverse.
-    "maintenance": BASE | {"store", "model", "service", "dependence"},
-    "evaluation": _SERVICE | {"service", "calibration"},
+    "maintenance": BASE | {"store", "nb", "service", "dependence"},
+    "evaluation": _SERVICE | {"service"},
     "tuning": _SERVICE | {"evaluation"},
-    # Beside service, like maintenance: the IMAP sync's state, its transactions.
-    "imapstate": BASE | {"store", "service"},
     # Beside service too: what the model has learnt, read through a Filter.
-    "insight": BASE | {"mail", "vectorizer", "model", "service", "scorer"},
-    # The IMAP sync reaches the store only through imapstate.
-    "imapsync": (_SERVICE - {"store"}) | {"service", "imap", "imapstate"},
+    "insight": BASE | {"mail", "vectorizer", "nb", "service"},
+    # The IMAP session, what a run remembers (through the store) and the run.
+    "imap": _SERVICE | {"service"},
     "daemon": _SERVICE | {"service", "insight", "spamd"},
-    "report": BASE | {"service", "insight", "evaluation", "plots", "calibration"},
-    "cli": BASE | {"mail", "service", "insight", "maintenance", "evaluation", "tuning", "imapsync", "report", "plots", "daemon", "spamd"},
+    "report": BASE | {"service", "insight", "evaluation", "plots", "nb"},
+    "cli": BASE | {"mail", "service", "insight", "maintenance", "evaluation", "tuning", "imap", "report", "plots", "daemon", "spamd"},
     "__main__": frozenset({"cli"}),
 }
 
 #: Modules that may not import SQLAlchemy, or anything doing I/O.
 SQL_MODULES = frozenset({"store"})
 _IO = frozenset({"os", "io", "pathlib", "sqlite3", "sqlalchemy", "shutil", "socket"})
-NO_IO = {"model": _IO, "aode": _IO, "gaussian": _IO, "calibration": _IO, "scorer": _IO, "memcounts": _IO}
+NO_IO = {"nb": _IO}
 
 
 def imports(path: Path) -> set[str]:
@@ -171,17 +158,18 @@ def _copy_package(tmp_path: Path) -> Path:
 @pytest.mark.parametrize(
     ("module", "line", "expected"),
     [
-        ("model.py", "from spamfilter import imapsync, report, plots", "model may not import imapsync"),
-        ("model.py", "from spamfilter.report import render", "model may not import report"),
-        ("model.py", "import os", "model does no I/O, imports os"),
+        ("nb/model.py", "from spamfilter import imap, report, plots", "nb may not import imap"),
+        ("nb/scorer.py", "from spamfilter.report import render", "nb may not import report"),
+        ("nb/model.py", "import os", "nb does no I/O, imports os"),
         ("plots.py", "from spamfilter.mail import MailItem", "plots may not import mail"),
         ("mail/parse.py", "from spamfilter import tokenizer", "mail may not import tokenizer"),
         ("service.py", "from spamfilter.evaluation import run_online", "service may not import evaluation"),
-        ("report.py", "from spamfilter.imapsync import run_account", "report may not import imapsync"),
+        ("report.py", "from spamfilter.imap.sync import run_account", "report may not import imap"),
         ("evaluation.py", "import sqlalchemy as sa", "only store speaks SQL"),
         ("tokenizer/mime.py", "from spamfilter.store import Store", "tokenizer may not import store"),
         ("cli/train.py", "from spamfilter.store import Store", "cli may not import store"),
-        ("cli/db.py", "from spamfilter import model", "cli may not import model"),
+        ("cli/db.py", "from spamfilter.nb import model", "cli may not import nb"),
+        ("imap/sync.py", "from spamfilter.evaluation import run_online", "imap may not import evaluation"),
     ],
 )
 def test_a_forbidden_import_in_a_copy_of_the_package_is_caught(tmp_path: Path, module: str, line: str, expected: str) -> None:
@@ -205,10 +193,3 @@ def test_maintenance_may_use_service_but_not_evaluation(tmp_path: Path) -> None:
     with (copy / "maintenance.py").open("a", encoding="utf-8") as f:
         f.write("from spamfilter.evaluation import run_online\n")
     assert violations(copy) == [f"{Path('spamfilter', 'maintenance.py')}: maintenance may not import evaluation"]
-
-
-def test_imapsync_reaches_the_store_only_through_imapstate(tmp_path: Path) -> None:
-    copy = _copy_package(tmp_path)
-    with (copy / "imapsync.py").open("a", encoding="utf-8") as f:
-        f.write("from spamfilter.store import ImapRecord\n")
-    assert violations(copy) == [f"{Path('spamfilter', 'imapsync.py')}: imapsync may not import store"]

@@ -1,11 +1,11 @@
-"""Which messages of a labelled stream are trained (``spamfilter.learning``)."""
+"""Which messages of a labelled stream are trained (``spamfilter.nb.learning``)."""
 
 from __future__ import annotations
 
 import pytest
 
 from spamfilter.counts import Decision, Label
-from spamfilter.learning import TrainMode, wants_training
+from spamfilter.nb.learning import TrainMode, wants_training
 
 HAM_MAX, SPAM_MIN = -1.39, 3.89
 

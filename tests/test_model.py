@@ -1,4 +1,4 @@
-"""Tests of spamfilter.model against numbers worked out by hand.
+"""Tests of spamfilter.nb.model against numbers worked out by hand.
 
 The toy corpus is Manning, Raghavan & Schuetze, Introduction to Information
 Retrieval (2008), ch. 13, Table 13.1, with class c ("China") as SPAM:
@@ -29,10 +29,10 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from spamfilter import model
 from spamfilter.counts import ClassCounts
 from spamfilter.errors import NotTrainedError
-from spamfilter.model import HAM, SPAM, UNSURE
+from spamfilter.nb import model
+from spamfilter.nb.model import HAM, SPAM, UNSURE
 
 VOCAB = ["Chinese", "Beijing", "Shanghai", "Macao", "Tokyo", "Japan"]
 DOCS = {SPAM: np.array([3, 1, 1, 1, 0, 0]), HAM: np.array([1, 0, 0, 0, 1, 1])}

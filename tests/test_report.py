@@ -20,13 +20,13 @@ from typer.testing import CliRunner
 
 from spamfilter import plots
 from spamfilter.analysis import Analysed
-from spamfilter.calibration import calibration
 from spamfilter.cli import app, exitcodes
 from spamfilter.cli.evaluate import write_scores
 from spamfilter.config import Config, ModelConfig
 from spamfilter.evaluation import Scored
 from spamfilter.insight import FeatureDensities, FeatureDensity, Insight, TrainedDay, WordScore
 from spamfilter.mail import read_messages
+from spamfilter.nb.calibration import calibration
 from spamfilter.report import SECTIONS, ReportData, ScoreSample, collect, read_scores, render
 from spamfilter.service import FEATURE_NAMES, FEATURE_UNITS, Filter, Stats, Verdict
 from spamfilter.tokenizer.features import SCALE

@@ -10,8 +10,8 @@ import scipy.sparse as sp
 
 from spamfilter.config import Config, ModelConfig
 from spamfilter.mail import read_index
-from spamfilter.memcounts import MemoryCounts
-from spamfilter.scorer import Scorer
+from spamfilter.nb.memcounts import MemoryCounts
+from spamfilter.nb.scorer import Scorer
 from spamfilter.service import Filter, Verdict
 from spamfilter.tokenizer import is_header_line
 from spamfilter.vectorizer import batch_vocabulary, count_matrix

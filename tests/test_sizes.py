@@ -20,7 +20,7 @@ LONG_FUNCTIONS: dict[str, str] = {
     "cli/serve.py:serve": "a Typer command: most of its lines declare its options",
     "cli/tune.py:tune": "a Typer command: most of its lines declare its options",
     "cli/evaluate.py:evaluate": "a Typer command: most of its lines declare its options",
-    "model.py:joint_log_likelihood": "its docstring records what tempering and the per-message token selection measured (the code is 15 lines)",
+    "nb/model.py:joint_log_likelihood": "its docstring records what tempering and the per-message token selection measured (the code is 15 lines)",
 }
 
 

@@ -29,8 +29,8 @@ NOT_FOR_FILTER = [
     "spamfilter.evaluation",
     "spamfilter.report",
     "spamfilter.plots",
-    "spamfilter.imapsync",
-    "spamfilter.imap",
+    "spamfilter.imap.sync",
+    "spamfilter.imap.session",
     "spamfilter.cli.train",
     "spamfilter.cli.db",
     "spamfilter.cli.evaluate",
@@ -78,7 +78,7 @@ def run_filter(sample_db: str, message: bytes, config_dir: Path, config_text: st
 def test_filter_imports_only_what_it_runs(sample_db: str, message: bytes, tmp_path: Path) -> None:
     modules = run_filter(sample_db, message, tmp_path, "")
     # It did the work: parsed, tokenized, read the counts and scored.
-    for needed in ["spamfilter.service", "spamfilter.tokenizer", "spamfilter.store", "spamfilter.model", "spamfilter.cli.classify"]:
+    for needed in ["spamfilter.service", "spamfilter.tokenizer", "spamfilter.store", "spamfilter.nb.model", "spamfilter.cli.classify"]:
         assert needed in modules
     assert {name: loaded(modules, name) for name in NOT_FOR_FILTER} == {name: [] for name in NOT_FOR_FILTER}
 

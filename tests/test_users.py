@@ -216,7 +216,7 @@ def test_top_words_streams_the_vocabulary_and_keeps_the_exact_order(tmp_path: Pa
     import numpy as np
     import sqlalchemy as sa
 
-    from spamfilter import model
+    from spamfilter.nb import model
 
     config = replace(Config(), model=replace(Config().model, event_model=event_model))  # type: ignore[arg-type]
     with Filter.open(config, f"sqlite:///{tmp_path / 'words.db'}") as f:

@@ -81,7 +81,7 @@ feature_stats = sa.Table(
     sa.Column("total_sq", sa.BigInteger(), nullable=False, server_default="0"),
 )
 
-# One-dependence counts (``spamfilter.aode``): the parents chosen by
+# One-dependence counts (``spamfilter.nb.aode``): the parents chosen by
 # ``db reselect`` with D[c,p] and N[c,p], and a row per child token j with
 # D[c,p,j] for the parents p seen with it (packed, ``store.pairs``), over
 # the messages in the ledger.

@@ -19,7 +19,7 @@ list the parser already built, and ``TextShape``, which the tokenizer fills
 while it reads the body text.
 
 Values are fixed-point integers, ``round(x * SCALE)``: the model keeps the
-sums n, sum x and sum x^2 per class (``spamfilter.gaussian``), and integer
+sums n, sum x and sum x^2 per class (``spamfilter.nb.gaussian``), and integer
 sums make training and untraining exact additions and subtractions, so
 forgetting a message restores the stored sums bit for bit (float sums would
 not: (a + b) - b is not always a). A step of 1/1024 is far below any

@@ -64,11 +64,6 @@ from spamfilter.counts import IntArray as IntArray
 from spamfilter.counts import TokenCounts as TokenCounts
 from spamfilter.counts import Totals as Totals
 from spamfilter.errors import NotTrainedError
-from spamfilter.gaussian import FEATURE_VAR_FLOOR as FEATURE_VAR_FLOOR
-from spamfilter.gaussian import GaussianParams as GaussianParams
-from spamfilter.gaussian import feature_log_odds as feature_log_odds
-from spamfilter.gaussian import gaussian_estimate as gaussian_estimate
-from spamfilter.gaussian import gaussian_log_density as gaussian_log_density
 
 UNSURE = UNSURE_CODE
 

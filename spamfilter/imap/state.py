@@ -3,7 +3,7 @@
 ``imapsync`` talks to the server and decides; this module owns its
 transactions (the service layer's job, as for ``Filter``). Each method is one
 transaction, in the order the sync's crash safety needs them (see
-``spamfilter.imapsync``): nothing here is cached between calls, so a second
+``spamfilter.imap.sync``): nothing here is cached between calls, so a second
 process syncing the same account sees what the first committed.
 
 A dry run reads everything and writes nothing: every writing method is then

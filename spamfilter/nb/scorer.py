@@ -23,9 +23,10 @@ import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
 
-from spamfilter import aode, model
 from spamfilter.config import ModelConfig
 from spamfilter.counts import TokenCounts, Totals
+from spamfilter.nb import aode, model
+from spamfilter.nb.gaussian import GaussianParams, feature_log_odds
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -48,7 +49,7 @@ class Evidence:
     X: sp.csr_matrix
     header: npt.NDArray[np.bool_] | None = None
     pairs: aode.PairCounts | None = None
-    gaussian: model.GaussianParams | None = None
+    gaussian: GaussianParams | None = None
     features: FloatArray | None = None
 
 
@@ -103,7 +104,7 @@ class Scorer:
             width = e.gaussian.mean.shape[1] if e.gaussian is not None else 0
             features: FloatArray = np.zeros((n, width))
         else:
-            features = model.feature_log_odds(e.features, e.gaussian, self.feature_weight)
+            features = feature_log_odds(e.features, e.gaussian, self.feature_weight)
         return LogOddsParts(naive, dependent, features)
 
     def log_odds(self, e: Evidence, params: model.NBParams | None = None) -> FloatArray:

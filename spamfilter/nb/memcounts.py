@@ -7,7 +7,7 @@ totals (messages, occurrences, distinct tokens per message summed, the
 vocabulary seen and, for the Bernoulli model, the histogram of D[c,:]).
 ``evidence`` hands the scorer a batch over the columns seen so far, as the
 filter's count cache does, so a benchmark or ``tune`` scores with exactly
-the filter's arithmetic (``spamfilter.scorer``) without a database.
+the filter's arithmetic (``spamfilter.nb.scorer``) without a database.
 
 Rows are messages as two sparse matrices over the V columns: ``binary``
 (0/1, token present) and ``terms`` (occurrence counts).
@@ -20,7 +20,7 @@ import numpy.typing as npt
 import scipy.sparse as sp
 
 from spamfilter.counts import ClassCounts, IntArray, TokenCounts, Totals
-from spamfilter.scorer import Evidence
+from spamfilter.nb.scorer import Evidence
 
 BoolArray = npt.NDArray[np.bool_]
 
