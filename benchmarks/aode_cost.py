@@ -33,8 +33,8 @@ from typing import Any
 
 from benchmarks.long_stream import STREAMS, stream
 from spamfilter.config import Config, ModelConfig, StoreConfig
-from spamfilter.maintenance import Maintenance
 from spamfilter.service import Filter
+from spamfilter.tools.maintenance import Maintenance
 
 
 def best_of(repeat: int, run: Callable[[], None]) -> float:

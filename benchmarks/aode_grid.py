@@ -36,12 +36,12 @@ from benchmarks.streams import Doc, tokenized
 from spamfilter.analysis import Analysed, Analyser
 from spamfilter.config import Config, load_config
 from spamfilter.counts import ClassCounts, FeatureStats, TokenCounts, Totals
-from spamfilter.evaluation import run_online
 from spamfilter.nb import aode
 from spamfilter.nb import model as nb
 from spamfilter.nb.gaussian import feature_log_odds, gaussian_estimate
 from spamfilter.nb.learning import TrainMode
 from spamfilter.tokenizer.features import SCALE
+from spamfilter.tools.evaluation import run_online
 
 
 class Model:

@@ -35,8 +35,8 @@ from scipy.special import expit
 from benchmarks.loco import CORPORA
 from benchmarks.streams import Corpus, split_scores
 from spamfilter.config import Config
-from spamfilter.evaluation import roc_area
 from spamfilter.nb.calibration import calibration
+from spamfilter.tools.evaluation import roc_area
 
 
 def fit(F: np.ndarray, y: np.ndarray) -> np.ndarray:

@@ -39,9 +39,9 @@ from pathlib import Path
 import numpy as np
 
 from spamfilter.config import EVENT_MODELS, Config, load_config
-from spamfilter.evaluation import fresh_filter, lam_pct, roc_area, run_online, sm_at_hm
 from spamfilter.mail import read_index
-from spamfilter.tuning import tune
+from spamfilter.tools.evaluation import fresh_filter, lam_pct, roc_area, run_online, sm_at_hm
+from spamfilter.tools.tuning import tune
 
 CORPORA = Path(__file__).resolve().parents[1].parent / "shared" / "corpora"
 INDEXES = {"spamassassin": "spamassassin/index", "csdmc2010": "csdmc2010/index", **{f"enron{i}": f"enron-spam-preprocessed/enron{i}/index" for i in range(1, 7)}}

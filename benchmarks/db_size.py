@@ -29,10 +29,10 @@ from pathlib import Path
 import numpy as np
 
 from spamfilter.config import Config
-from spamfilter.evaluation import roc_area
 from spamfilter.mail import MailItem, read_index
-from spamfilter.maintenance import Maintenance
 from spamfilter.service import Filter, Verdict
+from spamfilter.tools.evaluation import roc_area
+from spamfilter.tools.maintenance import Maintenance
 
 CORPORA = Path(__file__).resolve().parents[1].parent / "shared" / "corpora"
 TRAIN_MESSAGES = 10_000

@@ -35,9 +35,9 @@ import numpy as np
 from benchmarks.long_stream import stream
 from benchmarks.option_grid import report, setup
 from benchmarks.streams import Corpus, online_scores, tokenized
-from spamfilter.evaluation import default_window, run_online
 from spamfilter.nb import model as nb
 from spamfilter.nb.learning import TUNE_MARGIN, TrainMode
+from spamfilter.tools.evaluation import default_window, run_online
 
 
 def main() -> None:

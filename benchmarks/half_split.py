@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 
 from spamfilter.config import EVENT_MODELS, Config, load_config
-from spamfilter.evaluation import roc_area, run_split
 from spamfilter.mail import read_index
+from spamfilter.tools.evaluation import roc_area, run_split
 
 CORPORA = Path(__file__).resolve().parents[1].parent / "shared" / "corpora"
 

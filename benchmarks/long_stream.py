@@ -47,9 +47,9 @@ import numpy as np
 
 from benchmarks.compare import CORPORA, INDEXES, ranking
 from spamfilter.config import Config, load_config
-from spamfilter.evaluation import default_window, run_online, windowed_roca
 from spamfilter.mail import MailItem, read_index
 from spamfilter.service import ONLINE_TRAIN_MODE, TUNE_MARGIN, TrainMode
+from spamfilter.tools.evaluation import default_window, run_online, windowed_roca
 
 ENRON = [f"enron{i}" for i in range(1, 7)]
 #: enron-all: the six Enron mailboxes one after the other; all: every shared

@@ -40,10 +40,10 @@ from benchmarks.compare import ranking
 from benchmarks.long_stream import STREAMS, logit, stream
 from benchmarks.streams import Corpus, Doc, online_scores, split_scores, tokenized
 from spamfilter.config import Config, ModelConfig, load_config
-from spamfilter.evaluation import default_window, run_online, windowed_roca
 from spamfilter.nb import model as nb
 from spamfilter.nb.learning import TrainMode
 from spamfilter.nb.memcounts import MemoryCounts
+from spamfilter.tools.evaluation import default_window, run_online, windowed_roca
 
 
 def run(

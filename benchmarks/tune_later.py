@@ -33,9 +33,9 @@ from benchmarks.compare import CORPORA, INDEXES
 from benchmarks.loco import CORPORA as NAMES
 from spamfilter.config import EVENT_MODELS, Config
 from spamfilter.errors import EvaluationError
-from spamfilter.evaluation import EvalReport, run_split
 from spamfilter.mail import read_index
-from spamfilter.tuning import Candidate, configured_candidate, require_improvement, require_separation, tune, written_settings
+from spamfilter.tools.evaluation import EvalReport, run_split
+from spamfilter.tools.tuning import Candidate, configured_candidate, require_improvement, require_separation, tune, written_settings
 
 
 def written(config: Config, best: Candidate) -> Config:

@@ -25,9 +25,9 @@ import numpy as np
 from benchmarks.compare import CORPORA
 from benchmarks.option_grid import bogofilter_trained_once
 from spamfilter.config import Config
-from spamfilter.evaluation import fresh_filter
 from spamfilter.mail import read_index
 from spamfilter.service import Verdict
+from spamfilter.tools.evaluation import fresh_filter
 
 
 def bogofilter_verdicts(train: list[tuple[bool, str]], score: list[str]) -> collections.Counter[str]:

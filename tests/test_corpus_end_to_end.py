@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from spamfilter.cli import app
-from spamfilter.evaluation import error_rates, roc_area
+from spamfilter.tools.evaluation import error_rates, roc_area
 
 pytestmark = pytest.mark.corpus
 

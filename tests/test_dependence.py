@@ -16,10 +16,10 @@ from spamfilter.cli import app
 from spamfilter.config import Config, ConfigError, ModelConfig, StoreConfig, validate
 from spamfilter.mail import MailItem
 from spamfilter.mail.sources import read_messages
-from spamfilter.maintenance import Maintenance
 from spamfilter.nb import aode
 from spamfilter.service import Filter, Verdict
 from spamfilter.store.pairs import unpack
+from spamfilter.tools.maintenance import Maintenance
 from tests.test_aode import loop_log_likelihood
 from tests.test_service import query
 
@@ -178,7 +178,7 @@ def test_rank_uses_the_ledger_counts(tmp_path: Path, sample: Path) -> None:
 
 
 def test_explain_adds_up_to_the_one_dependence_log_odds(tmp_path: Path, sample: Path) -> None:
-    from spamfilter.insight import Insight
+    from spamfilter.tools.insight import Insight
 
     labelled, inbox = sample_mail(sample)
     with open_aode(f"sqlite:///{tmp_path / 'a.db'}") as f:

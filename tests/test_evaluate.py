@@ -14,9 +14,9 @@ from typer.testing import CliRunner
 from spamfilter.cli import app
 from spamfilter.config import Config
 from spamfilter.errors import NotTrainedError
-from spamfilter.evaluation import stratified_folds
 from spamfilter.mail import read_index, read_messages
 from spamfilter.service import Filter, Verdict
+from spamfilter.tools.evaluation import stratified_folds
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -157,7 +157,7 @@ def test_roc_and_learning_curve_are_png_files_of_the_documented_size(index: Path
 
 
 def test_roc_points_follow_the_thresholds() -> None:
-    from spamfilter.plots import roc_points
+    from spamfilter.tools.plots import roc_points
 
     y = np.array([0, 0, 1, 1], dtype=bool)
     odds = np.array([-2.0, 1.0, 0.0, 3.0])
@@ -194,7 +194,7 @@ def test_a_single_class_index_is_refused_with_65_and_draws_nothing(index: Path, 
 
 def test_evaluate_json_never_holds_nan() -> None:
     from spamfilter.cli.evaluate import report_json
-    from spamfilter.evaluation import ErrorRates, EvalReport
+    from spamfilter.tools.evaluation import ErrorRates, EvalReport
 
     rates = ErrorRates(ham_as_spam=0.0, spam_as_ham=50.0, ham_unsure=0.0, spam_unsure=0.0, accuracy=75.0)
     report = EvalReport(
@@ -241,7 +241,7 @@ def test_the_table_says_each_figure_in_words_and_which_are_two_way(index: Path) 
 
 
 def test_the_learning_curve_ham_line_ends_at_the_two_way_hm(index: Path, tmp_path: Path) -> None:
-    from spamfilter.plots import learning_curve_series
+    from spamfilter.tools.plots import learning_curve_series
 
     out = tmp_path / "scores.tsv"
     result = CliRunner().invoke(app, ["evaluate", "--index", str(index), "--format", "json", "--out", str(out)])
@@ -256,7 +256,7 @@ def test_the_learning_curve_ham_line_ends_at_the_two_way_hm(index: Path, tmp_pat
 
 
 def test_windowed_roca_in_the_table_and_json_with_out_rows_in_index_order(index: Path, tmp_path: Path) -> None:
-    from spamfilter.evaluation import windowed_roca
+    from spamfilter.tools.evaluation import windowed_roca
 
     out = tmp_path / "scores.tsv"
     args = ["evaluate", "--index", str(index), "--window", "25", "--jobs", "2", "--out", str(out)]

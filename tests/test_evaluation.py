@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spamfilter.evaluation import ErrorRates, error_rates, lam_pct, roc_area, sm_at_hm
+from spamfilter.tools.evaluation import ErrorRates, error_rates, lam_pct, roc_area, sm_at_hm
 
 
 def pairwise_auc(is_spam: list[bool], score: list[float]) -> float:
@@ -164,7 +164,7 @@ def test_sm_at_hm_needs_both_classes() -> None:
 
 
 def test_windowed_roca_ranks_each_window_on_its_own() -> None:
-    from spamfilter.evaluation import WindowRoca, windowed_roca
+    from spamfilter.tools.evaluation import WindowRoca, windowed_roca
 
     # window 1 (messages 0-3): spam 5, 1 vs ham 2, 0 -> pairs (5>2, 5>0, 1<2, 1>0): 3 of 4 -> 25%
     # window 2 (4-7): spam 9 vs ham 3, 9 (tie), 1 -> 1 + 0.5 + 1 of 3 -> 1-ROCA 16.67%
@@ -179,13 +179,13 @@ def test_windowed_roca_ranks_each_window_on_its_own() -> None:
 
 
 def test_default_window_is_ten_thousand_on_long_streams_and_a_fifth_on_short_ones() -> None:
-    from spamfilter.evaluation import default_window
+    from spamfilter.tools.evaluation import default_window
 
     assert [default_window(n) for n in (1, 7, 6046, 19_999, 20_000, 75_419)] == [1, 2, 1210, 4000, 10_000, 10_000]
 
 
 def test_windowed_roca_needs_a_positive_window() -> None:
-    from spamfilter.evaluation import windowed_roca
+    from spamfilter.tools.evaluation import windowed_roca
 
     with pytest.raises(ValueError):
         windowed_roca(np.array([True, False]), np.array([1.0, 0.0]), 0)

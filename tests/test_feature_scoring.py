@@ -81,7 +81,7 @@ def test_feature_weight_must_be_in_range() -> None:
 
 
 def test_explain_shows_each_feature_and_still_adds_up(tmp_path: Path) -> None:
-    from spamfilter.insight import Insight
+    from spamfilter.tools.insight import Insight
 
     with open_filter(tmp_path, "gauss", features=True) as g:
         g.train(LABELLED)

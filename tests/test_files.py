@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from spamfilter.cli import app, exitcodes
 from spamfilter.config import update_config_file
-from spamfilter.maintenance import Maintenance
+from spamfilter.tools.maintenance import Maintenance
 
 HEADER = "# spamfilter counts v1"
 

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from spamfilter.config import Config, ModelConfig, StoreConfig
-from spamfilter.insight import Insight
-from spamfilter.maintenance import Maintenance
 from spamfilter.nb import model
 from spamfilter.service import Filter, Verdict
 from spamfilter.tokenizer import is_header_line
+from spamfilter.tools.insight import Insight
+from spamfilter.tools.maintenance import Maintenance
 from tests.test_dependence import sample_mail
 
 

@@ -40,10 +40,10 @@ from spamfilter.cli import app, exitcodes
 from spamfilter.cli.insight import explanation_lines
 from spamfilter.config import Config, ModelConfig, StoreConfig, TokenizerConfig
 from spamfilter.errors import NotTrainedError
-from spamfilter.insight import Insight
 from spamfilter.mail import MailItem, read_messages
-from spamfilter.report import printable
 from spamfilter.service import Filter, Verdict
+from spamfilter.tools.insight import Insight
+from spamfilter.tools.report import printable
 
 REPO = Path(__file__).resolve().parents[1]
 EVENT_MODELS = ["bernoulli", "multinomial", "multinomial-binary"]
@@ -424,7 +424,7 @@ def test_insight_commands_have_help_with_an_example_and_are_in_the_readme_and_th
 
 def test_top_words_csv_keeps_control_characters_and_newlines(tmp_path: Path) -> None:
     from spamfilter.cli.insight import WordsFormat, render_words
-    from spamfilter.insight import WordScore
+    from spamfilter.tools.insight import WordScore
 
     words = [WordScore("charset:\x1b[31m", 3, 0, 2.5), WordScore("a\nb\x1cc", 2, 1, 1.25)]
     text = "\n".join(render_words(words, WordsFormat.csv))

@@ -12,19 +12,18 @@ layer before it can go in. From the bottom up:
 1. Leaves: ``mail``, ``tokenizer``, ``vectorizer``, ``nb`` (the naive Bayes
    mathematics: model, gaussian, aode, the one scorer, the in-memory counts,
    the learning rule, calibration; no I/O), ``store`` (the only module that
-   imports SQLAlchemy), ``plots``, ``cache``, ``spamd`` (the spamd
+   imports SQLAlchemy), ``cache``, ``spamd`` (the spamd
    protocol, standard library only, so that ``filter --connect`` starts
    fast) import only errors, config and counts, never each other.
 2. ``dependence`` (keeping and reading the one-dependence counts) over
    store, nb and vectorizer; ``delta`` (a batch's count change) over store
    and dependence; ``analysis`` (reading mail, here or in worker processes)
    over mail, tokenizer and vectorizer; ``service`` over it, the cache and
-   the leaves (``maintenance`` and ``insight`` (top words, explain) beside
-   it); ``evaluation`` over service and the leaves, ``tuning`` over it;
-   ``imap`` (the session, what a run remembers, the run) over service;
-   ``daemon`` (the spamd server and the milter: their sockets, protocols,
-   open filters and processes) over service, insight and spamd; ``report``
-   over evaluation, service, insight, plots and nb.
+   the leaves; ``tools`` (evaluation, tuning, insight, the report and its
+   plots, maintenance) over service; ``imap`` (the session, what a run
+   remembers, the run) over service; ``daemon`` (the spamd server and the
+   milter: their sockets, protocols, open filters and processes) over
+   service, tools (explain, for REPORT) and spamd.
 3. ``cli`` over everything but ``store`` and ``nb``; ``__main__`` runs cli.
 """
 
@@ -39,7 +38,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "spamfilter"
 
 BASE = frozenset({"errors", "config", "counts", "headers"})
-LEAVES = frozenset({"mail", "tokenizer", "vectorizer", "nb", "store", "plots", "cache", "spamd"})
+LEAVES = frozenset({"mail", "tokenizer", "vectorizer", "nb", "store", "cache", "spamd"})
 _SERVICE = BASE | {"mail", "tokenizer", "vectorizer", "nb", "store", "cache", "analysis", "retry", "dependence"}
 
 #: module -> the package modules it may import ("__init__" is the package itself).
@@ -58,17 +57,13 @@ ALLOWED: dict[str, frozenset[str]] = {
     # A batch's count change, written through the store.
     "delta": BASE | {"store", "dependence"},
     "service": _SERVICE | {"delta"},
-    # Beside service: may use it, never the reverse.
-    "maintenance": BASE | {"store", "nb", "service", "dependence"},
-    "evaluation": _SERVICE | {"service"},
-    "tuning": _SERVICE | {"evaluation"},
-    # Beside service too: what the model has learnt, read through a Filter.
-    "insight": BASE | {"mail", "vectorizer", "nb", "service"},
+    # Over service: evaluation, tuning, insight, the report and its plots,
+    # maintenance; service never uses them.
+    "tools": _SERVICE | {"service"},
     # The IMAP session, what a run remembers (through the store) and the run.
     "imap": _SERVICE | {"service"},
-    "daemon": _SERVICE | {"service", "insight", "spamd"},
-    "report": BASE | {"service", "insight", "evaluation", "plots", "nb"},
-    "cli": BASE | {"mail", "service", "insight", "maintenance", "evaluation", "tuning", "imap", "report", "plots", "daemon", "spamd"},
+    "daemon": _SERVICE | {"service", "tools", "spamd"},
+    "cli": BASE | {"mail", "service", "tools", "imap", "daemon", "spamd"},
     "__main__": frozenset({"cli"}),
 }
 
@@ -158,18 +153,18 @@ def _copy_package(tmp_path: Path) -> Path:
 @pytest.mark.parametrize(
     ("module", "line", "expected"),
     [
-        ("nb/model.py", "from spamfilter import imap, report, plots", "nb may not import imap"),
-        ("nb/scorer.py", "from spamfilter.report import render", "nb may not import report"),
+        ("nb/model.py", "from spamfilter import imap, tools", "nb may not import imap"),
+        ("nb/scorer.py", "from spamfilter.tools.report import render", "nb may not import tools"),
         ("nb/model.py", "import os", "nb does no I/O, imports os"),
-        ("plots.py", "from spamfilter.mail import MailItem", "plots may not import mail"),
+        ("tools/plots.py", "from spamfilter.daemon.pool import FilterPool", "tools may not import daemon"),
         ("mail/parse.py", "from spamfilter import tokenizer", "mail may not import tokenizer"),
-        ("service.py", "from spamfilter.evaluation import run_online", "service may not import evaluation"),
-        ("report.py", "from spamfilter.imap.sync import run_account", "report may not import imap"),
-        ("evaluation.py", "import sqlalchemy as sa", "only store speaks SQL"),
+        ("service.py", "from spamfilter.tools.evaluation import run_online", "service may not import tools"),
+        ("tools/report.py", "from spamfilter.imap.sync import run_account", "tools may not import imap"),
+        ("tools/evaluation.py", "import sqlalchemy as sa", "only store speaks SQL"),
         ("tokenizer/mime.py", "from spamfilter.store import Store", "tokenizer may not import store"),
         ("cli/train.py", "from spamfilter.store import Store", "cli may not import store"),
         ("cli/db.py", "from spamfilter.nb import model", "cli may not import nb"),
-        ("imap/sync.py", "from spamfilter.evaluation import run_online", "imap may not import evaluation"),
+        ("imap/sync.py", "from spamfilter.tools.evaluation import run_online", "imap may not import tools"),
     ],
 )
 def test_a_forbidden_import_in_a_copy_of_the_package_is_caught(tmp_path: Path, module: str, line: str, expected: str) -> None:
@@ -186,10 +181,11 @@ def test_a_module_in_no_layer_is_caught(tmp_path: Path) -> None:
     assert violations(copy) == ["newthing: in no layer; add it to ALLOWED in tests/test_layering.py"]
 
 
-def test_maintenance_may_use_service_but_not_evaluation(tmp_path: Path) -> None:
+def test_the_tools_may_use_service_but_not_the_daemons(tmp_path: Path) -> None:
     copy = _copy_package(tmp_path)
-    (copy / "maintenance.py").write_text("from spamfilter.service import Filter\nfrom spamfilter.store import Store\n", encoding="utf-8")
+    target = copy / "tools" / "maintenance.py"
+    target.write_text("from spamfilter.service import Filter\nfrom spamfilter.store import Store\n", encoding="utf-8")
     assert violations(copy) == []
-    with (copy / "maintenance.py").open("a", encoding="utf-8") as f:
-        f.write("from spamfilter.evaluation import run_online\n")
-    assert violations(copy) == [f"{Path('spamfilter', 'maintenance.py')}: maintenance may not import evaluation"]
+    with target.open("a", encoding="utf-8") as f:
+        f.write("from spamfilter.daemon.server import Server\n")
+    assert violations(copy) == [f"{Path('spamfilter', 'tools', 'maintenance.py')}: tools may not import daemon"]

@@ -22,9 +22,9 @@ from spamfilter.config import Config, ModelConfig
 from spamfilter.counts import MAX_COUNT
 from spamfilter.errors import CountsFileError, StoreError
 from spamfilter.mail import MailItem
-from spamfilter.maintenance import MAX_LINE_BYTES, CheckReport, Maintenance, escape_token, read_counts_lines, unescape_token
 from spamfilter.service import Filter, Verdict
 from spamfilter.store import Store, sqlite_path
+from spamfilter.tools.maintenance import MAX_LINE_BYTES, CheckReport, Maintenance, escape_token, read_counts_lines, unescape_token
 
 pytestmark = pytest.mark.corpus
 

@@ -18,18 +18,18 @@ import sqlalchemy as sa
 from scipy.stats import norm
 from typer.testing import CliRunner
 
-from spamfilter import plots
 from spamfilter.analysis import Analysed
 from spamfilter.cli import app, exitcodes
 from spamfilter.cli.evaluate import write_scores
 from spamfilter.config import Config, ModelConfig
-from spamfilter.evaluation import Scored
-from spamfilter.insight import FeatureDensities, FeatureDensity, Insight, TrainedDay, WordScore
 from spamfilter.mail import read_messages
 from spamfilter.nb.calibration import calibration
-from spamfilter.report import SECTIONS, ReportData, ScoreSample, collect, read_scores, render
 from spamfilter.service import FEATURE_NAMES, FEATURE_UNITS, Filter, Stats, Verdict
 from spamfilter.tokenizer.features import SCALE
+from spamfilter.tools import plots
+from spamfilter.tools.evaluation import Scored
+from spamfilter.tools.insight import FeatureDensities, FeatureDensity, Insight, TrainedDay, WordScore
+from spamfilter.tools.report import SECTIONS, ReportData, ScoreSample, collect, read_scores, render
 from tests.test_service import HAM, SPAM, open_filter
 
 CHROMIUM = Path("/usr/bin/chromium")

@@ -26,9 +26,9 @@ NOT_FOR_FILTER = [
     "alembic",
     "nltk",
     "regex",
-    "spamfilter.evaluation",
-    "spamfilter.report",
-    "spamfilter.plots",
+    "spamfilter.tools.evaluation",
+    "spamfilter.tools.report",
+    "spamfilter.tools.plots",
     "spamfilter.imap.sync",
     "spamfilter.imap.session",
     "spamfilter.cli.train",
@@ -86,7 +86,7 @@ def test_filter_imports_only_what_it_runs(sample_db: str, message: bytes, tmp_pa
 def test_filter_with_a_stemmer_imports_nltk_and_still_not_the_rest(sample_db: str, message: bytes, tmp_path: Path) -> None:
     modules = run_filter(sample_db, message, tmp_path, '[tokenizer]\nstemmer = "porter"\n')
     assert "nltk.stem.porter" in modules
-    assert loaded(modules, "spamfilter.evaluation") == loaded(modules, "imapclient") == loaded(modules, "spamfilter.cli.train") == []
+    assert loaded(modules, "spamfilter.tools.evaluation") == loaded(modules, "imapclient") == loaded(modules, "spamfilter.cli.train") == []
 
 
 def test_version_imports_no_command_and_no_library(tmp_path: Path) -> None:

@@ -16,13 +16,13 @@ from typer.testing import CliRunner
 from spamfilter.cli import app
 from spamfilter.config import Config, DecisionConfig, ModelConfig, StoreConfig, TokenizerConfig, load_config, update_config_file
 from spamfilter.errors import ConfigError, EvaluationError
-from spamfilter.evaluation import roc_area
 from spamfilter.mail import MailItem
 from spamfilter.mail.sources import read_messages
-from spamfilter.maintenance import Maintenance
 from spamfilter.nb.model import thresholds_from_loss
 from spamfilter.service import Filter
-from spamfilter.tuning import MIN_COSTLY, Candidate, best_cutoffs, tune
+from spamfilter.tools.evaluation import roc_area
+from spamfilter.tools.maintenance import Maintenance
+from spamfilter.tools.tuning import MIN_COSTLY, Candidate, best_cutoffs, tune
 
 LETTERS = "bcdfghjklmnpqrstvwxz"
 
@@ -276,7 +276,7 @@ def test_tune_refuses_to_write_what_a_small_tail_cannot_decide(tmp_path: Path) -
 
 def test_cutoffs_as_probabilities_read_back_as_the_same_log_odds() -> None:
     from spamfilter.nb.model import thresholds_from_cutoffs
-    from spamfilter.tuning import Cutoffs
+    from spamfilter.tools.tuning import Cutoffs
 
     ham_cutoff, spam_cutoff = Cutoffs(ham_max=-2.5, spam_min=4.0, loss=0.0).probabilities()
     assert (ham_cutoff, spam_cutoff) == pytest.approx((1 / (1 + math.exp(2.5)), 1 / (1 + math.exp(-4.0))), rel=1e-15)
@@ -480,7 +480,7 @@ def test_tune_command_writes_dependence_and_features(tmp_path: Path) -> None:
 
 def folds_candidate(fold_losses: tuple[float, ...], configured_fold_losses: tuple[float, ...]) -> Candidate:
     """A candidate with only the per-fold losses set (the rest is not read)."""
-    from spamfilter.tuning import Cutoffs
+    from spamfilter.tools.tuning import Cutoffs
 
     return Candidate(
         "multinomial-binary",
@@ -501,7 +501,7 @@ def folds_candidate(fold_losses: tuple[float, ...], configured_fold_losses: tupl
 
 
 def test_a_choice_must_beat_the_configured_settings_in_most_folds_and_lose_badly_in_none() -> None:
-    from spamfilter.tuning import require_improvement
+    from spamfilter.tools.tuning import require_improvement
 
     configured = folds_candidate((0.5, 0.5, 0.5, 0.5), (0.10, 0.10, 0.10, 0.10))
     require_improvement(folds_candidate((0.09, 0.09, 0.09, 0.105), ()), configured)  # 3 of 4, the fourth within 5%

@@ -13,9 +13,9 @@ from typer.testing import CliRunner
 from spamfilter.cli import app
 from spamfilter.config import Config, StoreConfig, config_from_dict
 from spamfilter.errors import ConfigError
-from spamfilter.insight import Insight
 from spamfilter.mail import MailItem
 from spamfilter.service import Filter, Verdict
+from spamfilter.tools.insight import Insight
 
 pytestmark = pytest.mark.corpus
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from spamfilter.config import load_config
 from spamfilter.mail import MailItem
-from spamfilter.maintenance import Maintenance
 from spamfilter.service import Filter
+from spamfilter.tools.maintenance import Maintenance
 
 
 def copy_sqlite(source: str, target: Path) -> str:

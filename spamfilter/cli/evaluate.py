@@ -15,9 +15,9 @@ import typer
 from spamfilter.cli import app, exitcodes, state
 from spamfilter.cli._common import Jobs, Margin, TableOrJson, index_length, jobs_or_default, progress
 from spamfilter.counts import Label
-from spamfilter.evaluation import EvalReport, Scored, run_cross_validation, run_online, run_split
 from spamfilter.mail import read_index
 from spamfilter.service import ONLINE_TRAIN_MODE, TUNE_MARGIN, TrainMode
+from spamfilter.tools.evaluation import EvalReport, Scored, run_cross_validation, run_online, run_split
 
 
 class Protocol(str, Enum):
@@ -150,7 +150,7 @@ def evaluate(
     if out is not None:
         write_scores(out, scored)
     if roc is not None or learning_curve is not None:
-        from spamfilter import plots
+        from spamfilter.tools import plots
 
         y = np.array([x.is_spam for x in scored], dtype=bool)
         odds = np.array([x.log_odds for x in scored], dtype=np.float64)

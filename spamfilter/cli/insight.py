@@ -18,9 +18,9 @@ import typer
 from spamfilter.cli import app, exitcodes, fail
 from spamfilter.cli._common import TableOrJson, is_tty_stdin, open_filter
 from spamfilter.counts import Decision
-from spamfilter.insight import Explanation, Insight, WordScore
 from spamfilter.mail import STDIN_SOURCE, read_messages
-from spamfilter.report import collect, printable, read_scores, render
+from spamfilter.tools.insight import Explanation, Insight, WordScore
+from spamfilter.tools.report import collect, printable, read_scores, render
 
 
 class WordsFormat(str, Enum):
@@ -98,7 +98,7 @@ def top_words(
         # shows control characters escaped.
         typer.echo(line, color=fmt is not WordsFormat.table)
     if plot is not None:
-        from spamfilter import plots
+        from spamfilter.tools import plots
 
         spam, ham = (words, other) if is_spam else (other, words)
         try:

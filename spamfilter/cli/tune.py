@@ -8,11 +8,11 @@ from typing import Annotated
 
 import typer
 
-from spamfilter import tuning
 from spamfilter.cli import app, state
 from spamfilter.cli._common import Jobs, TableOrJson, index_length, jobs_or_default, progress
 from spamfilter.config import DEPENDENCES, EVENT_MODELS, default_config_path, update_config_file
 from spamfilter.mail import read_index
+from spamfilter.tools import tuning
 
 
 @app.command()

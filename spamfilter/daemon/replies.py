@@ -16,9 +16,9 @@ from spamfilter import spamd
 from spamfilter.counts import Decision
 from spamfilter.daemon.pool import FilterPool
 from spamfilter.errors import MailParseError, NotTrainedError, SpamfilterError, StoreBusyError, StoreError
-from spamfilter.insight import Explanation, Insight
 from spamfilter.mail import MailItem, filter_fields, filtered_pieces
 from spamfilter.service import Filter, Refusal, Verdict
+from spamfilter.tools.insight import Explanation, Insight
 
 Pieces = list[bytes | memoryview]
 

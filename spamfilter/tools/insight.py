@@ -4,7 +4,7 @@
 the class densities of the message features (``spamfilter report``).
 
     from spamfilter.config import load_config
-    from spamfilter.insight import Insight
+    from spamfilter.tools.insight import Insight
     from spamfilter.service import FEATURE_NAMES, FEATURE_UNITS, Filter, Refusal
     with Filter.open(load_config()) as f:
         for word in Insight(f).top_words(10):

@@ -4,7 +4,7 @@ the store a ``Filter`` uses (``spamfilter db check | prune | reselect |
 vacuum | export | import``).
 
     from spamfilter.config import load_config
-    from spamfilter.maintenance import Maintenance
+    from spamfilter.tools.maintenance import Maintenance
     from spamfilter.service import Filter
 
     with Filter.open(load_config()) as f:

@@ -28,7 +28,6 @@ from spamfilter.analysis import Analysed, Analyser, analyse_labelled
 from spamfilter.config import Config, Dependence, EventModel, ModelConfig, counts_occurrences
 from spamfilter.counts import HAM, SPAM, ClassCounts, FeatureStats, IntArray
 from spamfilter.errors import EvaluationError
-from spamfilter.evaluation import BoolArray, FloatArray, roc_area
 from spamfilter.mail import MailItem
 from spamfilter.nb import aode
 from spamfilter.nb import model as nb
@@ -36,6 +35,7 @@ from spamfilter.nb.gaussian import GaussianParams, gaussian_estimate
 from spamfilter.nb.scorer import Evidence, Scorer
 from spamfilter.tokenizer import is_header_line
 from spamfilter.tokenizer.features import SCALE
+from spamfilter.tools.evaluation import BoolArray, FloatArray, roc_area
 from spamfilter.vectorizer import Vocabulary, count_matrix
 
 Reading = Callable[[Iterable[tuple[bool, MailItem]]], Iterable[tuple[bool, MailItem]]]
