@@ -20,7 +20,6 @@ import scipy.sparse as sp
 
 from benchmarks.long_stream import STREAMS, stream
 from spamfilter.config import Config, ModelConfig, counts_occurrences
-from spamfilter.counts import Decision, Label
 from spamfilter.errors import MailParseError
 from spamfilter.mail import parse_message
 from spamfilter.nb import model as nb
@@ -29,6 +28,7 @@ from spamfilter.nb.memcounts import MemoryCounts
 from spamfilter.nb.scorer import Scorer
 from spamfilter.tokenizer import Tokenizer, is_header_line
 from spamfilter.vectorizer import batch_vocabulary, count_matrix, term_counts
+from spamfilter.verdicts import Decision, Label
 
 Doc = dict[str, int]
 

@@ -19,7 +19,7 @@ on its first axis, indexed by ``Label`` (``HAM = 0``, ``SPAM = 1``).
                   absent-token sum, see ``spamfilter.nb.model``)
 
 Deltas (what a training step adds, negative to untrain) have the same types.
-``Label`` names the two classes and ``Decision`` the three verdicts.
+``Label`` names the two classes (``spamfilter.verdicts``).
 This module is the base layer under both ``store`` and ``model``: it imports
 nothing from the package.
 """
@@ -27,56 +27,14 @@ nothing from the package.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import IntEnum, StrEnum
 
 import numpy as np
 import numpy.typing as npt
 
+from spamfilter.verdicts import HAM, SPAM, Label
+
 IntArray = npt.NDArray[np.int64]
 
-
-class Label(IntEnum):
-    """A message's class; its value indexes the first axis of every count array."""
-
-    HAM = 0
-    SPAM = 1
-
-    @classmethod
-    def of(cls, is_spam: bool) -> Label:
-        return cls.SPAM if is_spam else cls.HAM
-
-    @property
-    def decision(self) -> Decision:
-        """The verdict naming this class ("ham", "spam")."""
-        return _BY_CODE[self]
-
-
-class Decision(StrEnum):
-    """A verdict: what the filter calls a message. A ``str``, so it prints,
-    compares and serialises as its name ("spam", "ham", "unsure")."""
-
-    HAM = "ham"
-    SPAM = "spam"
-    UNSURE = "unsure"
-
-    @property
-    def code(self) -> int:
-        """``model.decide``'s code, also the label stored for IMAP state:
-        the class's `Label` for ham and spam, `UNSURE_CODE` for unsure."""
-        return _BY_CODE.index(self)
-
-    @classmethod
-    def of_code(cls, code: int) -> Decision:
-        """Inverse of `code`."""
-        return _BY_CODE[code]
-
-
-#: The code of an unsure verdict, after the two classes'.
-UNSURE_CODE = len(Label)
-_BY_CODE = (Decision.HAM, Decision.SPAM, Decision.UNSURE)
-
-HAM = Label.HAM
-SPAM = Label.SPAM
 
 #: The largest count or class total the store keeps: 2^62 - 1.
 #:

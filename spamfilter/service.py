@@ -31,7 +31,7 @@ from spamfilter.analysis import Analyser, analyse, analyse_labelled
 from spamfilter.analysis import Refusal as Refusal
 from spamfilter.cache import CacheKey, CountCache, ModelView
 from spamfilter.config import Config, counts_occurrences, database_url, default_location_url
-from spamfilter.counts import Decision, FeatureStats, Label, Totals
+from spamfilter.counts import FeatureStats, Totals
 from spamfilter.delta import CountDelta
 from spamfilter.errors import NotTrainedError
 from spamfilter.mail import MailItem
@@ -49,6 +49,7 @@ from spamfilter.tokenizer.features import FEATURE_NAMES as FEATURE_NAMES
 from spamfilter.tokenizer.features import FEATURE_UNITS as FEATURE_UNITS
 from spamfilter.tokenizer.features import SCALE
 from spamfilter.vectorizer import indexed_matrix
+from spamfilter.verdicts import Decision, Label
 
 T = TypeVar("T")
 

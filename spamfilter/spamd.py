@@ -37,8 +37,8 @@ import socket
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from spamfilter.counts import Decision
 from spamfilter.errors import ProtocolError
+from spamfilter.verdicts import Decision
 
 #: The protocol version the server answers with.
 VERSION = "1.5"

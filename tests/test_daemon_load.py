@@ -22,9 +22,9 @@ import pytest
 
 from spamfilter import spamd
 from spamfilter.config import load_config
-from spamfilter.counts import Decision
 from spamfilter.mail import MailItem, filter_fields, with_filter_headers
 from spamfilter.service import Filter
+from spamfilter.verdicts import Decision
 from tests.test_daemon import HANG, SPAMC, Daemon, _check_line, _classify, _read_all, _threshold, _write_config, corpus  # noqa: F401
 
 pytestmark = pytest.mark.skipif(SPAMC is None and os.environ.get("CI") != "true", reason="spamc is not installed")

@@ -7,9 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from spamfilter.counts import HAM, SPAM, FeatureStats
+from spamfilter.counts import FeatureStats
 from spamfilter.nb import model
 from spamfilter.nb.gaussian import feature_log_odds, gaussian_estimate, gaussian_log_density
+from spamfilter.verdicts import HAM, SPAM
 
 # Zhou, Machine Learning (2016), watermelon data set 3.0: density and sugar
 # content of 8 good melons (class 1 here) and 9 bad ones (class 0), in

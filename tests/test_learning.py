@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from spamfilter.counts import Decision, Label
 from spamfilter.nb.learning import TrainMode, wants_training
+from spamfilter.verdicts import Decision, Label
 
 HAM_MAX, SPAM_MIN = -1.39, 3.89
 

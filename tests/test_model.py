@@ -275,7 +275,7 @@ def test_min_evidence_drops_weak_tokens_before_tempering() -> None:
 
 
 def test_decide_codes_name_the_verdicts_and_the_labels() -> None:
-    from spamfilter.counts import Decision, Label
+    from spamfilter.verdicts import Decision, Label
 
     codes = model.decide(np.array([-5.0, 0.0, 5.0]), model.Thresholds(ham_max=-1.0, spam_min=1.0))
     assert [Decision.of_code(int(c)) for c in codes] == [Decision.HAM, Decision.UNSURE, Decision.SPAM]

@@ -78,9 +78,27 @@ def run_filter(sample_db: str, message: bytes, config_dir: Path, config_text: st
 def test_filter_imports_only_what_it_runs(sample_db: str, message: bytes, tmp_path: Path) -> None:
     modules = run_filter(sample_db, message, tmp_path, "")
     # It did the work: parsed, tokenized, read the counts and scored.
-    for needed in ["spamfilter.service", "spamfilter.tokenizer", "spamfilter.store", "spamfilter.nb.model", "spamfilter.cli.classify"]:
+    for needed in ["spamfilter.service", "spamfilter.tokenizer", "spamfilter.store", "spamfilter.nb.model", "spamfilter.cli.deliver"]:
         assert needed in modules
     assert {name: loaded(modules, name) for name in NOT_FOR_FILTER} == {name: [] for name in NOT_FOR_FILTER}
+
+
+def test_filter_answered_by_a_daemon_loads_no_maths_no_database_and_no_filter(sample_db: str, message: bytes, tmp_path: Path) -> None:
+    from tests.test_daemon import Daemon
+
+    config = tmp_path / "config.toml"
+    config.write_text("")
+    local = run_cli(["--config", str(config), "--db", sample_db, "filter"], message)
+    daemon = Daemon(tmp_path / "serve.log", sample_db, config, "--listen", "127.0.0.1:0", "--processes", "1")
+    try:
+        code, modules, out = run_cli(["--config", str(config), "--db", sample_db, "filter", "--connect", str(daemon.address)], message)
+    finally:
+        assert daemon.stop() == 0
+    # The daemon's verdict, the same bytes and exit code as filtering in-process.
+    assert daemon.log().count("CHECK user=") == 1
+    assert (code, out) == (local[0], local[2])
+    heavy = ["numpy", "scipy", "sqlalchemy", "rich", "spamfilter.service", "spamfilter.store", "spamfilter.tokenizer", "spamfilter.cli._common"]
+    assert {name: loaded(modules, name) for name in heavy} == {name: [] for name in heavy}
 
 
 def test_filter_with_a_stemmer_imports_nltk_and_still_not_the_rest(sample_db: str, message: bytes, tmp_path: Path) -> None:

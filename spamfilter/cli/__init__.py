@@ -144,13 +144,22 @@ def _plain_help(command: Any) -> None:
         _plain_help(sub)
 
 
+#: ``--connect``: the daemon that ``filter`` and ``mark`` ask first.
+Connect = Annotated[
+    str | None,
+    typer.Option(
+        "--connect", metavar="ADDR", envvar="SPAMFILTER_SERVER", help="Ask `spamfilter serve` at HOST:PORT or a socket PATH; work in-process when it does not answer."
+    ),
+]
+
+
 #: Each command's module, in the order ``--help`` lists them. A module is
 #: imported only when its command runs (``--help`` imports them all): a
 #: delivery filter starts once per message and must not load the evaluation,
 #: report, plotting and IMAP code, nor scipy.stats and matplotlib with them.
 COMMAND_MODULES = {
     "classify": "classify",
-    "filter": "classify",
+    "filter": "deliver",
     "stats": "db",
     "evaluate": "evaluate",
     "top-words": "insight",

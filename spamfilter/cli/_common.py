@@ -55,12 +55,6 @@ Margin = Annotated[
 
 #: The --connect option of the commands that can ask ``spamfilter serve``
 #: instead of opening the database themselves.
-Connect = Annotated[
-    str | None,
-    typer.Option(
-        "--connect", metavar="ADDR", envvar="SPAMFILTER_SERVER", help="Ask `spamfilter serve` at HOST:PORT or a socket PATH; work in-process when it does not answer."
-    ),
-]
 
 
 @contextmanager

@@ -17,10 +17,10 @@ import typer
 
 from spamfilter.cli import app, exitcodes, fail
 from spamfilter.cli._common import TableOrJson, is_tty_stdin, open_filter
-from spamfilter.counts import Decision
 from spamfilter.mail import STDIN_SOURCE, read_messages
 from spamfilter.tools.insight import Explanation, Insight, WordScore
 from spamfilter.tools.report import collect, printable, read_scores, render
+from spamfilter.verdicts import Decision
 
 
 class WordsFormat(str, Enum):

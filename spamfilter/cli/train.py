@@ -10,8 +10,8 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperCommand
 
-from spamfilter.cli import app, exitcodes, state
-from spamfilter.cli._common import Connect, Jobs, Margin, SourceTally, describe, index_length, open_filter, progress, report_refusals
+from spamfilter.cli import Connect, app, exitcodes, state
+from spamfilter.cli._common import Jobs, Margin, SourceTally, describe, index_length, open_filter, progress, report_refusals
 from spamfilter.errors import ProtocolError
 from spamfilter.mail import MailItem, read_index, read_messages
 from spamfilter.service import TUNE_MARGIN, TrainMode

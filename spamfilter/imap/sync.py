@@ -43,13 +43,13 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 from spamfilter.config import ImapAccount
-from spamfilter.counts import Decision
 from spamfilter.errors import ImapUnavailable, NotTrainedError
 from spamfilter.imap.session import JUNK, NOT_JUNK, Fetched, ImapSession, Moved, account_password
 from spamfilter.imap.state import Arrival, ImapRecord, ImapState
 from spamfilter.mail import MailItem, digest_bytes
 from spamfilter.nb import model
 from spamfilter.service import Filter, Refusal, Verdict
+from spamfilter.verdicts import Decision
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,8 +14,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from spamfilter.counts import Decision
 from spamfilter.headers import FILTER_HEADERS
+from spamfilter.verdicts import Decision
 
 #: How an mbox envelope line starts (the readers in sources.py split on it too).
 _ENVELOPE_PREFIX: Final = b"From "

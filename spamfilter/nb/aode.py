@@ -58,7 +58,8 @@ import numpy.typing as npt
 import scipy.sparse as sp
 from scipy.special import logsumexp, xlogy
 
-from spamfilter.counts import HAM, SPAM, ClassCounts, IntArray
+from spamfilter.counts import ClassCounts, IntArray
+from spamfilter.verdicts import HAM, SPAM
 
 FloatArray = npt.NDArray[np.float64]
 

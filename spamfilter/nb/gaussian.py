@@ -9,7 +9,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from spamfilter.counts import HAM, SPAM, FeatureStats
+from spamfilter.counts import FeatureStats
+from spamfilter.verdicts import HAM, SPAM
 
 FloatArray = npt.NDArray[np.float64]
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from spamfilter.counts import Decision, Label
+from spamfilter.verdicts import Decision, Label
 
 
 class TrainMode(StrEnum):

@@ -56,14 +56,14 @@ import scipy.sparse as sp
 from scipy.special import expit, gammaln, logsumexp
 
 from spamfilter.config import counts_occurrences, has_absent_term
-from spamfilter.counts import HAM as HAM
-from spamfilter.counts import SPAM as SPAM
-from spamfilter.counts import UNSURE_CODE
 from spamfilter.counts import FeatureStats as FeatureStats
 from spamfilter.counts import IntArray as IntArray
 from spamfilter.counts import TokenCounts as TokenCounts
 from spamfilter.counts import Totals as Totals
 from spamfilter.errors import NotTrainedError
+from spamfilter.verdicts import HAM as HAM
+from spamfilter.verdicts import SPAM as SPAM
+from spamfilter.verdicts import UNSURE_CODE
 
 UNSURE = UNSURE_CODE
 

@@ -12,13 +12,14 @@ import numpy as np
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from spamfilter.counts import HAM, MAX_COUNT, SPAM, ClassCounts, FeatureStats, IntArray, Label, TokenCounts, Totals
+from spamfilter.counts import MAX_COUNT, ClassCounts, FeatureStats, IntArray, TokenCounts, Totals
 from spamfilter.errors import CountLimitError, StoreError, StoreInconsistent
 from spamfilter.store.backends import _CountSQL, _PgCountSQL, _SqliteCountSQL
 from spamfilter.store.ledger import pack_ledger_entry, unpack_features, unpack_token_counts
 from spamfilter.store.pairs import PairTables
 from spamfilter.store.schema import _CHUNK, COUNT_COLUMNS, class_totals, doc_histogram, feature_stats, messages, tokens, untracked_totals
 from spamfilter.store.statements import _Statements
+from spamfilter.verdicts import HAM, SPAM, Label
 
 _TOTAL_COLUMNS = ("messages", "terms", "binary_terms")
 

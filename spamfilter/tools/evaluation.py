@@ -17,11 +17,11 @@ import numpy.typing as npt
 from scipy.stats import rankdata
 
 from spamfilter.config import Config
-from spamfilter.counts import Decision
 from spamfilter.errors import EvaluationError
 from spamfilter.mail import MailItem
 from spamfilter.nb.calibration import Calibration, calibration
 from spamfilter.service import ONLINE_TRAIN_MODE, TUNE_MARGIN, Filter, Refusal, TrainMode, TrainSummary, Verdict
+from spamfilter.verdicts import Decision
 
 BoolArray = npt.NDArray[np.bool_]
 FloatArray = npt.NDArray[np.float64]

@@ -19,11 +19,12 @@ from datetime import date
 import numpy as np
 
 from spamfilter.config import counts_occurrences, has_absent_term
-from spamfilter.counts import Decision, IntArray, TokenCounts
+from spamfilter.counts import IntArray, TokenCounts
 from spamfilter.errors import MailParseError
 from spamfilter.mail import MailItem
 from spamfilter.nb import model
 from spamfilter.service import FEATURE_NAMES, FEATURE_UNITS, Filter, Refusal
+from spamfilter.verdicts import Decision
 
 
 @dataclass(frozen=True, slots=True)

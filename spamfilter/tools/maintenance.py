@@ -24,10 +24,11 @@ import numpy as np
 
 from spamfilter import dependence
 from spamfilter.config import ModelConfig
-from spamfilter.counts import MAX_COUNT, ClassCounts, IntArray, Label, TokenCounts
+from spamfilter.counts import MAX_COUNT, ClassCounts, IntArray, TokenCounts
 from spamfilter.errors import CountsFileError, StoreError
 from spamfilter.nb import model
 from spamfilter.store import Store
+from spamfilter.verdicts import Label
 
 
 class Maintenance:

@@ -31,13 +31,13 @@ import numpy.typing as npt
 from scipy.special import expit
 
 from spamfilter.config import ModelConfig, counts_occurrences
-from spamfilter.counts import Decision
 from spamfilter.errors import NotTrainedError, ScoresFileError
 from spamfilter.nb.calibration import TAIL, calibration
 from spamfilter.service import Filter, Stats
 from spamfilter.tools import plots
 from spamfilter.tools.evaluation import error_rates, lam_pct, roc_area, sm_at_hm
 from spamfilter.tools.insight import FeatureDensities, Insight, TrainedDay, WordScore
+from spamfilter.verdicts import Decision
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]

@@ -26,7 +26,7 @@ from scipy.special import log_expit
 from spamfilter import dependence
 from spamfilter.analysis import Analysed, Analyser, analyse_labelled
 from spamfilter.config import Config, Dependence, EventModel, ModelConfig, counts_occurrences
-from spamfilter.counts import HAM, SPAM, ClassCounts, FeatureStats, IntArray
+from spamfilter.counts import ClassCounts, FeatureStats, IntArray
 from spamfilter.errors import EvaluationError
 from spamfilter.mail import MailItem
 from spamfilter.nb import aode
@@ -37,6 +37,7 @@ from spamfilter.tokenizer import is_header_line
 from spamfilter.tokenizer.features import SCALE
 from spamfilter.tools.evaluation import BoolArray, FloatArray, roc_area
 from spamfilter.vectorizer import Vocabulary, count_matrix
+from spamfilter.verdicts import HAM, SPAM
 
 Reading = Callable[[Iterable[tuple[bool, MailItem]]], Iterable[tuple[bool, MailItem]]]
 

@@ -1,0 +1,90 @@
+"""``spamfilter filter``: a delivery filter, one message on stdin.
+
+This module loads only what a run answered by a daemon needs (the spamd
+client and the header fields, no numpy, SQLAlchemy or filter code), so that
+``filter --connect`` costs little more than Python's start; the in-process
+path imports the filter when it runs.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from spamfilter.cli import Connect, app, delivery, exitcodes, fail, state
+from spamfilter.errors import ProtocolError
+from spamfilter.mail.identity import filter_fields, filtered_pieces
+from spamfilter.spamd import RemoteVerdict, classify_remote, parse_address
+from spamfilter.verdicts import Decision
+
+_VERDICT_EXIT = {Decision.SPAM: exitcodes.SPAM, Decision.HAM: exitcodes.HAM, Decision.UNSURE: exitcodes.UNSURE}
+
+
+@app.command(name="filter")
+def filter_(
+    ctx: typer.Context,
+    always_zero: Annotated[bool, typer.Option("--always-zero", help="Exit 0 for every verdict (errors still exit 64+).")] = False,
+    verdict_only: Annotated[bool, typer.Option("--verdict-only", help="Print one verdict line instead of the message.")] = False,
+    connect: Connect = None,
+) -> None:
+    """Read one message on stdin, write it to stdout with X-Spam-Status,
+    X-Spam-Score (and X-Spam-Flag: YES for spam) headers; exit 0 spam, 1 ham,
+    2 unsure. On any error, usage and config errors included, the message is
+    written through unchanged and the exit code is the error's (64 and up).
+
+    With --connect (or $SPAMFILTER_SERVER) the daemon gives the verdict
+    (the message written is still the one read, with the fields added);
+    when none answers, or its answer is not a whole verdict, the message is
+    filtered in-process as without the option.
+
+    Example (procmail): :0fw | spamfilter filter --always-zero
+    """
+    if sys.stdin.isatty():
+        fail("filter reads a message on standard input", exitcodes.USAGE)
+    message = delivery(ctx)
+    raw = message.read()
+    if connect:
+        # The daemon is asked for its verdict only (CHECK): the message
+        # written is the one read here with the fields added, whatever a
+        # server on that address sends back.
+        remote = _ask_server(connect, raw, state(ctx).user)
+        if remote is not None:
+            if verdict_only:
+                message.write([f"{remote.verdict} {remote.score:.6f} {remote.log_odds:+.4f}\n".encode()])
+            else:
+                fields = filter_fields(remote.verdict, remote.score, remote.log_odds, state(ctx).config.model.event_model)
+                message.write(filtered_pieces(raw, fields))
+            raise typer.Exit(exitcodes.OK if always_zero else _VERDICT_EXIT[remote.verdict])
+    # On every failure below (and before this command ran) `_Group.main`
+    # writes the message through unchanged. A busy database is a temporary
+    # failure (75) at once: the mail system queues the message and
+    # delivers it again later. The filter's code is loaded only here: a run
+    # that a daemon answered never loads it.
+    from spamfilter.cli._common import open_filter
+    from spamfilter.mail.sources import STDIN_SOURCE, MailItem
+    from spamfilter.service import Refusal, Verdict
+
+    with open_filter(ctx, create=True, write_deadline=0.0) as f:
+        result = next(iter(f.classify([MailItem(STDIN_SOURCE, raw)])))
+        model_name = f.config.model.event_model
+    if isinstance(result, Refusal):
+        fail(f"not filtered: {result.reason}", exitcodes.DATA_ERROR)
+    assert isinstance(result, Verdict)
+    if verdict_only:
+        message.write([f"{result.verdict} {result.score:.6f} {result.log_odds:+.4f}\n".encode()])
+    else:
+        fields = filter_fields(result.verdict, result.score, result.log_odds, model_name)
+        message.write(filtered_pieces(raw, fields))
+    raise typer.Exit(exitcodes.OK if always_zero else _VERDICT_EXIT[result.verdict])
+
+
+def _ask_server(address: str, raw: bytes, user: str | None) -> RemoteVerdict | None:
+    """The daemon's verdict, or None after one stderr line saying why the
+    message will be filtered in-process instead."""
+    try:
+        return classify_remote(parse_address(address), raw, user=user)
+    except (OSError, ProtocolError) as exc:
+        typer.echo(f"spamfilter: server {address}: {exc}; filtering in-process", err=True)
+        return None
