@@ -17,6 +17,7 @@ import socket
 import stat
 from ipaddress import IPv4Network, IPv6Network, ip_address, ip_network
 
+from spamfilter import spamd
 from spamfilter.config import is_loopback
 from spamfilter.errors import ConfigError
 
@@ -92,3 +93,27 @@ def remove_socket(path: str) -> None:
         os.unlink(path)
     except OSError:
         pass
+
+
+def bind(address: spamd.Address, mode: int, group: str, allowed: tuple[str, ...]) -> tuple[socket.socket, spamd.Address]:
+    """A non-blocking stream socket bound where ``address`` says (a Unix
+    socket, `bind_unix`, or TCP, `check_tcp_host` first), not listening yet,
+    and the address it is bound to (the real port when port 0 was asked
+    for). Non-blocking because forked workers share it: whichever takes a
+    connection has it, the others' accept finds none. Raises
+    ``ConfigError``; OSError from the system."""
+    if address.path:
+        sock = bind_unix(address.path, mode, group)
+    else:
+        check_tcp_host(address.host, allowed)
+        sock = socket.socket(socket.AF_INET6 if ":" in address.host else socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((address.host, address.port))
+        except BaseException:
+            sock.close()
+            raise
+        host, port = sock.getsockname()[:2]
+        address = spamd.Address(host=str(host), port=int(port))
+    sock.setblocking(False)
+    return sock, address

@@ -117,6 +117,14 @@ class _Listener(socketserver.ThreadingMixIn, socketserver.BaseServer):
     block_on_close = False
     milter: MilterServer
 
+    def listen_on(self, sock: socket.socket) -> None:
+        """Listen on ``sock`` (bound by ``listen.bind``) in place of the
+        socket socketserver made, which is closed unbound."""
+        server: Any = self  # TCPServer and UnixStreamServer both keep it in .socket
+        server.socket.close()
+        server.socket = sock
+        self.server_activate()
+
     def verify_request(self, request: Any, client_address: Any) -> bool:
         return self.milter._admit(client_address)
 
@@ -172,24 +180,13 @@ class MilterServer:
         o = self.options
         a = o.address
         try:
+            sock, self.address = listen.bind(a, o.socket_mode, o.socket_group, o.allowed_ips)
             if a.path:
-                unix = _UnixListener(a.path, socketserver.BaseRequestHandler, bind_and_activate=False)
-                unix.socket.close()
-                unix.socket = listen.bind_unix(a.path, o.socket_mode, o.socket_group)
-                # Worker processes share the socket: whichever takes a
-                # connection has it, the others' accept finds none.
-                unix.socket.setblocking(False)
-                listener: _Listener = unix
-                self.address = a
+                listener: _Listener = _UnixListener(a.path, socketserver.BaseRequestHandler, bind_and_activate=False)
             else:
-                listen.check_tcp_host(a.host, o.allowed_ips)
-                tcp = (_TCP6Listener if ":" in a.host else _TCPListener)((a.host, a.port), socketserver.BaseRequestHandler, bind_and_activate=False)
-                tcp.server_bind()
-                tcp.socket.setblocking(False)
-                host, port = tcp.socket.getsockname()[:2]
-                listener = tcp
-                self.address = spamd.Address(host=str(host), port=int(port))
-            listener.server_activate()
+                kind = _TCP6Listener if ":" in a.host else _TCPListener
+                listener = kind((a.host, a.port), socketserver.BaseRequestHandler, bind_and_activate=False)
+            listener.listen_on(sock)
         except OSError as exc:
             raise ConfigError(f"cannot listen on {a}: {exc.strerror or exc}") from None
         listener.milter = self

@@ -155,27 +155,11 @@ class Server:
         address it listens on (the real port when port 0 was asked for).
         Raises ``ConfigError``."""
         o = self.options
-        a = o.address
         try:
-            if a.path:
-                self._listener = listen.bind_unix(a.path, o.socket_mode, o.socket_group)
-                self.address = a
-            else:
-                listen.check_tcp_host(a.host, o.allowed_ips)
-                sock = socket.socket(socket.AF_INET6 if ":" in a.host else socket.AF_INET, socket.SOCK_STREAM)
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                try:
-                    sock.bind((a.host, a.port))
-                except BaseException:
-                    sock.close()
-                    raise
-                self._listener = sock
-                host, port = sock.getsockname()[:2]
-                self.address = spamd.Address(host=str(host), port=int(port))
+            self._listener, self.address = listen.bind(o.address, o.socket_mode, o.socket_group, o.allowed_ips)
             self._listener.listen(128)
-            self._listener.setblocking(False)
         except OSError as exc:
-            raise ConfigError(f"cannot listen on {a}: {exc.strerror or exc}") from None
+            raise ConfigError(f"cannot listen on {o.address}: {exc.strerror or exc}") from None
         return self.address
 
     def stop(self) -> None:
