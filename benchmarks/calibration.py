@@ -1,103 +1,155 @@
-"""Maps from raw to calibrated log-odds, fitted as the filter could fit them, on later mail.
+"""The calibrated score on later mail and online: the filter's map from log-odds to P(spam).
 
-    python -m benchmarks.calibration [--corpus spamassassin ...]
+    python -m benchmarks.calibration [--corpus spamassassin ...] [--protocol split|online]
 
-Train once on the first half of each stream and score the second half
-(as `spamfilter evaluate --protocol split`). Each map is fitted on the
-time-ordered last fifth of the training half, scored by a model of its
-first four fifths, with Platt's smoothed targets ((N+ + 1) / (N+ + 2) for
-spam, 1 / (N- + 2) for ham), and applied to the full model's scores of the
-second half:
+Drives `spamfilter.nb.calibration` as the filter does (`Filter._record`,
+`Filter.judge`), over the cached token matrices of `benchmarks.streams`:
 
-    platt:   a L + b
-    slope:   a L                      (the model's own prior kept)
-    length:  L (a + b log n)          n = the message's known tokens
-    clip:    L clipped to [-log(N_ham + 1), log(N_spam + 1)], the most a
-             rule of succession over the trained messages can claim
-    hindsight: the slope fitted on the second half itself (a bound on what
-             a slope can do, not a method)
+- split: train once on the first half in batches of 200 (the default
+  `[store] batch_size`), each batch scored by the model of the batches
+  before it and recorded in the history (`calibration.recorded`), as
+  `spamfilter train` does; then score the second half with the whole
+  model and read P(spam) off the history (`CalibrationMap`).
+- online: each message scored by the model of the messages learned before
+  it (the library's tune rule, `streams.online_scores`), its P(spam) read
+  off the history of all messages before it, then recorded.
 
-Prints 1-ROCA % (of the mapped log-odds: only the length map reorders),
-log-loss (nats per message) and the two P(spam) tails of `spamfilter.nb.calibration`
-per stream and map; writes results/calibration.json. Asserts nothing.
+For each corpus and each (half-life, prior bound) of the grid it prints
+the log-loss (nats per message) of the raw and of the calibrated score,
+the two P(spam) tails, and the loss per message of the loss matrix's
+three-way verdicts on raw and on calibrated P(spam); then, leaving one
+corpus out at a time (`benchmarks.loco`'s rule: choose on the others by the
+geometric mean of log-loss relative to the raw score), what the setting
+chosen on the others gives on the corpus left out. Writes
+results/calibration.json. Asserts nothing.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import time
 from pathlib import Path
 
 import numpy as np
-from scipy.optimize import minimize
-from scipy.special import expit
 
-from benchmarks.loco import CORPORA
-from benchmarks.streams import Corpus, split_scores
+from benchmarks.loco import CORPORA, OVERLAP
+from benchmarks.streams import Corpus, online_scores, split_scores
 from spamfilter.config import Config
-from spamfilter.nb.calibration import calibration
-from spamfilter.tools.evaluation import roc_area
+from spamfilter.nb import model as nb
+from spamfilter.nb.calibration import HALF_LIFE, MAP_BINS, PRIOR_BOUND, CalibrationMap, calibration, recorded
+
+#: Candidate (half-life in messages, prior bound in nats); the defaults first.
+GRID = [(hl, b) for hl in (HALF_LIFE, 500.0, 2000.0, float("inf")) for b in (PRIOR_BOUND, float(np.log(19.0)), float(np.log(999.0)))]
+BATCH = 200
 
 
-def fit(F: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Weights w of P(spam) = expit(F @ w) minimising the log-loss against Platt's smoothed targets."""
-    n_spam, n_ham = int(y.sum()), int((~y).sum())
-    t = np.where(y, (n_spam + 1) / (n_spam + 2), 1 / (n_ham + 2))
-
-    def loss(w: np.ndarray) -> tuple[float, np.ndarray]:
-        z = F @ w
-        return float(np.sum(t * np.logaddexp(0, -z) + (1 - t) * np.logaddexp(0, z))), F.T @ (expit(z) - t)
-
-    start = np.zeros(F.shape[1])
-    start[0] = 0.5
-    return minimize(loss, start, jac=True, method="L-BFGS-B").x
+def history_after(W: np.ndarray, odds: np.ndarray, y: np.ndarray, half_life: float) -> np.ndarray:
+    decay, added = recorded(odds, y, half_life) if np.isfinite(half_life) else (1.0, recorded(odds, y, 1e300)[1])
+    return decay * W + added
 
 
-def features(kind: str, odds: np.ndarray, n: np.ndarray) -> np.ndarray:
-    columns = {"platt": [odds, np.ones_like(odds)], "slope": [odds], "length": [odds, odds * np.log(np.maximum(n, 1))]}[kind]
-    return np.stack(columns, axis=1)
+def split_calibrated(c: Corpus, config: Config, half_life: float, bound: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(raw log-odds, calibrated log-odds, labels) of the second half."""
+    m = config.model
+    head = c.y.size // 2
+    W = np.zeros((2, MAP_BINS))
+    start = 0
+    while start < head:
+        stop = min(start + BATCH, head)
+        if c.y[:start].any() and (~c.y[:start]).any():
+            odds, y = split_scores(c, m, start, stop)
+            W = history_after(W, odds, y, half_life)
+        start = stop
+    odds, y = split_scores(c, m)
+    return odds, CalibrationMap(W, bound).log_odds(odds), y
+
+
+def online_calibrated(raw: np.ndarray, y: np.ndarray, half_life: float, bound: float) -> np.ndarray:
+    """Each message's calibrated log-odds from the history of the messages before it
+    (a message scored before the model knew both classes, log-odds 0, is not recorded)."""
+    W = np.zeros((2, MAP_BINS))
+    out = np.zeros_like(raw)
+    known = np.flatnonzero(np.cumsum(y) * np.cumsum(~y) > 0)
+    first = int(known[0]) + 1 if known.size else raw.size
+    for i in range(raw.size):
+        out[i] = CalibrationMap(W, bound).log_odds(raw[i : i + 1])[0] if i >= first else 0.0
+        if i >= first:
+            W = history_after(W, raw[i : i + 1], y[i : i + 1], half_life)
+    return out
+
+
+def figures(y: np.ndarray, raw: np.ndarray, calibrated: np.ndarray, thresholds: nb.Thresholds, costs: tuple[float, float, float]) -> dict[str, float]:
+    cal, before = calibration(y, calibrated), calibration(y, raw)
+
+    def loss(odds: np.ndarray) -> float:
+        v = nb.decide(odds, thresholds)
+        return float(costs[0] * np.sum((v == nb.SPAM) & ~y) + costs[1] * np.sum((v == nb.HAM) & y) + costs[2] * np.sum(v == nb.UNSURE)) / y.size
+
+    v = nb.decide(calibrated, thresholds)
+    return {
+        "raw_log_loss": before.log_loss,
+        "log_loss": cal.log_loss,
+        "low_tail_spam_pct": cal.low_tail_spam_pct,
+        "ham_in_low_tail_pct": cal.ham_in_low_tail_pct,
+        "high_tail_ham_pct": cal.high_tail_ham_pct,
+        "spam_in_high_tail_pct": cal.spam_in_high_tail_pct,
+        "raw_loss": loss(raw),
+        "loss": loss(calibrated),
+        "spam_unsure_pct": 100.0 * float(np.mean(v[y] == nb.UNSURE)),
+        "ham_unsure_pct": 100.0 * float(np.mean(v[~y] == nb.UNSURE)),
+    }
+
+
+def name_of(half_life: float, bound: float) -> str:
+    return f"half-life {half_life:g}, bound {bound:.2f}"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--corpus", action="append", choices=[*CORPORA, "all"], default=None, help="a stream of benchmarks/loco.py, or all (every corpus one after the other)"
-    )
+    parser.add_argument("--corpus", action="append", choices=CORPORA, default=None)
+    parser.add_argument("--protocol", action="append", choices=["split", "online"], default=None)
     args = parser.parse_args()
     config = Config()
+    d = config.decision
+    thresholds = nb.thresholds_from_loss(d.cost_ham_as_spam, d.cost_spam_as_ham, d.cost_unsure)
+    costs = (d.cost_ham_as_spam, d.cost_spam_as_ham, d.cost_unsure)
+    corpora = args.corpus or CORPORA
     Path("results").mkdir(exist_ok=True)
-    out = {}
-    for name in args.corpus or [*CORPORA, "all"]:
-        c = Corpus(config, name)
-        head = c.y.size // 2
-        cut = head * 4 // 5
-        odds, y = split_scores(c, config.model)
-        held, held_y = split_scores(c, config.model, cut, head)
-        n_test = np.asarray(c.binary[head:][:, np.flatnonzero(np.asarray(c.binary[:head].sum(axis=0)).ravel() > 0)].sum(axis=1)).ravel()
-        n_held = np.asarray(c.binary[cut:head][:, np.flatnonzero(np.asarray(c.binary[:cut].sum(axis=0)).ravel() > 0)].sum(axis=1)).ravel()
-        spam, ham = int(c.y[:head].sum()), int((~c.y[:head]).sum())
-        mapped = {"raw": odds, "clip": np.clip(odds, -np.log(ham + 1), np.log(spam + 1))}
-        for kind in ("platt", "slope", "length"):
-            mapped[kind] = features(kind, odds, n_test) @ fit(features(kind, held, n_held), held_y)
-        mapped["hindsight"] = features("slope", odds, n_test) @ fit(features("slope", odds, n_test), y)
-        out[name] = {}
-        for kind, z in mapped.items():
-            cal = calibration(y, z)
-            out[name][kind] = {
-                "one_minus_roca": 100 * (1 - roc_area(y, z)),
-                "log_loss": cal.log_loss,
-                "low_tail_spam_pct": cal.low_tail_spam_pct,
-                "ham_in_low_tail_pct": cal.ham_in_low_tail_pct,
-                "high_tail_ham_pct": cal.high_tail_ham_pct,
-                "spam_in_high_tail_pct": cal.spam_in_high_tail_pct,
-            }
-            r = out[name][kind]
-            print(
-                f"{name:13} {kind:10} 1-ROCA {r['one_minus_roca']:.4f} log-loss {r['log_loss']:.4f} "
-                f"P<=0.01: {r['low_tail_spam_pct']:.2f}% spam, {r['ham_in_low_tail_pct']:.0f}% of ham  "
-                f"P>=0.99: {r['high_tail_ham_pct']:.2f}% ham, {r['spam_in_high_tail_pct']:.0f}% of spam",
-                flush=True,
-            )
+    out: dict[str, object] = {}
+    for protocol in args.protocol or ["split", "online"]:
+        table: dict[str, dict[str, dict[str, float]]] = {name_of(*g): {} for g in GRID}
+        for corpus in corpora:
+            started = time.perf_counter()
+            c = Corpus(config, corpus)
+            raw_online = online_scores(c, config.model, thresholds)[0] if protocol == "online" else None
+            for hl, bound in GRID:
+                if raw_online is None:
+                    raw, calibrated, y = split_calibrated(c, config, hl, bound)
+                else:
+                    raw, y = raw_online, c.y
+                    calibrated = online_calibrated(raw, y, hl, bound)
+                r = table[name_of(hl, bound)][corpus] = figures(y, raw, calibrated, thresholds, costs)
+                print(
+                    f"{protocol:6} {corpus:13} {name_of(hl, bound):28} log-loss {r['raw_log_loss']:.4f} -> {r['log_loss']:.4f}  "
+                    f"P<=0.01 {r['low_tail_spam_pct']:.2f}% spam, {r['ham_in_low_tail_pct']:.0f}% of ham  "
+                    f"P>=0.99 {r['high_tail_ham_pct']:.2f}% ham, {r['spam_in_high_tail_pct']:.0f}% of spam  "
+                    f"loss {r['raw_loss']:.4f} -> {r['loss']:.4f}  unsure ham/spam {r['ham_unsure_pct']:.1f}/{r['spam_unsure_pct']:.1f}%",
+                    flush=True,
+                )
+            print(f"  ({time.perf_counter() - started:.0f} s)", flush=True)
+        folds = []
+        for left_out in corpora:
+            choosing = [x for x in corpora if x != left_out and x not in OVERLAP.get(left_out, set())]
+
+            def mean_ratio(name: str) -> float:
+                return float(np.exp(np.mean([np.log(table[name][x]["log_loss"] / table[name][x]["raw_log_loss"]) for x in choosing])))
+
+            chosen = min(table, key=lambda name: (mean_ratio(name), name != name_of(*GRID[0])))
+            r = table[chosen][left_out]
+            folds.append({"left_out": left_out, "chosen": chosen, **r})
+            print(f"  {protocol} left out {left_out:13} chose {chosen:28} log-loss {r['raw_log_loss']:.4f} -> {r['log_loss']:.4f}")
+        out[protocol] = {"table": table, "folds": folds}
     Path("results/calibration.json").write_text(json.dumps(out, indent=1) + "\n")
 
 

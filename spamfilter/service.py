@@ -36,6 +36,7 @@ from spamfilter.delta import CountDelta
 from spamfilter.errors import NotTrainedError
 from spamfilter.mail import MailItem
 from spamfilter.nb import model
+from spamfilter.nb.calibration import MAP_BINS, CalibrationMap, recorded
 from spamfilter.nb.gaussian import GaussianParams, gaussian_estimate
 from spamfilter.nb.learning import ONLINE_TRAIN_MODE as ONLINE_TRAIN_MODE
 from spamfilter.nb.learning import TUNE_MARGIN as TUNE_MARGIN
@@ -58,9 +59,10 @@ T = TypeVar("T")
 class Verdict:
     """The filter's answer for one message.
 
-    score: P(spam|x) in [0, 1]; rounds to 1.0 for most spam, so rank by log_odds.
-    log_odds: log P(spam|x) - log P(ham|x).
-    verdict: spam, ham or unsure.
+    score: the calibrated P(spam|x) (``spamfilter.nb.calibration``): of the
+        messages scored p, a share p was spam in the model's history.
+    log_odds: the model's own log P(spam|x) - log P(ham|x), unbounded; rank by it.
+    verdict: spam, ham or unsure, the loss matrix's decision on ``score``.
     """
 
     source: str
@@ -142,13 +144,14 @@ class Fitted:
     """A batch ready to score: its m known tokens (rows ``ids`` of the
     filter's ``CountCache``, whose token list was ``vocabulary``), the
     evidence the scorer reads (counts (2, m), totals, X (n_messages, m),
-    header mask, pair counts, feature densities) and the parameters of its
-    columns."""
+    header mask, pair counts, feature densities), the parameters of its
+    columns, and the map from log-odds to P(spam) of the model's history."""
 
     ids: npt.NDArray[np.int64]
     vocabulary: list[str]
     evidence: Evidence
     params: model.NBParams
+    calibration: CalibrationMap = field(default_factory=CalibrationMap)
 
     @property
     def tokens(self) -> list[str]:
@@ -287,7 +290,7 @@ class Filter:
             total = total + retrying(step, self.write_deadline) + TrainSummary(refused=refused)
         return total
 
-    def _train_batch(self, tx: StoreTransaction, batch: Sequence[tuple[Label, _Analysed]], relabel: bool) -> TrainSummary:
+    def _train_batch(self, tx: StoreTransaction, batch: Sequence[tuple[Label, _Analysed]], relabel: bool, record: bool = True) -> TrainSummary:
         known = tx.trained_labels([a.digest for _, a in batch])
         add: dict[str, tuple[Label, _Analysed]] = {}
         unchanged = conflicts = 0
@@ -304,6 +307,8 @@ class Filter:
                 add[a.digest] = (label, a)
             else:
                 conflicts += 1
+        if record and not relabel:
+            self._record_before_learning(tx, list(add.values()))
         # A relabelled message is untrained with exactly the counts (and
         # features) recorded when it was trained, then trained afresh with
         # its new label.
@@ -320,6 +325,17 @@ class Filter:
         return TrainSummary(
             trained_ham=new_labels.count(model.HAM), trained_spam=new_labels.count(model.SPAM), unchanged=unchanged, relabelled=len(moving), conflicts=conflicts
         )
+
+    def _record_before_learning(self, tx: StoreTransaction, new: Sequence[tuple[Label, _Analysed]]) -> None:
+        """Score the messages ``train`` is about to learn with the model as
+        it is, and record those scores in the calibration history: mail the
+        model has not seen yet, labelled. ``mark`` records nothing: the
+        messages a user corrects are mostly the filter's errors, and a
+        history of them would make every score look wrong."""
+        if not new or not self._cached_model(tx).totals.messages.all():
+            return  # nothing to record, or no model yet to score with
+        verdicts = self._score([a for _, a in new], tx)
+        self._record(tx, [label for label, _ in new], [v.log_odds for v in verdicts])
 
     def forget(self, items: Iterable[MailItem]) -> TrainSummary:
         """Untrain messages: subtract exactly the counts their training added."""
@@ -433,9 +449,10 @@ class Filter:
                     header = np.fromiter(map(is_header_line, columns), dtype=bool, count=len(columns))
                 if m.dependence != "none":
                     pairs = dependence.pair_counts(reader, view.owners[0], columns, self.pair_cache, self.cache.key)
+            history = CalibrationMap(reader.calibration_history(MAP_BINS, owner=view.owners[0]))
         token_counts = held.take(ids)
         evidence = Evidence(token_counts, view.totals, X, header, pairs, gaussian)
-        return Fitted(ids, self.cache.tokens, evidence, self.scorer.params(token_counts, view.totals))
+        return Fitted(ids, self.cache.tokens, evidence, self.scorer.params(token_counts, view.totals), history)
 
     @staticmethod
     def feature_sums(reader: StoreTransaction, owners: tuple[str, ...]) -> FeatureStats:
@@ -505,9 +522,21 @@ class Filter:
     def _score(self, analysed: Sequence[_Analysed], tx: StoreTransaction | None = None) -> list[Verdict]:
         fitted = self.fit([a.counts for a in analysed], tx)
         odds = self.log_odds_parts(fitted, analysed).log_odds
-        probability = model.spam_probability(odds)
-        decision = model.decide(odds, self.thresholds)
+        probability, decision = self.judge(fitted, odds)
         return [Verdict(a.source, a.digest, float(p), float(lo), Decision.of_code(int(v))) for a, p, lo, v in zip(analysed, probability, odds, decision)]
+
+    def judge(self, fitted: Fitted, log_odds: model.FloatArray) -> tuple[model.FloatArray, npt.NDArray[np.int64]]:
+        """The calibrated P(spam) of each of a batch's log-odds (the map of
+        ``fitted``) and the loss matrix's decision code on it."""
+        calibrated = fitted.calibration.log_odds(log_odds)
+        return model.spam_probability(calibrated), model.decide(calibrated, self.thresholds)
+
+    def _record(self, tx: StoreTransaction, labels: Sequence[Label], log_odds: Sequence[float]) -> None:
+        """Add messages scored before they were learned to the owner's
+        calibration history (``calibration.recorded``)."""
+        if labels:
+            decay, added = recorded(np.asarray(log_odds, dtype=np.float64), np.asarray([label == Label.SPAM for label in labels]))
+            tx.record_calibration(decay, added)
 
     def log_odds_parts(self, fitted: Fitted, analysed: Sequence[_Analysed]) -> LogOddsParts:
         """What a batch's log-odds are made of (``Scorer.parts``): naive
@@ -551,13 +580,18 @@ class Filter:
                 # database is busy): the verdict is computed from exactly the
                 # counts the training then updates.
                 with self._write_transaction() as tx:
+                    # The learning rule reads the model's own log-odds (``own``), not the calibrated score.
                     try:
                         verdict = self._score([analysed], tx)[0]
+                        self._record(tx, [label], [verdict.log_odds])
+                        own = Decision.of_code(int(model.decide(np.array([verdict.log_odds]), self.thresholds)[0]))
                     except NotTrainedError:
                         verdict = Verdict(analysed.source, analysed.digest, 0.5, 0.0, Decision.UNSURE)
+                        own = Decision.UNSURE
                     classified = time.perf_counter()
-                    train = wants_training(train_mode, label, verdict.verdict, verdict.log_odds, self.thresholds.ham_max, self.thresholds.spam_min, margin)
-                    return verdict, train, self._train_batch(tx, [(label, analysed)], relabel=False) if train else TrainSummary(), classified
+                    train = wants_training(train_mode, label, own, verdict.log_odds, self.thresholds.ham_max, self.thresholds.spam_min, margin)
+                    summary = self._train_batch(tx, [(label, analysed)], relabel=False, record=False) if train else TrainSummary()
+                    return verdict, train, summary, classified
 
             verdict, train, summary, classified = retrying(step, self.write_deadline)
             yield OnlineStep(is_spam, verdict, train, classified - started, time.perf_counter() - classified), summary

@@ -17,16 +17,17 @@ the name) and an empty line; the server then closes the connection.
 
 The score line. spamd answers ``Spam: True ; 15.0 / 5.0``: a score and the
 threshold above which the message is spam. spamfilter's score is the
-message's log-odds L = log P(spam|x) - log P(ham|x) itself and the threshold
-is the configured spam bound on the log-odds (``spam_min``: logit of
+logit of the message's calibrated P(spam), log(p / (1 - p)), and the
+threshold the configured spam bound on it (``spam_min``: logit of
 ``spam_cutoff``, or the Bayes rule's bound from the costs), so the line says
-``True`` exactly when ``spamfilter classify`` says spam (L > spam_min). An
+``True`` exactly when ``spamfilter classify`` says spam (logit p > spam_min). An
 unsure message is ``False``: spamd has no third verdict. The numbers are
 natural-log odds, not SpamAssassin points: with the default costs the
 threshold is log(10 / 0.2 - 1) = 3.89, a message at P(spam) = 0.999 scores
 6.9. Besides ``Spam`` every verdict reply carries ``Verdict`` (spam, ham or
-unsure), ``Probability`` (P(spam)) and ``Log-odds`` headers, which spamc
-ignores and ``spamfilter filter --connect`` reads.
+unsure), ``Probability`` (the calibrated P(spam)) and ``Log-odds`` (the
+model's own, for ranking) headers, which spamc ignores and ``spamfilter
+filter --connect`` reads.
 """
 
 from __future__ import annotations
@@ -194,7 +195,13 @@ def verdict_headers(verdict: Decision, score: float, log_odds: float, threshold:
     """The ``Spam`` line (see the module docstring for the mapping) and the
     ``Verdict``, ``Probability`` and ``Log-odds`` headers."""
     is_spam = "True" if verdict is Decision.SPAM else "False"
-    return [("Spam", f"{is_spam} ; {_number(log_odds)} / {_number(threshold)}"), ("Verdict", verdict), ("Probability", f"{score:.6f}"), ("Log-odds", f"{log_odds:+.4f}")]
+    p = min(max(score, 1e-300), 1.0 - 1e-16)
+    return [
+        ("Spam", f"{is_spam} ; {_number(math.log(p / (1.0 - p)))} / {_number(threshold)}"),
+        ("Verdict", verdict),
+        ("Probability", f"{score:.6f}"),
+        ("Log-odds", f"{log_odds:+.4f}"),
+    ]
 
 
 def body_start(raw: bytes) -> int | None:

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
+from scipy.special import expit, logit
 from typer.testing import CliRunner
 
 from spamfilter.cli import app
 from spamfilter.config import Config
-from spamfilter.mail import read_index
-from spamfilter.nb.calibration import calibration, log_loss, reliability
+from spamfilter.mail import MailItem, read_index
+from spamfilter.nb.calibration import MAP_BINS, MAP_EDGES, PRIOR_BOUND, PRIOR_WEIGHT, CalibrationMap, calibration, log_loss, recorded, reliability, score_bins
 from spamfilter.service import Filter, Verdict
 from tests.test_evaluate import index  # noqa: F401  (the sample index fixture)
 
@@ -73,7 +75,9 @@ def test_split_protocol_equals_train_then_classify_by_hand(index: Path) -> None:
     assert report["trained"] == 40 and report["protocol"] == "split 40"
     y = np.array([s for s, _ in stream[40:]])
     odds = np.array([v.log_odds for v in verdicts if isinstance(v, Verdict)])
-    assert report["calibration"]["log_loss"] == pytest.approx(log_loss(y, odds), rel=1e-12)
+    scores = np.array([v.score for v in verdicts if isinstance(v, Verdict)])
+    assert report["raw_log_loss"] == pytest.approx(log_loss(y, odds), rel=1e-12)
+    assert report["calibration"]["log_loss"] == pytest.approx(log_loss(y, logit(scores)), rel=1e-9)
     assert sum(b["messages"] for b in report["calibration"]["bins"]) == 20
 
 
@@ -81,3 +85,128 @@ def test_split_protocol_refuses_a_head_that_leaves_nothing_to_classify(index: Pa
     result = CliRunner().invoke(app, ["evaluate", "--index", str(index), "--protocol", "split", "--head", "60"])
     assert result.exit_code == 65, result.output
     assert "leaves nothing" in result.output
+
+
+# -- the map from log-odds to a calibrated P(spam) ----------------------------
+
+CENTRES = np.concatenate([[MAP_EDGES[0] - 0.5], (MAP_EDGES[:-1] + MAP_EDGES[1:]) / 2, [MAP_EDGES[-1] + 0.5]])
+
+
+def test_with_no_history_the_score_is_the_models_own_probability_bounded() -> None:
+    m = CalibrationMap()
+    odds = np.array([-200.0, -31.0, -4.0, -1.0, 0.0, 2.0, 3.0, 31.0, 200.0])
+    # at the bins' centres exactly; beyond the outer centres the ends hold
+    assert m.probability(odds) == pytest.approx(expit(np.clip(odds, -PRIOR_BOUND, PRIOR_BOUND)), rel=1e-12)
+    assert m.probability(np.array([1e6]))[0] == pytest.approx(0.99, rel=1e-12)
+    assert m.probability(np.array([-1e6]))[0] == pytest.approx(0.01, rel=1e-12)
+
+
+def test_a_thick_bin_gives_the_share_of_spam_seen_there_with_the_prior_added() -> None:
+    w = np.zeros((2, MAP_BINS))
+    b = int(score_bins(np.array([0.0]))[0])
+    w[0, b], w[1, b] = 160.0, 240.0  # at log-odds 0, 60% was spam (between the neighbours' 0.27 and 0.73)
+    p = CalibrationMap(w).probability(np.array([CENTRES[b]]))[0]
+    assert p == pytest.approx((240.0 + PRIOR_WEIGHT * 0.5) / (400.0 + PRIOR_WEIGHT), rel=1e-12)
+    # n spam and no ham at the top: P(ham) is the prior's share, bounded
+    w = np.zeros((2, MAP_BINS))
+    w[1, -1] = 1000.0
+    top = CalibrationMap(w).probability(np.array([500.0]))[0]
+    assert 1.0 - top == pytest.approx(PRIOR_WEIGHT * 0.01 / (1000.0 + PRIOR_WEIGHT), rel=1e-9)
+
+
+def test_the_map_is_non_decreasing_whatever_the_history() -> None:
+    rng = np.random.default_rng(5)
+    grid = np.linspace(-40, 40, 2001)
+    for _ in range(20):
+        w = rng.exponential(5.0, size=(2, MAP_BINS)) * (rng.random((2, MAP_BINS)) < 0.5)
+        p = CalibrationMap(w).probability(grid)
+        assert (np.diff(p) >= -1e-15).all()
+        assert ((p > 0) & (p < 1)).all()
+
+
+def test_pool_adjacent_violators_averages_a_bin_that_contradicts_its_neighbour() -> None:
+    w = np.zeros((2, MAP_BINS))
+    lo, hi = (int(b) for b in score_bins(np.array([1.0, 2.0])))
+    w[1, lo], w[0, lo] = 98.0, 0.0  # at 1 nat all spam ...
+    w[1, hi], w[0, hi] = 0.0, 98.0  # ... at 2 nats all ham: pooled
+    p = CalibrationMap(w).probability(np.array([CENTRES[lo], CENTRES[hi]]))
+    pooled = (98.0 + PRIOR_WEIGHT * (expit(CENTRES[lo]) + expit(CENTRES[hi]))) / (2 * (98.0 + PRIOR_WEIGHT))
+    assert p == pytest.approx([pooled, pooled], rel=1e-12)
+
+
+def test_recording_in_one_batch_equals_recording_one_message_at_a_time() -> None:
+    rng = np.random.default_rng(2)
+    odds = rng.normal(0, 15, 300)
+    y = rng.random(300) < 0.4
+    W = rng.random((2, MAP_BINS))
+    decay, added = recorded(odds, y, half_life=50.0)
+    one = W.copy()
+    for i in range(300):
+        d, a = recorded(odds[i : i + 1], y[i : i + 1], half_life=50.0)
+        one = d * one + a
+    assert decay * W + added == pytest.approx(one, rel=1e-12)
+    assert decay == pytest.approx(0.5**6, rel=1e-12)
+    assert added.sum() == pytest.approx(sum(0.5 ** (k / 50.0) for k in range(300)), rel=1e-12)
+
+
+@pytest.fixture(scope="module")
+def spamassassin(corpora_dir: Path) -> list[tuple[bool, MailItem]]:
+    """600 spamassassin messages, a spam and a ham in turn, in the index's order."""
+    stream = list(read_index(str(corpora_dir / "spamassassin" / "index")))
+    spam, ham = [x for x in stream if x[0]][:300], [x for x in stream if not x[0]][:300]
+    return [x for pair in zip(spam, ham) for x in pair]
+
+
+def test_train_records_each_batch_as_the_model_before_it_scored_it(any_db_url: str, spamassassin: list[tuple[bool, MailItem]]) -> None:
+    config = Config()
+    config = replace(config, store=replace(config.store, batch_size=100))
+    with Filter.open(config, any_db_url) as f:
+        f.train(spamassassin[:100])
+        with f.store.begin(write=False) as tx:
+            assert not tx.calibration_history(MAP_BINS).any()  # the first batch had no model to score it
+        before = [v for v in f.classify(item for _, item in spamassassin[100:200])]
+        f.train(spamassassin[100:200])
+        with f.store.begin(write=False) as tx:
+            history = tx.calibration_history(MAP_BINS)
+    odds = np.array([v.log_odds for v in before if isinstance(v, Verdict)])
+    y = np.array([s for s, _ in spamassassin[100:200]])
+    _, expected = recorded(odds, y)
+    assert history == pytest.approx(expected, rel=1e-9, abs=1e-12)
+    assert history[1].sum() > 0 and history[0].sum() > 0
+
+
+def test_scores_are_read_off_the_history_and_the_verdict_decided_on_them(tmp_path: Path, spamassassin: list[tuple[bool, MailItem]]) -> None:
+    config = Config()
+    config = replace(config, store=replace(config.store, batch_size=100))
+    with Filter.open(config, f"sqlite:///{tmp_path / 'c.db'}") as f:
+        f.train(spamassassin[:500])
+        with f.store.begin(write=False) as tx:
+            calibrated = CalibrationMap(tx.calibration_history(MAP_BINS))
+        verdicts = [v for v in f.classify(item for _, item in spamassassin[500:600]) if isinstance(v, Verdict)]
+        # mark records nothing
+        f.mark([(not s, item) for s, item in spamassassin[:20]])
+        with f.store.begin(write=False) as tx:
+            assert (tx.calibration_history(MAP_BINS) == calibrated.weights).all()
+    odds = np.array([v.log_odds for v in verdicts])
+    scores = np.array([v.score for v in verdicts])
+    assert scores == pytest.approx(calibrated.probability(odds), rel=1e-12)
+    assert scores.max() < 1.0 and scores.min() > 0.0
+    assert (np.abs(odds) > 40).any()  # raw log-odds that expit would round to 0 or 1
+    t = f.thresholds
+    expected = ["spam" if x > t.spam_min else "ham" if x <= t.ham_max else "unsure" for x in calibrated.log_odds(odds)]
+    assert [v.verdict.value for v in verdicts] == expected
+
+
+def test_an_online_run_records_every_scored_message_trained_or_not(tmp_path: Path, spamassassin: list[tuple[bool, MailItem]]) -> None:
+    with Filter.open(Config(), f"sqlite:///{tmp_path / 'c.db'}") as f:
+        steps = list(f.learn_online(spamassassin[:150]))
+        with f.store.begin(write=False) as tx:
+            history = tx.calibration_history(MAP_BINS)
+    scored = [s for s in steps if isinstance(s.result, Verdict) and (s.result.log_odds != 0.0 or s.result.score != 0.5)]
+    assert sum(not s.trained for s in scored) > 10  # the tune rule skipped some: they are recorded too
+    W = np.zeros((2, MAP_BINS))
+    for s in scored:
+        assert isinstance(s.result, Verdict)
+        d, a = recorded(np.array([s.result.log_odds]), np.array([s.is_spam]))
+        W = d * W + a
+    assert history == pytest.approx(W, rel=1e-9, abs=1e-12)

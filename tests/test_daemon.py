@@ -3,6 +3,7 @@ for what spamc never sends (broken requests, trickling clients, huge bodies)."""
 
 from __future__ import annotations
 
+import math
 import os
 import pwd
 import re
@@ -158,10 +159,16 @@ def _threshold(trained: tuple[str, Path]) -> float:
         return f.thresholds.spam_min
 
 
+def _spamd_score(v: Verdict) -> float:
+    """The score of the ``Spam`` line: the logit of the calibrated P(spam),
+    as the daemon sends it, to 4 places."""
+    p = min(max(v.score, 1e-300), 1.0 - 1e-16)
+    return float(f"{math.log(p / (1.0 - p)):.4f}")
+
+
 def _check_line(v: Verdict, threshold: float) -> str:
-    """What ``spamc -c`` prints for verdict ``v``: the score (the log-odds
-    as the daemon sends it, to 4 places) and the threshold, to 1 place."""
-    return f"{float(f'{v.log_odds:.4f}'):.1f}/{threshold:.1f}\n"
+    """What ``spamc -c`` prints for verdict ``v``: the score and the threshold, to 1 place."""
+    return f"{_spamd_score(v):.1f}/{threshold:.1f}\n"
 
 
 # -- spamc against the daemon ---------------------------------------------------
@@ -209,7 +216,7 @@ def test_spamc_report_and_symbols(daemon: Daemon, trained: tuple[str, Path], cor
     for item, v in zip(items, verdicts):
         report = daemon.spamc("-R", message=item.raw).stdout.decode()
         first, rest = report.split("\n", 1)
-        assert first == f"{float(f'{v.log_odds:.4f}'):.1f}/{_threshold(trained):.1f}"
+        assert first == f"{_spamd_score(v):.1f}/{_threshold(trained):.1f}"
         assert rest.startswith(f"spamfilter verdict: {v.verdict}\n")
         assert f"log-odds = {v.log_odds:+.4f}" in rest
         symbols = daemon.spamc("-y", message=item.raw).stdout.decode()
@@ -445,7 +452,7 @@ def test_8_concurrent_spamc_clients_with_learning_match_a_sequential_run(tmp_pat
         probe = [item for _, item in messages[:8]]
         fresh = _classify((url, config), probe)
         for item, v in zip(probe, fresh):
-            assert d.spamc("-c", message=item.raw).stdout.decode().split("/")[0] == f"{float(f'{v.log_odds:.4f}'):.1f}"
+            assert d.spamc("-c", message=item.raw).stdout.decode().split("/")[0] == f"{_spamd_score(v):.1f}"
     finally:
         assert d.stop() == 0
     log = d.log()

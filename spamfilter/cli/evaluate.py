@@ -65,8 +65,8 @@ def render(report: EvalReport) -> list[str]:
     c = report.calibration
     if c is not None:
         rows += [
-            ("calibration of P(spam) = expit(log-odds):", ""),
-            ("  log-loss", f(c.log_loss, " nats/message")),
+            ("calibration of the score, the calibrated P(spam):", ""),
+            ("  log-loss (of expit(log-odds), uncalibrated)", f"{f(c.log_loss, ' nats/message')} ({f(report.raw_log_loss, '')})"),
             ("  Brier score / expected calibration error", f"{c.brier:.4f} / {c.ece:.4f}"),
             ("  scored <= 0.01: messages, % spam, % of all ham", f"{c.low_tail}, {f(c.low_tail_spam_pct)}, {f(c.ham_in_low_tail_pct)}"),
             ("  scored >= 0.99: messages, % ham, % of all spam", f"{c.high_tail}, {f(c.high_tail_ham_pct)}, {f(c.spam_in_high_tail_pct)}"),

@@ -9,6 +9,7 @@ are answered from the scoring pool's filters, TELL from the writing pool's
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -153,7 +154,7 @@ def _report(e: Explanation, f: Filter, n: int = 10) -> bytes:
     t = f.thresholds
     lines = [
         f"spamfilter verdict: {e.verdict}",
-        f"P(spam) = {e.score:.6f}, log-odds = {e.log_odds:+.4f} (spam above {t.spam_min:+.4f}, ham at or below {t.ham_max:+.4f})",
+        f"P(spam) = {e.score:.6f} (spam above {1 / (1 + math.exp(-t.spam_min)):.4f}, ham at or below {1 / (1 + math.exp(-t.ham_max)):.4f}), log-odds = {e.log_odds:+.4f}",
         f"prior log-odds {e.prior:+.4f}; {e.events} token events, evidence scaled by {e.factor:.4f}",
         "",
         " contribution  token",

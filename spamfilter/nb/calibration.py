@@ -124,3 +124,112 @@ def calibration(is_spam: BoolArray, log_odds: FloatArray) -> Calibration:
         spam_in_high_tail_pct=pct(int(y[high].sum()), n_spam),
         bins=bins,
     )
+
+
+# -- the map from the model's log-odds to a calibrated P(spam) -------------
+#
+# The naive Bayes log-odds L rank mail well but are not probabilities: the
+# tokens of a message are not independent, so L overstates the evidence
+# (on later mail a message at L = 30 is not spam with odds of e^30 to 1).
+# The filter keeps a history of how the messages it was told the class of
+# had scored *before* it learned them (prequential scores: what the model
+# said about mail it had not yet seen), per bin of L, and reads P(spam)
+# off that history:
+#
+#     bin b of L (1 nat wide on [-30.5, 30.5], open beyond): decayed weights
+#         S_b of spam and H_b of ham scored in it, each older message's
+#         weight halved every HALF_LIFE messages recorded after it
+#     P_b = (S_b + w p0_b) / (S_b + H_b + w)     a Beta prior of weight w
+#     p0_b = expit(clip(centre_b, -B, B))        B = logit(0.99)
+#     P   = the non-decreasing fit of the P_b (pool-adjacent-violators,
+#           weighted by S_b + H_b + w), interpolated in logit between bins
+#
+# Where the history is thick, P is the share of spam seen at that score;
+# where it is thin, the model's own probability, but never beyond
+# [0.01, 0.99]: no message is put in a tail on the model's word alone. The
+# map is monotone in L, so the ranking by L is unchanged and a cutoff on
+# P is a cutoff on L. A message of the most confident bin, whose history
+# holds n spam and no ham, gets P(ham) = 0.01 w / (n + w): bounded by what
+# the history can show. With an empty history P = expit(clip(L, -B, B)).
+
+#: Bin edges of the raw log-odds (nats); below the first and above the
+#: last are two open bins.
+MAP_EDGES = np.arange(-30.5, 31.0, 1.0)
+#: Bins of the history: one more than the edges.
+MAP_BINS = MAP_EDGES.size + 1
+#: Messages after which a recorded score weighs half as much.
+HALF_LIFE = 1000.0
+#: Weight w of the prior in each bin, in messages.
+PRIOR_WEIGHT = 2.0
+#: The prior never leaves [expit(-B), expit(B)] = [0.01, 0.99].
+PRIOR_BOUND = float(np.log(0.99 / 0.01))
+
+_CENTRES = np.concatenate([[MAP_EDGES[0] - 0.5], (MAP_EDGES[:-1] + MAP_EDGES[1:]) / 2, [MAP_EDGES[-1] + 0.5]])
+
+
+def score_bins(log_odds: FloatArray) -> npt.NDArray[np.int64]:
+    """The history bin of each raw log-odds, 0 .. MAP_BINS - 1."""
+    return np.searchsorted(MAP_EDGES, np.asarray(log_odds, dtype=np.float64)).astype(np.int64)
+
+
+def recorded(log_odds: FloatArray, is_spam: BoolArray, half_life: float = HALF_LIFE) -> tuple[float, FloatArray]:
+    """What recording these scores, in order, does to a history ``W``
+    (shape (2, MAP_BINS), ham row 0, spam row 1): the new history is
+    ``decay * W + added``, returned as (decay, added)."""
+    odds = np.asarray(log_odds, dtype=np.float64)
+    n = odds.size
+    weight = 0.5 ** ((n - 1 - np.arange(n)) / half_life)
+    bins = score_bins(odds)
+    y = np.asarray(is_spam, dtype=bool)
+    added = np.zeros((2, MAP_BINS))
+    np.add.at(added, (y.astype(np.int64), bins), weight)
+    return float(0.5 ** (n / half_life)), added
+
+
+def _non_decreasing(values: FloatArray, weights: FloatArray) -> FloatArray:
+    """The weighted least-squares non-decreasing fit of ``values`` (pool adjacent violators)."""
+    sums: list[float] = []
+    mass: list[float] = []
+    sizes: list[int] = []
+    for v, w in zip(values.tolist(), weights.tolist()):
+        sums.append(v * w)
+        mass.append(w)
+        sizes.append(1)
+        while len(sums) > 1 and sums[-2] * mass[-1] > sums[-1] * mass[-2]:
+            s, m, k = sums.pop(), mass.pop(), sizes.pop()
+            sums[-1] += s
+            mass[-1] += m
+            sizes[-1] += k
+    return np.repeat(np.array(sums) / np.array(mass), sizes)
+
+
+class CalibrationMap:
+    """P(spam) from the model's log-odds, read off a history of prequential
+    scores (``weights``: (2, MAP_BINS), ham row 0, spam row 1; see the
+    section comment above)."""
+
+    def __init__(self, weights: FloatArray | None = None, prior_bound: float = PRIOR_BOUND) -> None:
+        w = np.zeros((2, MAP_BINS)) if weights is None else np.asarray(weights, dtype=np.float64)
+        if w.shape != (2, MAP_BINS):
+            raise ValueError(f"a calibration history has shape (2, {MAP_BINS}), not {w.shape}")
+        self.weights = w
+        prior = expit(np.clip(_CENTRES, -prior_bound, prior_bound))
+        mass = w.sum(axis=0) + PRIOR_WEIGHT
+        p = _non_decreasing((w[1] + PRIOR_WEIGHT * prior) / mass, mass)
+        #: The fitted logit of P(spam) at each bin's centre.
+        self.bin_log_odds: FloatArray = np.log(p) - np.log1p(-p)
+
+    @property
+    def messages(self) -> float:
+        """The history's weight in messages (decayed)."""
+        return float(self.weights.sum())
+
+    def log_odds(self, log_odds: FloatArray) -> FloatArray:
+        """The calibrated log-odds, logit P(spam), of each raw log-odds."""
+        result: FloatArray = np.interp(np.asarray(log_odds, dtype=np.float64), _CENTRES, self.bin_log_odds)
+        return result
+
+    def probability(self, log_odds: FloatArray) -> FloatArray:
+        """The calibrated P(spam) of each raw log-odds."""
+        result: FloatArray = expit(self.log_odds(log_odds))
+        return result

@@ -7,7 +7,7 @@ import sqlalchemy as sa
 
 #: The Alembic head this code reads and writes; tests check it is the
 #: migrations' head. Kept as a constant so opening a store needs no Alembic import.
-SCHEMA_REVISION = "0006"
+SCHEMA_REVISION = "0007"
 
 metadata = sa.MetaData()
 
@@ -79,6 +79,18 @@ feature_stats = sa.Table(
     sa.Column("n", sa.BigInteger(), nullable=False, server_default="0"),
     sa.Column("total", sa.BigInteger(), nullable=False, server_default="0"),
     sa.Column("total_sq", sa.BigInteger(), nullable=False, server_default="0"),
+)
+
+# The calibration history (``spamfilter.nb.calibration``): per class and
+# bin of the log-odds, the decayed weight of the messages scored there
+# before they were learned.
+calibration = sa.Table(
+    "calibration",
+    metadata,
+    sa.Column("owner", sa.Text(), primary_key=True),
+    sa.Column("label", sa.SmallInteger(), primary_key=True, autoincrement=False),
+    sa.Column("bin", sa.SmallInteger(), primary_key=True, autoincrement=False),
+    sa.Column("weight", sa.Float(), nullable=False, server_default="0"),
 )
 
 # One-dependence counts (``spamfilter.nb.aode``): the parents chosen by

@@ -7,7 +7,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite
 
-from spamfilter.store.schema import class_totals, feature_stats, imap_folders, imap_messages, imap_uids, messages, model_versions, untracked_totals
+from spamfilter.store.schema import calibration, class_totals, feature_stats, imap_folders, imap_messages, imap_uids, messages, model_versions, untracked_totals
 
 
 class _Statements:
@@ -72,6 +72,13 @@ class _Statements:
         self.add_untracked = untracked_row.on_conflict_do_update(
             index_elements=[untracked_totals.c.owner, untracked_totals.c.label],
             set_={name: untracked_totals.c[name] + untracked_row.excluded[name] for name in ("messages", "terms", "binary_terms")},
+        )
+        own_history = calibration.c.owner == own
+        self.calibration = sa.select(calibration.c.label, calibration.c.bin, calibration.c.weight).where(own_history)
+        self.decay_calibration = sa.update(calibration).where(own_history).values(weight=calibration.c.weight * sa.bindparam("decay"))
+        history_row = insert(calibration)
+        self.add_calibration = history_row.on_conflict_do_update(
+            index_elements=[calibration.c.owner, calibration.c.label, calibration.c.bin], set_={"weight": calibration.c.weight + history_row.excluded.weight}
         )
         feature_row = insert(feature_stats)
         self.add_feature_stats = feature_row.on_conflict_do_update(

@@ -9,6 +9,7 @@ from datetime import date, datetime, timezone
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
@@ -17,9 +18,11 @@ from spamfilter.errors import CountLimitError, StoreError, StoreInconsistent
 from spamfilter.store.backends import _CountSQL, _PgCountSQL, _SqliteCountSQL
 from spamfilter.store.ledger import pack_ledger_entry, unpack_features, unpack_token_counts
 from spamfilter.store.pairs import PairTables
-from spamfilter.store.schema import _CHUNK, COUNT_COLUMNS, class_totals, doc_histogram, feature_stats, messages, tokens, untracked_totals
+from spamfilter.store.schema import _CHUNK, COUNT_COLUMNS, calibration, class_totals, doc_histogram, feature_stats, messages, tokens, untracked_totals
 from spamfilter.store.statements import _Statements
 from spamfilter.verdicts import HAM, SPAM, Label
+
+FloatArray = npt.NDArray[np.float64]
 
 _TOTAL_COLUMNS = ("messages", "terms", "binary_terms")
 
@@ -213,6 +216,23 @@ class StoreTransaction:
         ]
         if rows:
             self.conn.execute(self.sql.add_feature_stats, rows)
+
+    def calibration_history(self, bins: int, owner: str | None = None) -> FloatArray:
+        """The calibration history of this transaction's owner (or of
+        ``owner``): weights (2, bins), ham row 0, spam row 1; zeros where none."""
+        out = np.zeros((2, bins))
+        for label, b, weight in self.conn.execute(self.sql.calibration, {"own": self.owner if owner is None else owner}):
+            if label in (HAM, SPAM) and 0 <= b < bins:
+                out[label, b] = weight
+        return out
+
+    def record_calibration(self, decay: float, added: FloatArray) -> None:
+        """Make this owner's calibration history ``decay * history + added``
+        (an update and an upsert, each atomic on both backends)."""
+        self.conn.execute(self.sql.decay_calibration, {"own": self.owner, "decay": decay})
+        rows = [{"owner": self.owner, "label": c, "bin": b, "weight": float(added[c, b])} for c in (HAM, SPAM) for b in np.flatnonzero(added[c]).tolist()]
+        if rows:
+            self.conn.execute(self.sql.add_calibration, rows)
 
     def _add_histogram(self, delta: dict[tuple[int, int], int]) -> None:
         rows = [(label, k, n) for (label, k), n in sorted(delta.items()) if n != 0]
@@ -535,6 +555,7 @@ class StoreTransaction:
         self.conn.execute(sa.delete(class_totals).where(class_totals.c.owner == own))
         self.conn.execute(sa.delete(untracked_totals).where(untracked_totals.c.owner == own))
         self.conn.execute(sa.delete(feature_stats).where(feature_stats.c.owner == own))
+        self.conn.execute(sa.delete(calibration).where(calibration.c.owner == own))
         self.pairs.clear()
         self.counts_sql.bump_version(own)
 

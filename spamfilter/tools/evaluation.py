@@ -14,12 +14,13 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
+from scipy.special import logit
 from scipy.stats import rankdata
 
 from spamfilter.config import Config
 from spamfilter.errors import EvaluationError
 from spamfilter.mail import MailItem
-from spamfilter.nb.calibration import Calibration, calibration
+from spamfilter.nb.calibration import Calibration, calibration, log_loss
 from spamfilter.service import ONLINE_TRAIN_MODE, TUNE_MARGIN, Filter, Refusal, TrainMode, TrainSummary, Verdict
 from spamfilter.verdicts import Decision
 
@@ -167,7 +168,9 @@ class EvalReport:
     windows: 1-ROCA% per window of the judged messages in stream order
         (``windowed_roca``), so that drift over a long stream shows.
     calibration: log-loss, Brier score, the P(spam) tails and the
-        reliability table of the judged messages (``spamfilter.nb.calibration``).
+        reliability table of the judged messages' scores, the calibrated
+        P(spam) (``spamfilter.nb.calibration``).
+    raw_log_loss: the log-loss of the model's own log-odds, uncalibrated.
     """
 
     protocol: str
@@ -189,6 +192,7 @@ class EvalReport:
     #: online: which messages were trained, in words ("" for cross-validation)
     learned: str = ""
     calibration: Calibration | None = None
+    raw_log_loss: float = float("nan")
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,7 +242,8 @@ def summarise(
         train_per_second=trained / train_seconds if train_seconds > 0 else float("nan"),
         two_way_threshold=two_way_threshold,
         windows=tuple(windowed_roca(y, odds, window or default_window(len(scored)))),
-        calibration=calibration(y, odds),
+        calibration=calibration(y, logit(np.clip([s.score for s in scored], 1e-300, 1.0 - 1e-16))),
+        raw_log_loss=log_loss(y, odds),
     )
 
 

@@ -220,11 +220,12 @@ class Insight:
         if dependence is not None:
             contributions.append(Contribution(f"dependence:{m.dependence}", float(dependence[0]), None, None))
         contributions.sort(key=lambda c: (-abs(c.contribution), c.token or ""))
+        probability, decision = self.filter.judge(fitted, odds)
         return Explanation(
             source=item.source,
             digest=item.digest,
-            verdict=Decision.of_code(int(model.decide(odds, self.filter.thresholds)[0])),
-            score=float(model.spam_probability(odds)[0]),
+            verdict=Decision.of_code(int(decision[0])),
+            score=float(probability[0]),
             log_odds=float(odds[0]),
             prior=terms.prior,
             tokens=tuple(contributions),

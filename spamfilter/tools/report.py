@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
-from scipy.special import expit
+from scipy.special import expit, logit
 
 from spamfilter.config import ModelConfig, counts_occurrences
 from spamfilter.errors import NotTrainedError, ScoresFileError
@@ -62,12 +62,14 @@ class ScoreSample:
     log_odds: (n,) one per message.
     is_spam: (n,) the true labels, when the file has them (``evaluate --out``).
     verdicts: the verdicts, when the file has them.
+    probability: (n,) the scores, the calibrated P(spam), when the file has them.
     """
 
     path: str
     log_odds: FloatArray
     is_spam: BoolArray | None
     verdicts: tuple[str, ...] | None
+    probability: FloatArray | None = None
 
 
 def read_scores(path: Path) -> ScoreSample:
@@ -86,38 +88,51 @@ def read_scores(path: Path) -> ScoreSample:
     if not lines:
         raise ScoresFileError(f"{path}: has no scores")
     if lines[0][1].lstrip().startswith("{"):
-        odds, gold, verdicts = _jsonl_rows(path, lines)
+        odds, gold, verdicts, scores = _jsonl_rows(path, lines)
     else:
-        odds, gold, verdicts = _tsv_rows(path, lines)
+        odds, gold, verdicts, scores = _tsv_rows(path, lines)
     if not odds:
         raise ScoresFileError(f"{path}: has no scores")
     values = np.array(odds, dtype=np.float64)
     if not np.isfinite(values).all():
         raise ScoresFileError(f"{path}: has log-odds that are not finite numbers")
+    probability = np.array(scores, dtype=np.float64) if scores is not None and len(scores) == len(odds) else None
+    if probability is not None and not ((probability >= 0) & (probability <= 1)).all():
+        raise ScoresFileError(f"{path}: has scores outside [0, 1]")
     return ScoreSample(
-        path=str(path), log_odds=values, is_spam=None if gold is None else np.array(gold, dtype=bool), verdicts=None if verdicts is None else tuple(verdicts)
+        path=str(path),
+        log_odds=values,
+        is_spam=None if gold is None else np.array(gold, dtype=bool),
+        verdicts=None if verdicts is None else tuple(verdicts),
+        probability=probability,
     )
 
 
 _VERDICTS = frozenset(d.value for d in Decision)
 
 
-def _jsonl_rows(path: Path, lines: list[tuple[int, str]]) -> tuple[list[float], list[bool] | None, list[str] | None]:
+Rows = tuple[list[float], list[bool] | None, list[str] | None, list[float] | None]
+
+
+def _jsonl_rows(path: Path, lines: list[tuple[int, str]]) -> Rows:
     odds: list[float] = []
     verdicts: list[str] = []
+    scores: list[float] = []
     for n, line in lines:
         try:
             row = json.loads(line)
             odds.append(float(row["log_odds"]))
             verdict = row.get("verdict")
+            if "score" in row:
+                scores.append(float(row["score"]))
         except (ValueError, KeyError, TypeError, AttributeError):
             raise ScoresFileError(f"{path}, line {n}: not a `classify --format jsonl` row with a log_odds") from None
         if verdict in _VERDICTS:
             verdicts.append(verdict)
-    return odds, None, verdicts if len(verdicts) == len(odds) else None
+    return odds, None, verdicts if len(verdicts) == len(odds) else None, scores
 
 
-def _tsv_rows(path: Path, lines: list[tuple[int, str]]) -> tuple[list[float], list[bool] | None, list[str] | None]:
+def _tsv_rows(path: Path, lines: list[tuple[int, str]]) -> Rows:
     header = lines[0][1].split("\t")
     if "log_odds" not in header or header[0] != "source":
         raise ScoresFileError(
@@ -128,6 +143,7 @@ def _tsv_rows(path: Path, lines: list[tuple[int, str]]) -> tuple[list[float], li
     odds: list[float] = []
     gold: list[bool] = []
     verdicts: list[str] = []
+    scores: list[float] = []
     for n, line in lines[1:]:
         # The source comes first and may itself hold a tab: split from the right.
         fields = line.rsplit("\t", len(header) - 1)
@@ -135,6 +151,8 @@ def _tsv_rows(path: Path, lines: list[tuple[int, str]]) -> tuple[list[float], li
             if len(fields) != len(header):
                 raise ValueError
             odds.append(float(fields[at["log_odds"]]))
+            if "score" in at:
+                scores.append(float(fields[at["score"]]))
             if "gold" in at:
                 label = fields[at["gold"]]
                 if label not in (Decision.SPAM, Decision.HAM):
@@ -144,7 +162,7 @@ def _tsv_rows(path: Path, lines: list[tuple[int, str]]) -> tuple[list[float], li
                 verdicts.append(fields[at["verdict"]])
         except ValueError:
             raise ScoresFileError(f"{path}, line {n}: expected {len(header)} tab-separated fields as in the header") from None
-    return odds, gold if "gold" in at else None, verdicts if len(verdicts) == len(odds) else None
+    return odds, gold if "gold" in at else None, verdicts if len(verdicts) == len(odds) else None, scores
 
 
 @dataclass(frozen=True, slots=True)
@@ -413,9 +431,11 @@ def _evaluation(d: ReportData) -> str:
             ("spam: as ham / unsure", f"{_num(r.spam_as_ham, 2, '%')} / {_num(r.spam_unsure, 2, '%')}"),
             ("accuracy", _num(r.accuracy, 2, "%")),
         ]
-    c = calibration(y, odds)
+    # The calibration of the scores (the calibrated P(spam)) when the file
+    # has them, else of expit(log-odds).
+    c = calibration(y, odds if sample.probability is None else logit(np.clip(sample.probability, 1e-300, 1.0 - 1e-16)))
     rows += [
-        ("log-loss (nats per message) / Brier score", f"{c.log_loss:.4f} / {c.brier:.4f}"),
+        ("log-loss (nats per message) / Brier score" + (" of expit(log-odds)" if sample.probability is None else " of the scores"), f"{c.log_loss:.4f} / {c.brier:.4f}"),
         (f"P(spam) ≤ {TAIL:g}: spam among them / ham they hold", f"{_num(c.low_tail_spam_pct, 2, '%')} of {c.low_tail} / {_num(c.ham_in_low_tail_pct, 1, '%')}"),
         (f"P(spam) ≥ {1 - TAIL:g}: ham among them / spam they hold", f"{_num(c.high_tail_ham_pct, 2, '%')} of {c.high_tail} / {_num(c.spam_in_high_tail_pct, 1, '%')}"),
     ]
