@@ -44,13 +44,13 @@ def test_every_message_of_the_edge_case_corpora_is_classified(corpora_dir: Path,
 
 
 def test_train_first_half_classify_second_half_of_spamassassin(corpora_dir: Path, db_url: str, tmp_path: Path) -> None:
-    """Measured 2026-11-26 with the defaults (multinomial-binary, alpha 0.1,
-    tempering 0.55, bigrams): ROC area 0.98644, ham filed as spam 0.28%, spam
-    let through 6.20%, unsure 8.2% of ham and 6.4% of spam, accuracy 90.84%
-    (docs/benchmarks.md; with tempering 0.5: 0.9861, 0.36%, 6.80%, 7.1% /
-    4.2%, 91.99%: fewer errors both ways, more unsure, a lower loss at the
-    default costs). The index is in date order, so the second half is
-    later mail than the first: a hard split."""
+    """Measured 2026-11-27 with the defaults (header lines apart, tempering
+    0.55, the calibrated score): ROC area 0.99527, ham filed as spam 0.00%,
+    spam let through 3.40%, unsure 2.66% of ham and 52.0% of spam, accuracy
+    88.62% (docs/benchmarks.md; decided on expit(log-odds) instead: 0.20%,
+    2.80%, 3.45% / 4.40%: the calibrated score is less sure of later spam,
+    and the default costs send it to unsure). The index is in date order,
+    so the second half is later mail than the first: a hard split."""
     runner = CliRunner()
     base = corpora_dir / "spamassassin"
     lines = [line for line in (base / "index").read_text().splitlines() if line.strip()]
@@ -67,7 +67,8 @@ def test_train_first_half_classify_second_half_of_spamassassin(corpora_dir: Path
     assert len(rows) == truth.size
     area = roc_area(truth, np.array([r["log_odds"] for r in rows]))
     rates = error_rates(truth, [r["verdict"] for r in rows])
-    assert area > 0.985
-    assert rates.ham_as_spam < 0.35
-    assert rates.spam_as_ham < 6.5
-    assert rates.accuracy > 90.5
+    assert area > 0.995
+    assert rates.ham_as_spam < 0.1
+    assert rates.spam_as_ham < 4.0
+    assert rates.ham_unsure < 3.0 and rates.spam_unsure < 55.0
+    assert rates.accuracy > 88.0

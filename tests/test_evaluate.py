@@ -9,12 +9,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from scipy.special import expit
 from typer.testing import CliRunner
 
 from spamfilter.cli import app
 from spamfilter.config import Config
 from spamfilter.errors import NotTrainedError
 from spamfilter.mail import read_index, read_messages
+from spamfilter.nb.calibration import MAP_BINS, CalibrationMap, recorded
 from spamfilter.service import Filter, Verdict
 from spamfilter.tools.evaluation import stratified_folds
 
@@ -49,18 +51,28 @@ def manual_online(index: Path, margin: float | None) -> tuple[list[tuple[str, st
     ``margin`` nats of a decision bound); the rows and how many were trained."""
     manual: list[tuple[str, str, float, float, str]] = []
     trained = 0
+    # The calibration record of every message scored so far, trained or not
+    # (``train`` itself records only those it learns).
+    history = np.zeros((2, MAP_BINS))
     with Filter.open(Config(), "sqlite://") as f:
-        bounds = (f.thresholds.ham_max, f.thresholds.spam_min)
+        t = f.thresholds
         for is_spam, item in read_index(str(index)):
             try:
                 v = next(iter(f.classify([item])))
                 assert isinstance(v, Verdict)
-                got = (v.source, "spam" if is_spam else "ham", v.score, v.log_odds, v.verdict)
+                p = float(CalibrationMap(history).probability(np.array([v.log_odds]))[0])
+                verdict = "spam" if p > expit(t.spam_min) else "ham" if p <= expit(t.ham_max) else "unsure"
+                got = (v.source, "spam" if is_spam else "ham", p, v.log_odds, verdict)
+                decay, added = recorded(np.array([v.log_odds]), np.array([is_spam]))
+                history = decay * history + added
+                # the learning rule reads the log-odds themselves
+                own = "spam" if v.log_odds > t.spam_min else "ham" if v.log_odds <= t.ham_max else "unsure"
             except NotTrainedError:
                 got = (item.source, "spam" if is_spam else "ham", 0.5, 0.0, "unsure")
+                own = "unsure"
             manual.append(got)
-            right = got[4] == got[1]
-            if margin is None or not right or min(abs(got[3] - b) for b in bounds) < margin:
+            right = own == got[1]
+            if margin is None or not right or min(abs(got[3] - b) for b in (t.ham_max, t.spam_min)) < margin:
                 f.train([(is_spam, item)])
                 trained += 1
     return manual, trained
@@ -74,7 +86,9 @@ def test_online_scores_equal_a_manual_classify_then_train_loop(index: Path, tmp_
     rows = read_tsv(out)
     assert rows[0] == ["source", "gold", "score", "log_odds", "verdict"]
     manual, trained = manual_online(index, margin)
-    assert [(r[0], r[1], float(r[2]), float(r[3]), r[4]) for r in rows[1:]] == manual
+    got = [(r[0], r[1], float(r[2]), float(r[3]), r[4]) for r in rows[1:]]
+    assert [(r[0], r[1], r[3], r[4]) for r in got] == [(m[0], m[1], m[3], m[4]) for m in manual]
+    assert [r[2] for r in got] == pytest.approx([m[2] for m in manual], rel=1e-12)
 
     report = json.loads(result.stdout)
     assert (report["messages"], report["spam"], report["ham"], report["trained"]) == (60, 30, 30, trained)

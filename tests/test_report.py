@@ -107,10 +107,12 @@ def test_report_with_evaluation_scores_has_every_section_and_chart(sample_db: st
     text = " ".join(page.text)
     assert "The 60 spam and 60 ham in the model now were trained on" in text
     assert "20 (10 spam, 10 ham)" in text and "1-ROCA" in text
-    # The calibration rows are those of the evaluate file's own scores.
+    # The calibration rows are those of the evaluate file's own scores (the
+    # calibrated P(spam)), not of expit(log-odds).
     sample = read_scores(evaluate_out)
-    assert sample.is_spam is not None
-    c = calibration(sample.is_spam, sample.log_odds)
+    assert sample.is_spam is not None and sample.probability is not None
+    c = calibration(sample.is_spam, np.log(sample.probability) - np.log1p(-sample.probability))
+    assert "of the scores" in text
     assert f"{c.log_loss:.4f} / {c.brier:.4f}" in text
     assert f"of {c.low_tail} /" in text and f"of {c.high_tail} /" in text
     assert c.low_tail + c.high_tail > 0

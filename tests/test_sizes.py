@@ -20,6 +20,7 @@ LONG_FUNCTIONS: dict[str, str] = {
     "cli/serve.py:serve": "a Typer command: most of its lines declare its options",
     "cli/tune.py:tune": "a Typer command: most of its lines declare its options",
     "cli/evaluate.py:evaluate": "a Typer command: most of its lines declare its options",
+    "store/statements.py:_Statements.__init__": "one flat list of assignments, every statement of the store built once per dialect",
     "nb/model.py:joint_log_likelihood": "its docstring records what tempering and the per-message token selection measured (the code is 15 lines)",
 }
 

@@ -85,6 +85,7 @@ def test_new_database_gets_schema_at_head_wal_and_owner_only_mode(store: Store) 
     tables = set(sa.inspect(store.engine).get_table_names())
     assert tables == {
         "alembic_version",
+        "calibration",
         "tokens",
         "class_totals",
         "doc_histogram",
