@@ -18,6 +18,7 @@ from spamfilter.config import Config, DecisionConfig, ModelConfig, StoreConfig, 
 from spamfilter.errors import ConfigError, EvaluationError
 from spamfilter.mail import MailItem
 from spamfilter.mail.sources import read_messages
+from spamfilter.nb.calibration import calibrated_in_order
 from spamfilter.nb.model import thresholds_from_loss
 from spamfilter.service import Filter
 from spamfilter.tools.evaluation import roc_area
@@ -355,12 +356,13 @@ def filter_tail_odds(url: str, m: ModelConfig, labelled: list[tuple[bool, MailIt
 
 
 def assert_scored_as(c: Candidate, is_spam: np.ndarray, odds: np.ndarray, config: Config) -> None:
-    """The candidate's figures are those of these held-out log-odds."""
+    """The candidate's figures are those of these held-out log-odds; its
+    cutoffs, those of their calibrated scores (a record kept batch by batch)."""
     d = config.decision
     bounds = thresholds_from_loss(d.cost_ham_as_spam, d.cost_spam_as_ham, d.cost_unsure)
     cut = best_cutoffs(
         is_spam,
-        odds,
+        calibrated_in_order(odds, is_spam, config.store.batch_size),
         cost_ham_as_spam=d.cost_ham_as_spam,
         cost_spam_as_ham=d.cost_spam_as_ham,
         cost_unsure=d.cost_unsure,

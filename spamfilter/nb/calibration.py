@@ -233,3 +233,19 @@ class CalibrationMap:
         """The calibrated P(spam) of each raw log-odds."""
         result: FloatArray = expit(self.log_odds(log_odds))
         return result
+
+
+def calibrated_in_order(raw: FloatArray, is_spam: BoolArray, batch: int) -> FloatArray:
+    """Calibrated log-odds of a labelled stream scored in order, ``batch``
+    messages at a time, each batch read off the record of the batches
+    before it (starting from an empty one), as ``train`` records them: what
+    the filter would have shown of this stream. ``tune`` chooses its
+    cutoffs on these, since the cutoffs it writes act on the score."""
+    history = np.zeros((2, MAP_BINS))
+    out = np.empty_like(np.asarray(raw, dtype=np.float64))
+    for start in range(0, out.size, batch):
+        part = slice(start, start + batch)
+        out[part] = CalibrationMap(history).log_odds(raw[part])
+        decay, added = recorded(raw[part], is_spam[part])
+        history = decay * history + added
+    return out

@@ -2,12 +2,11 @@
 
 Train on the head of a labelled stream, score its held-out tail with every
 setting tried (or, with several folds, each block of the tail with a model
-of all the mail before it), and keep the one whose cutoffs give the lowest expected loss
-under the loss matrix; the cutoffs come from ``best_cutoffs``. Besides the
-naive Bayes settings it may try the one-dependence estimators (``[model]
-dependence``, ``spamfilter.nb.aode``) and the weight of the continuous message
-features (``[model] features``, ``feature_weight``), computed from the
-same head and tail with the filter's own scorer (``spamfilter.nb.scorer``).
+of all the mail before it), and keep the one whose cutoffs (``best_cutoffs``,
+on the calibrated score) give the lowest expected loss under the loss matrix.
+Besides the naive Bayes settings it may try the one-dependence estimators
+(``[model] dependence``, ``spamfilter.nb.aode``) and the weight of the message
+features (``[model] feature_weight``), with the filter's own scorer.
 """
 
 from __future__ import annotations
@@ -31,6 +30,7 @@ from spamfilter.errors import EvaluationError
 from spamfilter.mail import MailItem
 from spamfilter.nb import aode
 from spamfilter.nb import model as nb
+from spamfilter.nb.calibration import calibrated_in_order
 from spamfilter.nb.gaussian import GaussianParams, gaussian_estimate
 from spamfilter.nb.scorer import Evidence, Scorer
 from spamfilter.tokenizer import is_header_line
@@ -44,8 +44,9 @@ Reading = Callable[[Iterable[tuple[bool, MailItem]]], Iterable[tuple[bool, MailI
 
 @dataclass(frozen=True, slots=True)
 class Cutoffs:
-    """Verdict bounds in log-odds (ham if L <= ham_max, spam if L > spam_min)
-    and the empirical loss they give on the validation messages."""
+    """Verdict bounds in log-odds (ham if L <= ham_max, spam if L > spam_min;
+    ``tune`` chooses them on the calibrated log-odds, logit P(spam)) and the
+    empirical loss they give on the validation messages."""
 
     ham_max: float
     spam_min: float
@@ -350,13 +351,11 @@ def tune_settings(
     score its last ``holdout`` share (later mail, as a filter meets it; with
     ``folds`` > 1 that share is cut into consecutive blocks, each scored by
     a model of every message before it, and the scores pooled), choose
-    each setting's cutoffs by ``best_cutoffs`` (never a spam cutoff
-    below the loss matrix's, never a ham cutoff above it, so the unsure band
-    stays) and report the loss per message. Returns the candidates, best
-    first: lowest loss, then fewest changes to the configured settings, then
-    lowest 1-ROCA, then lowest log-loss (the mean of -log P(true class),
-    which prefers calibrated probabilities when the classes separate
-    perfectly). With ``with_configured`` the configured setting is scored
+    each setting's cutoffs on its calibrated scores (``calibrated_in_order``)
+    by ``best_cutoffs`` (within the loss matrix's, so the unsure band stays)
+    and report the loss per message. Returns the candidates, best first:
+    lowest loss, then fewest changes to the configured settings, then lowest
+    1-ROCA, then lowest log-loss. With ``with_configured`` the configured setting is scored
     too when the grid lacks it (``in_grid`` False), the baseline of
     ``require_improvement``. The messages are read once; each setting is
     then model arithmetic with the filter's own functions (``_setting_odds``).
@@ -381,9 +380,11 @@ def tune_settings(
         raise EvaluationError('no setting to try: dependence "spode" or "aode" needs the event model "multinomial-binary", no token_cap and no merged shared model')
     valid_y = np.concatenate([s.valid_y for s in splits])
     sizes = [s.valid_y.size for s in splits]
-    results = [
-        replace(_candidate(valid_y, np.concatenate(odds), setting, config, sizes), in_grid=not (extra and setting == configured)) for setting, odds in scores.items()
-    ]
+    results = []
+    for setting, parts in scores.items():
+        raw = np.concatenate(parts)
+        scored = _candidate(valid_y, raw, calibrated_in_order(raw, valid_y, config.store.batch_size), setting, config, sizes)
+        results.append(replace(scored, in_grid=not (extra and setting == configured)))
     results.sort(key=lambda c: _rank(c, config))
     return results
 
@@ -579,10 +580,12 @@ def _fold_losses(valid_y: BoolArray, odds: FloatArray, sizes: Sequence[int], ham
     return tuple(out)
 
 
-def _candidate(valid_y: BoolArray, odds: FloatArray, setting: _Setting, config: Config, sizes: Sequence[int] = ()) -> Candidate:
+def _candidate(valid_y: BoolArray, raw: FloatArray, odds: FloatArray, setting: _Setting, config: Config, sizes: Sequence[int] = ()) -> Candidate:
     """How one setting did on the held-out messages at the cutoffs
     ``best_cutoffs`` gives it within the loss matrix's own thresholds, over
-    all folds and in each (``sizes``: the folds' messages, in order)."""
+    all folds and in each (``sizes``: the folds' messages, in order). The
+    cutoffs and verdicts are those of the calibrated log-odds ``odds``;
+    1-ROCA and the log-loss (a tie-break) are the model's own, ``raw``'s."""
     d = config.decision
     bounds = nb.thresholds_from_loss(d.cost_ham_as_spam, d.cost_spam_as_ham, d.cost_unsure)
     cut = best_cutoffs(
@@ -603,10 +606,10 @@ def _candidate(valid_y: BoolArray, odds: FloatArray, setting: _Setting, config: 
         tempering=setting.tempering,
         min_evidence=setting.min_evidence,
         bigrams=config.tokenizer.bigrams,
-        one_minus_roca=100.0 * (1.0 - roc_area(valid_y, odds)),
+        one_minus_roca=100.0 * (1.0 - roc_area(valid_y, raw)),
         cutoffs=cut,
         loss_per_message=cut.loss / valid_y.size,
-        log_loss=float(-np.mean(log_expit(np.where(valid_y, odds, -odds)))),
+        log_loss=float(-np.mean(log_expit(np.where(valid_y, raw, -raw)))),
         hm=100.0 * float(verdict_spam[~valid_y].mean()),
         sm=100.0 * float(verdict_ham[valid_y].mean()),
         unsure=100.0 * float(unsure.mean()),
