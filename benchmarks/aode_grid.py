@@ -36,7 +36,7 @@ from benchmarks.streams import Doc, tokenized
 from spamfilter.analysis import Analysed, Analyser
 from spamfilter.config import Config, load_config
 from spamfilter.counts import ClassCounts, FeatureStats, TokenCounts, Totals
-from spamfilter.nb import aode
+from spamfilter.nb import aode, decision
 from spamfilter.nb import model as nb
 from spamfilter.nb.gaussian import feature_log_odds, gaussian_estimate
 from spamfilter.nb.learning import TrainMode
@@ -257,7 +257,7 @@ def main() -> None:
     parser.add_argument("--check", type=int, default=0, help="compare AODE (first --parents, --children, --child-support) with run_online on the first N messages")
     args = parser.parse_args()
     config = load_config(args.config) if args.config else Config()
-    threshold = nb.thresholds_from_loss(config.decision.cost_ham_as_spam, config.decision.cost_spam_as_ham, 0.0).spam_min
+    threshold = decision.thresholds_from_loss(config.decision.cost_ham_as_spam, config.decision.cost_spam_as_ham, 0.0).spam_min
     Path("results").mkdir(exist_ok=True)
     for name in args.corpus:
         docs, y = tokenized(config, name, args.limit)

@@ -36,6 +36,7 @@ import numpy as np
 from benchmarks.loco import CORPORA, OVERLAP
 from benchmarks.streams import Corpus, online_scores, split_scores
 from spamfilter.config import Config
+from spamfilter.nb import decision
 from spamfilter.nb import model as nb
 from spamfilter.nb.calibration import HALF_LIFE, MAP_BINS, PRIOR_BOUND, CalibrationMap, calibration, recorded
 
@@ -79,14 +80,14 @@ def online_calibrated(raw: np.ndarray, y: np.ndarray, half_life: float, bound: f
     return out
 
 
-def figures(y: np.ndarray, raw: np.ndarray, calibrated: np.ndarray, thresholds: nb.Thresholds, costs: tuple[float, float, float]) -> dict[str, float]:
+def figures(y: np.ndarray, raw: np.ndarray, calibrated: np.ndarray, thresholds: decision.Thresholds, costs: tuple[float, float, float]) -> dict[str, float]:
     cal, before = calibration(y, calibrated), calibration(y, raw)
 
     def loss(odds: np.ndarray) -> float:
-        v = nb.decide(odds, thresholds)
+        v = decision.decide(odds, thresholds)
         return float(costs[0] * np.sum((v == nb.SPAM) & ~y) + costs[1] * np.sum((v == nb.HAM) & y) + costs[2] * np.sum(v == nb.UNSURE)) / y.size
 
-    v = nb.decide(calibrated, thresholds)
+    v = decision.decide(calibrated, thresholds)
     return {
         "raw_log_loss": before.log_loss,
         "log_loss": cal.log_loss,
@@ -112,7 +113,7 @@ def main() -> None:
     args = parser.parse_args()
     config = Config()
     d = config.decision
-    thresholds = nb.thresholds_from_loss(d.cost_ham_as_spam, d.cost_spam_as_ham, d.cost_unsure)
+    thresholds = decision.thresholds_from_loss(d.cost_ham_as_spam, d.cost_spam_as_ham, d.cost_unsure)
     costs = (d.cost_ham_as_spam, d.cost_spam_as_ham, d.cost_unsure)
     corpora = args.corpus or CORPORA
     Path("results").mkdir(exist_ok=True)

@@ -35,7 +35,7 @@ import numpy as np
 from benchmarks.long_stream import stream
 from benchmarks.option_grid import report, setup
 from benchmarks.streams import Corpus, online_scores, tokenized
-from spamfilter.nb import model as nb
+from spamfilter.nb import decision
 from spamfilter.nb.learning import TUNE_MARGIN, TrainMode
 from spamfilter.tools.evaluation import default_window, run_online
 
@@ -52,7 +52,7 @@ def main() -> None:
     parser.add_argument("--check", type=int, default=0, help="compare teft and tune with run_online on the first N messages")
     args = parser.parse_args()
     config, threshold = setup(args)
-    thresholds = nb.thresholds_from_loss(config.decision.cost_ham_as_spam, config.decision.cost_spam_as_ham, config.decision.cost_unsure)
+    thresholds = decision.thresholds_from_loss(config.decision.cost_ham_as_spam, config.decision.cost_spam_as_ham, config.decision.cost_unsure)
     modes = [TrainMode(t) for t in (args.train_mode or ["teft"])]
     settings = [(t, g) for t in modes for g in (args.margin or [TUNE_MARGIN] if t is TrainMode.tune else [TUNE_MARGIN])]
     for name in args.corpus:

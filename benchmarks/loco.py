@@ -43,7 +43,7 @@ import numpy as np
 from benchmarks.compare import ranking
 from benchmarks.streams import Corpus, online_scores, split_scores
 from spamfilter.config import Config, ModelConfig
-from spamfilter.nb import model as nb
+from spamfilter.nb import decision
 from spamfilter.nb.calibration import log_loss
 
 CORPORA = ["spamassassin", "csdmc2010", *(f"enron{i}" for i in range(1, 7))]
@@ -108,8 +108,8 @@ def main() -> None:
     config = Config()
     grid = {k: [json.loads(v) for v in vs.split(",")] for k, _, vs in (g.partition("=") for g in args.grid)} if args.grid else GRID
     corpora = args.corpus or CORPORA
-    thresholds = nb.thresholds_from_loss(config.decision.cost_ham_as_spam, config.decision.cost_spam_as_ham, config.decision.cost_unsure)
-    two_way = nb.thresholds_from_loss(config.decision.cost_ham_as_spam, config.decision.cost_spam_as_ham, 0.0).spam_min
+    thresholds = decision.thresholds_from_loss(config.decision.cost_ham_as_spam, config.decision.cost_spam_as_ham, config.decision.cost_unsure)
+    two_way = decision.thresholds_from_loss(config.decision.cost_ham_as_spam, config.decision.cost_spam_as_ham, 0.0).spam_min
     settings = candidates(config.model, grid)
     Path("results").mkdir(exist_ok=True)
     loaded = {name: Corpus(config, name) for name in corpora}

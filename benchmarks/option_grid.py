@@ -36,11 +36,12 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks import fisher as fisher_combining
 from benchmarks.compare import ranking
 from benchmarks.long_stream import STREAMS, logit, stream
 from benchmarks.streams import Corpus, Doc, online_scores, split_scores, tokenized
 from spamfilter.config import Config, ModelConfig, load_config
-from spamfilter.nb import model as nb
+from spamfilter.nb import decision
 from spamfilter.nb.learning import TrainMode
 from spamfilter.nb.memcounts import MemoryCounts
 from spamfilter.tools.evaluation import default_window, run_online, windowed_roca
@@ -58,14 +59,14 @@ def run(
     if split is None:
         if fisher:
             raise SystemExit("--fisher needs --split")
-        thresholds = nb.thresholds_from_loss(10.0, 1.0, 0.0)
+        thresholds = decision.thresholds_from_loss(10.0, 1.0, 0.0)
         return np.array([online_scores(c, m, thresholds, TrainMode.teft)[0] for m in settings]), y
     head = len(docs) // 2 if split == "half" else 10_000
     rows = []
     if fisher:
         e = MemoryCounts.of(c.binary[:head], c.terms[:head], y[:head]).evidence(c.binary[head:], histogram=False)
-        f = nb.robinson_probability(e.counts, e.totals, fisher[0], fisher[1])
-        rows.append(nb.fisher_log_odds(e.X, f, fisher[2]))
+        f = fisher_combining.robinson_probability(e.counts, e.totals, fisher[0], fisher[1])
+        rows.append(fisher_combining.fisher_log_odds(e.X, f, fisher[2]))
     rows += [split_scores(c, m, head)[0] for m in settings]
     return np.array(rows), y[head:]
 
@@ -134,7 +135,7 @@ def setup(args: argparse.Namespace) -> tuple[Config, float]:
     threshold; makes results/."""
     config = load_config(args.config) if args.config else Config()
     Path("results").mkdir(exist_ok=True)
-    return config, nb.thresholds_from_loss(config.decision.cost_ham_as_spam, config.decision.cost_spam_as_ham, 0.0).spam_min
+    return config, decision.thresholds_from_loss(config.decision.cost_ham_as_spam, config.decision.cost_spam_as_ham, 0.0).spam_min
 
 
 def main() -> None:

@@ -22,7 +22,7 @@ from benchmarks.long_stream import STREAMS, stream
 from spamfilter.config import Config, ModelConfig, counts_occurrences
 from spamfilter.errors import MailParseError
 from spamfilter.mail import parse_message
-from spamfilter.nb import model as nb
+from spamfilter.nb import decision
 from spamfilter.nb.learning import ONLINE_TRAIN_MODE, TUNE_MARGIN, TrainMode, wants_training
 from spamfilter.nb.memcounts import MemoryCounts
 from spamfilter.nb.scorer import Scorer
@@ -93,7 +93,7 @@ def split_scores(c: Corpus, m: ModelConfig, head: int | None = None, stop: int |
 
 
 def online_scores(
-    c: Corpus, m: ModelConfig, thresholds: nb.Thresholds, mode: TrainMode = ONLINE_TRAIN_MODE, margin: float = TUNE_MARGIN
+    c: Corpus, m: ModelConfig, thresholds: decision.Thresholds, mode: TrainMode = ONLINE_TRAIN_MODE, margin: float = TUNE_MARGIN
 ) -> tuple[np.ndarray, np.ndarray]:
     """Score each message with the counts of those learned before it, then
     learn it if the library's online rule (``mode``, ``margin``) says so:
@@ -111,7 +111,7 @@ def online_scores(
         verdict = Decision.UNSURE
         if counts.messages.all():
             out[i] = float(scorer.log_odds(counts.evidence(Xm[i], c.header, histogram=m.event_model == "bernoulli"))[0])
-            verdict = Decision.of_code(int(nb.decide(out[i : i + 1], thresholds)[0]))
+            verdict = Decision.of_code(int(decision.decide(out[i : i + 1], thresholds)[0]))
         if wants_training(mode, label, verdict, out[i], thresholds.ham_max, thresholds.spam_min, margin):
             counts.add(c.binary.indices[lo:hi], c.terms.data[lo:hi], int(label))
             trained[i] = True

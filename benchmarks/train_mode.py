@@ -30,7 +30,7 @@ import numpy as np
 from benchmarks.loco import CORPORA, figures, left_out_folds
 from benchmarks.streams import Corpus, online_scores, split_scores
 from spamfilter.config import Config
-from spamfilter.nb import model as nb
+from spamfilter.nb import decision
 from spamfilter.nb.learning import TrainMode
 from spamfilter.nb.memcounts import MemoryCounts
 from spamfilter.nb.scorer import Scorer
@@ -48,7 +48,7 @@ def learned_once(c: Corpus, config: Config, mode: TrainMode, margin: float) -> t
     m = config.model
     head = c.y.size // 2
     d = config.decision
-    thresholds = nb.thresholds_from_loss(d.cost_ham_as_spam, d.cost_spam_as_ham, d.cost_unsure)
+    thresholds = decision.thresholds_from_loss(d.cost_ham_as_spam, d.cost_spam_as_ham, d.cost_unsure)
     _, trained = online_scores(head_of(c, head), m, thresholds, mode, margin)
     rows = np.flatnonzero(trained)
     counts = MemoryCounts.of(c.binary[rows], c.terms[rows], c.y[rows])
@@ -63,7 +63,7 @@ def main() -> None:
     args = parser.parse_args()
     config = Config()
     d = config.decision
-    two_way = nb.thresholds_from_loss(d.cost_ham_as_spam, d.cost_spam_as_ham, 0.0).spam_min
+    two_way = decision.thresholds_from_loss(d.cost_ham_as_spam, d.cost_spam_as_ham, 0.0).spam_min
     corpora = args.corpus or CORPORA
     table: dict[str, dict[str, dict[str, float]]] = {"defaults": {}}
     started = time.perf_counter()

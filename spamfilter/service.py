@@ -35,7 +35,7 @@ from spamfilter.counts import FeatureStats, Totals
 from spamfilter.delta import CountDelta
 from spamfilter.errors import NotTrainedError
 from spamfilter.mail import MailItem
-from spamfilter.nb import model
+from spamfilter.nb import decision, model
 from spamfilter.nb.calibration import MAP_BINS, CalibrationMap, recorded
 from spamfilter.nb.gaussian import GaussianParams, gaussian_estimate
 from spamfilter.nb.learning import ONLINE_TRAIN_MODE as ONLINE_TRAIN_MODE
@@ -188,16 +188,16 @@ class Filter:
         self._after_commit: Callable[[], None] | None = None
         d = config.decision
         if d.spam_cutoff is not None and d.ham_cutoff is not None:
-            self.thresholds = model.thresholds_from_cutoffs(d.ham_cutoff, d.spam_cutoff)
+            self.thresholds = decision.thresholds_from_cutoffs(d.ham_cutoff, d.spam_cutoff)
         else:
-            self.thresholds = model.thresholds_from_loss(d.cost_ham_as_spam, d.cost_spam_as_ham, d.cost_unsure)
+            self.thresholds = decision.thresholds_from_loss(d.cost_ham_as_spam, d.cost_spam_as_ham, d.cost_unsure)
 
     @property
     def two_way_threshold(self) -> float:
         """The log-odds above which the Bayes rule says spam when there is no
         unsure verdict: log(cost_ham_as_spam / cost_spam_as_ham)."""
         d = self.config.decision
-        return model.thresholds_from_loss(d.cost_ham_as_spam, d.cost_spam_as_ham, 0.0).spam_min
+        return decision.thresholds_from_loss(d.cost_ham_as_spam, d.cost_spam_as_ham, 0.0).spam_min
 
     @classmethod
     def open(
@@ -529,7 +529,7 @@ class Filter:
         """The calibrated P(spam) of each of a batch's log-odds (the map of
         ``fitted``) and the loss matrix's decision code on it."""
         calibrated = fitted.calibration.log_odds(log_odds)
-        return model.spam_probability(calibrated), model.decide(calibrated, self.thresholds)
+        return decision.spam_probability(calibrated), decision.decide(calibrated, self.thresholds)
 
     def _record(self, tx: StoreTransaction, labels: Sequence[Label], log_odds: Sequence[float]) -> None:
         """Add messages scored before they were learned to the owner's
@@ -584,7 +584,7 @@ class Filter:
                     try:
                         verdict = self._score([analysed], tx)[0]
                         self._record(tx, [label], [verdict.log_odds])
-                        own = Decision.of_code(int(model.decide(np.array([verdict.log_odds]), self.thresholds)[0]))
+                        own = Decision.of_code(int(decision.decide(np.array([verdict.log_odds]), self.thresholds)[0]))
                     except NotTrainedError:
                         verdict = Verdict(analysed.source, analysed.digest, 0.5, 0.0, Decision.UNSURE)
                         own = Decision.UNSURE

@@ -37,7 +37,7 @@ class Decision(StrEnum):
 
     @property
     def code(self) -> int:
-        """``model.decide``'s code, also the label stored for IMAP state:
+        """``decision.decide``'s code, also the label stored for IMAP state:
         the class's `Label` for ham and spam, `UNSURE_CODE` for unsure."""
         return _BY_CODE.index(self)
 

@@ -31,7 +31,7 @@ import scipy.sparse as sp
 
 from spamfilter.counts import ClassCounts
 from spamfilter.errors import NotTrainedError
-from spamfilter.nb import model
+from spamfilter.nb import decision, model
 from spamfilter.nb.model import HAM, SPAM, UNSURE
 
 VOCAB = ["Chinese", "Beijing", "Shanghai", "Macao", "Tokyo", "Japan"]
@@ -112,7 +112,7 @@ def test_iir_example_joint_log_likelihood_and_log_odds(event_model: str, alpha: 
     odds = model.log_odds(jll)
     assert odds[0] == pytest.approx(flog(spam_joint / ham_joint), rel=1e-12)
     posterior = spam_joint / (spam_joint + ham_joint)
-    assert model.spam_probability(odds)[0] == pytest.approx(float(posterior), rel=1e-12)
+    assert decision.spam_probability(odds)[0] == pytest.approx(float(posterior), rel=1e-12)
 
 
 def test_iir_example_verdicts_match_the_book() -> None:
@@ -186,14 +186,14 @@ def test_not_trained_error_when_a_class_has_no_messages(messages: list[int], eve
 
 
 def test_two_way_threshold_for_costs_10_1_is_logit_10_over_11() -> None:
-    t = model.thresholds_from_loss(10.0, 1.0, 0.0)
+    t = decision.thresholds_from_loss(10.0, 1.0, 0.0)
     # logit(10/11) = log((10/11) / (1/11)) = log 10
     assert t.ham_max == pytest.approx(math.log(10), rel=1e-12)
     assert t.spam_min == t.ham_max
 
 
 def test_unsure_band_for_cost_0_2_is_logit_0_2_to_logit_0_98() -> None:
-    t = model.thresholds_from_loss(10.0, 1.0, 0.2)
+    t = decision.thresholds_from_loss(10.0, 1.0, 0.2)
     # c_u / c_sh = 0.2 -> logit = log(1/4); 1 - c_u / c_hs = 0.98 -> logit = log 49
     assert t.ham_max == pytest.approx(math.log(0.25), rel=1e-12)
     assert t.spam_min == pytest.approx(math.log(49), rel=1e-12)
@@ -201,12 +201,12 @@ def test_unsure_band_for_cost_0_2_is_logit_0_2_to_logit_0_98() -> None:
 
 @pytest.mark.parametrize("cost_unsure", [10 / 11, 0.95, 1.0, 5.0])
 def test_unsure_costing_at_least_10_over_11_gives_the_two_way_rule(cost_unsure: float) -> None:
-    t = model.thresholds_from_loss(10.0, 1.0, cost_unsure)
-    assert t == model.thresholds_from_loss(10.0, 1.0, 0.0)
+    t = decision.thresholds_from_loss(10.0, 1.0, cost_unsure)
+    assert t == decision.thresholds_from_loss(10.0, 1.0, 0.0)
 
 
 def test_unsure_just_below_10_over_11_keeps_a_narrow_band() -> None:
-    t = model.thresholds_from_loss(10.0, 1.0, 0.9)
+    t = decision.thresholds_from_loss(10.0, 1.0, 0.9)
     # (0.9, 1 - 0.09) = (0.9, 0.91): logit 9 and logit(91/9)
     assert t.ham_max == pytest.approx(math.log(9), rel=1e-12)
     assert t.spam_min == pytest.approx(math.log(91 / 9), rel=1e-12)
@@ -214,22 +214,22 @@ def test_unsure_just_below_10_over_11_keeps_a_narrow_band() -> None:
 
 
 def test_thresholds_from_cutoffs_are_their_logits() -> None:
-    t = model.thresholds_from_cutoffs(0.2, 0.9)
+    t = decision.thresholds_from_cutoffs(0.2, 0.9)
     assert t.ham_max == pytest.approx(math.log(0.25), rel=1e-12)
     assert t.spam_min == pytest.approx(math.log(9), rel=1e-12)
 
 
 def test_decide_with_unsure_band_including_boundaries() -> None:
-    t = model.Thresholds(ham_max=-1.0, spam_min=2.0)
+    t = decision.Thresholds(ham_max=-1.0, spam_min=2.0)
     odds = np.array([-np.inf, -5.0, -1.0, np.nextafter(-1.0, 0.0), 0.0, 2.0, np.nextafter(2.0, 3.0), 80.0, np.inf])
     expected = [HAM, HAM, HAM, UNSURE, UNSURE, UNSURE, SPAM, SPAM, SPAM]
-    assert model.decide(odds, t).tolist() == expected
+    assert decision.decide(odds, t).tolist() == expected
 
 
 def test_decide_two_way_is_ham_on_equality() -> None:
-    t = model.thresholds_from_loss(10.0, 1.0, 0.0)
+    t = decision.thresholds_from_loss(10.0, 1.0, 0.0)
     odds = np.array([t.ham_max, np.nextafter(t.ham_max, np.inf), np.nextafter(t.ham_max, -np.inf)])
-    assert model.decide(odds, t).tolist() == [HAM, SPAM, HAM]
+    assert decision.decide(odds, t).tolist() == [HAM, SPAM, HAM]
 
 
 # -- no saturation -------------------------------------------------------------
@@ -239,7 +239,7 @@ def test_log_odds_keep_ranking_where_probability_saturates() -> None:
     jll = np.array([[-100.0, -20.0], [-100.0, -60.0], [-100.0, -99.0]])
     odds = model.log_odds(jll)
     assert odds.tolist() == [80.0, 40.0, 1.0]
-    probability = model.spam_probability(odds)
+    probability = decision.spam_probability(odds)
     assert probability[0] == 1.0
     assert probability[1] == 1.0
     assert probability[2] == pytest.approx(1 / (1 + math.exp(-1)), rel=1e-12)
@@ -255,7 +255,7 @@ def test_repeated_spam_token_gives_distinct_odds_past_saturation() -> None:
     expected = [math.log(3) + n * math.log(9 / 7) for n in (300, 400)]
     assert odds.tolist() == pytest.approx(expected, rel=1e-12)
     assert odds[0] > 37 and odds[1] > odds[0]
-    assert model.spam_probability(odds).tolist() == [1.0, 1.0]
+    assert decision.spam_probability(odds).tolist() == [1.0, 1.0]
 
 
 def test_min_evidence_drops_weak_tokens_before_tempering() -> None:
@@ -277,7 +277,7 @@ def test_min_evidence_drops_weak_tokens_before_tempering() -> None:
 def test_decide_codes_name_the_verdicts_and_the_labels() -> None:
     from spamfilter.verdicts import Decision, Label
 
-    codes = model.decide(np.array([-5.0, 0.0, 5.0]), model.Thresholds(ham_max=-1.0, spam_min=1.0))
+    codes = decision.decide(np.array([-5.0, 0.0, 5.0]), decision.Thresholds(ham_max=-1.0, spam_min=1.0))
     assert [Decision.of_code(int(c)) for c in codes] == [Decision.HAM, Decision.UNSURE, Decision.SPAM]
     assert [label.decision for label in Label] == [Decision.HAM, Decision.SPAM]
     assert [d.code for d in Decision] == [Label.HAM, Label.SPAM, model.UNSURE]
@@ -351,52 +351,6 @@ def test_log_odds_terms_show_the_capped_and_selected_contributions() -> None:
     assert (terms.used.tolist(), terms.events, terms.absent) == ([False, True, True], 2.0, 0.0)
     odds = model.log_odds(model.joint_log_likelihood(X, params, 0.5, 0.0, 2, 2.5))
     assert terms.prior + terms.token.sum() + terms.absent == pytest.approx(odds[0], abs=1e-12)
-
-
-def robinson_example() -> tuple[model.TokenCounts, model.Totals]:
-    from spamfilter.counts import ClassCounts
-
-    # 4 ham, 6 spam; token A in 1 ham and 3 spam, B in none, C in 2 ham
-    doc = np.array([[1, 0, 2], [3, 0, 0]], dtype=np.int64)
-    empty = np.zeros((0, 2), dtype=np.int64)
-    classes = ClassCounts(messages=np.array([4, 6]), terms=doc.sum(axis=1), binary_terms=doc.sum(axis=1))
-    return model.TokenCounts(doc, doc.copy()), model.Totals(classes, vocabulary_size=3, histogram=(empty, empty))
-
-
-def test_robinson_probability_by_hand() -> None:
-    counts, stats = robinson_example()
-    # A: p = (3/6) / (3/6 + 1/4) = 2/3, n = 4: f = (0.5 + 4 * 2/3) / 5; B: unseen, f = x; C: p = 0, n = 2: f = 0.5 / 3
-    f = model.robinson_probability(counts, stats, s=1.0, x=0.5)
-    assert f.tolist() == pytest.approx([(0.5 + 8 / 3) / 5, 0.5, 1 / 6], rel=1e-12)
-    # s = 0: the raw ratio of rates
-    assert model.robinson_probability(counts, stats, s=0.0, x=0.5)[[0, 2]].tolist() == pytest.approx([2 / 3, 0.0], abs=1e-12)
-
-
-def test_fisher_log_odds_by_hand() -> None:
-    import scipy.sparse as sp
-
-    counts, stats = robinson_example()
-    f = model.robinson_probability(counts, stats, s=1.0, x=0.5)
-    X = sp.csr_matrix(np.array([[1.0, 1.0, 1.0], [0.0, 1.0, 0.0]]))
-    # min_dev 0.1 keeps A and C (B sits at 0.5): 2k = 4 degrees of freedom, where
-    # the chi-square tail is Q(t; 4) = exp(-t/2) (1 + t/2)
-    h = -2 * (math.log(f[0]) + math.log(f[2]))
-    s = -2 * (math.log(1 - f[0]) + math.log(1 - f[2]))
-    expected = (-h / 2 + math.log1p(h / 2)) - (-s / 2 + math.log1p(s / 2))
-    got = model.fisher_log_odds(X, f, 0.1)
-    assert got.tolist() == pytest.approx([expected, 0.0], rel=1e-12)
-    # min_dev 0.2 keeps only C: Q(t; 2) = exp(-t/2), so L = logit f(C) = -log 5
-    assert model.fisher_log_odds(X, f, 0.2).tolist() == pytest.approx([-math.log(5.0), 0.0], rel=1e-12)
-
-
-def test_log_chi2_tail_matches_scipy_and_does_not_underflow() -> None:
-    from scipy.stats import chi2
-
-    for t, k in ((0.5, 1), (3.0, 2), (40.0, 7), (200.0, 50)):
-        assert model.log_chi2_tail(t, k) == pytest.approx(float(chi2.logsf(t, 2 * k)), rel=1e-9)
-    # far in the tail scipy's survival function is 0; the closed form is not
-    assert chi2.sf(5000.0, 200) == 0.0
-    assert model.log_chi2_tail(5000.0, 100) == pytest.approx(-2500 + 99 * math.log(2500) - math.lgamma(100) + math.log1p(99 / 2500 + 99 * 98 / 2500**2), rel=1e-6)
 
 
 def test_header_lines_apart_have_their_own_selection_and_tempering() -> None:

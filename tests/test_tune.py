@@ -19,7 +19,7 @@ from spamfilter.errors import ConfigError, EvaluationError
 from spamfilter.mail import MailItem
 from spamfilter.mail.sources import read_messages
 from spamfilter.nb.calibration import calibrated_in_order
-from spamfilter.nb.model import thresholds_from_loss
+from spamfilter.nb.decision import thresholds_from_loss
 from spamfilter.service import Filter
 from spamfilter.tools.evaluation import roc_area
 from spamfilter.tools.maintenance import Maintenance
@@ -203,7 +203,7 @@ def test_ties_keep_the_configured_settings() -> None:
 
 
 def test_tuned_cutoffs_respect_the_loss_matrix() -> None:
-    from spamfilter.nb.model import logit
+    from spamfilter.nb.decision import logit
 
     for c in tune(Config(), easy_stream(100), event_models=["multinomial-binary", "bernoulli"], alphas=[0.01, 1.0], temperings=[0.0, 0.5]):
         # default matrix: spam above P 0.98, ham at or below P 0.2
@@ -276,7 +276,7 @@ def test_tune_refuses_to_write_what_a_small_tail_cannot_decide(tmp_path: Path) -
 
 
 def test_cutoffs_as_probabilities_read_back_as_the_same_log_odds() -> None:
-    from spamfilter.nb.model import thresholds_from_cutoffs
+    from spamfilter.nb.decision import thresholds_from_cutoffs
     from spamfilter.tools.tuning import Cutoffs
 
     ham_cutoff, spam_cutoff = Cutoffs(ham_max=-2.5, spam_min=4.0, loss=0.0).probabilities()

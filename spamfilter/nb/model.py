@@ -53,7 +53,6 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
-from scipy.special import expit, gammaln, logsumexp
 
 from spamfilter.config import counts_occurrences, has_absent_term
 from spamfilter.counts import FeatureStats as FeatureStats
@@ -362,124 +361,10 @@ def tempering_factor(X: sp.csr_matrix, tempering: float) -> FloatArray:
     return result
 
 
-def robinson_probability(counts: TokenCounts, stats: Totals, s: float, x: float) -> FloatArray:
-    """Robinson's smoothed spam probability of each column, shape (m,):
-
-        p(w) = (b / n_s) / (b / n_s + g / n_h)       b, g = D[1,j], D[0,j]; n_s, n_h = D[1], D[0]
-        f(w) = (s * x + n * p(w)) / (s + n)          n = b + g
-
-    a Beta prior of strength s pulling a token seen in few messages towards
-    the background x (bogofilter's robs = 0.0178 and robx = 0.52; SpamBayes
-    uses s = 0.45, x = 0.5). A token in no message gets f = x.
-    """
-    d = counts.doc_count.astype(np.float64)
-    messages = stats.messages.astype(np.float64)
-    spam_rate, ham_rate = d[SPAM] / max(messages[SPAM], 1.0), d[HAM] / max(messages[HAM], 1.0)
-    total = spam_rate + ham_rate
-    p = np.divide(spam_rate, total, out=np.full(total.shape, x), where=total > 0)
-    n = d[SPAM] + d[HAM]
-    f: FloatArray = np.divide(s * x + n * p, s + n, out=np.full(n.shape, x), where=(s + n) > 0)
-    return f
-
-
-def fisher_log_odds(X: sp.csr_matrix, f: FloatArray, min_dev: float) -> FloatArray:
-    """Fisher's chi-square combining of the tokens with |f(w) - 0.5| > min_dev, per row of X (n, m):
-
-        S = -2 sum ln(1 - f),  H = -2 sum ln f      over the k selected tokens present
-        L = ln Q(H; 2k) - ln Q(S; 2k)                 Q: chi-square survival function
-
-    With an even number of degrees of freedom the tail has a closed form,
-    Q(t; 2k) = exp(-t/2) sum_{i<k} (t/2)^i / i!, taken here in logs
-    (logsumexp), so it does not underflow to 0 for hundreds of tokens.
-
-    Under the hypothesis that the f are uniform, H and S are chi-square with
-    2k degrees of freedom; Q(S) is small when many f are near 1 (spam), Q(H)
-    when many are near 0 (ham). bogofilter and SpamBayes combine the two as
-    (1 + Q(H) - Q(S)) / 2, which saturates at 0 and 1; the difference of the
-    log tails ranks the same way at the ends without the ties. 0 for a row
-    with no selected token. It is not a sum over tokens, so it has no
-    per-token decomposition like ``log_odds_terms``.
-
-    Measured only as an alternative (benchmarks/option_grid.py, docs/benchmarks.md
-    "Bounded evidence"); the filter does not score with it.
-    """
-    used = np.abs(f - 0.5) > min_dev
-    q = np.clip(f, 1e-300, 1.0)
-    one_minus = np.clip(1.0 - f, 1e-300, 1.0)
-    binary = X.copy()
-    binary.data = np.ones_like(binary.data)
-    k = np.asarray(binary @ used.astype(np.float64)).ravel().astype(np.int64)
-    ham_stat = -2.0 * np.asarray(binary @ np.where(used, np.log(q), 0.0)).ravel()
-    spam_stat = -2.0 * np.asarray(binary @ np.where(used, np.log(one_minus), 0.0)).ravel()
-    result: FloatArray = np.array([log_chi2_tail(h, n) - log_chi2_tail(t, n) if n else 0.0 for h, t, n in zip(ham_stat, spam_stat, k.tolist())])
-    return result
-
-
-def log_chi2_tail(t: float, k: int) -> float:
-    """ln Q(t; 2k) = -t/2 + ln sum_{i<k} (t/2)^i / i!  (k >= 1, t >= 0)."""
-    i = np.arange(k, dtype=np.float64)
-    half = max(t / 2.0, 1e-300)
-    return float(-half + logsumexp(i * np.log(half) - gammaln(i + 1.0)))
-
-
 def log_odds(jll: FloatArray) -> FloatArray:
     """L = log P(spam|x) - log P(ham|x), shape (n,); the ranking score."""
     result: FloatArray = jll[:, SPAM] - jll[:, HAM]
     return result
-
-
-def spam_probability(odds: FloatArray) -> FloatArray:
-    """P(spam|x) = 1 / (1 + exp(-L)); saturates to 1.0 past L ~ 37, so never rank on it."""
-    result: FloatArray = expit(odds)
-    return result
-
-
-@dataclass(frozen=True, slots=True)
-class Thresholds:
-    """Verdict bounds on the log-odds: ham if L <= ham_max, spam if L > spam_min."""
-
-    ham_max: float
-    spam_min: float
-
-
-def logit(p: float) -> float:
-    """log(p / (1 - p)) for 0 < p < 1."""
-    return float(np.log(p) - np.log1p(-p))
-
-
-def thresholds_from_loss(cost_ham_as_spam: float, cost_spam_as_ham: float, cost_unsure: float) -> Thresholds:
-    """Bayes decision rule with a reject option, as log-odds bounds.
-
-    With p = P(spam|x) the expected loss of each action is
-
-        say ham:    p * cost_spam_as_ham
-        say spam:   (1 - p) * cost_ham_as_spam
-        say unsure: cost_unsure            (a person looks at it)
-
-    Without an unsure action, spam wins when p > t = c_hs / (c_hs + c_sh)
-    (c_hs = cost_ham_as_spam, c_sh = cost_spam_as_ham): with c_hs = 10,
-    c_sh = 1 a message must be 10/11 = 91% likely spam. With one, unsure wins
-    on p in (c_u / c_sh, 1 - c_u / c_hs) whenever that interval is not empty,
-    i.e. when c_u < c_hs * c_sh / (c_hs + c_sh); otherwise the two-way rule stands.
-    """
-    c_hs, c_sh, c_u = cost_ham_as_spam, cost_spam_as_ham, cost_unsure
-    if c_u <= 0 or c_u >= c_hs * c_sh / (c_hs + c_sh):
-        t = logit(c_hs / (c_hs + c_sh))
-        return Thresholds(ham_max=t, spam_min=t)
-    return Thresholds(ham_max=logit(c_u / c_sh), spam_min=logit(1 - c_u / c_hs))
-
-
-def thresholds_from_cutoffs(ham_cutoff: float, spam_cutoff: float) -> Thresholds:
-    """Explicit probability cutoffs (0 < ham_cutoff <= spam_cutoff < 1) as log-odds bounds."""
-    return Thresholds(ham_max=logit(ham_cutoff), spam_min=logit(spam_cutoff))
-
-
-def decide(odds: FloatArray, thresholds: Thresholds) -> IntArray:
-    """Verdict per message: HAM, SPAM or UNSURE, shape (n,)."""
-    verdict = np.full(odds.shape, UNSURE, dtype=np.int64)
-    verdict[odds <= thresholds.ham_max] = HAM
-    verdict[odds > thresholds.spam_min] = SPAM
-    return verdict
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,7 @@ from spamfilter.config import Config, Dependence, EventModel, ModelConfig, count
 from spamfilter.counts import ClassCounts, FeatureStats, IntArray
 from spamfilter.errors import EvaluationError
 from spamfilter.mail import MailItem
-from spamfilter.nb import aode
+from spamfilter.nb import aode, decision
 from spamfilter.nb import model as nb
 from spamfilter.nb.calibration import calibrated_in_order
 from spamfilter.nb.gaussian import GaussianParams, gaussian_estimate
@@ -54,8 +54,8 @@ class Cutoffs:
 
     def probabilities(self) -> tuple[float, float]:
         """The bounds as the config's (ham_cutoff, spam_cutoff): P(spam) at
-        each, the inverse of `model.thresholds_from_cutoffs`."""
-        ham_cutoff, spam_cutoff = nb.spam_probability(np.array([self.ham_max, self.spam_min]))
+        each, the inverse of `decision.thresholds_from_cutoffs`."""
+        ham_cutoff, spam_cutoff = decision.spam_probability(np.array([self.ham_max, self.spam_min]))
         return float(ham_cutoff), float(spam_cutoff)
 
 
@@ -587,7 +587,7 @@ def _candidate(valid_y: BoolArray, raw: FloatArray, odds: FloatArray, setting: _
     cutoffs and verdicts are those of the calibrated log-odds ``odds``;
     1-ROCA and the log-loss (a tie-break) are the model's own, ``raw``'s."""
     d = config.decision
-    bounds = nb.thresholds_from_loss(d.cost_ham_as_spam, d.cost_spam_as_ham, d.cost_unsure)
+    bounds = decision.thresholds_from_loss(d.cost_ham_as_spam, d.cost_spam_as_ham, d.cost_unsure)
     cut = best_cutoffs(
         valid_y,
         odds,
