@@ -619,4 +619,4 @@ def test_a_move_asked_for_by_a_keyword_is_finished_after_a_break(dovecot_server:
     assert digest_bytes(raw) not in digests(dovecot_server, user, "INBOX")
     with Filter.open(config, db) as f, f.store.begin(write=False) as tx:
         assert tx.trained_labels([digest_bytes(raw)]) == {digest_bytes(raw): 1}
-        assert not tx.imap_pending("test", "INBOX")
+        assert not tx.imap.pending("test", "INBOX")

@@ -307,6 +307,6 @@ def test_upgrade_from_0001_keeps_the_counts(db_url: str) -> None:
         totals = tx.totals()
         assert totals.messages.tolist() == [1, 1] and totals.terms.tolist() == [1, 2] and totals.vocabulary_size == 2
         assert tx.trained_labels(["d1"]) == {"d1": 1}
-        assert tx.imap_records("acct", ["x"]) == {}
+        assert tx.imap.records("acct", ["x"]) == {}
         assert rows(tx.token_counts(["free"], owner="alice")).tolist() == [[0, 0, 0, 0]]
     store.close()

@@ -196,17 +196,17 @@ def test_imap_state_is_kept_per_user(any_db_url: str) -> None:
 
     with Store.open(any_db_url, owner="ann") as ann, Store.open(any_db_url, owner="bo") as bo:
         with ann.begin() as tx:
-            tx.set_imap_uidvalidity("mail", "INBOX", 7)
-            tx.add_imap_uids("mail", "INBOX", [(1, "d1")])
-            tx.put_imap_records("mail", [ImapRecord("d1", 1, "filter", "Junk")])
+            tx.imap.set_uidvalidity("mail", "INBOX", 7)
+            tx.imap.add_uids("mail", "INBOX", [(1, "d1")])
+            tx.imap.put_records("mail", [ImapRecord("d1", 1, "filter", "Junk")])
         with bo.begin() as tx:
-            assert tx.imap_uidvalidity("mail", "INBOX") is None
-            assert tx.imap_uids("mail", "INBOX") == {}
-            assert tx.imap_records("mail", ["d1"]) == {}
-            tx.set_imap_uidvalidity("mail", "INBOX", 9)
+            assert tx.imap.uidvalidity("mail", "INBOX") is None
+            assert tx.imap.uids("mail", "INBOX") == {}
+            assert tx.imap.records("mail", ["d1"]) == {}
+            tx.imap.set_uidvalidity("mail", "INBOX", 9)
         with ann.begin(write=False) as tx:
-            assert tx.imap_uidvalidity("mail", "INBOX") == 7
-            assert tx.imap_uids("mail", "INBOX") == {1: ("d1", None)}
+            assert tx.imap.uidvalidity("mail", "INBOX") == 7
+            assert tx.imap.uids("mail", "INBOX") == {1: ("d1", None)}
 
 
 @pytest.mark.parametrize("event_model", ["multinomial-binary", "multinomial", "bernoulli"])

@@ -41,15 +41,15 @@ class ImapState:
     def records(self, digests: Sequence[str]) -> dict[str, ImapRecord]:
         """What is known of the messages with these digests."""
         with self._store.begin(write=False) as tx:
-            return tx.imap_records(self.account, digests)
+            return tx.imap.records(self.account, digests)
 
     def commit(self, folder: str, records: Sequence[ImapRecord] = (), handled: Sequence[tuple[int, str]] = ()) -> None:
         """Write ``records`` and mark (uid, digest) ``handled`` in ``folder``, in one transaction."""
         if self.dry_run or not (records or handled):
             return
         with self._store.begin() as tx:
-            tx.put_imap_records(self.account, records)
-            tx.add_imap_uids(self.account, folder, handled)
+            tx.imap.put_records(self.account, records)
+            tx.imap.add_uids(self.account, folder, handled)
 
     def handled(self, folder: str, uidvalidity: int) -> dict[int, str]:
         """UID -> digest of the messages handled in ``folder``; none when its
@@ -57,45 +57,45 @@ class ImapState:
         renumbered: every message is new again, and its digest finds what is
         known of it), which is then recorded."""
         with self._store.begin(write=not self.dry_run) as tx:
-            if tx.imap_uidvalidity(self.account, folder) != uidvalidity:
+            if tx.imap.uidvalidity(self.account, folder) != uidvalidity:
                 if not self.dry_run:
-                    tx.set_imap_uidvalidity(self.account, folder, uidvalidity)
+                    tx.imap.set_uidvalidity(self.account, folder, uidvalidity)
                 return {}
-            return {u: d for u, (d, _) in tx.imap_uids(self.account, folder).items()}
+            return {u: d for u, (d, _) in tx.imap.uids(self.account, folder).items()}
 
     def forget_uids(self, folder: str, uids: Sequence[int]) -> None:
         """Drop UIDs that are no longer in ``folder``."""
         if self.dry_run or not uids:
             return
         with self._store.begin() as tx:
-            tx.delete_imap_uids(self.account, folder, uids)
+            tx.imap.delete_uids(self.account, folder, uids)
 
     def pending(self, folder: str) -> list[ImapRecord]:
         """Moves out of ``folder`` recorded as started and not as done."""
         with self._store.begin(write=False) as tx:
-            return tx.imap_pending(self.account, folder)
+            return tx.imap.pending(self.account, folder)
 
     def folder_digests(self, folder: str) -> set[str]:
         """Digests of the messages handled in ``folder`` (as last seen)."""
         if not folder:
             return set()
         with self._store.begin(write=False) as tx:
-            return {d for d, _ in tx.imap_uids(self.account, folder).values()}
+            return {d for d, _ in tx.imap.uids(self.account, folder).values()}
 
     def keywords(self, folder: str, uidvalidity: int) -> dict[int, tuple[str, int | None]] | None:
         """UID -> (digest, keyword bits last seen) in ``folder``; None when the
         folder was renumbered since it was last read."""
         with self._store.begin(write=False) as tx:
-            if tx.imap_uidvalidity(self.account, folder) != uidvalidity:
+            if tx.imap.uidvalidity(self.account, folder) != uidvalidity:
                 return None
-            return tx.imap_uids(self.account, folder)
+            return tx.imap.uids(self.account, folder)
 
     def set_keywords(self, folder: str, rows: Sequence[tuple[int, int]]) -> None:
         """Record the keyword bits now seen on (uid, bits) of ``folder``."""
         if self.dry_run:
             return
         with self._store.begin() as tx:
-            tx.set_imap_keywords(self.account, folder, rows)
+            tx.imap.set_keywords(self.account, folder, rows)
 
     def moves_done(self, folder: str, records: Sequence[ImapRecord], uids: Sequence[int], arrivals: Sequence[Arrival]) -> None:
         """Record moves out of ``folder`` as done: the ``records`` (no longer
@@ -105,8 +105,8 @@ class ImapState:
         if self.dry_run:
             return
         with self._store.begin() as tx:
-            tx.put_imap_records(self.account, records)
-            tx.delete_imap_uids(self.account, folder, uids)
+            tx.imap.put_records(self.account, records)
+            tx.imap.delete_uids(self.account, folder, uids)
             for arrival in arrivals:
-                if tx.imap_uidvalidity(self.account, arrival.folder) == arrival.uidvalidity:
-                    tx.add_imap_uids(self.account, arrival.folder, arrival.uids)
+                if tx.imap.uidvalidity(self.account, arrival.folder) == arrival.uidvalidity:
+                    tx.imap.add_uids(self.account, arrival.folder, arrival.uids)

@@ -63,10 +63,11 @@ if TYPE_CHECKING:
 from spamfilter.counts import Totals
 from spamfilter.errors import SchemaOutOfDate, StoreError
 from spamfilter.store.engine import _make_engine, _make_owner_only, _store_error, sqlite_path
+from spamfilter.store.imap_rows import ImapRecord
 from spamfilter.store.ledger import pack_token_counts, unpack_token_counts
 from spamfilter.store.schema import COUNT_COLUMNS, SCHEMA_REVISION, class_totals, metadata, model_versions
 from spamfilter.store.statements import _Statements
-from spamfilter.store.transaction import CountsWritten, ImapRecord, StoreTransaction, TrainedMessage
+from spamfilter.store.transaction import CountsWritten, StoreTransaction, TrainedMessage
 
 __all__ = [
     "COUNT_COLUMNS",

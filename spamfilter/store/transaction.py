@@ -16,6 +16,8 @@ from sqlalchemy.engine import Connection
 from spamfilter.counts import MAX_COUNT, ClassCounts, FeatureStats, IntArray, TokenCounts, Totals
 from spamfilter.errors import CountLimitError, StoreError, StoreInconsistent
 from spamfilter.store.backends import _CountSQL, _PgCountSQL, _SqliteCountSQL
+from spamfilter.store.imap_rows import ImapRows
+from spamfilter.store.insight_rows import InsightRows
 from spamfilter.store.ledger import pack_ledger_entry, unpack_features, unpack_token_counts
 from spamfilter.store.pairs import PairTables
 from spamfilter.store.schema import _CHUNK, COUNT_COLUMNS, calibration, class_totals, doc_histogram, feature_stats, messages, tokens, untracked_totals
@@ -36,26 +38,6 @@ class TrainedMessage:
     trained_at: datetime
     token_counts: dict[str, int]
     features: tuple[int, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class ImapRecord:
-    """What ``imap run`` knows of one message of an account.
-
-    label: 0 ham, 1 spam, 2 unsure (the filter's verdict, or the user's word).
-    origin: "filter" (classified), "train" (from a training folder) or
-        "user" (learnt from the user moving or flagging it).
-    folder: where the message belongs; pending: a move there from the
-        folder ``source`` was started and not yet seen to be done.
-    """
-
-    digest: str
-    label: int
-    origin: str
-    folder: str
-    pending: bool = False
-    log_odds: float | None = None
-    source: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,131 +221,6 @@ class StoreTransaction:
         if rows:
             self.counts_sql.add_histogram(self.owner, rows)
 
-    # -- IMAP state ---------------------------------------------------------
-
-    def _imap_key(self, account: str) -> str:
-        """The ``account`` column of this owner's IMAP state: the account's
-        name, prefixed by the owner's name and a unit separator for a user
-        other than the default (user names are printable, so two users'
-        accounts of the same name never share a key)."""
-        return account if not self.owner else f"{self.owner}\x1f{account}"
-
-    def imap_uidvalidity(self, account: str, folder: str) -> int | None:
-        """The UIDVALIDITY recorded for the folder, or None if never seen."""
-        row = self.conn.execute(self.sql.imap_validity, {"acct": self._imap_key(account), "fold": folder}).first()
-        return None if row is None else int(row[0])
-
-    def set_imap_uidvalidity(self, account: str, folder: str, uidvalidity: int) -> None:
-        """Record a folder's UIDVALIDITY; the UIDs handled under the old one are dropped."""
-        self.conn.execute(self.sql.clear_imap_uids, {"acct": self._imap_key(account), "fold": folder})
-        self.conn.execute(self.sql.set_imap_validity, [{"account": self._imap_key(account), "folder": folder, "uidvalidity": uidvalidity}])
-
-    def imap_uids(self, account: str, folder: str) -> dict[int, tuple[str, int | None]]:
-        """UID -> (digest, keywords) of the folder's messages already handled;
-        keywords is what ``set_imap_keywords`` last recorded, or None."""
-        rows = self.conn.execute(self.sql.imap_uids, {"acct": self._imap_key(account), "fold": folder})
-        return {int(uid): (str(d), None if k is None else int(k)) for uid, d, k in rows}
-
-    def set_imap_keywords(self, account: str, folder: str, rows: Sequence[tuple[int, int]]) -> None:
-        """Record (uid, keywords) of handled messages (keywords: a bit set the caller defines)."""
-        if rows:
-            params = [{"acct": self._imap_key(account), "fold": folder, "u": uid, "k": k} for uid, k in rows]
-            self.conn.execute(self.sql.set_imap_keywords, params)
-
-    def add_imap_uids(self, account: str, folder: str, rows: Sequence[tuple[int, str]]) -> None:
-        """Mark (uid, digest) pairs of the folder as handled."""
-        if rows:
-            values = [{"account": self._imap_key(account), "folder": folder, "uid": uid, "digest": d} for uid, d in rows]
-            self.conn.execute(self.sql.add_imap_uids, values)
-
-    def delete_imap_uids(self, account: str, folder: str, uids: Sequence[int]) -> None:
-        """Forget UIDs that are no longer in the folder."""
-        uids = list(uids)
-        for start in range(0, len(uids), _CHUNK):
-            params = {"acct": self._imap_key(account), "fold": folder, "keys": uids[start : start + _CHUNK]}
-            self.conn.execute(self.sql.delete_imap_uids, params)
-
-    def imap_records(self, account: str, digests: Sequence[str]) -> dict[str, ImapRecord]:
-        """The records of those digests that have one."""
-        result: dict[str, ImapRecord] = {}
-        digests = list(digests)
-        for start in range(0, len(digests), _CHUNK):
-            params = {"acct": self._imap_key(account), "keys": digests[start : start + _CHUNK]}
-            for row in self.conn.execute(self.sql.imap_records, params).mappings():
-                result[row["digest"]] = _imap_record(row)
-        return result
-
-    def imap_pending(self, account: str, source: str) -> list[ImapRecord]:
-        """The records of moves out of ``source`` not yet seen to be done."""
-        return [_imap_record(row) for row in self.conn.execute(self.sql.imap_pending, {"acct": self._imap_key(account), "src": source}).mappings()]
-
-    def put_imap_records(self, account: str, records: Sequence[ImapRecord]) -> None:
-        """Insert or replace records."""
-        if not records:
-            return
-        now = datetime.now(timezone.utc)
-        values = [
-            {
-                "account": self._imap_key(account),
-                "digest": r.digest,
-                "label": r.label,
-                "origin": r.origin,
-                "folder": r.folder,
-                "pending": r.pending,
-                "log_odds": r.log_odds,
-                "updated_at": now,
-                "source": r.source or None,
-            }
-            for r in records
-        ]
-        self.conn.execute(self.sql.put_imap_records, values)
-
-    # -- insight --------------------------------------------------------------
-
-    def _frequent_query(self, min_count: int, occurrences: bool, owners: Sequence[str] | None) -> sa.Select[tuple[object, ...]]:
-        sums = [sa.func.sum(tokens.c[name]).label(name) for name in COUNT_COLUMNS]
-        if occurrences:
-            total = sa.func.sum(tokens.c.ham_terms + tokens.c.spam_terms)
-        else:
-            total = sa.func.sum(tokens.c.ham_docs + tokens.c.spam_docs)
-        column: sa.ColumnElement[str] = tokens.c.token
-        if self.conn.dialect.name == "postgresql":
-            column = tokens.c.token.collate("C")
-        return (
-            sa.select(tokens.c.token, *sums)
-            .where(tokens.c.owner.in_(list(owners) if owners is not None else [self.owner]))
-            .group_by(tokens.c.token)
-            .having(total >= min_count)
-            .order_by(column)
-        )
-
-    def iter_frequent_tokens(
-        self, min_count: int, *, occurrences: bool = False, owners: Sequence[str] | None = None, chunk: int = 20000
-    ) -> Iterator[tuple[list[str], TokenCounts]]:
-        """Tokens whose total count over both classes is at least ``min_count``,
-        with their counts, in token (code point) order, ``chunk`` tokens at a
-        time (a server-side cursor on PostgreSQL), so memory does not grow
-        with the vocabulary. The total is of messages containing the token,
-        or with ``occurrences`` of its occurrences. ``owners``: the models
-        whose counts are added (default: this owner's)."""
-        query = self._frequent_query(min_count, occurrences, owners)
-        result = self.conn.execute(query, execution_options={"stream_results": True, "yield_per": chunk})
-        for part in result.partitions(chunk):
-            rows = np.array([row[1:5] for row in part], dtype=np.int64).reshape(-1, 4).T
-            yield [str(row[0]) for row in part], TokenCounts(rows[0:2].copy(), rows[2:4].copy())
-
-    def trained_per_day(self) -> list[tuple[date, int, int]]:
-        """(day, label, messages) rows from the ledger: how many of the
-        messages trained now were trained on each day, oldest day first. A
-        forgotten message has left the ledger; a relabelled one counts on
-        the day of its new label."""
-        day = sa.func.date(messages.c.trained_at)
-        query = sa.select(day, messages.c.label, sa.func.count()).where(messages.c.owner == self.owner).group_by(day, messages.c.label).order_by(day, messages.c.label)
-        result: list[tuple[date, int, int]] = []
-        for when, label, n in self.conn.execute(query):
-            result.append((when if isinstance(when, date) else date.fromisoformat(str(when)), int(label), int(n)))
-        return result
-
     # -- maintenance ----------------------------------------------------------
 
     def iter_tokens(self, chunk: int = 5000) -> Iterator[tuple[str, int, int, int, int, date | None]]:
@@ -419,6 +276,16 @@ class StoreTransaction:
         """Increase this owner's model version (a change that is not a count
         write, e.g. a new choice of one-dependence parents); the new version."""
         return self.counts_sql.bump_version(self.owner)
+
+    @property
+    def insight(self) -> InsightRows:
+        """What a person inspects of this owner's model (``spamfilter.store.insight_rows``)."""
+        return InsightRows(self.conn, self.owner)
+
+    @property
+    def imap(self) -> ImapRows:
+        """This owner's IMAP state (``spamfilter.store.imap_rows``)."""
+        return ImapRows(self.conn, self.sql, self.owner)
 
     @property
     def pairs(self) -> PairTables:
@@ -609,7 +476,3 @@ def _histogram_delta(old: TokenCounts, new: TokenCounts) -> dict[tuple[int, int]
             for k, c in zip(uniq.tolist(), n.tolist()):
                 delta[(int(label), k)] = delta.get((int(label), k), 0) + sign * c
     return delta
-
-
-def _imap_record(row: sa.RowMapping) -> ImapRecord:
-    return ImapRecord(row["digest"], int(row["label"]), row["origin"], row["folder"], bool(row["pending"]), row["log_odds"], row["source"] or "")

@@ -168,7 +168,7 @@ class Insight:
             model.log_prior(stats)  # NotTrainedError without both classes
             # The vocabulary streams by in token order, a chunk at a time;
             # only the best n so far are kept, so memory stays small.
-            chunks = reader.iter_frequent_tokens(min_count, occurrences=counts_occurrences(m.event_model), owners=owners)
+            chunks = reader.insight.iter_frequent_tokens(min_count, occurrences=counts_occurrences(m.event_model), owners=owners)
             for token_list, counts in chunks:
                 log_theta = model.token_log_likelihood(m.event_model, counts, stats, m.alpha)
                 score = log_theta[model.SPAM] - log_theta[model.HAM]
@@ -265,7 +265,7 @@ class Insight:
         """Per day, oldest first, how many of the messages the model holds now
         were trained that day (from the ledger's trained_at)."""
         with self.filter.store.begin(write=False) as reader:
-            rows = reader.trained_per_day()
+            rows = reader.insight.trained_per_day()
         days: dict[date, list[int]] = {}
         for day, label, n in rows:
             days.setdefault(day, [0, 0])[label] += n
