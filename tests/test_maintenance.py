@@ -24,7 +24,8 @@ from spamfilter.errors import CountsFileError, StoreError
 from spamfilter.mail import MailItem
 from spamfilter.service import Filter, Verdict
 from spamfilter.store import Store, sqlite_path
-from spamfilter.tools.maintenance import MAX_LINE_BYTES, CheckReport, Maintenance, escape_token, read_counts_lines, unescape_token
+from spamfilter.tools.counts_file import MAX_LINE_BYTES, escape_token, read_counts_lines, unescape_token
+from spamfilter.tools.maintenance import CheckReport, Maintenance
 
 pytestmark = pytest.mark.corpus
 

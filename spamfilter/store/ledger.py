@@ -10,7 +10,7 @@ from typing import Final
 # one line holds one token (in the first ledger format tabs needed no escape,
 # as the count followed the last tab on its line).
 #
-# The counts file of ``db export`` (maintenance.escape_token) escapes a
+# The counts file of ``db export`` (tools/counts_file.escape_token) escapes a
 # different set on purpose. This one is part of what databases already hold,
 # so it cannot change, and escapes NUL, the ledger's own separator; it is on
 # the training path, so a message is escaped only when a token needs it; and

@@ -1,0 +1,187 @@
+"""The counts file of ``spamfilter db export`` and ``db import``: its
+format (``Maintenance.export_counts`` documents it), the escaping of its
+tokens, and a reader that checks it line by line.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from typing import BinaryIO
+
+import numpy as np
+
+from spamfilter.counts import MAX_COUNT, IntArray
+from spamfilter.errors import CountsFileError
+from spamfilter.verdicts import Label
+
+#: First line of a counts file (``Maintenance.export_counts``); "v1" is the format version.
+COUNTS_HEADER = "# spamfilter counts v1"
+TOTALS_KEYS = ("ham_messages", "spam_messages", "ham_terms", "spam_terms", "ham_binary_terms", "spam_binary_terms")
+_ESCAPES = {"\\": "\\", "t": "\t", "n": "\n", "r": "\r", "#": "#"}
+#: A token's longest UTF-8 form in a counts file: far above the tokenizer's
+#: (about 200 characters) and below PostgreSQL's limit for a B-tree index
+#: entry (2,704 bytes, the token sharing it with the owner).
+MAX_TOKEN_BYTES = 1000
+#: A counts file's longest line: a longest token with every byte escaped
+#: and four counts of 19 digits fit.
+MAX_LINE_BYTES = 4096
+_ESCAPED = re.compile(r"\\(.?)", re.DOTALL)
+
+
+def escape_token(text: str) -> str:
+    """A token (or owner) as written in a counts file: backslash, tab, newline
+    and carriage return escaped, and a leading "#" (which would read as a comment).
+
+    Not the ledger's escape in store/ledger.py, whose comment says why the two differ."""
+    out = text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+    return "\\" + out if out.startswith("#") else out
+
+
+def unescape_token(text: str) -> str:
+    """Inverse of ``escape_token``; raises ``ValueError`` for an unknown escape."""
+    if "\\" not in text:
+        return text
+
+    def one(m: re.Match[str]) -> str:
+        if m.group(1) not in _ESCAPES:
+            raise ValueError(f"unknown escape \\{m.group(1)}")
+        return _ESCAPES[m.group(1)]
+
+    return _ESCAPED.sub(one, text)
+
+
+def read_counts_lines(stream: BinaryIO) -> Iterator[str]:
+    """The lines of a counts file read from bytes, for ``import_counts``:
+    each decoded on its own, so a UTF-8 error names its line, and none
+    longer than ``MAX_LINE_BYTES``, so one huge line cannot fill the memory.
+    Raises ``CountsFileError``."""
+    number = 0
+    while line := stream.readline(MAX_LINE_BYTES + 2):
+        number += 1
+        if len(line.rstrip(b"\n").rstrip(b"\r")) > MAX_LINE_BYTES:
+            raise CountsFileError(f"counts file, line {number}: longer than {MAX_LINE_BYTES} bytes")
+        try:
+            yield line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise CountsFileError(f"counts file, line {number}: not UTF-8 ({exc.reason})") from None
+
+
+class CountsReader:
+    """Parses and checks a counts file line by line (``Maintenance.import_counts``)."""
+
+    def __init__(self, lines: Iterable[str]) -> None:
+        self.lines = lines
+        self.totals: IntArray | None = None
+        #: How far each total may still grow: (3, 2) like ``totals``.
+        self.room: IntArray = np.full((3, 2), MAX_COUNT, dtype=np.int64)
+        # Python ints: a sum past 2**63 must not wrap round to a valid total.
+        self.sums = [[0, 0], [0, 0]]  # rows terms, binary_terms
+        self.previous: tuple[str, int] | None = None  # the last token and its line
+        self.where = "line 1"
+
+    def fail(self, reason: str) -> CountsFileError:
+        return CountsFileError(f"counts file, {self.where}: {reason}")
+
+    def chunks(self, size: int) -> Iterator[dict[str, list[int]]]:
+        """Token -> [ham_docs, spam_docs, ham_terms, spam_terms], ``size``
+        tokens at a time."""
+        chunk: dict[str, list[int]] = {}
+        number = 0
+        try:
+            for number, line in enumerate(self.lines, start=1):
+                self.where = f"line {number}"
+                line = line[:-1] if line.endswith("\n") else line
+                line = line[:-1] if line.endswith("\r") else line
+                if number == 1:
+                    if not (line == COUNTS_HEADER or line.startswith(COUNTS_HEADER + " ")):
+                        raise self.fail(f"not a spamfilter counts file (the first line is not {COUNTS_HEADER!r} ...)")
+                    continue
+                if line.startswith("# totals "):
+                    if self.totals is not None:
+                        raise self.fail("a second '# totals' line")
+                    self.totals = self._totals(line)
+                    continue
+                if not line or line.startswith("#"):
+                    continue
+                token, counts = self._token_line(line)
+                if self.previous is not None and token <= self.previous[0]:
+                    raise self.fail(
+                        f"the token {token!r} is given again (line {self.previous[1]})"
+                        if token == self.previous[0]
+                        else f"the token {token!r} comes after {self.previous[0]!r}: the tokens must be in code point order, as `db export` writes them"
+                    )
+                self.previous = (token, number)
+                chunk[token] = counts
+                if len(chunk) >= size:
+                    yield chunk
+                    chunk = {}
+        except UnicodeDecodeError as exc:
+            raise CountsFileError(f"counts file, after line {number}: not UTF-8 ({exc.reason})") from None
+        if number == 0:
+            raise self.fail("the file is empty")
+        if chunk:
+            yield chunk
+
+    def _totals(self, line: str) -> IntArray:
+        fields = dict(part.partition("=")[::2] for part in line[len("# totals ") :].split())
+        try:
+            values = [int(fields[key]) for key in TOTALS_KEYS]
+        except (KeyError, ValueError):
+            raise self.fail(f"the totals line needs whole numbers for {', '.join(TOTALS_KEYS)}") from None
+        if min(values) < 0:
+            raise self.fail("a total is negative")
+        for value, key, room in zip(values, TOTALS_KEYS, self.room.ravel().tolist()):
+            if value > room:
+                raise self.fail(
+                    f"{key}={value} is more than the model may hold (at most {room}{'' if room == MAX_COUNT else ' more'}: "
+                    "counts stay below 2^62, so no sum overflows the database's 64-bit integers)"
+                )
+        return np.array(values, dtype=np.int64).reshape(3, 2)
+
+    def _token_line(self, line: str) -> tuple[str, list[int]]:
+        if self.totals is None:
+            raise self.fail("a token line comes before the '# totals' line")
+        parts = line.split("\t")
+        if len(parts) != 5:
+            raise self.fail(f"expected token and 4 counts separated by tabs, found {len(parts)} fields")
+        try:
+            token = unescape_token(parts[0])
+            counts = [int(p) for p in parts[1:]]
+        except ValueError as exc:
+            raise self.fail(str(exc)) from None
+        if min(counts) < 0:
+            raise self.fail("a count is negative")
+        if max(counts) > MAX_COUNT:
+            raise self.fail(f"a count is above {MAX_COUNT} (2^62 - 1)")
+        if "\x00" in token:
+            raise self.fail("the token holds a NUL character")
+        if len(token.encode("utf-8")) > MAX_TOKEN_BYTES:
+            raise self.fail(f"the token is longer than {MAX_TOKEN_BYTES} bytes")
+        for c in (0, 1):
+            docs, terms = counts[c], counts[2 + c]
+            if docs > terms or (docs == 0) != (terms == 0):
+                raise self.fail(f"{Label(c).decision}: {docs} messages but {terms} occurrences")
+            if docs > self.totals[0, c]:
+                raise self.fail(f"the token is in {docs} {Label(c).decision} messages, the totals line has {int(self.totals[0, c])}")
+        if counts[0] == 0 and counts[1] == 0:
+            raise self.fail("the token is in no message")
+        for c in (0, 1):
+            self.sums[0][c] += counts[2 + c]
+            self.sums[1][c] += counts[c]
+        return token, counts
+
+    def finish(self) -> IntArray:
+        """The totals to add, (3, 2) rows messages, terms, binary_terms,
+        once the token lines were seen to add up to them."""
+        self.where = "end of file"
+        if self.totals is None:
+            raise self.fail("no '# totals' line")
+        for i, name in ((1, "terms"), (2, "binary_terms")):
+            for c in (0, 1):
+                if self.sums[i - 1][c] != self.totals[i, c]:
+                    raise self.fail(
+                        f"the token lines add up to {self.sums[i - 1][c]} {Label(c).decision} {name}, the totals line says "
+                        f"{int(self.totals[i, c])} (a truncated or edited file)"
+                    )
+        return self.totals
