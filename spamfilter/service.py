@@ -30,10 +30,11 @@ from spamfilter.analysis import Analysed as _Analysed
 from spamfilter.analysis import Analyser, analyse, analyse_labelled
 from spamfilter.analysis import Refusal as Refusal
 from spamfilter.cache import CacheKey, CountCache, ModelView
-from spamfilter.config import Config, counts_occurrences, database_url, default_location_url
+from spamfilter.config import Config, counts_occurrences, database_url
 from spamfilter.counts import FeatureStats, Totals
 from spamfilter.delta import CountDelta
 from spamfilter.errors import NotTrainedError
+from spamfilter.locations import default_location_url
 from spamfilter.mail import MailItem
 from spamfilter.nb import decision, model
 from spamfilter.nb.calibration import MAP_BINS, CalibrationMap, recorded

@@ -7,19 +7,9 @@ from typing import Any
 
 import pytest
 
-from spamfilter.config import (
-    Config,
-    DaemonConfig,
-    DecisionConfig,
-    ModelConfig,
-    StoreConfig,
-    TokenizerConfig,
-    config_from_dict,
-    default_config_path,
-    default_db_url,
-    load_config,
-)
+from spamfilter.config import Config, DaemonConfig, DecisionConfig, ModelConfig, StoreConfig, TokenizerConfig, config_from_dict, load_config
 from spamfilter.errors import ConfigError
+from spamfilter.locations import default_config_path, default_db_url
 
 REPOSITORY_CONFIG = Path(__file__).resolve().parents[1] / "config.toml"
 

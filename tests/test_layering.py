@@ -5,7 +5,8 @@ under ``spamfilter/``) has a row in `ALLOWED`: the package modules it may
 import. A module without a row fails, so a new module has to be placed in a
 layer before it can go in. From the bottom up:
 
-0. ``errors``; ``config`` (errors only); ``verdicts`` (the names of the
+0. ``errors``; ``locations`` (the default paths; nothing); ``config``
+   (errors and locations); ``verdicts`` (the names of the
    classes and verdicts; nothing, not even numpy); ``counts`` (the count
    types that cross from store to model; verdicts only); ``headers`` (the header fields the
    filter writes, which mail and tokenizer both know; nothing); ``retry``
@@ -38,7 +39,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "spamfilter"
 
-BASE = frozenset({"errors", "config", "counts", "headers", "verdicts"})
+BASE = frozenset({"errors", "locations", "config", "counts", "headers", "verdicts"})
 LEAVES = frozenset({"mail", "tokenizer", "vectorizer", "nb", "store", "cache", "spamd"})
 _SERVICE = BASE | {"mail", "tokenizer", "vectorizer", "nb", "store", "cache", "analysis", "retry", "dependence"}
 
@@ -46,7 +47,8 @@ _SERVICE = BASE | {"mail", "tokenizer", "vectorizer", "nb", "store", "cache", "a
 ALLOWED: dict[str, frozenset[str]] = {
     "__init__": frozenset(),
     "errors": frozenset(),
-    "config": frozenset({"errors"}),
+    "locations": frozenset(),
+    "config": frozenset({"errors", "locations"}),
     # The names of the classes and verdicts, plain Python (no numpy).
     "verdicts": frozenset(),
     "counts": frozenset({"verdicts"}),

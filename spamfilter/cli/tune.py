@@ -10,7 +10,8 @@ import typer
 
 from spamfilter.cli import app, state
 from spamfilter.cli._common import Jobs, TableOrJson, index_length, jobs_or_default, progress
-from spamfilter.config import DEPENDENCES, EVENT_MODELS, default_config_path, update_config_file
+from spamfilter.config import DEPENDENCES, EVENT_MODELS, update_config_file
+from spamfilter.locations import default_config_path
 from spamfilter.mail import read_index
 from spamfilter.tools import tuning
 

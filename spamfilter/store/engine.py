@@ -12,8 +12,8 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
 from sqlalchemy.pool import StaticPool
 
-from spamfilter.config import make_private_dirs
 from spamfilter.errors import NoSuchDatabase, StoreBusyError, StoreConflict, StoreError
+from spamfilter.locations import make_private_dirs
 
 
 def sqlite_path(url: str) -> Path | None:

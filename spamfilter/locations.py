@@ -1,0 +1,58 @@
+"""Where spamfilter keeps its files by default, and how it makes folders.
+
+The config file is ``$SPAMFILTER_CONFIG``, else
+``$XDG_CONFIG_HOME/spamfilter/config.toml``; the database ``$SPAMFILTER_DB``,
+else the SQLite file ``$XDG_DATA_HOME/spamfilter/spamfilter.db``, whose
+folders are created owner-only on first use.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def default_config_path() -> Path:
+    """``$SPAMFILTER_CONFIG``, else ``$XDG_CONFIG_HOME/spamfilter/config.toml``."""
+    explicit = os.environ.get("SPAMFILTER_CONFIG")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "spamfilter" / "config.toml"
+
+
+def default_db_url() -> str:
+    """``$SPAMFILTER_DB``, else `default_location_url`."""
+    explicit = os.environ.get("SPAMFILTER_DB")
+    if explicit:
+        return explicit
+    return default_location_url()
+
+
+def default_location_url() -> str:
+    """The SQLite file in the user's data directory (its folders are created
+    on first use, unlike those of a database named by the user)."""
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return "sqlite:///" + str(Path(base) / "spamfilter" / "spamfilter.db")
+
+
+def make_private_dirs(folder: Path) -> list[Path]:
+    """Create ``folder`` and its missing parents owner-only (0700), whatever
+    the umask, as the XDG base directory spec asks: under umask 000 they
+    were 0777, and anyone could replace the 0600 database or the config
+    inside. Folders that exist are left as they are. Returns the folders
+    it created, outermost first. Raises ``OSError``."""
+    created: list[Path] = []
+    missing: list[Path] = []
+    while not folder.exists() and folder.parent != folder:
+        missing.append(folder)
+        folder = folder.parent
+    for new in reversed(missing):
+        try:
+            # Created 0700 less the umask (never more open), then made 0700.
+            os.mkdir(new, 0o700)
+        except FileExistsError:
+            continue  # another process made it meanwhile, the same way
+        created.append(new)
+        os.chmod(new, 0o700)
+    return created
