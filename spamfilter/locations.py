@@ -3,7 +3,9 @@
 The config file is ``$SPAMFILTER_CONFIG``, else
 ``$XDG_CONFIG_HOME/spamfilter/config.toml``; the database ``$SPAMFILTER_DB``,
 else the SQLite file ``$XDG_DATA_HOME/spamfilter/spamfilter.db``, whose
-folders are created owner-only on first use.
+folders are created owner-only on first use. ``spamfilter serve
+--user-socket`` listens on ``$XDG_RUNTIME_DIR/spamfilter/spamd.sock``, where
+``spamfilter filter`` looks for it.
 """
 
 from __future__ import annotations
@@ -56,3 +58,12 @@ def make_private_dirs(folder: Path) -> list[Path]:
         created.append(new)
         os.chmod(new, 0o700)
     return created
+
+
+def default_socket_path() -> Path | None:
+    """``$XDG_RUNTIME_DIR/spamfilter/spamd.sock``: the per-user socket of
+    ``serve --user-socket``, which ``filter`` asks first; None without
+    ``$XDG_RUNTIME_DIR`` (a folder only its user can enter, per the XDG
+    base directory spec: no other user can put a socket there)."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    return Path(runtime) / "spamfilter" / "spamd.sock" if runtime else None

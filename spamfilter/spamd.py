@@ -32,6 +32,7 @@ filter --connect`` reads.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 import socket
@@ -191,9 +192,17 @@ def _number(x: float) -> str:
     return f"{min(max(x, -1e9), 1e9):.4f}"
 
 
-def verdict_headers(verdict: Decision, score: float, log_odds: float, threshold: float) -> list[tuple[str, str]]:
+def model_id(url: str, owner: str) -> str:
+    """A short name of the model of ``owner`` in the database at ``url``
+    (16 hex digits of a SHA-256), sent as the ``Model`` header of a verdict
+    so that ``spamfilter filter`` uses a daemon it found by itself only when
+    it scores with the model the filter would use."""
+    return hashlib.sha256(f"{url}\0{owner}".encode()).hexdigest()[:16]
+
+
+def verdict_headers(verdict: Decision, score: float, log_odds: float, threshold: float, model: str = "") -> list[tuple[str, str]]:
     """The ``Spam`` line (see the module docstring for the mapping) and the
-    ``Verdict``, ``Probability`` and ``Log-odds`` headers."""
+    ``Verdict``, ``Probability``, ``Log-odds`` and (given) ``Model`` headers."""
     is_spam = "True" if verdict is Decision.SPAM else "False"
     p = min(max(score, 1e-300), 1.0 - 1e-16)
     return [
@@ -201,7 +210,7 @@ def verdict_headers(verdict: Decision, score: float, log_odds: float, threshold:
         ("Verdict", verdict),
         ("Probability", f"{score:.6f}"),
         ("Log-odds", f"{log_odds:+.4f}"),
-    ]
+    ] + ([("Model", model)] if model else [])
 
 
 def body_start(raw: bytes) -> int | None:
@@ -356,6 +365,8 @@ class RemoteVerdict:
     verdict: Decision
     score: float
     log_odds: float
+    #: The ``Model`` header (``model_id``), "" when the server sent none.
+    model: str = ""
 
 
 def classify_remote(address: Address, message: bytes, *, user: str | None, timeout: float = 30.0) -> RemoteVerdict:
@@ -373,7 +384,7 @@ def classify_remote(address: Address, message: bytes, *, user: str | None, timeo
         raise ProtocolError("the server's verdict has no probability or log-odds") from None
     if not (0.0 <= score <= 1.0 and math.isfinite(log_odds)):
         raise ProtocolError("the server's verdict is out of range")
-    return RemoteVerdict(Decision(verdict), score, log_odds)
+    return RemoteVerdict(Decision(verdict), score, log_odds, reply.headers.get("model", ""))
 
 
 def tell_remote(address: Address, message: bytes, *, is_spam: bool, user: str | None, timeout: float = 30.0) -> bool:

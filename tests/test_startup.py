@@ -101,6 +101,44 @@ def test_filter_answered_by_a_daemon_loads_no_maths_no_database_and_no_filter(sa
     assert {name: loaded(modules, name) for name in heavy} == {name: [] for name in heavy}
 
 
+def test_filter_finds_the_per_user_daemon_of_its_own_model_and_no_other(sample_db: str, message: bytes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sqlite3
+    import tempfile
+
+    from spamfilter.store import sqlite_path
+    from tests.test_daemon import Daemon
+
+    # A short runtime folder: a Unix socket's path has at most 107 bytes.
+    runtime = Path(tempfile.mkdtemp(prefix="sf-run-", dir="/tmp"))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    config = tmp_path / "config.toml"
+    config.write_text("")
+    local = run_cli(["--config", str(config), "--db", sample_db, "filter"], message)  # no daemon yet
+    # The same counts in another database: a model the daemon does not serve.
+    source = sqlite_path(sample_db)
+    assert source is not None
+    other = tmp_path / "other.db"
+    with sqlite3.connect(source) as src, sqlite3.connect(other) as dst:
+        src.backup(dst)
+    daemon = Daemon(tmp_path / "serve.log", sample_db, config, "--user-socket", "--processes", "1")
+    try:
+        assert daemon.address.path == str(runtime / "spamfilter" / "spamd.sock")
+        assert (runtime / "spamfilter").stat().st_mode & 0o777 == 0o700
+        code, modules, out = run_cli(["--config", str(config), "--db", sample_db, "filter"], message)
+        assert daemon.logged("CHECK user=", 1) == 1
+        elsewhere = run_cli(["--config", str(config), "--db", f"sqlite:///{other}", "filter"], message)
+        assert daemon.logged("CHECK user=", 2) == 2  # asked, and its Model was not this one
+    finally:
+        assert daemon.stop() == 0
+    # Answered by the daemon without --connect: the in-process bytes and code, no filter loaded.
+    assert (code, out) == (local[0], local[2])
+    heavy = ["numpy", "sqlalchemy", "spamfilter.service", "spamfilter.store"]
+    assert {name: loaded(modules, name) for name in heavy} == {name: [] for name in heavy}
+    # The other database was filtered in-process, with its own (equal) counts.
+    assert "spamfilter.service" in elsewhere[1]
+    assert (elsewhere[0], elsewhere[2]) == (local[0], local[2])
+
+
 def test_filter_with_a_stemmer_imports_nltk_and_still_not_the_rest(sample_db: str, message: bytes, tmp_path: Path) -> None:
     modules = run_filter(sample_db, message, tmp_path, '[tokenizer]\nstemmer = "porter"\n')
     assert "nltk.stem.porter" in modules

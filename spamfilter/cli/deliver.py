@@ -14,9 +14,11 @@ from typing import Annotated
 import typer
 
 from spamfilter.cli import Connect, app, delivery, exitcodes, fail, state
+from spamfilter.config import database_url
 from spamfilter.errors import ProtocolError
+from spamfilter.locations import default_socket_path
 from spamfilter.mail.identity import filter_fields, filtered_pieces
-from spamfilter.spamd import RemoteVerdict, classify_remote, parse_address
+from spamfilter.spamd import Address, RemoteVerdict, classify_remote, model_id, parse_address
 from spamfilter.verdicts import Decision
 
 _VERDICT_EXIT = {Decision.SPAM: exitcodes.SPAM, Decision.HAM: exitcodes.HAM, Decision.UNSURE: exitcodes.UNSURE}
@@ -37,7 +39,9 @@ def filter_(
     With --connect (or $SPAMFILTER_SERVER) the daemon gives the verdict
     (the message written is still the one read, with the fields added);
     when none answers, or its answer is not a whole verdict, the message is
-    filtered in-process as without the option.
+    filtered in-process as without the option. Without it, a daemon on the
+    per-user socket (`serve --user-socket`) answers when it scores with the
+    model this command would use (same database and user).
 
     Example (procmail): :0fw | spamfilter filter --always-zero
     """
@@ -45,18 +49,17 @@ def filter_(
         fail("filter reads a message on standard input", exitcodes.USAGE)
     message = delivery(ctx)
     raw = message.read()
-    if connect:
+    remote = _ask_server(connect, raw, state(ctx).user) if connect else _ask_own_daemon(ctx, raw)
+    if remote is not None:
         # The daemon is asked for its verdict only (CHECK): the message
         # written is the one read here with the fields added, whatever a
         # server on that address sends back.
-        remote = _ask_server(connect, raw, state(ctx).user)
-        if remote is not None:
-            if verdict_only:
-                message.write([f"{remote.verdict} {remote.score:.6f} {remote.log_odds:+.4f}\n".encode()])
-            else:
-                fields = filter_fields(remote.verdict, remote.score, remote.log_odds, state(ctx).config.model.event_model)
-                message.write(filtered_pieces(raw, fields))
-            raise typer.Exit(exitcodes.OK if always_zero else _VERDICT_EXIT[remote.verdict])
+        if verdict_only:
+            message.write([f"{remote.verdict} {remote.score:.6f} {remote.log_odds:+.4f}\n".encode()])
+        else:
+            fields = filter_fields(remote.verdict, remote.score, remote.log_odds, state(ctx).config.model.event_model)
+            message.write(filtered_pieces(raw, fields))
+        raise typer.Exit(exitcodes.OK if always_zero else _VERDICT_EXIT[remote.verdict])
     # On every failure below (and before this command ran) `_Group.main`
     # writes the message through unchanged. A busy database is a temporary
     # failure (75) at once: the mail system queues the message and
@@ -88,3 +91,20 @@ def _ask_server(address: str, raw: bytes, user: str | None) -> RemoteVerdict | N
     except (OSError, ProtocolError) as exc:
         typer.echo(f"spamfilter: server {address}: {exc}; filtering in-process", err=True)
         return None
+
+
+def _ask_own_daemon(ctx: typer.Context, raw: bytes) -> RemoteVerdict | None:
+    """The verdict of a daemon on the per-user socket (``serve
+    --user-socket``) that scores with the model this command would use (the
+    same database and user, by the ``Model`` its reply names); None, without
+    a word, when there is no such daemon."""
+    path = default_socket_path()
+    if path is None or not path.is_socket():
+        return None
+    s = state(ctx)
+    owner = s.user if s.user is not None else s.config.store.user
+    try:
+        remote = classify_remote(Address(path=str(path)), raw, user=s.user)
+    except (OSError, ProtocolError):
+        return None
+    return remote if remote.model == model_id(database_url(s.db_url, s.config), owner) else None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -9,6 +10,7 @@ import typer
 from spamfilter.cli import app, state
 from spamfilter.cli._daemons import AllowedIps, Listen, Processes, SocketGroup, SocketMode, SocketPath, ip_list, listen_address, run
 from spamfilter.config import load_config
+from spamfilter.locations import default_socket_path, make_private_dirs
 
 
 @app.command()
@@ -32,6 +34,12 @@ def serve(
         int, typer.Option("--spool-limit", metavar="BYTES", min=1, help="Oversized PROCESS messages spooled at once (to give back unscanned); beyond, EX_TEMPFAIL.")
     ] = 256 << 20,
     allow_tell: Annotated[bool, typer.Option("--allow-tell", help="Accept TELL: learning with spamc -L spam|ham|forget.")] = False,
+    user_socket: Annotated[
+        bool,
+        typer.Option(
+            "--user-socket", help="Listen on $XDG_RUNTIME_DIR/spamfilter/spamd.sock, where `spamfilter filter` finds the daemon by itself (instead of --listen/--socket)."
+        ),
+    ] = False,
     per_user: Annotated[
         bool | None,
         typer.Option(
@@ -49,7 +57,9 @@ def serve(
     request, a warning when a message is not scanned or learned. Idle or
     slow clients never hold up others, and scoring never waits for a
     training write. SIGTERM answers every accepted request and exits;
-    SIGHUP reads the config again.
+    SIGHUP reads the config again. With --user-socket `spamfilter filter`
+    uses the daemon without --connect, when it serves the model the filter
+    would use.
 
     Example: spamfilter serve --socket /run/spamfilter/spamd.sock & spamc -U /run/spamfilter/spamd.sock -c < message.eml
     """
@@ -58,6 +68,8 @@ def serve(
     from spamfilter.daemon.server import ServeOptions, Server
 
     s = state(ctx)
+    if user_socket:
+        socket_path = _user_socket()
     address, mode = listen_address(listen, socket_path, socket_mode, spamd.DEFAULT_PORT)
     options = ServeOptions(
         address=address,
@@ -73,3 +85,12 @@ def serve(
     )
     pool = FilterPool(s.config, s.db_url, s.user, per_user=per_user)
     run(Server(options, pool, lambda: load_config(s.config_path)), "serve", processes or s.config.daemon.processes)
+
+
+def _user_socket() -> Path:
+    """The per-user socket, its folder made owner-only; a usage error without $XDG_RUNTIME_DIR."""
+    path = default_socket_path()
+    if path is None:
+        raise typer.BadParameter("needs $XDG_RUNTIME_DIR (the per-user runtime folder) to be set", param_hint="--user-socket")
+    make_private_dirs(path.parent)
+    return path

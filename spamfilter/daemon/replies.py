@@ -74,7 +74,7 @@ def _scored(request: spamd.Request, raw: bytes, item: MailItem, f: Filter, owner
         if isinstance(result, Refusal):
             raise MailParseError(result.reason)
         verdict = result
-    headers = spamd.verdict_headers(verdict.verdict, verdict.score, verdict.log_odds, f.thresholds.spam_min)
+    headers = spamd.verdict_headers(verdict.verdict, verdict.score, verdict.log_odds, f.thresholds.spam_min, spamd.model_id(f.store.url, f.store.owner))
     if request.command == "CHECK":
         return Answer([spamd.reply_head(spamd.EX_OK, headers)], verdict.verdict, verdict.log_odds, owner)
     pieces: Pieces
