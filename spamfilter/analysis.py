@@ -73,16 +73,18 @@ class Analyser:
     travels, and the worker builds its tokenizer from it (compiled patterns
     and the engine state of a tokenizer are not for pickling)."""
 
-    def __init__(self, config: TokenizerConfig, max_bytes: int, tokenizer: Tokenizer | None = None) -> None:
+    def __init__(self, config: TokenizerConfig, max_bytes: int, tokenizer: Tokenizer | None = None, *, features: bool = True) -> None:
         self.config = config
         self.max_bytes = max_bytes
         self._tokenizer = tokenizer
+        #: Whether the message features are computed; without them ``Analysed.features`` is ().
+        self.features = features
 
-    def __getstate__(self) -> tuple[TokenizerConfig, int]:
-        return self.config, self.max_bytes
+    def __getstate__(self) -> tuple[TokenizerConfig, int, bool]:
+        return self.config, self.max_bytes, self.features
 
-    def __setstate__(self, state: tuple[TokenizerConfig, int]) -> None:
-        self.config, self.max_bytes = state
+    def __setstate__(self, state: tuple[TokenizerConfig, int, bool]) -> None:
+        self.config, self.max_bytes, self.features = state
         self._tokenizer = None
 
     @property
@@ -105,6 +107,8 @@ class Analyser:
     def _read(self, item: MailItem) -> tuple[dict[str, int], tuple[int, ...]]:
         """Token counts and features from one parse and one tokenizer pass."""
         message = parse_message(item, max_bytes=self.max_bytes)
+        if not self.features:
+            return term_counts(self.tokenizer.tokenize(message)), ()
         shape = TextShape()
         tokens = self.tokenizer.tokenize(message, shape)
         return term_counts(tokens), message_features(message, tokens, len(item.raw), shape)

@@ -183,6 +183,9 @@ class Filter:
         self.scorer = Scorer(config.model)
         self.tokenizer = Tokenizer(config.tokenizer)
         self.analyser = Analyser(config.tokenizer, config.tokenizer.max_bytes, self.tokenizer)
+        #: What ``classify`` reads with: the message features only when a setting scores them
+        #: (training always keeps their sums, so ``[model] features`` can be switched on later).
+        self.reader = Analyser(config.tokenizer, config.tokenizer.max_bytes, self.tokenizer, features=config.model.features)
         #: Processes that read (parse and tokenize) the messages of a long
         #: ``classify`` or ``train``; 1 reads them in this one.
         self.jobs = jobs
@@ -416,7 +419,7 @@ class Filter:
     def classify(self, items: Iterable[MailItem]) -> Iterator[Verdict | Refusal]:
         """A ``Verdict`` (or a ``Refusal``) per message, in input order;
         messages are read on ``self.jobs`` processes."""
-        for results in batched(analyse(self.analyser, items, self.jobs, self.config.store.batch_size), self.config.store.batch_size):
+        for results in batched(analyse(self.reader, items, self.jobs, self.config.store.batch_size), self.config.store.batch_size):
             analysed = [r for r in results if isinstance(r, _Analysed)]
             verdicts = iter(self._score(analysed) if analysed else [])
             for r in results:

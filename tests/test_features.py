@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
 
 from spamfilter.analysis import Analysed, Analyser
-from spamfilter.config import TokenizerConfig
-from spamfilter.mail import MailItem
+from spamfilter.config import Config, TokenizerConfig
+from spamfilter.mail import MailItem, read_messages
+from spamfilter.service import Filter, Refusal, Verdict
 from spamfilter.tokenizer.features import FEATURE_NAMES, SCALE
 
 RAW = (
@@ -67,3 +72,21 @@ def test_features_survive_the_worker_processes() -> None:
     there = list(analyse(analyser, items, jobs=2))
     assert here == there
     assert len({a.features for a in here if isinstance(a, Analysed)}) > 1
+
+
+def test_classify_computes_the_features_only_when_a_setting_scores_them(sample_db: str, sample: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import spamfilter.analysis
+
+    def refuse(*args: object) -> tuple[int, ...]:
+        raise AssertionError("message_features was called")
+
+    monkeypatch.setattr(spamfilter.analysis, "message_features", refuse)
+    inbox = list(read_messages([str(sample / "inbox.mbox")]))
+    assert len(inbox) == 20
+    off = Config()
+    with Filter.open(off, sample_db) as f:
+        assert all(isinstance(v, Verdict) for v in f.classify(inbox))  # never called
+    on = replace(off, model=replace(off.model, features=True))
+    with Filter.open(on, sample_db) as f:
+        results = list(f.classify(inbox))
+    assert results and all(isinstance(r, Refusal) and "message_features was called" in r.reason for r in results)
