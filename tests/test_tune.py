@@ -19,11 +19,11 @@ from spamfilter.errors import ConfigError, EvaluationError
 from spamfilter.mail import MailItem
 from spamfilter.mail.sources import read_messages
 from spamfilter.nb.calibration import calibrated_in_order
-from spamfilter.nb.decision import thresholds_from_loss
+from spamfilter.nb.decision import best_cutoffs, thresholds_from_loss
 from spamfilter.service import Filter
 from spamfilter.tools.evaluation import roc_area
 from spamfilter.tools.maintenance import Maintenance
-from spamfilter.tools.tuning import MIN_COSTLY, Candidate, best_cutoffs, tune
+from spamfilter.tools.tuning import MIN_COSTLY, Candidate, tune
 
 LETTERS = "bcdfghjklmnpqrstvwxz"
 
@@ -276,8 +276,7 @@ def test_tune_refuses_to_write_what_a_small_tail_cannot_decide(tmp_path: Path) -
 
 
 def test_cutoffs_as_probabilities_read_back_as_the_same_log_odds() -> None:
-    from spamfilter.nb.decision import thresholds_from_cutoffs
-    from spamfilter.tools.tuning import Cutoffs
+    from spamfilter.nb.decision import Cutoffs, thresholds_from_cutoffs
 
     ham_cutoff, spam_cutoff = Cutoffs(ham_max=-2.5, spam_min=4.0, loss=0.0).probabilities()
     assert (ham_cutoff, spam_cutoff) == pytest.approx((1 / (1 + math.exp(2.5)), 1 / (1 + math.exp(-4.0))), rel=1e-15)
@@ -482,7 +481,7 @@ def test_tune_command_writes_dependence_and_features(tmp_path: Path) -> None:
 
 def folds_candidate(fold_losses: tuple[float, ...], configured_fold_losses: tuple[float, ...]) -> Candidate:
     """A candidate with only the per-fold losses set (the rest is not read)."""
-    from spamfilter.tools.tuning import Cutoffs
+    from spamfilter.nb.decision import Cutoffs
 
     return Candidate(
         "multinomial-binary",

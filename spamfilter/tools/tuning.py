@@ -31,6 +31,7 @@ from spamfilter.mail import MailItem
 from spamfilter.nb import aode, decision
 from spamfilter.nb import model as nb
 from spamfilter.nb.calibration import calibrated_in_order
+from spamfilter.nb.decision import Cutoffs, best_cutoffs
 from spamfilter.nb.gaussian import GaussianParams, gaussian_estimate
 from spamfilter.nb.scorer import Evidence, Scorer
 from spamfilter.tokenizer import is_header_line
@@ -40,85 +41,6 @@ from spamfilter.vectorizer import Vocabulary, count_matrix
 from spamfilter.verdicts import HAM, SPAM
 
 Reading = Callable[[Iterable[tuple[bool, MailItem]]], Iterable[tuple[bool, MailItem]]]
-
-
-@dataclass(frozen=True, slots=True)
-class Cutoffs:
-    """Verdict bounds in log-odds (ham if L <= ham_max, spam if L > spam_min;
-    ``tune`` chooses them on the calibrated log-odds, logit P(spam)) and the
-    empirical loss they give on the validation messages."""
-
-    ham_max: float
-    spam_min: float
-    loss: float
-
-    def probabilities(self) -> tuple[float, float]:
-        """The bounds as the config's (ham_cutoff, spam_cutoff): P(spam) at
-        each, the inverse of `decision.thresholds_from_cutoffs`."""
-        ham_cutoff, spam_cutoff = decision.spam_probability(np.array([self.ham_max, self.spam_min]))
-        return float(ham_cutoff), float(spam_cutoff)
-
-
-def best_cutoffs(
-    is_spam: BoolArray,
-    odds: FloatArray,
-    *,
-    cost_ham_as_spam: float,
-    cost_spam_as_ham: float,
-    cost_unsure: float,
-    limit: float = 34.0,
-    spam_min_floor: float = -math.inf,
-    ham_max_ceiling: float = math.inf,
-) -> Cutoffs:
-    """The two cutoffs minimising the total loss on labelled scores:
-
-        loss = c_hs * #(ham above spam_min) + c_sh * #(spam at or below ham_max)
-             + c_u * #(messages between the two)
-
-    Over the n+1 cuts of the sorted scores, with i1 <= i2 messages below the
-    ham and spam cuts, loss = [c_sh S(i1) - c_u i1] + [c_u i2 + c_hs (H - H(i2))]
-    (S, H: spam and ham among the lowest i), so a running minimum of the first
-    bracket finds the optimum in O(n log n). Cuts fall midway between distinct
-    scores and are clamped to +-``limit`` so they stay finite probabilities.
-    With cost_unsure = 0 the unsure verdict is not used.
-
-    ``spam_min_floor`` and ``ham_max_ceiling`` bound the cutoffs (``tune``
-    passes the loss matrix's own thresholds, so a small sample can neither
-    lower the spam cutoff below them nor close the unsure band): a cut is
-    allowed where the bound can be placed between the same two scores, and
-    the bound is then used as the cutoff. (Over 60 lines for this
-    docstring's derivation; the code is about 35.)
-    """
-    order = np.argsort(odds, kind="stable")
-    s = np.asarray(odds, dtype=np.float64)[order]
-    y = np.asarray(is_spam, dtype=bool)[order]
-    n = s.size
-    spam_below = np.concatenate([[0], np.cumsum(y)])
-    ham_below = np.concatenate([[0], np.cumsum(~y)])
-    # a cut at i is possible where it separates distinct scores
-    valid = np.ones(n + 1, dtype=bool)
-    valid[1:n] = s[1:] > s[:-1]
-    cut = np.empty(n + 1)
-    cut[0] = s[0] - 1.0 if n else -limit
-    cut[n] = s[-1] if n else limit
-    cut[1:n] = (s[:-1] + s[1:]) / 2
-    cut = np.clip(cut, -limit, limit)
-    # score just below and just above each cut (the messages it separates)
-    below = np.concatenate([[-np.inf], s])
-    above = np.concatenate([s, [np.inf]])
-    ham_ok = valid & (below <= ham_max_ceiling)
-    spam_ok = valid & (above > spam_min_floor)
-    options = _cut_options(spam_below, ham_below, ham_ok, spam_ok, cost_ham_as_spam=cost_ham_as_spam, cost_spam_as_ham=cost_spam_as_ham, cost_unsure=cost_unsure)
-    if not options:
-        raise ValueError("the cutoff bounds leave no possible cut")
-    loss = min(o[0] for o in options)
-    # Several cuts may tie (a gap between the classes): take the middle one,
-    # the widest margin on both sides, not the first.
-    tied = [o for o in options if o[0] <= loss + 1e-9]
-    _, i1, i2 = tied[len(tied) // 2]
-    ham_max = min(float(cut[i1]), ham_max_ceiling)
-    spam_min = max(float(cut[i2]), spam_min_floor)
-    return Cutoffs(ham_max=ham_max, spam_min=spam_min, loss=loss)
 
 
 @dataclass(frozen=True, slots=True)
@@ -621,29 +543,3 @@ def _candidate(valid_y: BoolArray, raw: FloatArray, odds: FloatArray, setting: _
         fold_losses=_fold_losses(valid_y, odds, sizes or [valid_y.size], cut.ham_max, cut.spam_min, config),
         configured_fold_losses=_fold_losses(valid_y, odds, sizes or [valid_y.size], bounds.ham_max, bounds.spam_min, config),
     )
-
-
-def _cut_options(
-    spam_below: IntArray, ham_below: IntArray, ham_ok: BoolArray, spam_ok: BoolArray, *, cost_ham_as_spam: float, cost_spam_as_ham: float, cost_unsure: float
-) -> list[tuple[float, int, int]]:
-    """(loss, i1, i2) for each allowed spam cut i2 with the best ham cut
-    i1 <= i2 (a running minimum of the ham cut's bracket; see
-    ``best_cutoffs``); i1 = i2 when the unsure verdict is not used."""
-    n = spam_below.size - 1
-    c_u = cost_unsure if cost_unsure > 0 else float("inf")
-    first = np.where(ham_ok, cost_spam_as_ham * spam_below - (c_u if np.isfinite(c_u) else 0.0) * np.arange(n + 1), np.inf)
-    run_min, run_arg = float("inf"), 0
-    n_ham = int(ham_below[-1])
-    options: list[tuple[float, int, int]] = []
-    for i2 in range(n + 1):
-        if first[i2] < run_min:
-            run_min, run_arg = float(first[i2]), i2
-        if not spam_ok[i2]:
-            continue
-        if np.isfinite(c_u):
-            if not np.isfinite(run_min):
-                continue
-            options.append((float(run_min + c_u * i2 + cost_ham_as_spam * (n_ham - ham_below[i2])), run_arg, i2))
-        elif ham_ok[i2]:
-            options.append((float(cost_spam_as_ham * spam_below[i2] + cost_ham_as_spam * (n_ham - ham_below[i2])), i2, i2))
-    return options
