@@ -28,9 +28,10 @@ from pathlib import Path
 
 import numpy as np
 
+from spamfilter.answers import Verdict
 from spamfilter.config import Config
 from spamfilter.mail import MailItem, read_index
-from spamfilter.service import Filter, Verdict
+from spamfilter.service import Filter
 from spamfilter.tools.evaluation import roc_area
 from spamfilter.tools.maintenance import Maintenance
 

@@ -24,9 +24,9 @@ import numpy as np
 
 from benchmarks.compare import CORPORA
 from benchmarks.option_grid import bogofilter_trained_once
+from spamfilter.answers import Verdict
 from spamfilter.config import Config
 from spamfilter.mail import read_index
-from spamfilter.service import Verdict
 from spamfilter.tools.evaluation import fresh_filter
 
 

@@ -29,6 +29,7 @@ from spamfilter import dependence
 from spamfilter.analysis import Analysed as _Analysed
 from spamfilter.analysis import Analyser, analyse, analyse_labelled
 from spamfilter.analysis import Refusal as Refusal
+from spamfilter.answers import OnlineStep, Stats, TrainSummary, Verdict
 from spamfilter.cache import CacheKey, CountCache, ModelView
 from spamfilter.config import Config, counts_occurrences, database_url
 from spamfilter.counts import FeatureStats, Totals
@@ -54,90 +55,6 @@ from spamfilter.vectorizer import indexed_matrix
 from spamfilter.verdicts import Decision, Label
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    """The filter's answer for one message.
-
-    score: the calibrated P(spam|x) (``spamfilter.nb.calibration``): of the
-        messages scored p, a share p was spam in the model's history.
-    log_odds: the model's own log P(spam|x) - log P(ham|x), unbounded; rank by it.
-    verdict: spam, ham or unsure, the loss matrix's decision on ``score``.
-    """
-
-    source: str
-    digest: str
-    score: float
-    log_odds: float
-    verdict: Decision
-
-
-@dataclass(frozen=True, slots=True)
-class TrainSummary:
-    """What a train / forget / mark call did, message by message counts.
-
-    trained: added to the model with the requested label, per class (ham, spam).
-    unchanged: already trained with that label (training is idempotent).
-    relabelled: moved from the other class (``mark``).
-    conflicts: trained with the other class; ``train`` leaves them, ``mark`` moves them.
-    forgotten: removed from the model (``forget``).
-    unknown: ``forget`` of a message that was never trained.
-    skipped: scored right by enough not to be trained (``train`` in toe or tune mode).
-    """
-
-    trained_ham: int = 0
-    trained_spam: int = 0
-    unchanged: int = 0
-    relabelled: int = 0
-    conflicts: int = 0
-    forgotten: int = 0
-    unknown: int = 0
-    refused: tuple[Refusal, ...] = field(default_factory=tuple)
-    skipped: int = 0
-
-    def __add__(self, other: TrainSummary) -> TrainSummary:
-        return TrainSummary(
-            self.trained_ham + other.trained_ham,
-            self.trained_spam + other.trained_spam,
-            self.unchanged + other.unchanged,
-            self.relabelled + other.relabelled,
-            self.conflicts + other.conflicts,
-            self.forgotten + other.forgotten,
-            self.unknown + other.unknown,
-            self.refused + other.refused,
-            self.skipped + other.skipped,
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class Stats:
-    """Size of the model and of its database."""
-
-    ham_messages: int
-    spam_messages: int
-    tokens: int
-    ham_tokens: int
-    spam_tokens: int
-    ham_terms: int
-    spam_terms: int
-    database: str
-    size_bytes: int | None
-    event_model: str
-    alpha: float
-    user: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class OnlineStep:
-    """One message of an online run: the verdict it got before training,
-    whether it was then trained, and the seconds each step took."""
-
-    is_spam: bool
-    result: Verdict | Refusal
-    trained: bool
-    classify_seconds: float
-    train_seconds: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +107,9 @@ class Filter:
         #: ``classify`` or ``train``; 1 reads them in this one.
         self.jobs = jobs
         self._after_commit: Callable[[], None] | None = None
+        #: The calibration map read at the cache's model versions, until this
+        #: filter records (``_record``) or the versions move.
+        self._calibration: tuple[CacheKey, CalibrationMap] | None = None
         d = config.decision
         if d.spam_cutoff is not None and d.ham_cutoff is not None:
             self.thresholds = decision.thresholds_from_cutoffs(d.ham_cutoff, d.spam_cutoff)
@@ -453,7 +373,7 @@ class Filter:
                     header = np.fromiter(map(is_header_line, columns), dtype=bool, count=len(columns))
                 if m.dependence != "none":
                     pairs = dependence.pair_counts(reader, view.owners[0], columns, self.pair_cache, self.cache.key)
-            history = CalibrationMap(reader.calibration_history(MAP_BINS, owner=view.owners[0]))
+            history = self._calibration_map(reader, view.owners[0])
         token_counts = held.take(ids)
         evidence = Evidence(token_counts, view.totals, X, header, pairs, gaussian)
         return Fitted(ids, self.cache.tokens, evidence, self.scorer.params(token_counts, view.totals), history)
@@ -535,9 +455,21 @@ class Filter:
         calibrated = fitted.calibration.log_odds(log_odds)
         return decision.spam_probability(calibrated), decision.decide(calibrated, self.thresholds)
 
+    def _calibration_map(self, reader: StoreTransaction, owner: str) -> CalibrationMap:
+        """The calibration map of ``owner``'s history, read again only when the
+        model versions moved or this filter recorded since (a record another
+        process adds without training shows at its next training write)."""
+        key = self.cache.key
+        if key is None or self._calibration is None or self._calibration[0] != key:
+            history = CalibrationMap(reader.calibration_history(MAP_BINS, owner=owner))
+            self._calibration = None if key is None else (key, history)
+            return history
+        return self._calibration[1]
+
     def _record(self, tx: StoreTransaction, labels: Sequence[Label], log_odds: Sequence[float]) -> None:
         """Add messages scored before they were learned to the owner's
         calibration history (``calibration.recorded``)."""
+        self._calibration = None
         if labels:
             decay, added = recorded(np.asarray(log_odds, dtype=np.float64), np.asarray([label == Label.SPAM for label in labels]))
             tx.record_calibration(decay, added)

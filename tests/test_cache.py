@@ -11,12 +11,13 @@ import numpy as np
 import pytest
 
 from spamfilter.analysis import Analysed as _Analysed
+from spamfilter.answers import Verdict
 from spamfilter.cache import CountCache, ModelView
 from spamfilter.config import Config
 from spamfilter.counts import ClassCounts, TokenCounts, Totals
 from spamfilter.mail import MailItem, read_index
 from spamfilter.nb import model
-from spamfilter.service import Filter, Refusal, Verdict
+from spamfilter.service import Filter, Refusal
 from spamfilter.store import StoreTransaction
 from spamfilter.tokenizer import is_header_line
 from spamfilter.vectorizer import Vocabulary, batch_vocabulary, count_matrix, term_counts

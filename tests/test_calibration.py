@@ -12,11 +12,12 @@ import pytest
 from scipy.special import expit, logit
 from typer.testing import CliRunner
 
+from spamfilter.answers import Verdict
 from spamfilter.cli import app
 from spamfilter.config import Config
 from spamfilter.mail import MailItem, read_index
 from spamfilter.nb.calibration import MAP_BINS, MAP_EDGES, PRIOR_BOUND, PRIOR_WEIGHT, CalibrationMap, calibration, log_loss, recorded, reliability, score_bins
-from spamfilter.service import Filter, Verdict
+from spamfilter.service import Filter
 from tests.test_evaluate import index  # noqa: F401  (the sample index fixture)
 
 

@@ -12,12 +12,13 @@ import pytest
 from scipy.special import expit
 from typer.testing import CliRunner
 
+from spamfilter.answers import Verdict
 from spamfilter.cli import app
 from spamfilter.config import Config
 from spamfilter.errors import NotTrainedError
 from spamfilter.mail import read_index, read_messages
 from spamfilter.nb.calibration import MAP_BINS, CalibrationMap, recorded
-from spamfilter.service import Filter, Verdict
+from spamfilter.service import Filter
 from spamfilter.tools.evaluation import stratified_folds
 
 REPO = Path(__file__).resolve().parents[1]

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from spamfilter.analysis import Analysed, Analyser
+from spamfilter.answers import Verdict
 from spamfilter.config import Config, TokenizerConfig
 from spamfilter.mail import MailItem, read_messages
-from spamfilter.service import Filter, Refusal, Verdict
+from spamfilter.service import Filter, Refusal
 from spamfilter.tokenizer.features import FEATURE_NAMES, SCALE
 
 RAW = (

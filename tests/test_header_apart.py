@@ -8,9 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from spamfilter.answers import Verdict
 from spamfilter.config import Config, ModelConfig, StoreConfig
 from spamfilter.nb import model
-from spamfilter.service import Filter, Verdict
+from spamfilter.service import Filter
 from spamfilter.tokenizer import is_header_line
 from spamfilter.tools.insight import Insight
 from spamfilter.tools.maintenance import Maintenance

@@ -36,12 +36,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from spamfilter.answers import Verdict
 from spamfilter.cli import app, exitcodes
 from spamfilter.cli.insight import explanation_lines
 from spamfilter.config import Config, ModelConfig, StoreConfig, TokenizerConfig
 from spamfilter.errors import NotTrainedError
 from spamfilter.mail import MailItem, read_messages
-from spamfilter.service import Filter, Verdict
+from spamfilter.service import Filter
 from spamfilter.tools.insight import Insight
 from spamfilter.tools.report import printable
 

@@ -12,10 +12,11 @@ import sqlalchemy as sa
 from typer.testing import CliRunner
 
 from spamfilter.analysis import MIN_PARALLEL, Analysed, Analyser, Refusal, analyse
+from spamfilter.answers import Verdict
 from spamfilter.cli import app
 from spamfilter.config import Config, TokenizerConfig
 from spamfilter.mail import MailItem, read_index
-from spamfilter.service import Filter, Verdict
+from spamfilter.service import Filter
 
 pytestmark = pytest.mark.corpus
 

@@ -12,16 +12,17 @@ layer before it can go in. From the bottom up:
    filter writes, which mail and tokenizer both know; nothing); ``retry``
    (trying a busy transaction again; errors only).
 1. Leaves: ``mail``, ``tokenizer``, ``vectorizer``, ``nb`` (the naive Bayes
-   mathematics: model, gaussian, aode, the one scorer, the in-memory counts,
-   the learning rule, calibration; no I/O), ``store`` (the only module that
+   mathematics: model, decision, gaussian, aode, the one scorer, the
+   in-memory counts, the learning rule, calibration; no I/O), ``store`` (the only module that
    imports SQLAlchemy), ``cache``, ``spamd`` (the spamd
    protocol, standard library only, so that ``filter --connect`` starts
    fast) import only errors, config and counts, never each other.
 2. ``dependence`` (keeping and reading the one-dependence counts) over
    store, nb and vectorizer; ``delta`` (a batch's count change) over store
    and dependence; ``analysis`` (reading mail, here or in worker processes)
-   over mail, tokenizer and vectorizer; ``service`` over it, the cache and
-   the leaves; ``tools`` (evaluation, tuning, insight, the report and its
+   over mail, tokenizer and vectorizer; ``answers`` (what the filter
+   answers: verdicts, training summaries, stats) over analysis;
+   ``service`` over them, the cache and the leaves; ``tools`` (evaluation, tuning, insight, the report and its
    plots, maintenance) over service; ``imap`` (the session, what a run
    remembers, the run) over service; ``daemon`` (the spamd server and the
    milter: their sockets, protocols, open filters and processes) over
@@ -61,14 +62,16 @@ ALLOWED: dict[str, frozenset[str]] = {
     "dependence": BASE | {"store", "nb", "vectorizer"},
     # A batch's count change, written through the store.
     "delta": BASE | {"store", "dependence"},
-    "service": _SERVICE | {"delta"},
+    # What the filter answers (verdicts, training summaries, stats).
+    "answers": BASE | {"analysis"},
+    "service": _SERVICE | {"delta", "answers"},
     # Over service: evaluation, tuning, insight, the report and its plots,
     # maintenance; service never uses them.
-    "tools": _SERVICE | {"service"},
+    "tools": _SERVICE | {"service", "answers"},
     # The IMAP session, what a run remembers (through the store) and the run.
-    "imap": _SERVICE | {"service"},
-    "daemon": _SERVICE | {"service", "tools", "spamd"},
-    "cli": BASE | {"mail", "service", "tools", "imap", "daemon", "spamd"},
+    "imap": _SERVICE | {"service", "answers"},
+    "daemon": _SERVICE | {"service", "answers", "tools", "spamd"},
+    "cli": BASE | {"mail", "service", "answers", "tools", "imap", "daemon", "spamd"},
     "__main__": frozenset({"cli"}),
 }
 

@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 from postfix import POSTFIX, Postfix, free_port
 
+from spamfilter.answers import Verdict
 from spamfilter.daemon import milter
 from spamfilter.mail import MailItem, filter_fields
-from spamfilter.service import Verdict
 from tests.test_daemon import _classify, _write_config, corpus, trained  # noqa: F401  (fixtures)
 
 MILTERTEST = shutil.which("miltertest")

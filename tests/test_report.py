@@ -19,12 +19,13 @@ from scipy.stats import norm
 from typer.testing import CliRunner
 
 from spamfilter.analysis import Analysed
+from spamfilter.answers import Stats, Verdict
 from spamfilter.cli import app, exitcodes
 from spamfilter.cli.evaluate import write_scores
 from spamfilter.config import Config, ModelConfig
 from spamfilter.mail import read_messages
 from spamfilter.nb.calibration import calibration
-from spamfilter.service import FEATURE_NAMES, FEATURE_UNITS, Filter, Stats, Verdict
+from spamfilter.service import FEATURE_NAMES, FEATURE_UNITS, Filter
 from spamfilter.tokenizer.features import SCALE
 from spamfilter.tools import plots
 from spamfilter.tools.evaluation import Scored

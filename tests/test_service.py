@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 
+from spamfilter.answers import TrainSummary, Verdict
 from spamfilter.config import Config, ModelConfig, StoreConfig
 from spamfilter.errors import NotTrainedError
 from spamfilter.mail import MailItem
-from spamfilter.service import Filter, Refusal, TrainSummary, Verdict
+from spamfilter.service import Filter, Refusal
 from spamfilter.store import Store, unpack_token_counts
 from spamfilter.vectorizer import term_counts
 

@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from spamfilter.answers import Verdict
 from spamfilter.cli import app
 from spamfilter.config import Config, StoreConfig, config_from_dict
 from spamfilter.errors import ConfigError
 from spamfilter.mail import MailItem
-from spamfilter.service import Filter, Verdict
+from spamfilter.service import Filter
 from spamfilter.tools.insight import Insight
 
 pytestmark = pytest.mark.corpus

@@ -14,8 +14,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, SpinnerColumn, Task, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.text import Text
 
+from spamfilter.answers import TrainSummary
 from spamfilter.cli import exitcodes, fail, state
-from spamfilter.service import Filter, Refusal, TrainSummary
+from spamfilter.service import Filter, Refusal
 
 T = TypeVar("T")
 

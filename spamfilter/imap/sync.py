@@ -42,13 +42,14 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
+from spamfilter.answers import Verdict
 from spamfilter.config import ImapAccount
 from spamfilter.errors import ImapUnavailable, NotTrainedError
 from spamfilter.imap.session import JUNK, NOT_JUNK, Fetched, ImapSession, Moved, account_password
 from spamfilter.imap.state import Arrival, ImapRecord, ImapState
 from spamfilter.mail import MailItem, digest_bytes
 from spamfilter.nb import model
-from spamfilter.service import Filter, Refusal, Verdict
+from spamfilter.service import Filter, Refusal
 from spamfilter.verdicts import Decision
 
 

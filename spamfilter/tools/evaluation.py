@@ -17,11 +17,12 @@ import numpy.typing as npt
 from scipy.special import logit
 from scipy.stats import rankdata
 
+from spamfilter.answers import TrainSummary, Verdict
 from spamfilter.config import Config
 from spamfilter.errors import EvaluationError
 from spamfilter.mail import MailItem
 from spamfilter.nb.calibration import Calibration, calibration, log_loss
-from spamfilter.service import ONLINE_TRAIN_MODE, TUNE_MARGIN, Filter, Refusal, TrainMode, TrainSummary, Verdict
+from spamfilter.service import ONLINE_TRAIN_MODE, TUNE_MARGIN, Filter, Refusal, TrainMode
 from spamfilter.verdicts import Decision
 
 BoolArray = npt.NDArray[np.bool_]

@@ -30,10 +30,11 @@ import numpy as np
 import numpy.typing as npt
 from scipy.special import expit, logit
 
+from spamfilter.answers import Stats
 from spamfilter.config import ModelConfig, counts_occurrences
 from spamfilter.errors import NotTrainedError, ScoresFileError
 from spamfilter.nb.calibration import TAIL, calibration
-from spamfilter.service import Filter, Stats
+from spamfilter.service import Filter
 from spamfilter.tools import plots
 from spamfilter.tools.evaluation import error_rates, lam_pct, roc_area, sm_at_hm
 from spamfilter.tools.insight import FeatureDensities, Insight, TrainedDay, WordScore

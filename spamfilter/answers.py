@@ -1,0 +1,94 @@
+"""What the filter answers: a message's verdict, what a training call did,
+the size of the model, and one step of an online run (``service.Filter``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from spamfilter.analysis import Refusal
+from spamfilter.verdicts import Decision
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The filter's answer for one message.
+
+    score: the calibrated P(spam|x) (``spamfilter.nb.calibration``): of the
+        messages scored p, a share p was spam in the model's history.
+    log_odds: the model's own log P(spam|x) - log P(ham|x), unbounded; rank by it.
+    verdict: spam, ham or unsure, the loss matrix's decision on ``score``.
+    """
+
+    source: str
+    digest: str
+    score: float
+    log_odds: float
+    verdict: Decision
+
+
+@dataclass(frozen=True, slots=True)
+class TrainSummary:
+    """What a train / forget / mark call did, message by message counts.
+
+    trained: added to the model with the requested label, per class (ham, spam).
+    unchanged: already trained with that label (training is idempotent).
+    relabelled: moved from the other class (``mark``).
+    conflicts: trained with the other class; ``train`` leaves them, ``mark`` moves them.
+    forgotten: removed from the model (``forget``).
+    unknown: ``forget`` of a message that was never trained.
+    skipped: scored right by enough not to be trained (``train`` in toe or tune mode).
+    """
+
+    trained_ham: int = 0
+    trained_spam: int = 0
+    unchanged: int = 0
+    relabelled: int = 0
+    conflicts: int = 0
+    forgotten: int = 0
+    unknown: int = 0
+    refused: tuple[Refusal, ...] = field(default_factory=tuple)
+    skipped: int = 0
+
+    def __add__(self, other: TrainSummary) -> TrainSummary:
+        return TrainSummary(
+            self.trained_ham + other.trained_ham,
+            self.trained_spam + other.trained_spam,
+            self.unchanged + other.unchanged,
+            self.relabelled + other.relabelled,
+            self.conflicts + other.conflicts,
+            self.forgotten + other.forgotten,
+            self.unknown + other.unknown,
+            self.refused + other.refused,
+            self.skipped + other.skipped,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    """Size of the model and of its database."""
+
+    ham_messages: int
+    spam_messages: int
+    tokens: int
+    ham_tokens: int
+    spam_tokens: int
+    ham_terms: int
+    spam_terms: int
+    database: str
+    size_bytes: int | None
+    event_model: str
+    alpha: float
+    user: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class OnlineStep:
+    """One message of an online run: the verdict it got before training,
+    whether it was then trained, and the seconds each step took."""
+
+    is_spam: bool
+    result: Verdict | Refusal
+    trained: bool
+    classify_seconds: float
+    train_seconds: float
