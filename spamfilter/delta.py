@@ -25,6 +25,8 @@ class CountDelta:
         self.signs: list[int] = []
         self.docs: list[dict[str, int]] = []
         self.features: FeatureStats | None = None
+        #: What ``apply`` wrote: the change (2, m) of its ``CountsWritten.token_list``.
+        self.written: TokenCounts | None = None
 
     def add(self, label: int, counts: dict[str, int], sign: int, features: tuple[int, ...] = ()) -> None:
         """Train (sign +1) or untrain (-1) one message's token counts and
@@ -72,4 +74,5 @@ class CountDelta:
         if not token_list and not classes.any():
             return None
         dependence.apply_delta(tx, self.docs, self.labels, self.signs)
+        self.written = delta
         return tx.add_counts_clipped(token_list, delta, classes)

@@ -32,7 +32,7 @@ from spamfilter.analysis import Refusal as Refusal
 from spamfilter.answers import OnlineStep, Stats, TrainSummary, Verdict
 from spamfilter.cache import CacheKey, CountCache, ModelView
 from spamfilter.config import Config, counts_occurrences, database_url
-from spamfilter.counts import FeatureStats, Totals
+from spamfilter.counts import FeatureStats, TokenCounts, Totals
 from spamfilter.delta import CountDelta
 from spamfilter.errors import NotTrainedError
 from spamfilter.locations import default_location_url
@@ -46,7 +46,7 @@ from spamfilter.nb.learning import TrainMode as TrainMode
 from spamfilter.nb.learning import wants_training
 from spamfilter.nb.scorer import Evidence, LogOddsParts, Scorer
 from spamfilter.retry import retrying
-from spamfilter.store import Store, StoreTransaction
+from spamfilter.store import CountsWritten, Store, StoreTransaction
 from spamfilter.tokenizer import Tokenizer, is_header_line
 from spamfilter.tokenizer.features import FEATURE_NAMES as FEATURE_NAMES
 from spamfilter.tokenizer.features import FEATURE_UNITS as FEATURE_UNITS
@@ -231,8 +231,14 @@ class Filter:
                 add[a.digest] = (label, a)
             else:
                 conflicts += 1
-        if record and not relabel:
-            self._record_before_learning(tx, list(add.values()))
+        new = list(add.values()) if record and not relabel else []
+        # The calibration record: how the model before this batch scores it.
+        # Read off the write's own counts when the model is the owner's naive
+        # Bayes alone (no read, no cache kept), else scored before the write.
+        from_write = bool(new) and self._records_from_write(tx.owner)
+        if new and not from_write:
+            self._record_before_learning(tx, new)
+        totals = tx.totals() if from_write else None
         # A relabelled message is untrained with exactly the counts (and
         # features) recorded when it was trained, then trained afresh with
         # its new label.
@@ -241,7 +247,9 @@ class Filter:
             delta.add(old.label, old.token_counts, -1, old.features)
         for label, a in add.values():
             delta.add(label, a.counts, +1, a.features)
-        self._apply(tx, delta)
+        written = self._apply(tx, delta)
+        if totals is not None and written is not None and totals.messages.all():
+            self._record_from_write(tx, new, written, delta, totals)
         tx.record_messages([(d, label, a.counts, a.features) for d, (label, a) in add.items()])
         # With the batch in the ledger: a new choice of parents counts it.
         dependence.reselect_if_due(tx, self.config.model)
@@ -260,6 +268,28 @@ class Filter:
             return  # nothing to record, or no model yet to score with
         verdicts = self._score([a for _, a in new], tx)
         self._record(tx, [label for label, _ in new], [v.log_odds for v in verdicts])
+
+    def _records_from_write(self, owner: str) -> bool:
+        """Whether ``_record_from_write`` can score a batch: naive Bayes
+        without message features, over the owner's counts alone."""
+        m = self.config.model
+        return m.dependence == "none" and not m.features and self._model_owners(owner) == (owner,)
+
+    def _record_from_write(self, tx: StoreTransaction, new: Sequence[tuple[Label, _Analysed]], written: CountsWritten, delta: CountDelta, totals: Totals) -> None:
+        """Record how the model before the batch scored its new messages,
+        from what the write returned: every token of the batch with its new
+        counts, less the batch's own (``delta.written``), over the totals read
+        before the write. The same scores as ``_record_before_learning``'s,
+        without reading the counts first."""
+        assert delta.written is not None
+        before = TokenCounts(written.counts.doc_count - delta.written.doc_count, written.counts.term_count - delta.written.term_count)
+        index = dict(zip(written.token_list, range(len(written.token_list))))
+        X, ids = indexed_matrix([a.counts for _, a in new], index, before.known(), binary=not counts_occurrences(self.config.model.event_model))
+        header = None
+        if self.config.model.header_apart:
+            header = np.fromiter((is_header_line(written.token_list[i]) for i in ids.tolist()), dtype=bool, count=ids.size)
+        odds = self.scorer.log_odds(Evidence(before.take(ids), totals, X, header))
+        self._record(tx, [label for label, _ in new], odds.tolist())
 
     def forget(self, items: Iterable[MailItem]) -> TrainSummary:
         """Untrain messages: subtract exactly the counts their training added."""
@@ -300,9 +330,10 @@ class Filter:
         if update is not None:
             update()
 
-    def _apply(self, tx: StoreTransaction, delta: CountDelta) -> None:
+    def _apply(self, tx: StoreTransaction, delta: CountDelta) -> CountsWritten | None:
         """Write ``delta`` in ``tx`` (a ``_write_transaction``), and arrange
-        for the cache to follow if it holds the model as it was just before.
+        for the cache to follow if it holds the model as it was just before;
+        what was written.
 
         The cache is kept only when this write is the one change between
         the versions: the owner's version went up by exactly one from the
@@ -317,7 +348,7 @@ class Filter:
         own_before = self.cache.view is not None and self.cache.view.owners == (tx.owner,)
         written = delta.apply(tx)
         if written is None or before is None or before[0] != candidates:
-            return
+            return written
         own = candidates.index(tx.owner)
         assert self.cache.view is not None
         owners: tuple[str, ...]
@@ -329,10 +360,11 @@ class Filter:
             totals, owners = self.model_of(tx)
         if not own_before or owners != (tx.owner,) or written.version != before[1][own] + 1:
             self._after_commit = self.cache.clear
-            return
+            return written
         after = (candidates, tuple(written.version if i == own else v for i, v in enumerate(before[1])))
         view = ModelView(totals, owners)
         self._after_commit = lambda: self.cache.apply(before, after, written.token_list, written.counts, view)
+        return written
 
     # -- classifying --------------------------------------------------------
 

@@ -211,3 +211,17 @@ def test_an_online_run_records_every_scored_message_trained_or_not(tmp_path: Pat
         d, a = recorded(np.array([s.result.log_odds]), np.array([s.is_spam]))
         W = d * W + a
     assert history == pytest.approx(W, rel=1e-9, abs=1e-12)
+
+
+def test_the_record_read_off_the_write_equals_scoring_before_it(tmp_path: Path, spamassassin: list[tuple[bool, MailItem]], monkeypatch: pytest.MonkeyPatch) -> None:
+    config = Config()
+    config = replace(config, store=replace(config.store, batch_size=100))
+    histories = []
+    for from_write in (True, False):
+        monkeypatch.setattr(Filter, "_records_from_write", lambda self, owner, answer=from_write: answer)
+        with Filter.open(config, f"sqlite:///{tmp_path / f'{from_write}.db'}") as f:
+            f.train(spamassassin[:400])
+            with f.store.begin(write=False) as tx:
+                histories.append(tx.calibration_history(MAP_BINS))
+    assert histories[0].sum() > 250  # three batches of 100 recorded, decayed
+    assert histories[0] == pytest.approx(histories[1], rel=1e-9, abs=1e-12)
