@@ -13,7 +13,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from spamfilter.cli import app, exitcodes, state
 from spamfilter.cli._common import TableOrJson, open_filter
 from spamfilter.errors import ImapUnavailable
-from spamfilter.imap.sync import Event, RunSummary, run_account
+from spamfilter.imap.summary import Event, RunSummary
+from spamfilter.imap.sync import run_account
 
 imap_app = typer.Typer(help="Filter mail on an IMAP server in place.", no_args_is_help=True)
 app.add_typer(imap_app, name="imap")

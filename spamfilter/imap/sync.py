@@ -40,85 +40,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from spamfilter.answers import Verdict
 from spamfilter.config import ImapAccount
 from spamfilter.errors import ImapUnavailable, NotTrainedError
 from spamfilter.imap.session import JUNK, NOT_JUNK, Fetched, ImapSession, Moved, account_password
 from spamfilter.imap.state import Arrival, ImapRecord, ImapState
+from spamfilter.imap.summary import Event, RunSummary
 from spamfilter.mail import MailItem, digest_bytes
 from spamfilter.nb import model
 from spamfilter.service import Filter, Refusal
-from spamfilter.verdicts import Decision
-
-
-@dataclass(frozen=True, slots=True)
-class Event:
-    """One thing a run did (or, in a dry run, would do) to one message.
-
-    kind: "classified", "moved", "flagged", "trained", "refused" or
-    "created" for what was done to a message or folder; "scanned" (detail:
-    how many new messages the folder has) and "fetched" (detail: how many
-    came in one chunk) for progress.
-    """
-
-    kind: str
-    folder: str
-    uid: int
-    detail: str
-    dry_run: bool = False
-
-
-@dataclass(slots=True)
-class RunSummary:
-    """Counts of one run (all passes of its retries together)."""
-
-    seen: int = 0
-    spam: int = 0
-    ham: int = 0
-    unsure: int = 0
-    moved: int = 0
-    flagged: int = 0
-    trained_spam: int = 0
-    trained_ham: int = 0
-    errors: int = 0
-    retries: int = 0
-    created: list[str] = field(default_factory=list)
-    #: --limit: how many more messages this run may classify (None: no limit).
-    limit_left: int | None = None
-
-    def add_verdict(self, verdict: Decision) -> None:
-        """Count one message given ``verdict``."""
-        if verdict is Decision.SPAM:
-            self.spam += 1
-        elif verdict is Decision.HAM:
-            self.ham += 1
-        else:
-            self.unsure += 1
-
-    @property
-    def classified(self) -> int:
-        """Messages given a verdict."""
-        return self.spam + self.ham + self.unsure
-
-    def as_dict(self) -> dict[str, int | list[str]]:
-        """The counts, for JSON output."""
-        return {
-            "seen": self.seen,
-            "classified": self.classified,
-            "spam": self.spam,
-            "ham": self.ham,
-            "unsure": self.unsure,
-            "moved": self.moved,
-            "flagged": self.flagged,
-            "trained_spam": self.trained_spam,
-            "trained_ham": self.trained_ham,
-            "errors": self.errors,
-            "retries": self.retries,
-            "created_folders": list(self.created),
-        }
-
 
 EventSink = Callable[[Event], None]
 
