@@ -12,35 +12,23 @@ features (``[model] feature_weight``), with the filter's own scorer.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from itertools import product
 from typing import NamedTuple, cast
 
 import numpy as np
-import numpy.typing as npt
-import scipy.sparse as sp
 from scipy.special import log_expit
 
-from spamfilter import dependence
-from spamfilter.analysis import Analysed, Analyser, analyse_labelled
 from spamfilter.config import Config, Dependence, EventModel, ModelConfig, counts_occurrences
-from spamfilter.counts import ClassCounts, FeatureStats, IntArray
 from spamfilter.errors import EvaluationError
 from spamfilter.mail import MailItem
 from spamfilter.nb import aode, decision
-from spamfilter.nb import model as nb
 from spamfilter.nb.calibration import calibrated_in_order
 from spamfilter.nb.decision import Cutoffs, best_cutoffs
-from spamfilter.nb.gaussian import GaussianParams, gaussian_estimate
 from spamfilter.nb.scorer import Evidence, Scorer
-from spamfilter.tokenizer import is_header_line
-from spamfilter.tokenizer.features import SCALE
 from spamfilter.tools.evaluation import BoolArray, FloatArray, roc_area
-from spamfilter.vectorizer import Vocabulary, count_matrix
-from spamfilter.verdicts import HAM, SPAM
-
-Reading = Callable[[Iterable[tuple[bool, MailItem]]], Iterable[tuple[bool, MailItem]]]
+from spamfilter.tools.folds import Fold, Reading, head_pairs, time_ordered_folds
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,7 +270,7 @@ def tune_settings(
     ``require_improvement``. The messages are read once; each setting is
     then model arithmetic with the filter's own functions (``_setting_odds``).
     """
-    splits = _splits(config, labelled, holdout, folds, jobs, reading)
+    splits = time_ordered_folds(config, labelled, holdout, folds, jobs, reading)
     m = config.model
     tried = list(dependences) if dependences is not None else [m.dependence]
     weights = list(feature_weights) if feature_weights is not None else [configured_feature_weight(m)]
@@ -312,7 +300,7 @@ def tune_settings(
 
 
 def _setting_odds(
-    s: _Split,
+    s: Fold,
     config: Config,
     event_models: Sequence[str],
     alphas: Sequence[float],
@@ -328,7 +316,7 @@ def _setting_odds(
     pairs: dict[str, aode.PairCounts] = {}
     if any(dependence_applies(config, e) for e in event_models):
         for dep in set(tried) - {"none"}:
-            pairs[dep] = _head_pairs(s, replace(m, dependence=dep))  # type: ignore[arg-type]
+            pairs[dep] = head_pairs(s, replace(m, dependence=dep))  # type: ignore[arg-type]
     for event_model, alpha in product(event_models, alphas):
         X = s.valid_terms if counts_occurrences(event_model) else s.valid_binary
         params = Scorer(replace(m, event_model=cast(EventModel, event_model), alpha=alpha)).params(s.counts, s.stats)
@@ -348,143 +336,6 @@ def _setting_odds(
                     )
                     evidence = Evidence(s.counts, s.stats, X, s.header, pairs.get(dep), s.gaussian if w else None, s.valid_features if w else None)
                     yield _Setting(event_model, alpha, tempering, min_evidence, keep, dep, w), Scorer(scoring).log_odds(evidence, params)
-
-
-@dataclass(frozen=True, slots=True)
-class _Split:
-    """The stream cut in two: the counts the store would hold after training
-    the head, the head's 0/1 matrix (n_head, V) over its tokens, and the
-    held-out tail's labels and matrices (n_valid, V); the Gaussian feature
-    densities of the head and the tail's feature vectors (n_valid, F)."""
-
-    counts: nb.TokenCounts
-    stats: nb.Totals
-    tokens: list[str]
-    head_y: BoolArray
-    head_binary: sp.csr_matrix
-    valid_y: BoolArray
-    valid_terms: sp.csr_matrix
-    valid_binary: sp.csr_matrix
-    gaussian: GaussianParams
-    valid_features: FloatArray
-    #: Which tokens are header lines, with ``[model] header_apart``; else None.
-    header: npt.NDArray[np.bool_] | None = None
-
-
-def _splits(config: Config, labelled: Sequence[tuple[bool, MailItem]], holdout: float, folds: int, jobs: int, reading: Reading | None) -> list[_Split]:
-    """Read the stream once and cut it into ``folds`` time-ordered
-    validation blocks that together hold its last ``holdout`` share, each
-    with the training head of every message before it (forward chaining:
-    each block is later mail to the model that scores it). The heads need
-    spam and ham, and so do the blocks together."""
-    docs, labels, vectors = _read(config, labelled, jobs, reading)
-    y = np.array(labels, dtype=bool)
-    n_valid = max(1, int(round(len(docs) * holdout)))
-    start = len(docs) - n_valid
-    bounds = sorted({start + round(i * n_valid / folds) for i in range(folds + 1)})
-    valid_y = y[start:]
-    if not (y[:start].any() and (~y[:start]).any() and valid_y.any() and (~valid_y).any()):
-        raise EvaluationError("to tune, both the training head and the held-out tail of the index need spam and ham")
-    features = np.array(vectors, dtype=np.int64).reshape(len(vectors), -1)
-    return [_split(config, docs, y, features, a, b) for a, b in zip(bounds[:-1], bounds[1:])]
-
-
-def _split(config: Config, docs: Sequence[dict[str, int]], y: BoolArray, features: IntArray, split: int, stop: int) -> _Split:
-    """Messages [0, split) as the training head, [split, stop) held out."""
-    train_y, valid_y = y[:split], y[split:stop]
-    vocabulary = Vocabulary(t for d in docs[:split] for t in d)
-    counts, stats = _training_counts(docs[:split], train_y, vocabulary)
-    return _Split(
-        counts,
-        stats,
-        vocabulary.tokens,
-        train_y,
-        count_matrix(docs[:split], vocabulary, binary=True),
-        valid_y,
-        count_matrix(docs[split:stop], vocabulary),
-        count_matrix(docs[split:stop], vocabulary, binary=True),
-        gaussian_estimate(_feature_stats(features[:split], train_y), SCALE),
-        features[split:stop] / SCALE,
-        np.fromiter(map(is_header_line, vocabulary.tokens), dtype=bool, count=len(vocabulary.tokens)) if config.model.header_apart else None,
-    )
-
-
-def _read(
-    config: Config, labelled: Sequence[tuple[bool, MailItem]], jobs: int, reading: Reading | None
-) -> tuple[list[dict[str, int]], list[bool], list[tuple[int, ...]]]:
-    """The token counts, labels and feature vectors of the messages that
-    read as mail, read on ``jobs`` processes through ``reading``."""
-    stream = reading(labelled) if reading is not None else labelled
-    docs: list[dict[str, int]] = []
-    labels: list[bool] = []
-    vectors: list[tuple[int, ...]] = []
-    analyser = Analyser(config.tokenizer, config.tokenizer.max_bytes)
-    for is_spam, result in analyse_labelled(analyser, stream, jobs):
-        if isinstance(result, Analysed):
-            docs.append(result.counts)
-            labels.append(is_spam)
-            vectors.append(result.features)
-    return docs, labels, vectors
-
-
-def _feature_stats(features: IntArray, is_spam: BoolArray) -> FeatureStats:
-    """The per-class sums the store keeps after training messages with these
-    fixed-point feature vectors (n, F): the sum of ``FeatureStats.of_message``."""
-    rows = (~is_spam, is_spam)
-    count = np.stack([np.full(features.shape[1], int(r.sum())) for r in rows]).astype(np.int64)
-    total = np.stack([features[r].sum(axis=0) for r in rows]).astype(np.int64)
-    total_sq = np.stack([(features[r] * features[r]).sum(axis=0) for r in rows]).astype(np.int64)
-    return FeatureStats(count, total, total_sq)
-
-
-def _head_pairs(s: _Split, m: ModelConfig) -> aode.PairCounts:
-    """The one-dependence counts after training the head and
-    ``dependence.reselect`` for ``m``: parents and children chosen as it
-    chooses them (``dependence.chosen_tokens``; SPODE's parent on the head's
-    held-out fifth). With Xp the parents' columns of the head's 0/1 rows X
-    of class c, D[c,p] = column sums of Xp, N[c,p] = Xp.T @ (distinct tokens
-    per message), D[c,p,j] = (Xp.T @ X)[p,j] for child j (0 for the others)."""
-    column = {t: j for j, t in enumerate(s.tokens)}
-
-    def spode_parent(candidates: list[str], children: set[str]) -> str:
-        child = np.array([t in children or t in candidates for t in s.tokens], dtype=bool)
-        best = aode.spode_parent(s.head_binary, s.head_y, [column[t] for t in candidates], child, m.alpha, m.tempering, m.aode_min_support)
-        return s.tokens[best]
-
-    chosen, kids = dependence.chosen_tokens(s.tokens, s.counts.doc_count, s.stats.classes.messages, m, spode_parent)
-    parent_column: IntArray = np.array([column[t] for t in chosen], dtype=np.int64)
-    child = np.zeros(len(s.tokens), dtype=bool)
-    child[[column[t] for t in kids]] = True
-    lengths = np.asarray(s.head_binary.sum(axis=1)).ravel()
-    docs = np.zeros((2, len(chosen)), dtype=np.int64)
-    terms = np.zeros((2, len(chosen)), dtype=np.int64)
-    pairs = []
-    for c, rows in ((HAM, ~s.head_y), (SPAM, s.head_y)):
-        X = s.head_binary[rows]
-        held = sp.csr_matrix(X[:, parent_column])
-        docs[c] = np.rint(np.asarray(held.sum(axis=0)).ravel())
-        terms[c] = np.rint(held.T @ lengths[rows])
-        pairs.append(sp.csr_matrix(held.T @ X @ sp.diags(child.astype(np.float64))))
-    return aode.PairCounts(docs, terms, (pairs[HAM], pairs[SPAM]), parent_column, child)
-
-
-def _training_counts(docs: Sequence[dict[str, int]], is_spam: BoolArray, vocabulary: Vocabulary) -> tuple[nb.TokenCounts, nb.Totals]:
-    """The counts the store would hold after training ``docs``: per token
-    (2, V), and the totals with the count histogram."""
-    terms = count_matrix(docs, vocabulary)
-    binary = count_matrix(docs, vocabulary, binary=True)
-    doc_count = np.vstack([np.asarray(binary[~is_spam].sum(0)).ravel(), np.asarray(binary[is_spam].sum(0)).ravel()]).astype(np.int64)
-    term_count = np.vstack([np.asarray(terms[~is_spam].sum(0)).ravel(), np.asarray(terms[is_spam].sum(0)).ravel()]).astype(np.int64)
-    histogram = []
-    for c in (0, 1):
-        k, n = np.unique(doc_count[c], return_counts=True)
-        histogram.append(np.stack([k, n], axis=1).astype(np.int64))
-    stats = nb.Totals(
-        ClassCounts(messages=np.array([int((~is_spam).sum()), int(is_spam.sum())], dtype=np.int64), terms=term_count.sum(axis=1), binary_terms=doc_count.sum(axis=1)),
-        vocabulary_size=len(vocabulary),
-        histogram=(histogram[0], histogram[1]),
-    )
-    return nb.TokenCounts(doc_count=doc_count, term_count=term_count), stats
 
 
 def _fold_losses(valid_y: BoolArray, odds: FloatArray, sizes: Sequence[int], ham_max: float, spam_min: float, config: Config) -> tuple[float, ...]:
