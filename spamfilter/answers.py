@@ -66,7 +66,10 @@ class TrainSummary:
 
 @dataclass(frozen=True, slots=True)
 class Stats:
-    """Size of the model and of its database."""
+    """Size of the model and of its database. ``calibration_messages``: the
+    weight of the calibration record in messages, each halved every
+    ``calibration.HALF_LIFE`` recorded after it (0: no record, the scores
+    are the model's own probability bounded to [0.01, 0.99])."""
 
     ham_messages: int
     spam_messages: int
@@ -80,6 +83,7 @@ class Stats:
     event_model: str
     alpha: float
     user: str = ""
+    calibration_messages: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -568,8 +568,10 @@ class Filter:
     # -- facts --------------------------------------------------------------
 
     def stats(self) -> Stats:
-        """Messages and tokens per class, and where the database is."""
-        totals = self.store.totals()
+        """Messages and tokens per class, the calibration record, and where the database is."""
+        with self.store.begin(write=False) as tx:
+            totals = tx.totals()
+            recorded_weight = float(tx.calibration_history(MAP_BINS).sum())
         unseen = [int(h[h[:, 0] == 0, 1].sum()) if h.size else 0 for h in totals.histogram]
         return Stats(
             ham_messages=int(totals.messages[model.HAM]),
@@ -584,6 +586,7 @@ class Filter:
             event_model=self.config.model.event_model,
             alpha=self.config.model.alpha,
             user=self.store.owner,
+            calibration_messages=recorded_weight,
         )
 
 

@@ -173,6 +173,8 @@ def test_train_records_each_batch_as_the_model_before_it_scored_it(any_db_url: s
     y = np.array([s for s, _ in spamassassin[100:200]])
     _, expected = recorded(odds, y)
     assert history == pytest.approx(expected, rel=1e-9, abs=1e-12)
+    with Filter.open(config, any_db_url) as f:
+        assert f.stats().calibration_messages == pytest.approx(float(expected.sum()), rel=1e-9)
     assert history[1].sum() > 0 and history[0].sum() > 0
 
 

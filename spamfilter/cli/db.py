@@ -43,6 +43,10 @@ def stats(ctx: typer.Context, fmt: Annotated[TableOrJson, typer.Option("--format
         typer.echo(f"{name:<18} {a:>12} {b:>12}")
     typer.echo(f"{'vocabulary':<18} {s.tokens:>12}")
     typer.echo(f"{'model':<18} {s.event_model}, alpha={s.alpha:g}" + (f", user {s.user}" if s.user else ""))
+    if s.calibration_messages:
+        typer.echo(f"{'calibration':<18} scores read off {s.calibration_messages:,.0f} recorded messages (decayed)")
+    else:
+        typer.echo(f"{'calibration':<18} no record yet: scores are the model's own, bounded to [0.01, 0.99]")
     typer.echo(f"{'database':<18} {s.database} ({size})")
 
 
