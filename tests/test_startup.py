@@ -139,6 +139,28 @@ def test_filter_finds_the_per_user_daemon_of_its_own_model_and_no_other(sample_d
     assert (elsewhere[0], elsewhere[2]) == (local[0], local[2])
 
 
+def test_filter_does_not_wait_forever_for_a_silent_daemon_on_the_per_user_socket(sample_db: str, message: bytes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+    import tempfile
+
+    runtime = Path(tempfile.mkdtemp(prefix="sf-run-", dir="/tmp"))
+    config = tmp_path / "config.toml"
+    config.write_text("")
+    local = run_cli(["--config", str(config), "--db", sample_db, "filter"], message)
+    (runtime / "spamfilter").mkdir(mode=0o700)
+    silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    silent.bind(str(runtime / "spamfilter" / "spamd.sock"))
+    silent.listen(4)  # accepts (the kernel queues the connection) and never answers
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    try:
+        code, modules, out = run_cli(["--config", str(config), "--db", sample_db, "filter"], message)
+    finally:
+        silent.close()
+    # Given up on the daemon after its timeout, filtered in-process: the same bytes.
+    assert "spamfilter.service" in modules
+    assert (code, out) == (local[0], local[2])
+
+
 def test_filter_with_a_stemmer_imports_nltk_and_still_not_the_rest(sample_db: str, message: bytes, tmp_path: Path) -> None:
     modules = run_filter(sample_db, message, tmp_path, '[tokenizer]\nstemmer = "porter"\n')
     assert "nltk.stem.porter" in modules

@@ -21,6 +21,10 @@ from spamfilter.mail.identity import filter_fields, filtered_pieces
 from spamfilter.spamd import Address, RemoteVerdict, classify_remote, model_id, parse_address
 from spamfilter.verdicts import Decision
 
+#: Seconds a daemon found on the per-user socket has to answer before the
+#: message is filtered in-process (a daemon named with --connect has 30).
+OWN_DAEMON_TIMEOUT = 10.0
+
 _VERDICT_EXIT = {Decision.SPAM: exitcodes.SPAM, Decision.HAM: exitcodes.HAM, Decision.UNSURE: exitcodes.UNSURE}
 
 
@@ -105,7 +109,7 @@ def _ask_own_daemon(ctx: typer.Context, raw: bytes) -> RemoteVerdict | None:
     s = state(ctx)
     owner = s.user if s.user is not None else s.config.store.user
     try:
-        remote = classify_remote(Address(path=str(path)), raw, user=s.user)
+        remote = classify_remote(Address(path=str(path)), raw, user=s.user, timeout=OWN_DAEMON_TIMEOUT)
     except (OSError, ProtocolError):
         return None
     return remote if remote.model == model_id(database_url(s.db_url, s.config), owner) else None
