@@ -38,16 +38,11 @@ from benchmarks.streams import Corpus, online_scores, split_scores
 from spamfilter.config import Config
 from spamfilter.nb import decision
 from spamfilter.nb import model as nb
-from spamfilter.nb.calibration import HALF_LIFE, MAP_BINS, PRIOR_BOUND, CalibrationMap, calibration, recorded
+from spamfilter.nb.calibration import HALF_LIFE, MAP_BINS, PRIOR_BOUND, CalibrationMap, calibrated_in_order, calibration, recorded
 
 #: Candidate (half-life in messages, prior bound in nats); the defaults first.
 GRID = [(hl, b) for hl in (HALF_LIFE, 500.0, 2000.0, float("inf")) for b in (PRIOR_BOUND, float(np.log(19.0)), float(np.log(999.0)))]
 BATCH = 200
-
-
-def history_after(W: np.ndarray, odds: np.ndarray, y: np.ndarray, half_life: float) -> np.ndarray:
-    decay, added = recorded(odds, y, half_life) if np.isfinite(half_life) else (1.0, recorded(odds, y, 1e300)[1])
-    return decay * W + added
 
 
 def split_calibrated(c: Corpus, config: Config, half_life: float, bound: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -60,23 +55,21 @@ def split_calibrated(c: Corpus, config: Config, half_life: float, bound: float) 
         stop = min(start + BATCH, head)
         if c.y[:start].any() and (~c.y[:start]).any():
             odds, y = split_scores(c, m, start, stop)
-            W = history_after(W, odds, y, half_life)
+            decay, added = recorded(odds, y, half_life)
+            W = decay * W + added
         start = stop
     odds, y = split_scores(c, m)
     return odds, CalibrationMap(W, bound).log_odds(odds), y
 
 
 def online_calibrated(raw: np.ndarray, y: np.ndarray, half_life: float, bound: float) -> np.ndarray:
-    """Each message's calibrated log-odds from the history of the messages before it
-    (a message scored before the model knew both classes, log-odds 0, is not recorded)."""
-    W = np.zeros((2, MAP_BINS))
-    out = np.zeros_like(raw)
+    """Each message's calibrated log-odds from the record of the messages before it
+    (`calibration.calibrated_in_order` a message at a time); a message scored
+    before the model knew both classes, log-odds 0, is not recorded."""
     known = np.flatnonzero(np.cumsum(y) * np.cumsum(~y) > 0)
     first = int(known[0]) + 1 if known.size else raw.size
-    for i in range(raw.size):
-        out[i] = CalibrationMap(W, bound).log_odds(raw[i : i + 1])[0] if i >= first else 0.0
-        if i >= first:
-            W = history_after(W, raw[i : i + 1], y[i : i + 1], half_life)
+    out = np.zeros_like(raw)
+    out[first:] = calibrated_in_order(raw[first:], y[first:], 1, half_life, bound)
     return out
 
 

@@ -264,8 +264,8 @@ class Filter:
         model has not seen yet, labelled. ``mark`` records nothing: the
         messages a user corrects are mostly the filter's errors, and a
         history of them would make every score look wrong."""
-        if not new or not self._cached_model(tx).totals.messages.all():
-            return  # nothing to record, or no model yet to score with
+        if not self._cached_model(tx).totals.messages.all():
+            return  # no model yet to score with
         verdicts = self._score([a for _, a in new], tx)
         self._record(tx, [label for label, _ in new], [v.log_odds for v in verdicts])
 

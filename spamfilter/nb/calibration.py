@@ -219,11 +219,6 @@ class CalibrationMap:
         #: The fitted logit of P(spam) at each bin's centre.
         self.bin_log_odds: FloatArray = np.log(p) - np.log1p(-p)
 
-    @property
-    def messages(self) -> float:
-        """The history's weight in messages (decayed)."""
-        return float(self.weights.sum())
-
     def log_odds(self, log_odds: FloatArray) -> FloatArray:
         """The calibrated log-odds, logit P(spam), of each raw log-odds."""
         result: FloatArray = np.interp(np.asarray(log_odds, dtype=np.float64), _CENTRES, self.bin_log_odds)
@@ -235,17 +230,27 @@ class CalibrationMap:
         return result
 
 
-def calibrated_in_order(raw: FloatArray, is_spam: BoolArray, batch: int) -> FloatArray:
+def calibrated_in_order(raw: FloatArray, is_spam: BoolArray, batch: int, half_life: float = HALF_LIFE, prior_bound: float = PRIOR_BOUND) -> FloatArray:
     """Calibrated log-odds of a labelled stream scored in order, ``batch``
     messages at a time, each batch read off the record of the batches
-    before it (starting from an empty one), as ``train`` records them: what
-    the filter would have shown of this stream. ``tune`` chooses its
-    cutoffs on these, since the cutoffs it writes act on the score."""
+    before it (starting from an empty one), as ``train`` records them (one
+    at a time, as an online run does): what the filter would have shown of
+    this stream. ``tune`` chooses its cutoffs on these, since the cutoffs
+    it writes act on the score."""
     history = np.zeros((2, MAP_BINS))
     out = np.empty_like(np.asarray(raw, dtype=np.float64))
     for start in range(0, out.size, batch):
         part = slice(start, start + batch)
-        out[part] = CalibrationMap(history).log_odds(raw[part])
-        decay, added = recorded(raw[part], is_spam[part])
+        out[part] = CalibrationMap(history, prior_bound).log_odds(raw[part])
+        decay, added = recorded(raw[part], is_spam[part], half_life)
         history = decay * history + added
     return out
+
+
+def score_log_odds(probability: FloatArray) -> FloatArray:
+    """logit P(spam) of scores, finite even for a score of exactly 0 or 1
+    (the uncalibrated 0.5 of an untrained model gives 0): the log-odds the
+    calibration figures of scored mail are computed from."""
+    p = np.clip(np.asarray(probability, dtype=np.float64), 1e-300, 1.0 - 1e-16)
+    result: FloatArray = np.log(p) - np.log1p(-p)
+    return result

@@ -14,14 +14,13 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
-from scipy.special import logit
 from scipy.stats import rankdata
 
 from spamfilter.answers import TrainSummary, Verdict
 from spamfilter.config import Config
 from spamfilter.errors import EvaluationError
 from spamfilter.mail import MailItem
-from spamfilter.nb.calibration import Calibration, calibration, log_loss
+from spamfilter.nb.calibration import Calibration, calibration, log_loss, score_log_odds
 from spamfilter.service import ONLINE_TRAIN_MODE, TUNE_MARGIN, Filter, Refusal, TrainMode
 from spamfilter.verdicts import Decision
 
@@ -243,7 +242,7 @@ def summarise(
         train_per_second=trained / train_seconds if train_seconds > 0 else float("nan"),
         two_way_threshold=two_way_threshold,
         windows=tuple(windowed_roca(y, odds, window or default_window(len(scored)))),
-        calibration=calibration(y, logit(np.clip([s.score for s in scored], 1e-300, 1.0 - 1e-16))),
+        calibration=calibration(y, score_log_odds(np.array([s.score for s in scored], dtype=np.float64))),
         raw_log_loss=log_loss(y, odds),
     )
 

@@ -28,12 +28,12 @@ from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
-from scipy.special import expit, logit
+from scipy.special import expit
 
 from spamfilter.answers import Stats
 from spamfilter.config import ModelConfig, counts_occurrences
 from spamfilter.errors import NotTrainedError, ScoresFileError
-from spamfilter.nb.calibration import TAIL, calibration
+from spamfilter.nb.calibration import TAIL, calibration, score_log_odds
 from spamfilter.service import Filter
 from spamfilter.tools import plots
 from spamfilter.tools.evaluation import error_rates, lam_pct, roc_area, sm_at_hm
@@ -434,7 +434,7 @@ def _evaluation(d: ReportData) -> str:
         ]
     # The calibration of the scores (the calibrated P(spam)) when the file
     # has them, else of expit(log-odds).
-    c = calibration(y, odds if sample.probability is None else logit(np.clip(sample.probability, 1e-300, 1.0 - 1e-16)))
+    c = calibration(y, odds if sample.probability is None else score_log_odds(sample.probability))
     rows += [
         ("log-loss (nats per message) / Brier score" + (" of expit(log-odds)" if sample.probability is None else " of the scores"), f"{c.log_loss:.4f} / {c.brier:.4f}"),
         (f"P(spam) ≤ {TAIL:g}: spam among them / ham they hold", f"{_num(c.low_tail_spam_pct, 2, '%')} of {c.low_tail} / {_num(c.ham_in_low_tail_pct, 1, '%')}"),
