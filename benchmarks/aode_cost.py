@@ -33,7 +33,7 @@ from typing import Any
 
 from benchmarks.long_stream import STREAMS, stream
 from spamfilter.config import Config, ModelConfig, StoreConfig
-from spamfilter.service import Filter
+from spamfilter.filter import Filter
 from spamfilter.tools.maintenance import Maintenance
 
 
@@ -80,8 +80,8 @@ def main() -> None:
     for name, config in (("naive", plain), (args.dependence, dep)):
         with Filter.open(config) as f:
             analysed = [f.analyser.one(m) for m in rest]
-            batch = best_of(args.repeat, lambda: [f._score(analysed[i : i + 200]) for i in range(0, len(analysed), 200)])
-            one = best_of(args.repeat, lambda: [f._score([a]) for a in analysed[:200]])
+            batch = best_of(args.repeat, lambda: [f.scoring.verdicts(analysed[i : i + 200]) for i in range(0, len(analysed), 200)])
+            one = best_of(args.repeat, lambda: [f.scoring.verdicts([a]) for a in analysed[:200]])
         trained = []
         for _ in range(args.repeat):
             shutil.copy(work / ("nb.db" if name == "naive" else "aode.db"), work / "copy.db")

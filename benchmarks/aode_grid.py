@@ -34,12 +34,11 @@ from benchmarks.compare import ranking
 from benchmarks.long_stream import STREAMS, stream
 from benchmarks.streams import Doc, tokenized
 from spamfilter.analysis import Analysed, Analyser
-from spamfilter.config import Config, load_config
+from spamfilter.config import Config, TrainMode, load_config
 from spamfilter.counts import ClassCounts, FeatureStats, TokenCounts, Totals
 from spamfilter.nb import aode, decision
 from spamfilter.nb import model as nb
 from spamfilter.nb.gaussian import feature_log_odds, gaussian_estimate
-from spamfilter.nb.learning import TrainMode
 from spamfilter.tokenizer.features import SCALE
 from spamfilter.tools.evaluation import run_online
 

@@ -2,8 +2,8 @@
 
     python -m benchmarks.calibration [--corpus spamassassin ...] [--protocol split|online]
 
-Drives `spamfilter.nb.calibration` as the filter does (`Filter._record`,
-`Filter.judge`), over the cached token matrices of `benchmarks.streams`:
+Drives `spamfilter.nb.calibration` as the filter does (`Scoring.record`,
+`Scoring.judge`), over the cached token matrices of `benchmarks.streams`:
 
 - split: train once on the first half in batches of 200 (the default
   `[store] batch_size`), each batch scored by the model of the batches

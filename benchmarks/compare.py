@@ -41,7 +41,7 @@ import numpy as np
 from spamfilter.config import EVENT_MODELS, Config, load_config
 from spamfilter.mail import read_index
 from spamfilter.tools.evaluation import fresh_filter, lam_pct, roc_area, run_online, sm_at_hm
-from spamfilter.tools.tuning import tune
+from spamfilter.tools.tuning import Grid, tune
 
 CORPORA = Path(__file__).resolve().parents[1].parent / "shared" / "corpora"
 INDEXES = {"spamassassin": "spamassassin/index", "csdmc2010": "csdmc2010/index", **{f"enron{i}": f"enron-spam-preprocessed/enron{i}/index" for i in range(1, 7)}}
@@ -65,11 +65,7 @@ def tuned_config(config: Config, corpus: str) -> Config:
     best = tune(
         config,
         stream,
-        event_models=list(EVENT_MODELS),
-        alphas=[0.01, 0.03, 0.1, 0.3, 1.0],
-        temperings=[0.0, 0.5],
-        min_evidences=[0.0, 2.0, 3.0],
-        bigram_options=[True, False],
+        Grid(event_models=list(EVENT_MODELS), alphas=[0.01, 0.03, 0.1, 0.3, 1.0], temperings=[0.0, 0.5], min_evidences=[0.0, 2.0, 3.0], bigram_options=[True, False]),
     )[0]
     return replace(
         config,

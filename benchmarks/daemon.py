@@ -35,8 +35,8 @@ import time
 from pathlib import Path
 
 from spamfilter.config import Config
+from spamfilter.filter import Filter
 from spamfilter.mail import MailItem
-from spamfilter.service import Filter
 
 CORPORA = Path(__file__).resolve().parents[2] / "shared" / "corpora"
 CORPUS_INDEX = {"spamassassin": "spamassassin/index", "enron": "enron-spam-preprocessed/index"}

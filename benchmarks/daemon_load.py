@@ -40,8 +40,8 @@ from pathlib import Path
 from benchmarks.daemon import open_fds, percentile, rows, rss_kib, start_daemon, timed
 from spamfilter import spamd
 from spamfilter.config import Config
+from spamfilter.filter import Filter
 from spamfilter.mail import MailItem
-from spamfilter.service import Filter
 
 
 def checks(spamc: list[str], paths: list[Path], clients: int) -> tuple[float, list[float]]:

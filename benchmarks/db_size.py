@@ -30,8 +30,8 @@ import numpy as np
 
 from spamfilter.answers import Verdict
 from spamfilter.config import Config
+from spamfilter.filter import Filter
 from spamfilter.mail import MailItem, read_index
-from spamfilter.service import Filter
 from spamfilter.tools.evaluation import roc_area
 from spamfilter.tools.maintenance import Maintenance
 

@@ -35,8 +35,8 @@ import numpy as np
 from benchmarks.long_stream import stream
 from benchmarks.option_grid import report, setup
 from benchmarks.streams import Corpus, online_scores, tokenized
+from spamfilter.config import TUNE_MARGIN, TrainMode
 from spamfilter.nb import decision
-from spamfilter.nb.learning import TUNE_MARGIN, TrainMode
 from spamfilter.tools.evaluation import default_window, run_online
 
 

@@ -24,8 +24,8 @@ from typing import Any
 
 from spamfilter.config import Config
 from spamfilter.errors import MailParseError
+from spamfilter.filter import Filter
 from spamfilter.mail import MailItem, read_index
-from spamfilter.service import Filter
 
 REPO = Path(__file__).resolve().parents[1]
 CORPORA = REPO.parent / "shared" / "corpora"

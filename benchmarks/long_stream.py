@@ -46,9 +46,8 @@ from typing import Any
 import numpy as np
 
 from benchmarks.compare import CORPORA, INDEXES, ranking
-from spamfilter.config import Config, load_config
+from spamfilter.config import ONLINE_TRAIN_MODE, TUNE_MARGIN, Config, TrainMode, load_config
 from spamfilter.mail import MailItem, read_index
-from spamfilter.service import ONLINE_TRAIN_MODE, TUNE_MARGIN, TrainMode
 from spamfilter.tools.evaluation import default_window, run_online, windowed_roca
 
 ENRON = [f"enron{i}" for i in range(1, 7)]

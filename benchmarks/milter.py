@@ -30,8 +30,8 @@ from pathlib import Path
 from benchmarks.daemon import rows
 from spamfilter.config import Config
 from spamfilter.daemon import milter
+from spamfilter.filter import Filter
 from spamfilter.mail import MailItem
-from spamfilter.service import Filter
 
 
 def _fields_and_body(raw: bytes) -> tuple[list[tuple[bytes, bytes]], bytes]:

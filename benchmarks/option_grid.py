@@ -40,9 +40,8 @@ from benchmarks import fisher as fisher_combining
 from benchmarks.compare import ranking
 from benchmarks.long_stream import STREAMS, logit, stream
 from benchmarks.streams import Corpus, Doc, online_scores, split_scores, tokenized
-from spamfilter.config import Config, ModelConfig, load_config
+from spamfilter.config import Config, ModelConfig, TrainMode, load_config
 from spamfilter.nb import decision
-from spamfilter.nb.learning import TrainMode
 from spamfilter.nb.memcounts import MemoryCounts
 from spamfilter.tools.evaluation import default_window, run_online, windowed_roca
 

@@ -19,11 +19,11 @@ import numpy as np
 import scipy.sparse as sp
 
 from benchmarks.long_stream import STREAMS, stream
-from spamfilter.config import Config, ModelConfig, counts_occurrences
+from spamfilter.config import ONLINE_TRAIN_MODE, TUNE_MARGIN, Config, ModelConfig, TrainMode, counts_occurrences
 from spamfilter.errors import MailParseError
 from spamfilter.mail import parse_message
 from spamfilter.nb import decision
-from spamfilter.nb.learning import ONLINE_TRAIN_MODE, TUNE_MARGIN, TrainMode, wants_training
+from spamfilter.nb.learning import wants_training
 from spamfilter.nb.memcounts import MemoryCounts
 from spamfilter.nb.scorer import Scorer
 from spamfilter.tokenizer import Tokenizer, is_header_line

@@ -29,9 +29,8 @@ import numpy as np
 
 from benchmarks.loco import CORPORA, figures, left_out_folds
 from benchmarks.streams import Corpus, online_scores, split_scores
-from spamfilter.config import Config
+from spamfilter.config import Config, TrainMode
 from spamfilter.nb import decision
-from spamfilter.nb.learning import TrainMode
 from spamfilter.nb.memcounts import MemoryCounts
 from spamfilter.nb.scorer import Scorer
 

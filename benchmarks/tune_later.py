@@ -35,7 +35,7 @@ from spamfilter.config import EVENT_MODELS, Config
 from spamfilter.errors import EvaluationError
 from spamfilter.mail import read_index
 from spamfilter.tools.evaluation import EvalReport, run_split
-from spamfilter.tools.tuning import Candidate, configured_candidate, require_improvement, require_separation, tune, written_settings
+from spamfilter.tools.tuning import Candidate, Grid, configured_candidate, require_improvement, require_separation, tune, written_settings
 
 
 def written(config: Config, best: Candidate) -> Config:
@@ -71,11 +71,13 @@ def main() -> None:
             candidates = tune(
                 config,
                 head,
-                event_models=list(EVENT_MODELS),
-                alphas=[0.01, 0.03, 0.1, 0.3, 1.0],
-                temperings=sorted({0.0, 0.5, config.model.tempering}),
-                min_evidences=[0.0, 2.0, 3.0],
-                bigram_options=[True, False],
+                Grid(
+                    event_models=list(EVENT_MODELS),
+                    alphas=[0.01, 0.03, 0.1, 0.3, 1.0],
+                    temperings=sorted({0.0, 0.5, config.model.tempering}),
+                    min_evidences=[0.0, 2.0, 3.0],
+                    bigram_options=[True, False],
+                ),
                 holdout=holdout,
                 folds=folds,
                 baseline=True,

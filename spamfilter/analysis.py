@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from concurrent.futures import Future
 
+from spamfilter.answers import Refusal
 from spamfilter.config import TokenizerConfig
 from spamfilter.errors import MailParseError, WorkerLost
 from spamfilter.mail import MailItem, parse_message
@@ -57,14 +58,6 @@ class Analysed:
     digest: str
     counts: dict[str, int]
     features: tuple[int, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class Refusal:
-    """A message that could not be read as mail; the run went on without it."""
-
-    source: str
-    reason: str
 
 
 class Analyser:

@@ -1,13 +1,20 @@
 """What the filter answers: a message's verdict, what a training call did,
-the size of the model, and one step of an online run (``service.Filter``).
+the size of the model, and one step of an online run (``spamfilter.filter.Filter``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from spamfilter.analysis import Refusal
 from spamfilter.verdicts import Decision
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A message that could not be read as mail; the run went on without it."""
+
+    source: str
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)

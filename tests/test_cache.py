@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 
 from spamfilter.analysis import Analysed as _Analysed
-from spamfilter.answers import Verdict
-from spamfilter.cache import CountCache, ModelView
+from spamfilter.answers import Refusal, Verdict
 from spamfilter.config import Config
 from spamfilter.counts import ClassCounts, TokenCounts, Totals
+from spamfilter.filter import Filter
+from spamfilter.filter.cache import CountCache, ModelView
 from spamfilter.mail import MailItem, read_index
 from spamfilter.nb import model
-from spamfilter.service import Filter, Refusal
 from spamfilter.store import StoreTransaction
 from spamfilter.tokenizer import is_header_line
 from spamfilter.vectorizer import Vocabulary, batch_vocabulary, count_matrix, term_counts
@@ -105,14 +105,14 @@ def test_a_second_pass_reads_only_the_tokens_the_model_lacks(tmp_path: Path, str
         distinct = set().union(*(f.tokens(item) for item in probe))
         reads = Reads(monkeypatch)
         first = odds(f, probe)
-        known = len(f.cache)
+        known = len(f.scoring.cache)
         assert reads.calls == 5  # one query a batch, for the tokens new to the cache
         first_reads = reads.tokens
         # Each token read once in the first pass but those unknown to the
         # model, which come back in the batches that have them.
         assert len(distinct) <= first_reads < len(distinct) + (len(distinct) - known)
         assert 1000 < known < len(distinct)
-        assert f.cache.rows().known().all()  # only what the model knows is held
+        assert f.scoring.cache.rows().known().all()  # only what the model knows is held
         assert odds(f, probe) == first
         # The second pass asks only for the unknown ones.
         assert reads.tokens - first_reads == first_reads - known
@@ -137,14 +137,14 @@ def test_online_learning_keeps_the_copy_exact(tmp_path: Path, stream: list[tuple
     with Filter.open(config, f"sqlite:///{tmp_path / 'a.db'}") as cached, Filter.open(config, f"sqlite:///{tmp_path / 'b.db'}") as cold:
         cached.train(stream[:60])
         cold.train(stream[:60])
-        cached.cache.clear()  # training kept the counts it wrote: start the online run from none
+        cached.scoring.cache.clear()  # training kept the counts it wrote: start the online run from none
         reads = Reads(monkeypatch)
         steps = stream[60:160]
         warm = [s.result.log_odds for s in cached.learn_online(steps) if isinstance(s.result, Verdict)]
         warm_reads = reads.tokens
         cold_odds = []
         for step in steps:
-            cold.cache.clear()  # every message scored from the store
+            cold.scoring.cache.clear()  # every message scored from the store
             result = next(iter(cold.learn_online([step]))).result
             if isinstance(result, Verdict):
                 cold_odds.append(result.log_odds)
@@ -181,7 +181,7 @@ def test_a_bounded_copy_scores_exactly(tmp_path: Path, stream: list[tuple[bool, 
         f.train(stream[:400])
         probe = [item for _, item in stream[400:550]]
         unbounded = odds(f, probe)
-        held = len(f.cache)
-        f.cache = CountCache(max_tokens=held // 3)  # passed several times over the run
+        held = len(f.scoring.cache)
+        f.scoring.cache = CountCache(max_tokens=held // 3)  # passed several times over the run
         assert odds(f, probe) == unbounded
-        assert len(f.cache) <= held // 3 + 5000
+        assert len(f.scoring.cache) <= held // 3 + 5000

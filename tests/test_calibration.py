@@ -15,9 +15,10 @@ from typer.testing import CliRunner
 from spamfilter.answers import Verdict
 from spamfilter.cli import app
 from spamfilter.config import Config
+from spamfilter.filter import Filter
+from spamfilter.filter.training import Training
 from spamfilter.mail import MailItem, read_index
 from spamfilter.nb.calibration import MAP_BINS, MAP_EDGES, PRIOR_BOUND, PRIOR_WEIGHT, CalibrationMap, calibration, log_loss, recorded, reliability, score_bins
-from spamfilter.service import Filter
 from tests.test_evaluate import index  # noqa: F401  (the sample index fixture)
 
 
@@ -220,7 +221,7 @@ def test_the_record_read_off_the_write_equals_scoring_before_it(tmp_path: Path, 
     config = replace(config, store=replace(config.store, batch_size=100))
     histories = []
     for from_write in (True, False):
-        monkeypatch.setattr(Filter, "_records_from_write", lambda self, owner, answer=from_write: answer)
+        monkeypatch.setattr(Training, "_records_from_write", lambda self, owner, answer=from_write: answer)
         with Filter.open(config, f"sqlite:///{tmp_path / f'{from_write}.db'}") as f:
             f.train(spamassassin[:400])
             with f.store.begin(write=False) as tx:

@@ -34,8 +34,8 @@ import sqlalchemy as sa
 
 from spamfilter.cli import main
 from spamfilter.config import Config
+from spamfilter.filter import Filter
 from spamfilter.mail import digest_bytes, read_index
-from spamfilter.service import Filter
 from spamfilter.store import unpack_token_counts
 
 pytestmark = pytest.mark.corpus

@@ -27,8 +27,8 @@ from spamfilter import spamd
 from spamfilter.answers import Verdict
 from spamfilter.config import load_config
 from spamfilter.errors import ProtocolError
+from spamfilter.filter import Filter
 from spamfilter.mail import MailItem, filter_fields, with_filter_headers
-from spamfilter.service import Filter
 
 SPAMC = shutil.which("spamc")
 pytestmark = pytest.mark.skipif(SPAMC is None and os.environ.get("CI") != "true", reason="spamc is not installed")

@@ -22,8 +22,8 @@ import pytest
 
 from spamfilter import spamd
 from spamfilter.config import load_config
+from spamfilter.filter import Filter
 from spamfilter.mail import MailItem, filter_fields, with_filter_headers
-from spamfilter.service import Filter
 from spamfilter.verdicts import Decision
 from tests.test_daemon import HANG, SPAMC, Daemon, _check_line, _classify, _read_all, _threshold, _write_config, corpus  # noqa: F401
 

@@ -11,14 +11,13 @@ import pytest
 import sqlalchemy as sa
 from typer.testing import CliRunner
 
-from spamfilter import dependence
 from spamfilter.answers import Verdict
 from spamfilter.cli import app
 from spamfilter.config import Config, ConfigError, ModelConfig, StoreConfig, validate
+from spamfilter.filter import Filter, dependence
 from spamfilter.mail import MailItem
 from spamfilter.mail.sources import read_messages
 from spamfilter.nb import aode
-from spamfilter.service import Filter
 from spamfilter.store.pairs import unpack
 from spamfilter.tools.maintenance import Maintenance
 from tests.test_aode import loop_log_likelihood

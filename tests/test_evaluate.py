@@ -16,9 +16,9 @@ from spamfilter.answers import Verdict
 from spamfilter.cli import app
 from spamfilter.config import Config
 from spamfilter.errors import NotTrainedError
+from spamfilter.filter import Filter
 from spamfilter.mail import read_index, read_messages
 from spamfilter.nb.calibration import MAP_BINS, CalibrationMap, recorded
-from spamfilter.service import Filter
 from spamfilter.tools.evaluation import stratified_folds
 
 REPO = Path(__file__).resolve().parents[1]

@@ -10,10 +10,10 @@ import pytest
 
 from spamfilter.analysis import Analysed
 from spamfilter.config import Config, ConfigError, ModelConfig, validate
+from spamfilter.filter import Filter
 from spamfilter.nb import model
 from spamfilter.nb.gaussian import feature_log_odds, gaussian_estimate
-from spamfilter.service import FEATURE_NAMES, Filter
-from spamfilter.tokenizer.features import SCALE
+from spamfilter.tokenizer.features import FEATURE_NAMES, SCALE
 from tests.test_service import HAM, LABELLED, SPAM, UNSEEN, log_odds, open_filter, query
 
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from spamfilter.analysis import Analysed, Analyser
-from spamfilter.answers import Verdict
+from spamfilter.answers import Refusal, Verdict
 from spamfilter.config import Config, TokenizerConfig
+from spamfilter.filter import Filter
 from spamfilter.mail import MailItem, read_messages
-from spamfilter.service import Filter, Refusal
 from spamfilter.tokenizer.features import FEATURE_NAMES, SCALE
 
 RAW = (

@@ -22,11 +22,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from spamfilter.answers import Verdict
+from spamfilter.answers import Refusal, Verdict
 from spamfilter.cli import app, exitcodes
 from spamfilter.config import Config
+from spamfilter.filter import Filter
 from spamfilter.mail import MailItem, digest_bytes, filtered_pieces, with_filter_headers
-from spamfilter.service import Filter, Refusal
 from spamfilter.tokenizer import Tokenizer
 from spamfilter.tokenizer.features import TextShape
 

@@ -10,8 +10,8 @@ import pytest
 
 from spamfilter.answers import Verdict
 from spamfilter.config import Config, ModelConfig, StoreConfig
+from spamfilter.filter import Filter
 from spamfilter.nb import model
-from spamfilter.service import Filter
 from spamfilter.tokenizer import is_header_line
 from spamfilter.tools.insight import Insight
 from spamfilter.tools.maintenance import Maintenance
@@ -33,7 +33,7 @@ def test_classify_and_explain_score_the_header_lines_apart(tmp_path: Path, sampl
         m = f.config.model
         for item, verdict in zip(inbox[:5], verdicts):
             counts = f.analyser.one(item).counts  # type: ignore[union-attr]
-            fitted = f.fit([counts])
+            fitted = f.scoring.fit([counts])
             tokens = fitted.tokens
             d = fitted.params.weight[model.SPAM] - fitted.params.weight[model.HAM]
             head = np.array([is_header_line(t) for t in tokens])

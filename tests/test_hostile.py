@@ -41,12 +41,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from spamfilter.answers import Verdict
+from spamfilter.answers import Refusal, Verdict
 from spamfilter.config import Config
 from spamfilter.errors import MailParseError
+from spamfilter.filter import Filter
 from spamfilter.mail import MailItem, NestingTooDeepDefect, digest_bytes, parse_message, read_index, read_messages, with_filter_headers
 from spamfilter.mail.identity import _filter_layout
-from spamfilter.service import Filter, Refusal
 from spamfilter.tokenizer import Tokenizer
 
 pytestmark = pytest.mark.corpus

@@ -23,10 +23,10 @@ from dovecot import Dovecot, ImapUser, dovecot_server  # noqa: F401
 
 from spamfilter.config import Config, ImapAccount, config_from_dict
 from spamfilter.errors import ConfigError, ImapAuthError, ImapUnavailable
+from spamfilter.filter import Filter
 from spamfilter.imap.summary import RunSummary
 from spamfilter.imap.sync import run_account
 from spamfilter.mail import digest_bytes
-from spamfilter.service import Filter
 
 pytestmark = pytest.mark.corpus
 

@@ -41,8 +41,8 @@ from spamfilter.cli import app, exitcodes
 from spamfilter.cli.insight import explanation_lines
 from spamfilter.config import Config, ModelConfig, StoreConfig, TokenizerConfig
 from spamfilter.errors import NotTrainedError
+from spamfilter.filter import Filter
 from spamfilter.mail import MailItem, read_messages
-from spamfilter.service import Filter
 from spamfilter.tools.insight import Insight
 from spamfilter.tools.report import printable
 

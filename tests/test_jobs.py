@@ -15,8 +15,8 @@ from spamfilter.analysis import MIN_PARALLEL, Analysed, Analyser, Refusal, analy
 from spamfilter.answers import Verdict
 from spamfilter.cli import app
 from spamfilter.config import Config, TokenizerConfig
+from spamfilter.filter import Filter
 from spamfilter.mail import MailItem, read_index
-from spamfilter.service import Filter
 
 pytestmark = pytest.mark.corpus
 

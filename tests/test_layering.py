@@ -14,19 +14,18 @@ layer before it can go in. From the bottom up:
 1. Leaves: ``mail``, ``tokenizer``, ``vectorizer``, ``nb`` (the naive Bayes
    mathematics: model, decision, gaussian, aode, the one scorer, the
    in-memory counts, the learning rule, calibration; no I/O), ``store`` (the only module that
-   imports SQLAlchemy), ``cache``, ``spamd`` (the spamd
-   protocol, standard library only, so that ``filter --connect`` starts
-   fast) import only errors, config and counts, never each other.
-2. ``dependence`` (keeping and reading the one-dependence counts) over
-   store, nb and vectorizer; ``delta`` (a batch's count change) over store
-   and dependence; ``analysis`` (reading mail, here or in worker processes)
-   over mail, tokenizer and vectorizer; ``answers`` (what the filter
-   answers: verdicts, training summaries, stats) over analysis;
-   ``service`` over them, the cache and the leaves; ``tools`` (evaluation, tuning, insight, the report and its
-   plots, maintenance) over service; ``imap`` (the session, what a run
-   remembers, the run) over service; ``daemon`` (the spamd server and the
+   imports SQLAlchemy), ``spamd`` (the spamd protocol, standard library
+   only, so that ``filter --connect`` starts fast), ``answers`` (what the
+   filter answers: verdicts, refusals, training summaries, stats) import
+   only the base, never each other.
+2. ``analysis`` (reading mail, here or in worker processes) over mail,
+   tokenizer, vectorizer and answers; ``filter`` (the library API: the
+   model read into memory, its verdicts, the writes, online learning, the
+   one-dependence counts) over them, store and nb; ``tools`` (evaluation, tuning, insight, the report and its
+   plots, maintenance) over filter; ``imap`` (the session, what a run
+   remembers, the run) over filter; ``daemon`` (the spamd server and the
    milter: their sockets, protocols, open filters and processes) over
-   service, tools (explain, for REPORT) and spamd.
+   filter, tools (explain, for REPORT) and spamd.
 3. ``cli`` over everything but ``store`` and ``nb``; ``__main__`` runs cli.
 """
 
@@ -41,8 +40,8 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "spamfilter"
 
 BASE = frozenset({"errors", "locations", "config", "counts", "headers", "verdicts"})
-LEAVES = frozenset({"mail", "tokenizer", "vectorizer", "nb", "store", "cache", "spamd"})
-_SERVICE = BASE | {"mail", "tokenizer", "vectorizer", "nb", "store", "cache", "analysis", "retry", "dependence"}
+LEAVES = frozenset({"mail", "tokenizer", "vectorizer", "nb", "store", "spamd", "answers"})
+_FILTER = BASE | {"mail", "tokenizer", "vectorizer", "nb", "store", "analysis", "answers", "retry"}
 
 #: module -> the package modules it may import ("__init__" is the package itself).
 ALLOWED: dict[str, frozenset[str]] = {
@@ -54,24 +53,18 @@ ALLOWED: dict[str, frozenset[str]] = {
     "verdicts": frozenset(),
     "counts": frozenset({"verdicts"}),
     "headers": frozenset(),
-    # How the service layer tries a busy or raced transaction again.
+    # How the filter tries a busy or raced transaction again.
     "retry": frozenset({"errors"}),
     **{leaf: BASE for leaf in LEAVES},
-    "analysis": BASE | {"mail", "tokenizer", "vectorizer"},
-    # The one-dependence counts between the store and the aode maths.
-    "dependence": BASE | {"store", "nb", "vectorizer"},
-    # A batch's count change, written through the store.
-    "delta": BASE | {"store", "dependence"},
-    # What the filter answers (verdicts, training summaries, stats).
-    "answers": BASE | {"analysis"},
-    "service": _SERVICE | {"delta", "answers"},
-    # Over service: evaluation, tuning, insight, the report and its plots,
-    # maintenance; service never uses them.
-    "tools": _SERVICE | {"service", "answers"},
+    "analysis": BASE | {"mail", "tokenizer", "vectorizer", "answers"},
+    "filter": _FILTER,
+    # Over filter: evaluation, tuning, insight, the report and its plots,
+    # maintenance; filter never uses them.
+    "tools": _FILTER | {"filter"},
     # The IMAP session, what a run remembers (through the store) and the run.
-    "imap": _SERVICE | {"service", "answers"},
-    "daemon": _SERVICE | {"service", "answers", "tools", "spamd"},
-    "cli": BASE | {"mail", "service", "answers", "tools", "imap", "daemon", "spamd"},
+    "imap": _FILTER | {"filter"},
+    "daemon": _FILTER | {"filter", "tools", "spamd"},
+    "cli": BASE | {"mail", "filter", "answers", "tools", "imap", "daemon", "spamd"},
     "__main__": frozenset({"cli"}),
 }
 
@@ -166,7 +159,8 @@ def _copy_package(tmp_path: Path) -> Path:
         ("nb/model.py", "import os", "nb does no I/O, imports os"),
         ("tools/plots.py", "from spamfilter.daemon.pool import FilterPool", "tools may not import daemon"),
         ("mail/parse.py", "from spamfilter import tokenizer", "mail may not import tokenizer"),
-        ("service.py", "from spamfilter.tools.evaluation import run_online", "service may not import tools"),
+        ("filter/core.py", "from spamfilter.tools.evaluation import run_online", "filter may not import tools"),
+        ("filter/scoring.py", "from spamfilter.imap.sync import run_account", "filter may not import imap"),
         ("tools/report.py", "from spamfilter.imap.sync import run_account", "tools may not import imap"),
         ("tools/evaluation.py", "import sqlalchemy as sa", "only store speaks SQL"),
         ("tokenizer/mime.py", "from spamfilter.store import Store", "tokenizer may not import store"),
@@ -189,10 +183,10 @@ def test_a_module_in_no_layer_is_caught(tmp_path: Path) -> None:
     assert violations(copy) == ["newthing: in no layer; add it to ALLOWED in tests/test_layering.py"]
 
 
-def test_the_tools_may_use_service_but_not_the_daemons(tmp_path: Path) -> None:
+def test_the_tools_may_use_the_filter_but_not_the_daemons(tmp_path: Path) -> None:
     copy = _copy_package(tmp_path)
     target = copy / "tools" / "maintenance.py"
-    target.write_text("from spamfilter.service import Filter\nfrom spamfilter.store import Store\n", encoding="utf-8")
+    target.write_text("from spamfilter.filter import Filter\nfrom spamfilter.store import Store\n", encoding="utf-8")
     assert violations(copy) == []
     with target.open("a", encoding="utf-8") as f:
         f.write("from spamfilter.daemon.server import Server\n")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from spamfilter.nb.learning import TrainMode, wants_training
+from spamfilter.config import TrainMode
+from spamfilter.nb.learning import wants_training
 from spamfilter.verdicts import Decision, Label
 
 HAM_MAX, SPAM_MIN = -1.39, 3.89

@@ -22,8 +22,8 @@ from spamfilter.cli import app, exitcodes
 from spamfilter.config import Config, ModelConfig
 from spamfilter.counts import MAX_COUNT
 from spamfilter.errors import CountsFileError, StoreError
+from spamfilter.filter import Filter
 from spamfilter.mail import MailItem
-from spamfilter.service import Filter
 from spamfilter.store import Store, sqlite_path
 from spamfilter.tools.counts_file import MAX_LINE_BYTES, escape_token, read_counts_lines, unescape_token
 from spamfilter.tools.maintenance import CheckReport, Maintenance

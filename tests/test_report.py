@@ -23,10 +23,10 @@ from spamfilter.answers import Stats, Verdict
 from spamfilter.cli import app, exitcodes
 from spamfilter.cli.evaluate import write_scores
 from spamfilter.config import Config, ModelConfig
+from spamfilter.filter import Filter
 from spamfilter.mail import read_messages
 from spamfilter.nb.calibration import calibration
-from spamfilter.service import FEATURE_NAMES, FEATURE_UNITS, Filter
-from spamfilter.tokenizer.features import SCALE
+from spamfilter.tokenizer.features import FEATURE_NAMES, FEATURE_UNITS, SCALE
 from spamfilter.tools import plots
 from spamfilter.tools.evaluation import Scored
 from spamfilter.tools.insight import FeatureDensities, FeatureDensity, Insight, TrainedDay, WordScore

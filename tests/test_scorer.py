@@ -10,10 +10,10 @@ import scipy.sparse as sp
 
 from spamfilter.answers import Verdict
 from spamfilter.config import Config, ModelConfig
+from spamfilter.filter import Filter
 from spamfilter.mail import read_index
 from spamfilter.nb.memcounts import MemoryCounts
 from spamfilter.nb.scorer import Scorer
-from spamfilter.service import Filter
 from spamfilter.tokenizer import is_header_line
 from spamfilter.vectorizer import batch_vocabulary, count_matrix
 from tests.test_evaluate import index  # noqa: F401  (the sample index fixture)

@@ -1,4 +1,4 @@
-"""Tests of spamfilter.service.Filter: training, forgetting, relabelling and
+"""Tests of spamfilter.filter.Filter: training, forgetting, relabelling and
 classifying keep the store's counts exact, and scores equal brute force."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 
-from spamfilter.answers import TrainSummary, Verdict
+from spamfilter.answers import Refusal, TrainSummary, Verdict
 from spamfilter.config import Config, ModelConfig, StoreConfig
 from spamfilter.errors import NotTrainedError
+from spamfilter.filter import Filter
 from spamfilter.mail import MailItem
-from spamfilter.service import Filter, Refusal
 from spamfilter.store import Store, unpack_token_counts
 from spamfilter.vectorizer import term_counts
 

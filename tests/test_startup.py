@@ -78,7 +78,7 @@ def run_filter(sample_db: str, message: bytes, config_dir: Path, config_text: st
 def test_filter_imports_only_what_it_runs(sample_db: str, message: bytes, tmp_path: Path) -> None:
     modules = run_filter(sample_db, message, tmp_path, "")
     # It did the work: parsed, tokenized, read the counts and scored.
-    for needed in ["spamfilter.service", "spamfilter.tokenizer", "spamfilter.store", "spamfilter.nb.model", "spamfilter.cli.deliver"]:
+    for needed in ["spamfilter.filter", "spamfilter.tokenizer", "spamfilter.store", "spamfilter.nb.model", "spamfilter.cli.deliver"]:
         assert needed in modules
     assert {name: loaded(modules, name) for name in NOT_FOR_FILTER} == {name: [] for name in NOT_FOR_FILTER}
 
@@ -97,7 +97,7 @@ def test_filter_answered_by_a_daemon_loads_no_maths_no_database_and_no_filter(sa
     # The daemon's verdict, the same bytes and exit code as filtering in-process.
     assert daemon.log().count("CHECK user=") == 1
     assert (code, out) == (local[0], local[2])
-    heavy = ["numpy", "scipy", "sqlalchemy", "rich", "spamfilter.service", "spamfilter.store", "spamfilter.tokenizer", "spamfilter.cli._common"]
+    heavy = ["numpy", "scipy", "sqlalchemy", "rich", "spamfilter.filter", "spamfilter.store", "spamfilter.tokenizer", "spamfilter.cli._common"]
     assert {name: loaded(modules, name) for name in heavy} == {name: [] for name in heavy}
 
 
@@ -132,10 +132,10 @@ def test_filter_finds_the_per_user_daemon_of_its_own_model_and_no_other(sample_d
         assert daemon.stop() == 0
     # Answered by the daemon without --connect: the in-process bytes and code, no filter loaded.
     assert (code, out) == (local[0], local[2])
-    heavy = ["numpy", "sqlalchemy", "spamfilter.service", "spamfilter.store"]
+    heavy = ["numpy", "sqlalchemy", "spamfilter.filter", "spamfilter.store"]
     assert {name: loaded(modules, name) for name in heavy} == {name: [] for name in heavy}
     # The other database was filtered in-process, with its own (equal) counts.
-    assert "spamfilter.service" in elsewhere[1]
+    assert "spamfilter.filter" in elsewhere[1]
     assert (elsewhere[0], elsewhere[2]) == (local[0], local[2])
 
 
@@ -157,7 +157,7 @@ def test_filter_does_not_wait_forever_for_a_silent_daemon_on_the_per_user_socket
     finally:
         silent.close()
     # Given up on the daemon after its timeout, filtered in-process: the same bytes.
-    assert "spamfilter.service" in modules
+    assert "spamfilter.filter" in modules
     assert (code, out) == (local[0], local[2])
 
 
@@ -170,7 +170,7 @@ def test_filter_with_a_stemmer_imports_nltk_and_still_not_the_rest(sample_db: st
 def test_version_imports_no_command_and_no_library(tmp_path: Path) -> None:
     code, modules, out = run_cli(["--version"])
     assert (code, out) == (0, b"spamfilter 0.1.0\n")
-    heavy = ["spamfilter.cli.classify", "spamfilter.cli._common", "spamfilter.service", "numpy", "scipy", "sqlalchemy", "nltk"]
+    heavy = ["spamfilter.cli.classify", "spamfilter.cli._common", "spamfilter.filter", "numpy", "scipy", "sqlalchemy", "nltk"]
     assert {name: loaded(modules, name) for name in heavy} == {name: [] for name in heavy}
 
 

@@ -16,14 +16,14 @@ from typer.testing import CliRunner
 from spamfilter.cli import app
 from spamfilter.config import Config, DecisionConfig, ModelConfig, StoreConfig, TokenizerConfig, load_config, update_config_file
 from spamfilter.errors import ConfigError, EvaluationError
+from spamfilter.filter import Filter
 from spamfilter.mail import MailItem
 from spamfilter.mail.sources import read_messages
 from spamfilter.nb.calibration import calibrated_in_order
 from spamfilter.nb.decision import best_cutoffs, thresholds_from_loss
-from spamfilter.service import Filter
 from spamfilter.tools.evaluation import roc_area
 from spamfilter.tools.maintenance import Maintenance
-from spamfilter.tools.tuning import MIN_COSTLY, Candidate, tune
+from spamfilter.tools.tuning import MIN_COSTLY, Candidate, Grid, tune
 
 LETTERS = "bcdfghjklmnpqrstvwxz"
 
@@ -67,7 +67,7 @@ def test_tune_picks_the_alpha_that_resists_hapaxes() -> None:
     # unsure band (-1.39, 3.89] would hold the class words' 1.4 and make
     # every message unsure for both alphas.
     config = Config(tokenizer=TokenizerConfig(bigrams=False), decision=DecisionConfig(cost_ham_as_spam=1.0, cost_spam_as_ham=1.0, cost_unsure=1.0))
-    results = tune(config, trap_stream(), event_models=["multinomial-binary"], alphas=[0.001, 1.0], temperings=[0.0], holdout=0.2)
+    results = tune(config, trap_stream(), Grid(event_models=["multinomial-binary"], alphas=[0.001, 1.0], temperings=[0.0]), holdout=0.2)
     by_alpha = {c.alpha: c for c in results}
     assert results[0].alpha == 1.0
     assert by_alpha[1.0].one_minus_roca == 0.0
@@ -158,7 +158,7 @@ def test_tune_command_writes_the_best_settings(tmp_path: Path) -> None:
 
 
 def test_tune_tries_the_tokenizer_both_ways_when_asked() -> None:
-    results = tune(Config(), trap_stream(), event_models=["multinomial-binary"], alphas=[1.0], temperings=[0.0, 0.5], bigram_options=[False, True])
+    results = tune(Config(), trap_stream(), Grid(event_models=["multinomial-binary"], alphas=[1.0], temperings=[0.0, 0.5], bigram_options=[False, True]))
     assert sorted((c.bigrams, c.tempering) for c in results) == [(False, 0.0), (False, 0.5), (True, 0.0), (True, 0.5)]
 
 
@@ -167,7 +167,7 @@ def test_tune_refuses_a_tail_without_both_classes() -> None:
 
     stream = trap_stream()[:80] + [(False, message(["meeting"]))] * 20
     with pytest.raises(EvaluationError, match="held-out tail"):
-        tune(Config(), stream, event_models=["multinomial-binary"], alphas=[1.0], temperings=[0.0])
+        tune(Config(), stream, Grid(event_models=["multinomial-binary"], alphas=[1.0], temperings=[0.0]))
 
 
 # -- what a new user met: 600 easy messages, every candidate at 0 loss ---------------
@@ -187,25 +187,23 @@ def test_ties_keep_the_configured_settings() -> None:
     results = tune(
         config,
         easy_stream(100),
-        event_models=["multinomial-binary", "bernoulli"],
-        alphas=[0.01, 0.1, 1.0],
-        temperings=[0.0, 0.5, 0.55],
-        min_evidences=[0.0, 3.0],
-        bigram_options=[True, False],
+        Grid(
+            event_models=["multinomial-binary", "bernoulli"], alphas=[0.01, 0.1, 1.0], temperings=[0.0, 0.5, 0.55], min_evidences=[0.0, 3.0], bigram_options=[True, False]
+        ),
     )
     assert {c.loss_per_message for c in results} == {0.0}
     best = results[0]
     assert (best.event_model, best.alpha, best.tempering, best.min_evidence, best.bigrams) == ("multinomial-binary", 0.1, 0.55, 0.0, True)
     # A changed configuration is kept the same way.
     config = Config(model=ModelConfig(alpha=1.0, tempering=0.0), tokenizer=TokenizerConfig(bigrams=False))
-    best = tune(config, easy_stream(100), event_models=["multinomial-binary"], alphas=[0.1, 1.0], temperings=[0.0, 0.5], bigram_options=[True, False])[0]
+    best = tune(config, easy_stream(100), Grid(event_models=["multinomial-binary"], alphas=[0.1, 1.0], temperings=[0.0, 0.5], bigram_options=[True, False]))[0]
     assert (best.alpha, best.tempering, best.bigrams) == (1.0, 0.0, False)
 
 
 def test_tuned_cutoffs_respect_the_loss_matrix() -> None:
     from spamfilter.nb.decision import logit
 
-    for c in tune(Config(), easy_stream(100), event_models=["multinomial-binary", "bernoulli"], alphas=[0.01, 1.0], temperings=[0.0, 0.5]):
+    for c in tune(Config(), easy_stream(100), Grid(event_models=["multinomial-binary", "bernoulli"], alphas=[0.01, 1.0], temperings=[0.0, 0.5])):
         # default matrix: spam above P 0.98, ham at or below P 0.2
         assert c.cutoffs.spam_min >= logit(0.98) - 1e-12
         assert c.cutoffs.ham_max <= logit(0.2) + 1e-12
@@ -286,7 +284,7 @@ def test_cutoffs_as_probabilities_read_back_as_the_same_log_odds() -> None:
 
 def test_tune_tries_max_tokens_and_scores_with_the_configured_one() -> None:
     stream = easy_stream(100)
-    both = tune(Config(), stream, event_models=["multinomial-binary"], alphas=[1.0], temperings=[0.5], max_tokens_options=[0, 1])
+    both = tune(Config(), stream, Grid(event_models=["multinomial-binary"], alphas=[1.0], temperings=[0.5], max_tokens_options=[0, 1]))
     assert sorted(c.max_tokens for c in both) == [0, 1]
     one = next(c for c in both if c.max_tokens == 1)
     every = next(c for c in both if c.max_tokens == 0)
@@ -294,7 +292,7 @@ def test_tune_tries_max_tokens_and_scores_with_the_configured_one() -> None:
     assert one.log_loss != every.log_loss
     # without the option tune keeps (and scores with) the configured max_tokens
     configured = Config(model=ModelConfig(alpha=1.0, tempering=0.5, max_tokens=1))
-    [only] = tune(configured, stream, event_models=["multinomial-binary"], alphas=[1.0], temperings=[0.5])
+    [only] = tune(configured, stream, Grid(event_models=["multinomial-binary"], alphas=[1.0], temperings=[0.5]))
     assert (only.max_tokens, only.log_loss, only.one_minus_roca) == (1, one.log_loss, one.one_minus_roca)
 
 
@@ -386,12 +384,14 @@ def test_tuned_candidates_score_the_tail_as_the_filter_does(tmp_path: Path, samp
     results = tune(
         config,
         labelled,
-        event_models=["multinomial-binary"],
-        alphas=[base.alpha],
-        temperings=[tempering],
-        min_evidences=[min_evidence],
-        dependences=sorted({"none", dependence}),
-        feature_weights=sorted({0.0, weight}),
+        Grid(
+            event_models=["multinomial-binary"],
+            alphas=[base.alpha],
+            temperings=[tempering],
+            min_evidences=[min_evidence],
+            dependences=sorted({"none", dependence}),
+            feature_weights=sorted({0.0, weight}),
+        ),
     )
     found = {(c.dependence, c.feature_weight): c for c in results}
     tuned = found[(dependence, weight)]
@@ -407,26 +407,28 @@ def test_dependence_and_features_are_tried_only_when_asked(sample: Path) -> None
     labelled = sample_stream(sample)
     config = Config(model=replace(ModelConfig(), **ONE_DEPENDENCE))  # type: ignore[arg-type]
     grid = {"event_models": ["multinomial-binary", "bernoulli"], "alphas": [0.1, 1.0], "temperings": [0.0, 0.55], "min_evidences": [0.0, 2.0]}
-    default = tune(config, labelled, **grid)  # type: ignore[arg-type]
+    default = tune(config, labelled, Grid(**grid))  # type: ignore[arg-type]
     assert len(default) == 2 * 2 * 2 * 2
     assert {(c.dependence, c.feature_weight) for c in default} == {("none", 0.0)}
-    assert default == tune(config, labelled, dependences=["none"], feature_weights=[0.0], **grid)  # type: ignore[arg-type]
+    assert default == tune(config, labelled, Grid(dependences=["none"], feature_weights=[0.0], **grid))  # type: ignore[arg-type]
     # AODE only with multinomial-binary: 16 + 8 rows, each with and without features
-    both = tune(config, labelled, dependences=["none", "aode"], feature_weights=[0.0, 0.5], **grid)  # type: ignore[arg-type]
+    both = tune(config, labelled, Grid(dependences=["none", "aode"], feature_weights=[0.0, 0.5], **grid))  # type: ignore[arg-type]
     assert len(both) == (16 + 8) * 2
     assert {c.event_model for c in both if c.dependence == "aode"} == {"multinomial-binary"}
     # the configured dependence and feature weight are the defaults
     configured = Config(model=replace(config.model, dependence="spode", features=True, feature_weight=0.5))
-    rows = tune(configured, labelled, event_models=["multinomial-binary"], alphas=[0.1], temperings=[0.55])
+    rows = tune(configured, labelled, Grid(event_models=["multinomial-binary"], alphas=[0.1], temperings=[0.55]))
     assert [(c.dependence, c.feature_weight) for c in rows] == [("spode", 0.5)]
     with pytest.raises(EvaluationError, match="no setting to try"):
-        tune(config, labelled, event_models=["bernoulli"], alphas=[0.1], temperings=[0.55], dependences=["aode"])
+        tune(config, labelled, Grid(event_models=["bernoulli"], alphas=[0.1], temperings=[0.55], dependences=["aode"]))
 
 
 def test_ties_keep_the_configured_dependence_and_features() -> None:
     config = Config(model=ModelConfig(dependence="aode", features=True, feature_weight=0.5))
     results = tune(
-        config, easy_stream(100), event_models=["multinomial-binary"], alphas=[0.1], temperings=[0.55], dependences=["none", "aode"], feature_weights=[0.0, 0.5, 1.0]
+        config,
+        easy_stream(100),
+        Grid(event_models=["multinomial-binary"], alphas=[0.1], temperings=[0.55], dependences=["none", "aode"], feature_weights=[0.0, 0.5, 1.0]),
     )
     assert {c.loss_per_message for c in results} == {0.0}
     assert (results[0].dependence, results[0].feature_weight) == ("aode", 0.5)
@@ -521,9 +523,9 @@ def test_tune_scores_each_fold_with_a_model_of_the_mail_before_it() -> None:
     # the folds' losses weighted by their sizes.
     stream = easy_stream(100)
     grid = {"event_models": ["multinomial-binary"], "alphas": [0.1], "temperings": [0.55]}
-    [two] = tune(Config(), stream, holdout=0.5, folds=2, **grid)  # type: ignore[arg-type]
-    [first] = tune(Config(), stream[:75], holdout=25 / 75, **grid)  # type: ignore[arg-type]
-    [second] = tune(Config(), stream, holdout=0.25, **grid)  # type: ignore[arg-type]
+    [two] = tune(Config(), stream, Grid(**grid), holdout=0.5, folds=2)  # type: ignore[arg-type]
+    [first] = tune(Config(), stream[:75], Grid(**grid), holdout=25 / 75)  # type: ignore[arg-type]
+    [second] = tune(Config(), stream, Grid(**grid), holdout=0.25)  # type: ignore[arg-type]
     assert two.configured_fold_losses == pytest.approx(first.configured_fold_losses + second.configured_fold_losses, rel=1e-12)
     assert two.held_out == 50 and first.held_out == second.held_out == 25
 

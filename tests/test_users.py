@@ -14,8 +14,8 @@ from spamfilter.answers import Verdict
 from spamfilter.cli import app
 from spamfilter.config import Config, StoreConfig, config_from_dict
 from spamfilter.errors import ConfigError
+from spamfilter.filter import Filter
 from spamfilter.mail import MailItem
-from spamfilter.service import Filter
 from spamfilter.tools.insight import Insight
 
 pytestmark = pytest.mark.corpus

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from spamfilter.config import load_config
+from spamfilter.filter import Filter
 from spamfilter.mail import MailItem
-from spamfilter.service import Filter
 from spamfilter.tools.maintenance import Maintenance
 
 

@@ -1,4 +1,4 @@
-"""The ``spamfilter`` command: a thin Typer shell over ``spamfilter.service``.
+"""The ``spamfilter`` command: a thin Typer shell over ``spamfilter.filter``.
 
 Each command parses its options, calls one library function and renders the
 result. Library errors become one line on stderr and an exit code from

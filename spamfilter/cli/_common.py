@@ -14,9 +14,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, SpinnerColumn, Task, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.text import Text
 
-from spamfilter.answers import TrainSummary
+from spamfilter.answers import Refusal, TrainSummary
 from spamfilter.cli import exitcodes, fail, state
-from spamfilter.service import Filter, Refusal
+from spamfilter.filter import Filter
 
 T = TypeVar("T")
 
@@ -48,7 +48,7 @@ Jobs = Annotated[
 ]
 
 #: The --margin option of the commands that learn in a train mode
-#: (``learning.TrainMode.tune``).
+#: (``config.TrainMode.tune``).
 Margin = Annotated[
     float, typer.Option("--margin", min=0.0, metavar="NATS", help="--train-mode tune: also learn a message scored right by less than this many nats of log-odds.")
 ]

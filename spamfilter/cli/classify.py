@@ -11,11 +11,10 @@ from typing import Annotated
 
 import typer
 
-from spamfilter.answers import Verdict
+from spamfilter.answers import Refusal, Verdict
 from spamfilter.cli import app
 from spamfilter.cli._common import Jobs, open_filter, progress, report_refusals
 from spamfilter.mail import MailItem, read_index, read_messages
-from spamfilter.service import Refusal
 
 
 class Format(str, Enum):

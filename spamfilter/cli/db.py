@@ -16,7 +16,7 @@ import typer
 from spamfilter.cli import app, exitcodes, fail, state
 from spamfilter.cli._common import TableOrJson, is_tty_stdin, open_filter
 from spamfilter.errors import StoreInconsistent
-from spamfilter.service import Filter, upgrade_database
+from spamfilter.filter import Filter, upgrade_database
 from spamfilter.tools.counts_file import read_counts_lines
 from spamfilter.tools.maintenance import ImportSummary, Maintenance
 

@@ -69,10 +69,9 @@ def filter_(
     # failure (75) at once: the mail system queues the message and
     # delivers it again later. The filter's code is loaded only here: a run
     # that a daemon answered never loads it.
-    from spamfilter.answers import Verdict
+    from spamfilter.answers import Refusal, Verdict
     from spamfilter.cli._common import open_filter
     from spamfilter.mail.sources import STDIN_SOURCE, MailItem
-    from spamfilter.service import Refusal
 
     with open_filter(ctx, create=True, write_deadline=0.0) as f:
         result = next(iter(f.classify([MailItem(STDIN_SOURCE, raw)])))

@@ -12,9 +12,9 @@ from typer.core import TyperCommand
 
 from spamfilter.cli import Connect, app, exitcodes, state
 from spamfilter.cli._common import Jobs, Margin, SourceTally, describe, index_length, open_filter, progress, report_refusals
+from spamfilter.config import TUNE_MARGIN, TrainMode
 from spamfilter.errors import ProtocolError
 from spamfilter.mail import MailItem, read_index, read_messages
-from spamfilter.service import TUNE_MARGIN, TrainMode
 from spamfilter.spamd import parse_address, tell_remote
 
 _SOURCES_HELP = "Message file, mbox, Maildir, MH or folder; - for stdin (an mbox when it starts with a `From ` line)."

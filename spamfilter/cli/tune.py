@@ -84,22 +84,18 @@ def tune(
             raise typer.BadParameter(f"{d!r} is not one of {', '.join(DEPENDENCES)}", param_hint="--dependence")
     total = index_length(index)
     stream = list(read_index(index))
-    candidates = tuning.tune(
-        s.config,
-        stream,
+    grid = tuning.Grid(
         event_models=chosen_models,
         alphas=alphas or [0.01, 0.03, 0.1, 0.3, 1.0],
         temperings=temperings or sorted({0.0, 0.5, s.config.model.tempering}),
         min_evidences=min_evidences or [0.0, 2.0, 3.0],
-        bigram_options=[s.config.tokenizer.bigrams, not s.config.tokenizer.bigrams] if try_bigrams else None,
-        holdout=holdout,
-        max_tokens_options=max_tokens,
+        max_tokens_options=max_tokens or None,
         dependences=dependences or None,
         feature_weights=feature_weights or None,
-        jobs=jobs_or_default(jobs),
-        reading=lambda labelled: progress(labelled, "reading", total),
-        folds=folds,
-        baseline=True,
+        bigram_options=[s.config.tokenizer.bigrams, not s.config.tokenizer.bigrams] if try_bigrams else None,
+    )
+    candidates = tuning.tune(
+        s.config, stream, grid, holdout=holdout, jobs=jobs_or_default(jobs), reading=lambda labelled: progress(labelled, "reading", total), folds=folds, baseline=True
     )
     configured = tuning.configured_candidate(candidates, s.config)
     candidates = [c for c in candidates if c.in_grid]

@@ -45,13 +45,12 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from spamfilter import spamd
-from spamfilter.answers import Verdict
+from spamfilter.answers import Refusal, Verdict
 from spamfilter.config import Config
 from spamfilter.daemon import listen, milter
 from spamfilter.daemon.pool import FilterPool, reload_config
 from spamfilter.errors import ConfigError, ProtocolError, SpamfilterError
 from spamfilter.mail import MailItem, filter_fields
-from spamfilter.service import Refusal
 
 logger = logging.getLogger("spamfilter.milter")
 

@@ -29,7 +29,7 @@ from dataclasses import replace
 
 from spamfilter.config import Config, database_url
 from spamfilter.errors import NotTrainedError, SpamfilterError
-from spamfilter.service import Filter
+from spamfilter.filter import Filter
 from spamfilter.store import display_url
 
 

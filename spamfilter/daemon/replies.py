@@ -14,11 +14,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from spamfilter import spamd
-from spamfilter.answers import Verdict
+from spamfilter.answers import Refusal, Verdict
 from spamfilter.daemon.pool import FilterPool
 from spamfilter.errors import MailParseError, NotTrainedError, SpamfilterError, StoreBusyError, StoreError
+from spamfilter.filter import Filter
 from spamfilter.mail import MailItem, filter_fields, filtered_pieces
-from spamfilter.service import Filter, Refusal
 from spamfilter.tools.insight import Explanation, Insight
 from spamfilter.verdicts import Decision
 

@@ -56,7 +56,6 @@ from __future__ import annotations
 
 import logging
 import queue
-import selectors
 import socket
 import threading
 import time
@@ -69,18 +68,10 @@ from spamfilter.daemon import listen, replies
 from spamfilter.daemon.connection import CHUNK, Connection, State
 from spamfilter.daemon.pool import FilterPool, reload_config
 from spamfilter.daemon.replies import Answer
+from spamfilter.daemon.sockets import LISTENER, PARENT, READ, WAKE, WRITE, Sockets
 from spamfilter.errors import ConfigError, ProtocolError
 
 logger = logging.getLogger("spamfilter.daemon")
-
-# Selector tags of the sockets that are not clients.
-_LISTENER, _WAKE, _PARENT = "listener", "wake", "parent"
-_READ, _WRITE = selectors.EVENT_READ, selectors.EVENT_WRITE
-#: Seconds a connection must have been quiet before it may be closed to
-#: make room for another (at ``max_connections``).
-QUIET_SECONDS = 1.0
-_NO_SOCKET = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)  # closed: wakes nothing
-_NO_SOCKET.close()
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,21 +120,10 @@ class Server:
         self._allowed = listen.allowed_networks(options.allowed_ips)
         self._stop = threading.Event()
         self._reload = threading.Event()
-        self._listener: socket.socket | None = None
         self.address: spamd.Address | None = None
-        #: Whether this process removes the Unix socket when it stops (a
-        #: forked worker leaves that to the process that made it).
-        self.owns_socket = True
         #: Appended to each request's log line (the worker, when forked).
         self.label = ""
-        # Made by serve, in the process that serves (after a fork).
-        self._wake_r, self._wake_w = _NO_SOCKET, _NO_SOCKET
-        self._sel: selectors.BaseSelector = selectors.DefaultSelector()
-        self._conns: set[Connection] = set()
-        self._events: dict[Connection, int] = {}
-        self._listening = False
-        self._paused_until = 0.0
-        self._spooled = 0
+        self.sockets = Sockets(o.max_connections, o.timeout, o.address.path)
         self._scoring: queue.SimpleQueue[Connection | None] = queue.SimpleQueue()
         self._learning: queue.SimpleQueue[Connection | None] = queue.SimpleQueue()
         self._done: queue.SimpleQueue[tuple[Connection, Answer]] = queue.SimpleQueue()
@@ -156,8 +136,8 @@ class Server:
         Raises ``ConfigError``."""
         o = self.options
         try:
-            self._listener, self.address = listen.bind(o.address, o.socket_mode, o.socket_group, o.allowed_ips)
-            self._listener.listen(128)
+            self.sockets.listener, self.address = listen.bind(o.address, o.socket_mode, o.socket_group, o.allowed_ips)
+            self.sockets.listener.listen(128)
         except OSError as exc:
             raise ConfigError(f"cannot listen on {o.address}: {exc.strerror or exc}") from None
         return self.address
@@ -166,19 +146,23 @@ class Server:
         """Stop accepting; ``serve`` returns once every accepted request is
         answered. Safe to call from a signal handler."""
         self._stop.set()
-        self._wake()
+        self.sockets.wake()
 
     def reload(self) -> None:
         """Read the configuration again (SIGHUP); on an error the old one
         stays. Safe from a signal handler."""
         self._reload.set()
-        self._wake()
+        self.sockets.wake()
 
-    def _wake(self) -> None:
-        try:
-            self._wake_w.send(b"!")
-        except OSError:
-            pass  # full: the loop wakes anyway
+    @property
+    def owns_socket(self) -> bool:
+        """Whether this process removes the Unix socket when it stops (a
+        forked worker leaves that to the process that made it)."""
+        return self.sockets.owns_socket
+
+    @owns_socket.setter
+    def owns_socket(self, value: bool) -> None:
+        self.sockets.owns_socket = value
 
     def announce(self, processes: int = 1) -> None:
         """The start-up line: where, which models, whether TELL is accepted."""
@@ -188,51 +172,32 @@ class Server:
 
     def close_listener(self) -> None:
         """Close the listening socket (and remove a Unix socket's path)."""
-        if self._listener is not None:
-            if self._listening:
-                self._sel.unregister(self._listener)
-                self._listening = False
-            self._listener.close()
-            self._listener = None
-        if self.owns_socket and self.options.address.path:
-            listen.remove_socket(self.options.address.path)
+        self.sockets.close_listener()
 
     def serve(self, *, parent: int | None = None, announce: bool = True) -> None:
         """Answer requests until ``stop`` (or until the pipe ``parent`` is
         closed: the process that forked this one is gone); then answer what
         was accepted, close the socket and the filters."""
-        if self._listener is None:
+        if self.sockets.listener is None:
             self.bind()
         if announce:
             self.announce()
-        self._sel.close()  # made before a fork: this process's own, from here on
-        self._sel = selectors.DefaultSelector()
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._wake_r.setblocking(False)
-        self._wake_w.setblocking(False)
+        self.sockets.start(parent)  # the selector made before a fork: this process's own, from here on
         threads = [threading.Thread(target=self._score_requests, daemon=True) for _ in range(self.options.workers)]
         threads.append(threading.Thread(target=self._learn_requests, daemon=True))
         for t in threads:
             t.start()
-        self._sel.register(self._wake_r, _READ, _WAKE)
-        if parent is not None:
-            self._sel.register(parent, _READ, _PARENT)
         try:
             self._loop(parent)
         finally:
-            for conn in list(self._conns):
-                self._close(conn)
             for _ in range(self.options.workers):
                 self._scoring.put(None)
             self._learning.put(None)
             for t in threads:
                 t.join(self.options.timeout + 60)
-            self.close_listener()
+            self.sockets.close()
             self.pool.close()
             self.writers.close()
-            self._sel.close()
-            self._wake_r.close()
-            self._wake_w.close()
             logger.info("stopped")
 
     def _loop(self, parent: int | None) -> None:
@@ -241,144 +206,64 @@ class Server:
             now = time.monotonic()
             if self._stop.is_set() and draining_until is None:
                 if parent is not None:
-                    self._sel.unregister(parent)
+                    self.sockets.sel.unregister(parent)
                 self._accept_backlog(now)
-                logger.info("stopping: finishing %d connections", len(self._conns))
+                logger.info("stopping: finishing %d connections", len(self.sockets.conns))
                 draining_until = now + self.options.timeout + 60
-            if draining_until is not None and (not self._conns or now > draining_until):
+            if draining_until is not None and (not self.sockets.conns or now > draining_until):
                 return
             if self._reload.is_set():
                 self._reload.clear()
                 self._reread_config()
-            self._watch_listener(now, draining_until is None)
-            for key, mask in self._sel.select(self._wait(now)):
-                if key.data is _LISTENER:
+            self.sockets.watch_listener(now, draining_until is None)
+            for key, mask in self.sockets.sel.select(self.sockets.wait(now)):
+                if key.data is LISTENER:
                     self._accept(time.monotonic())
-                elif key.data is _WAKE:
-                    while _drained(self._wake_r):
-                        pass
-                elif key.data is _PARENT:
+                elif key.data is WAKE:
+                    self.sockets.woken()
+                elif key.data is PARENT:
                     self._stop.set()
                 else:
                     self._ready(key.data, mask, time.monotonic())
             self._answered(time.monotonic())
-            self._expire(time.monotonic())
-
-    def _wait(self, now: float) -> float:
-        """Seconds until the next deadline (at most one)."""
-        deadlines = [c.deadline for c in self._conns if c.state is not State.WORK]
-        return min([1.0, *(d - now for d in deadlines)]) if deadlines else 1.0
+            self.sockets.expire(time.monotonic())
 
     def _reread_config(self) -> None:
         reload_config((self.pool, self.writers), self._load_config, logger)
 
-    def _watch_listener(self, now: float, accepting: bool) -> None:
-        """Watch the listening socket while there is room (or a connection
-        that may be closed to make room)."""
-        want = (
-            accepting
-            and self._listener is not None
-            and now >= self._paused_until
-            and (len(self._conns) < self.options.max_connections or self._quietest(now) is not None)
-        )
-        if want and not self._listening:
-            assert self._listener is not None
-            self._sel.register(self._listener, _READ, _LISTENER)
-        elif self._listening and not want:
-            assert self._listener is not None
-            self._sel.unregister(self._listener)
-        self._listening = want
-
     def _accept(self, now: float, *, drain: bool = False) -> None:
-        listener = self._listener
-        for _ in range(64):
-            if listener is None:
-                return
-            if not drain and len(self._conns) >= self.options.max_connections and not self._make_room(now):
-                return
-            try:
-                sock, peer = listener.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as exc:
-                # Out of file descriptors, say: try again a moment later.
-                logger.warning("accept failed: %s", exc.strerror or exc)
-                self._paused_until = now + 0.1
-                return
+        for sock, peer in self.sockets.accept(now, drain=drain):
             self._admit(sock, peer, now)
 
     def _accept_backlog(self, now: float) -> None:
         """Accept every connection waiting in the backlog (a client there has
         connected already and may have sent its request), then close the
         listening socket: each of them gets an answer, not a reset."""
-        while self._listener is not None:
-            before = len(self._conns)
+        while self.sockets.listener is not None:
+            before = len(self.sockets.conns)
             self._accept(now, drain=True)
-            if len(self._conns) == before:
+            if len(self.sockets.conns) == before:
                 break
-        self.close_listener()
+        self.sockets.close_listener()
 
     def _admit(self, sock: socket.socket, peer: object, now: float) -> None:
         who = f"{peer[0]}" if isinstance(peer, tuple) else "unix"
         conn = Connection(sock, who, now, self.options.timeout, self.options.max_size)
-        self._conns.add(conn)
+        self.sockets.conns.add(conn)
         if isinstance(peer, tuple) and not listen.is_allowed(str(peer[0]), self._allowed):
             logger.warning("refused %s: not in the allowed networks", who)
             self._reply(conn, [spamd.reply_head(spamd.EX_NOPERM, text="not allowed")], now)
             return
-        self._watch(conn, _READ)
-
-    def _quietest(self, now: float) -> Connection | None:
-        """The connection without a whole request that has been quiet longest,
-        if for ``QUIET_SECONDS`` at least (a new one has its chance to speak)."""
-        idle = [c for c in self._conns if c.state in (State.HEAD, State.BODY, State.LINGER)]
-        quietest = min(idle, key=lambda c: c.active) if idle else None
-        if quietest is None or (quietest.state is not State.LINGER and now - quietest.active < QUIET_SECONDS):
-            return None
-        return quietest
-
-    def _make_room(self, now: float) -> bool:
-        victim = self._quietest(now)
-        if victim is None:
-            return False
-        if victim.state is not State.LINGER:
-            logger.warning(
-                "%s: closed after %.1f s without a whole request, to make room for another client (%d connections)",
-                victim.who,
-                time.monotonic() - victim.started,
-                len(self._conns),
-            )
-        self._close(victim)
-        return True
+        self.sockets.watch(conn, READ)
 
     # -- one connection -----------------------------------------------------
 
-    def _watch(self, conn: Connection, events: int) -> None:
-        had = self._events.get(conn, 0)
-        if events == had:
-            return
-        if not had:
-            self._sel.register(conn.sock, events, conn)
-        elif not events:
-            self._sel.unregister(conn.sock)
-        else:
-            self._sel.modify(conn.sock, events, conn)
-        self._events[conn] = events
-
-    def _close(self, conn: Connection) -> None:
-        self._watch(conn, 0)
-        self._events.pop(conn, None)
-        self._conns.discard(conn)
-        self._spooled -= conn.spooled
-        conn.spooled = 0
-        conn.close()
-
     def _ready(self, conn: Connection, mask: int, now: float) -> None:
-        if conn not in self._conns:
+        if conn not in self.sockets.conns:
             return
-        if mask & _WRITE and conn.state is State.SEND:
+        if mask & WRITE and conn.state is State.SEND:
             self._send(conn, now)
-        elif mask & _READ:
+        elif mask & READ:
             self._read(conn, now)
 
     def _read(self, conn: Connection, now: float) -> None:
@@ -392,7 +277,7 @@ class Server:
         conn.active = now
         if conn.state is State.LINGER:
             if not data:
-                self._close(conn)
+                self.sockets.drop(conn)
             return
         try:
             if conn.state is State.HEAD:
@@ -408,7 +293,7 @@ class Server:
     def _lost(self, conn: Connection, exc: OSError) -> None:
         if conn.state is not State.LINGER:
             logger.warning("%s: connection lost: %s", conn.who, exc.strerror or exc)
-        self._close(conn)
+        self.sockets.drop(conn)
 
     def _headed(self, conn: Connection, rest: bytes, now: float) -> None:
         """The head is whole: answer PING, end SKIP, or read the message."""
@@ -418,14 +303,14 @@ class Server:
             self._reply(conn, [f"SPAMD/{spamd.VERSION} 0 PONG\r\n".encode("ascii")], now)
             return
         if r.command == "SKIP":
-            self._close(conn)
+            self.sockets.drop(conn)
             return
         if conn.oversized and r.command == "PROCESS":
-            if self._spooled + conn.size > self.options.spool_limit:
-                why = f"not scanned: {self._spooled} bytes spooled already, the limit is {self.options.spool_limit}"
+            if self.sockets.spooled + conn.size > self.options.spool_limit:
+                why = f"not scanned: {self.sockets.spooled} bytes spooled already, the limit is {self.options.spool_limit}"
                 self._answer(conn, replies.error(spamd.EX_TEMPFAIL, "spool full, not scanned", why=why), now)
                 return
-            self._spooled += conn.size
+            self.sockets.spooled += conn.size
             conn.spooled = conn.size
             conn.start_spool()
         conn.state = State.BODY
@@ -449,7 +334,7 @@ class Server:
             self._answer(conn, replies.unscanned(r, conn.size, self.options.max_size, bytes(conn.body)), now)
         else:
             conn.state = State.WORK
-            self._watch(conn, 0)
+            self.sockets.watch(conn, 0)
             (self._learning if r.command == "TELL" else self._scoring).put(conn)
 
     def _answer(self, conn: Connection, answer: Answer, now: float, *, spool: bool = False) -> None:
@@ -471,12 +356,12 @@ class Server:
             return
         conn.active = now
         if not done:
-            self._watch(conn, _WRITE)
+            self.sockets.watch(conn, WRITE)
             return
         if conn.outcome:
             self._log(conn, now)
         conn.linger(now)
-        self._watch(conn, _READ)
+        self.sockets.watch(conn, READ)
 
     def _answered(self, now: float) -> None:
         """Send what the threads have answered."""
@@ -485,23 +370,15 @@ class Server:
                 conn, answer = self._done.get_nowait()
             except queue.Empty:
                 return
-            if conn in self._conns:
+            if conn in self.sockets.conns:
                 self._answer(conn, answer, now)
-
-    def _expire(self, now: float) -> None:
-        for conn in [c for c in self._conns if c.state is not State.WORK and now >= c.deadline]:
-            if conn.state in (State.HEAD, State.BODY):
-                logger.warning("%s: request not complete after %.0f s, connection closed", conn.who, self.options.timeout)
-            elif conn.state is State.SEND:
-                logger.warning("%s: reply not taken after %.0f s, connection closed", conn.who, self.options.timeout)
-            self._close(conn)
 
     # -- the threads --------------------------------------------------------
 
     def _score_requests(self) -> None:
         while (conn := self._scoring.get()) is not None:
             self._done.put((conn, self._answer_from(conn, self.pool)))
-            self._wake()
+            self.sockets.wake()
 
     def _learn_requests(self) -> None:
         """TELLs, one at a time; one that waited past ``timeout`` for the
@@ -515,7 +392,7 @@ class Server:
             else:
                 answer = self._answer_from(conn, self.writers)
             self._done.put((conn, answer))
-            self._wake()
+            self.sockets.wake()
 
     def _answer_from(self, conn: Connection, pool: FilterPool) -> Answer:
         assert conn.request is not None
@@ -544,11 +421,3 @@ class Server:
             self.label,
             why,
         )
-
-
-def _drained(sock: socket.socket) -> bool:
-    """Read what waits on the wake-up socket; True while there may be more."""
-    try:
-        return len(sock.recv(4096)) == 4096
-    except OSError:
-        return False

@@ -1,7 +1,7 @@
 """What ``imap run`` remembers of an account, read and written through the store.
 
 ``imapsync`` talks to the server and decides; this module owns its
-transactions (the service layer's job, as for ``Filter``). Each method is one
+transactions (as ``Filter`` owns its own). Each method is one
 transaction, in the order the sync's crash safety needs them (see
 ``spamfilter.imap.sync``): nothing here is cached between calls, so a second
 process syncing the same account sees what the first committed.
@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from spamfilter.service import Filter
+from spamfilter.filter import Filter
 from spamfilter.store import ImapRecord as ImapRecord
 
 

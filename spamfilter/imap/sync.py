@@ -42,15 +42,15 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 
-from spamfilter.answers import Verdict
+from spamfilter.answers import Refusal, Verdict
 from spamfilter.config import ImapAccount
 from spamfilter.errors import ImapUnavailable, NotTrainedError
+from spamfilter.filter import Filter
 from spamfilter.imap.session import JUNK, NOT_JUNK, Fetched, ImapSession, Moved, account_password
 from spamfilter.imap.state import Arrival, ImapRecord, ImapState
 from spamfilter.imap.summary import Event, RunSummary
 from spamfilter.mail import MailItem, digest_bytes
 from spamfilter.nb import model
-from spamfilter.service import Filter, Refusal
 
 EventSink = Callable[[Event], None]
 

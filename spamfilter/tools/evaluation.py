@@ -16,12 +16,12 @@ import numpy as np
 import numpy.typing as npt
 from scipy.stats import rankdata
 
-from spamfilter.answers import TrainSummary, Verdict
-from spamfilter.config import Config
+from spamfilter.answers import Refusal, TrainSummary, Verdict
+from spamfilter.config import ONLINE_TRAIN_MODE, TUNE_MARGIN, Config, TrainMode
 from spamfilter.errors import EvaluationError
+from spamfilter.filter import Filter
 from spamfilter.mail import MailItem
 from spamfilter.nb.calibration import Calibration, calibration, log_loss, score_log_odds
-from spamfilter.service import ONLINE_TRAIN_MODE, TUNE_MARGIN, Filter, Refusal, TrainMode
 from spamfilter.verdicts import Decision
 
 BoolArray = npt.NDArray[np.bool_]

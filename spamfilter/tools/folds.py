@@ -13,11 +13,11 @@ import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
 
-from spamfilter import dependence
 from spamfilter.analysis import Analysed, Analyser, analyse_labelled
 from spamfilter.config import Config, ModelConfig
 from spamfilter.counts import ClassCounts, FeatureStats, IntArray
 from spamfilter.errors import EvaluationError
+from spamfilter.filter import dependence
 from spamfilter.mail import MailItem
 from spamfilter.nb import aode
 from spamfilter.nb import model as nb

@@ -4,8 +4,9 @@
 the class densities of the message features (``spamfilter report``).
 
     from spamfilter.config import load_config
+    from spamfilter.filter import Filter
     from spamfilter.tools.insight import Insight
-    from spamfilter.service import FEATURE_NAMES, FEATURE_UNITS, Filter, Refusal
+
     with Filter.open(load_config()) as f:
         for word in Insight(f).top_words(10):
             print(word.token, word.score)
@@ -18,12 +19,15 @@ from datetime import date
 
 import numpy as np
 
+from spamfilter.answers import Refusal
 from spamfilter.config import counts_occurrences, has_absent_term
 from spamfilter.counts import IntArray, TokenCounts
 from spamfilter.errors import MailParseError
+from spamfilter.filter import Filter
+from spamfilter.filter.scoring import feature_densities, feature_sums
 from spamfilter.mail import MailItem
 from spamfilter.nb import model
-from spamfilter.service import FEATURE_NAMES, FEATURE_UNITS, Filter, Refusal
+from spamfilter.tokenizer.features import FEATURE_NAMES, FEATURE_UNITS
 from spamfilter.verdicts import Decision
 
 
@@ -164,7 +168,7 @@ class Insight:
         best = TokenCounts.zeros(0)
         best_scores = np.zeros(0)
         with self.filter.store.begin(write=False) as reader:
-            stats, owners = self.filter.model_of(reader)
+            stats, owners = self.filter.scoring.model_of(reader)
             model.log_prior(stats)  # NotTrainedError without both classes
             # The vocabulary streams by in token order, a chunk at a time;
             # only the best n so far are kept, so memory stays small.
@@ -198,15 +202,15 @@ class Insight:
         if isinstance(analysed, Refusal):
             raise MailParseError(analysed.reason)
         counts = analysed.counts
-        fitted = self.filter.fit([counts])
+        fitted = self.filter.scoring.fit([counts])
         m = self.filter.config.model
-        parts = self.filter.log_odds_parts(fitted, [analysed])
+        parts = self.filter.scoring.log_odds_parts(fitted, [analysed])
         # With [model] dependence the one-dependence log-odds replace naive
         # Bayes's: the difference is one more contribution, "dependence:<model>".
         dependence = None if parts.dependent is None else parts.dependent - parts.naive
         features = parts.features[0] if fitted.evidence.gaussian is not None else None
         odds = parts.log_odds
-        terms = self.filter.scorer.terms(fitted.evidence, fitted.params)
+        terms = self.filter.scoring.scorer.terms(fitted.evidence, fitted.params)
         shown = self._shown_counts(fitted.evidence.counts)
         contributions = [Contribution(token, float(terms.token[j]), int(shown[model.SPAM, j]), int(shown[model.HAM, j])) for j, token in enumerate(fitted.tokens)]
         absent = 0
@@ -220,7 +224,7 @@ class Insight:
         if dependence is not None:
             contributions.append(Contribution(f"dependence:{m.dependence}", float(dependence[0]), None, None))
         contributions.sort(key=lambda c: (-abs(c.contribution), c.token or ""))
-        probability, decision = self.filter.judge(fitted, odds)
+        probability, decision = self.filter.scoring.judge(fitted, odds)
         return Explanation(
             source=item.source,
             digest=item.digest,
@@ -242,9 +246,9 @@ class Insight:
         model estimates from its stored sums n, sum x, sum x^2 (kept by
         training whatever ``[model] features`` says)."""
         with self.filter.store.begin(write=False) as reader:
-            totals, owners = self.filter.model_of(reader)
-            sums = self.filter.feature_sums(reader, owners)
-        params = self.filter.feature_densities(sums)
+            totals, owners = self.filter.scoring.model_of(reader)
+            sums = feature_sums(reader, owners)
+        params = feature_densities(sums)
         sd = np.sqrt(params.var)
         features = tuple(
             FeatureDensity(

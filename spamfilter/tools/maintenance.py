@@ -4,8 +4,8 @@ the store a ``Filter`` uses (``spamfilter db check | prune | reselect |
 vacuum | export | import``).
 
     from spamfilter.config import load_config
+    from spamfilter.filter import Filter
     from spamfilter.tools.maintenance import Maintenance
-    from spamfilter.service import Filter
 
     with Filter.open(load_config()) as f:
         report = Maintenance(f.store).check()
@@ -21,10 +21,10 @@ from typing import TextIO
 
 import numpy as np
 
-from spamfilter import dependence
 from spamfilter.config import ModelConfig
 from spamfilter.counts import MAX_COUNT, ClassCounts, IntArray, TokenCounts
 from spamfilter.errors import StoreError
+from spamfilter.filter import dependence
 from spamfilter.nb import model
 from spamfilter.store import Store
 from spamfilter.tools.counts_file import COUNTS_HEADER, TOTALS_KEYS, CountsReader, escape_token

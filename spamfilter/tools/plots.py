@@ -2,7 +2,7 @@
 no display needed).
 
 Returns nothing but the file or its bytes; the numbers come from
-``evaluation`` and ``service``. Sizes in pixels are fixed (dpi 100), so a
+``evaluation`` and ``filter``. Sizes in pixels are fixed (dpi 100), so a
 chart's size says which chart it is:
 
     ROC                 600 x 600

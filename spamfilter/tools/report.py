@@ -1,6 +1,6 @@
 """The HTML report: one self-contained page about the model and its scores.
 
-``collect`` gathers the numbers through ``service.Filter``; ``render`` turns
+``collect`` gathers the numbers through ``filter.Filter``; ``render`` turns
 them into a page by plain string building. Nothing on the page is fetched:
 charts are PNG ``data:`` URIs from ``plots``, style and script are inline, and
 a Content-Security-Policy meta tag forbids loading anything else and lets run
@@ -33,8 +33,8 @@ from scipy.special import expit
 from spamfilter.answers import Stats
 from spamfilter.config import ModelConfig, counts_occurrences
 from spamfilter.errors import NotTrainedError, ScoresFileError
+from spamfilter.filter import Filter
 from spamfilter.nb.calibration import TAIL, calibration, score_log_odds
-from spamfilter.service import Filter
 from spamfilter.tools import plots
 from spamfilter.tools.evaluation import error_rates, lam_pct, roc_area, sm_at_hm
 from spamfilter.tools.insight import FeatureDensities, Insight, TrainedDay, WordScore

@@ -23,9 +23,10 @@ from scipy.special import log_expit
 from spamfilter.config import Config, Dependence, EventModel, ModelConfig, counts_occurrences
 from spamfilter.errors import EvaluationError
 from spamfilter.mail import MailItem
-from spamfilter.nb import aode, decision
+from spamfilter.nb import decision
 from spamfilter.nb.calibration import calibrated_in_order
 from spamfilter.nb.decision import Cutoffs, best_cutoffs
+from spamfilter.nb.model import NBParams
 from spamfilter.nb.scorer import Evidence, Scorer
 from spamfilter.tools.evaluation import BoolArray, FloatArray, roc_area
 from spamfilter.tools.folds import Fold, Reading, head_pairs, time_ordered_folds
@@ -64,16 +65,51 @@ class Candidate:
     in_grid: bool = True
 
 
-class _Setting(NamedTuple):
-    """One combination of the model settings ``tune`` tries."""
+class Grid(NamedTuple):
+    """The settings ``tune`` tries, each a list of values; None keeps the
+    configured one. Every combination is scored, as the ``[model]`` value it
+    stands for (``models``)."""
 
-    event_model: str
-    alpha: float
-    tempering: float
-    min_evidence: float
-    max_tokens: int
-    dependence: str
-    feature_weight: float
+    event_models: Sequence[str] | None = None
+    alphas: Sequence[float] | None = None
+    temperings: Sequence[float] | None = None
+    min_evidences: Sequence[float] | None = None
+    max_tokens_options: Sequence[int] | None = None
+    #: "spode" and "aode" only where ``dependence_applies``.
+    dependences: Sequence[str] | None = None
+    #: ``[model] feature_weight`` with the features on; 0: features off.
+    feature_weights: Sequence[float] | None = None
+    bigram_options: Sequence[bool] | None = None
+
+    def models(self, config: Config) -> list[ModelConfig]:
+        """Every combination as a ``[model]`` value (the configured token_cap,
+        header and AODE settings throughout)."""
+        m = config.model
+        out = []
+        for event_model, alpha, tempering, min_evidence, keep, dep, w in product(
+            self.event_models or [m.event_model],
+            self.alphas or [m.alpha],
+            self.temperings or [m.tempering],
+            self.min_evidences or [m.min_evidence],
+            self.max_tokens_options or [m.max_tokens],
+            self.dependences or [m.dependence],
+            self.feature_weights or [configured_feature_weight(m)],
+        ):
+            if dep == "none" or dependence_applies(config, event_model):
+                out.append(
+                    replace(
+                        m,
+                        event_model=cast(EventModel, event_model),
+                        alpha=alpha,
+                        tempering=tempering,
+                        min_evidence=min_evidence,
+                        max_tokens=keep,
+                        dependence=cast(Dependence, dep),
+                        features=w > 0,
+                        feature_weight=w or m.feature_weight,
+                    )
+                )
+        return out
 
 
 #: The fewest messages the best setting must misfile or call unsure on the
@@ -158,45 +194,25 @@ def configured_candidate(candidates: Sequence[Candidate], config: Config) -> Can
 def tune(
     config: Config,
     labelled: Sequence[tuple[bool, MailItem]],
+    grid: Grid,
     *,
-    event_models: Sequence[str],
-    alphas: Sequence[float],
-    temperings: Sequence[float],
-    min_evidences: Sequence[float] = (0.0,),
-    bigram_options: Sequence[bool] | None = None,
     holdout: float = 0.2,
-    max_tokens_options: Sequence[int] | None = None,
-    dependences: Sequence[str] | None = None,
-    feature_weights: Sequence[float] | None = None,
     jobs: int = 1,
     reading: Reading | None = None,
     folds: int = 1,
     baseline: bool = False,
 ) -> list[Candidate]:
-    """``tune_settings`` for each tokenizer setting in ``bigram_options``
+    """``tune_settings`` for each tokenizer setting in ``grid.bigram_options``
     (default: the configured one), all candidates ranked together; the mail
     is read on ``jobs`` processes, through ``reading`` (e.g. a progress
     bar) each time. With ``baseline`` the configured settings are scored
     too when the grid leaves them out, as a candidate with ``in_grid``
     False (``configured_candidate`` finds it)."""
     results: list[Candidate] = []
-    for bigrams in bigram_options if bigram_options is not None else (config.tokenizer.bigrams,):
+    for bigrams in grid.bigram_options or (config.tokenizer.bigrams,):
         variant = replace(config, tokenizer=replace(config.tokenizer, bigrams=bigrams))
         results += tune_settings(
-            variant,
-            labelled,
-            event_models=event_models,
-            alphas=alphas,
-            temperings=temperings,
-            min_evidences=min_evidences,
-            holdout=holdout,
-            max_tokens_options=max_tokens_options,
-            dependences=dependences,
-            feature_weights=feature_weights,
-            jobs=jobs,
-            reading=reading,
-            folds=folds,
-            with_configured=baseline and bigrams == config.tokenizer.bigrams,
+            variant, labelled, grid, holdout=holdout, jobs=jobs, reading=reading, folds=folds, with_configured=baseline and bigrams == config.tokenizer.bigrams
         )
     results.sort(key=lambda c: _rank(c, config))
     return results
@@ -240,54 +256,40 @@ def dependence_applies(config: Config, event_model: str) -> bool:
 def tune_settings(
     config: Config,
     labelled: Sequence[tuple[bool, MailItem]],
+    grid: Grid,
     *,
-    event_models: Sequence[str],
-    alphas: Sequence[float],
-    temperings: Sequence[float],
-    min_evidences: Sequence[float] = (0.0,),
     holdout: float = 0.2,
-    max_tokens_options: Sequence[int] | None = None,
-    dependences: Sequence[str] | None = None,
-    feature_weights: Sequence[float] | None = None,
     jobs: int = 1,
     reading: Reading | None = None,
     folds: int = 1,
     with_configured: bool = False,
 ) -> list[Candidate]:
-    """Try every (event model, alpha, tempering, min_evidence, max_tokens,
-    dependence, feature weight) (the last three default to the configured
-    ones; "spode" and "aode" only where ``dependence_applies``; the
-    configured token_cap throughout): train on the head of the stream,
-    score its last ``holdout`` share (later mail, as a filter meets it; with
-    ``folds`` > 1 that share is cut into consecutive blocks, each scored by
-    a model of every message before it, and the scores pooled), choose
-    each setting's cutoffs on its calibrated scores (``calibrated_in_order``)
-    by ``best_cutoffs`` (within the loss matrix's, so the unsure band stays)
-    and report the loss per message. Returns the candidates, best first:
-    lowest loss, then fewest changes to the configured settings, then lowest
-    1-ROCA, then lowest log-loss. With ``with_configured`` the configured setting is scored
-    too when the grid lacks it (``in_grid`` False), the baseline of
+    """Try every setting of ``grid`` (``Grid.models``) with the configured
+    tokenizer: train on the head of the stream, score its last ``holdout``
+    share (later mail, as a filter meets it; with ``folds`` > 1 that share
+    is cut into consecutive blocks, each scored by a model of every message
+    before it, and the scores pooled), choose each setting's cutoffs on its
+    calibrated scores (``calibrated_in_order``) by ``best_cutoffs`` (within
+    the loss matrix's, so the unsure band stays) and report the loss per
+    message. Returns the candidates, best first: lowest loss, then fewest
+    changes to the configured settings, then lowest 1-ROCA, then lowest
+    log-loss. With ``with_configured`` the configured setting is scored too
+    when the grid lacks it (``in_grid`` False), the baseline of
     ``require_improvement``. The messages are read once; each setting is
-    then model arithmetic with the filter's own functions (``_setting_odds``).
+    then model arithmetic with the filter's own scorer (``_setting_odds``).
     """
     splits = time_ordered_folds(config, labelled, holdout, folds, jobs, reading)
-    m = config.model
-    tried = list(dependences) if dependences is not None else [m.dependence]
-    weights = list(feature_weights) if feature_weights is not None else [configured_feature_weight(m)]
-    keeps = list(max_tokens_options) if max_tokens_options is not None else [m.max_tokens]
-    configured = _Setting(m.event_model, m.alpha, m.tempering, m.min_evidence, m.max_tokens, m.dependence, configured_feature_weight(m))
-    scores: dict[_Setting, list[FloatArray]] = {}
-    for s in splits:
-        grid = dict(_setting_odds(s, config, event_models, alphas, temperings, min_evidences, keeps, tried, weights))
-        extra = with_configured and configured not in grid
-        if extra:
-            grid.update(
-                _setting_odds(s, config, [m.event_model], [m.alpha], [m.tempering], [m.min_evidence], [m.max_tokens], [m.dependence], [configured.feature_weight])
-            )
-        for setting, odds in grid.items():
-            scores.setdefault(setting, []).append(odds)
-    if len(scores) == int(extra):
+    models = grid.models(config)
+    configured = config.model
+    extra = with_configured and configured not in models
+    if extra:
+        models.append(configured)
+    if len(models) == int(extra):
         raise EvaluationError('no setting to try: dependence "spode" or "aode" needs the event model "multinomial-binary", no token_cap and no merged shared model')
+    scores: dict[ModelConfig, list[FloatArray]] = {}
+    for s in splits:
+        for setting, odds in _setting_odds(s, config, models):
+            scores.setdefault(setting, []).append(odds)
     valid_y = np.concatenate([s.valid_y for s in splits])
     sizes = [s.valid_y.size for s in splits]
     results = []
@@ -299,43 +301,20 @@ def tune_settings(
     return results
 
 
-def _setting_odds(
-    s: Fold,
-    config: Config,
-    event_models: Sequence[str],
-    alphas: Sequence[float],
-    temperings: Sequence[float],
-    min_evidences: Sequence[float],
-    keeps: Sequence[int],
-    tried: Sequence[str],
-    weights: Sequence[float],
-) -> Iterable[tuple[_Setting, FloatArray]]:
-    """Each setting of the grid and the log-odds the filter's scorer gives
-    the held-out messages of ``s`` under it, from the counts of its head."""
-    m = config.model
-    pairs: dict[str, aode.PairCounts] = {}
-    if any(dependence_applies(config, e) for e in event_models):
-        for dep in set(tried) - {"none"}:
-            pairs[dep] = head_pairs(s, replace(m, dependence=dep))  # type: ignore[arg-type]
-    for event_model, alpha in product(event_models, alphas):
-        X = s.valid_terms if counts_occurrences(event_model) else s.valid_binary
-        params = Scorer(replace(m, event_model=cast(EventModel, event_model), alpha=alpha)).params(s.counts, s.stats)
-        for tempering, min_evidence, keep in product(temperings, min_evidences, keeps):
-            for dep in (d for d in tried if d == "none" or dependence_applies(config, event_model)):
-                for w in weights:
-                    scoring = replace(
-                        m,
-                        event_model=cast(EventModel, event_model),
-                        alpha=alpha,
-                        tempering=tempering,
-                        min_evidence=min_evidence,
-                        max_tokens=keep,
-                        dependence=cast(Dependence, dep),
-                        features=w > 0,
-                        feature_weight=w or m.feature_weight,
-                    )
-                    evidence = Evidence(s.counts, s.stats, X, s.header, pairs.get(dep), s.gaussian if w else None, s.valid_features if w else None)
-                    yield _Setting(event_model, alpha, tempering, min_evidence, keep, dep, w), Scorer(scoring).log_odds(evidence, params)
+def _setting_odds(s: Fold, config: Config, models: Sequence[ModelConfig]) -> Iterable[tuple[ModelConfig, FloatArray]]:
+    """Each ``[model]`` value of the grid and the log-odds the filter's
+    scorer gives the held-out messages of ``s`` under it, from the counts
+    of its head."""
+    pairs = {dep: head_pairs(s, replace(config.model, dependence=dep)) for dep in {m.dependence for m in models} - {"none"}}
+    params: dict[tuple[str, float], NBParams] = {}
+    for m in models:
+        X = s.valid_terms if counts_occurrences(m.event_model) else s.valid_binary
+        scorer = Scorer(m)
+        key = (m.event_model, m.alpha)
+        if key not in params:
+            params[key] = scorer.params(s.counts, s.stats)
+        evidence = Evidence(s.counts, s.stats, X, s.header, pairs.get(m.dependence), s.gaussian if m.features else None, s.valid_features if m.features else None)
+        yield m, scorer.log_odds(evidence, params[key])
 
 
 def _fold_losses(valid_y: BoolArray, odds: FloatArray, sizes: Sequence[int], ham_max: float, spam_min: float, config: Config) -> tuple[float, ...]:
@@ -353,7 +332,7 @@ def _fold_losses(valid_y: BoolArray, odds: FloatArray, sizes: Sequence[int], ham
     return tuple(out)
 
 
-def _candidate(valid_y: BoolArray, raw: FloatArray, odds: FloatArray, setting: _Setting, config: Config, sizes: Sequence[int] = ()) -> Candidate:
+def _candidate(valid_y: BoolArray, raw: FloatArray, odds: FloatArray, setting: ModelConfig, config: Config, sizes: Sequence[int] = ()) -> Candidate:
     """How one setting did on the held-out messages at the cutoffs
     ``best_cutoffs`` gives it within the loss matrix's own thresholds, over
     all folds and in each (``sizes``: the folds' messages, in order). The
@@ -390,7 +369,7 @@ def _candidate(valid_y: BoolArray, raw: FloatArray, odds: FloatArray, setting: _
         held_out=int(valid_y.size),
         max_tokens=setting.max_tokens,
         dependence=setting.dependence,
-        feature_weight=setting.feature_weight,
+        feature_weight=configured_feature_weight(setting),
         fold_losses=_fold_losses(valid_y, odds, sizes or [valid_y.size], cut.ham_max, cut.spam_min, config),
         configured_fold_losses=_fold_losses(valid_y, odds, sizes or [valid_y.size], bounds.ham_max, bounds.spam_min, config),
     )

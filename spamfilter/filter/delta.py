@@ -7,8 +7,8 @@ from itertools import chain
 
 import numpy as np
 
-from spamfilter import dependence
 from spamfilter.counts import ClassCounts, FeatureStats, TokenCounts
+from spamfilter.filter import dependence
 from spamfilter.store import CountsWritten, StoreTransaction
 
 

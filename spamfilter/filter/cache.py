@@ -11,7 +11,7 @@ changes the copy is dropped. A run's own training updates the copy from the
 new counts the store returns (``apply``), so ``evaluate`` keeps it too.
 
 The cache is an object owned by the ``Filter`` that opened the store, never
-a module global. It holds no I/O: the service reads the store and hands the
+a module global. It holds no I/O: ``scoring`` reads the store and hands the
 counts over.
 """
 

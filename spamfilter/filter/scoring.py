@@ -1,0 +1,225 @@
+"""The read side of a filter: the model one user's mail is classified with,
+read from the store into a ``CountCache`` and turned into verdicts.
+
+    store counts ──(only tokens not cached at this model version)──> CountCache
+    CountCache + a batch's token counts ──> Fitted (evidence, parameters, calibration map)
+    Fitted ──Scorer──> log-odds ──calibration map──> P(spam) ──loss matrix──> verdict
+
+The log-odds are put together by ``spamfilter.nb.scorer`` alone; this module
+only gathers what it reads (the counts, the header mask, the pair counts, the
+feature densities) and keeps what it may keep between batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import numpy.typing as npt
+
+from spamfilter.analysis import Analysed
+from spamfilter.answers import Verdict
+from spamfilter.config import Config, counts_occurrences
+from spamfilter.counts import FeatureStats, Totals
+from spamfilter.filter import dependence
+from spamfilter.filter.cache import CacheKey, CountCache, ModelView
+from spamfilter.nb import decision, model
+from spamfilter.nb.calibration import MAP_BINS, CalibrationMap, recorded
+from spamfilter.nb.gaussian import GaussianParams, gaussian_estimate
+from spamfilter.nb.scorer import Evidence, LogOddsParts, Scorer
+from spamfilter.store import Store, StoreTransaction
+from spamfilter.tokenizer import is_header_line
+from spamfilter.tokenizer.features import FEATURE_NAMES, SCALE
+from spamfilter.vectorizer import indexed_matrix
+from spamfilter.verdicts import Decision, Label
+
+
+@dataclass(frozen=True, slots=True)
+class Fitted:
+    """A batch ready to score: its m known tokens (rows ``ids`` of the
+    ``CountCache``, whose token list was ``vocabulary``), the evidence the
+    scorer reads (counts (2, m), totals, X (n_messages, m), header mask, pair
+    counts, feature densities), the parameters of its columns, and the map
+    from log-odds to P(spam) of the model's history."""
+
+    ids: npt.NDArray[np.int64]
+    vocabulary: list[str]
+    evidence: Evidence
+    params: model.NBParams
+    calibration: CalibrationMap = field(default_factory=CalibrationMap)
+
+    @property
+    def tokens(self) -> list[str]:
+        """The token of each of the m columns (looked up only when asked:
+        scoring itself does not need them)."""
+        return [self.vocabulary[i] for i in self.ids.tolist()]
+
+
+def feature_sums(reader: StoreTransaction, owners: tuple[str, ...]) -> FeatureStats:
+    """The per-class sums of the message features of the model made of
+    ``owners``' (a few rows, read each time). Training keeps them whatever
+    ``[model] features`` says; messages trained before schema revision
+    0005 are in none of them."""
+    width = len(FEATURE_NAMES)
+    stats = FeatureStats.zeros(width)
+    for owner in owners:
+        stats = stats + reader.feature_stats(width, owner=owner)
+    return stats
+
+
+def feature_densities(stats: FeatureStats) -> GaussianParams:
+    """The normal densities of ``stats`` (``gaussian_estimate``), in the
+    features' own units: stored value / SCALE."""
+    return gaussian_estimate(stats, SCALE)
+
+
+def feature_values(analysed: Sequence[Analysed]) -> model.FloatArray:
+    """The messages' feature vectors in the features' own units, (n, F)."""
+    return np.array([a.features for a in analysed], dtype=np.float64).reshape(len(analysed), -1) / SCALE
+
+
+class Scoring:
+    """The model that classifies the mail of the store's owner, kept between
+    batches while its versions hold, and the verdicts it gives."""
+
+    def __init__(self, store: Store, config: Config) -> None:
+        self.store = store
+        self.config = config
+        #: The counts read so far, valid while the model versions hold.
+        self.cache = CountCache()
+        #: The one-dependence counts read so far, for the same model key as the cache.
+        self.pair_cache = dependence.PairCache()
+        #: The one place the log-odds are put together (``spamfilter.nb.scorer``).
+        self.scorer = Scorer(config.model)
+        #: The calibration map read at the cache's model versions, until a
+        #: record is added (``record``) or the versions move.
+        self._calibration: tuple[CacheKey, CalibrationMap] | None = None
+        d = config.decision
+        if d.spam_cutoff is not None and d.ham_cutoff is not None:
+            self.thresholds = decision.thresholds_from_cutoffs(d.ham_cutoff, d.spam_cutoff)
+        else:
+            self.thresholds = decision.thresholds_from_loss(d.cost_ham_as_spam, d.cost_spam_as_ham, d.cost_unsure)
+
+    # -- the model: whose counts, read how ----------------------------------
+
+    def model_owners(self, owner: str) -> tuple[str, ...]:
+        """Whose counts may make up the model of ``owner``'s mail."""
+        if owner == "" or self.config.store.shared_model == "none":
+            return (owner,)
+        return (owner, "")
+
+    def cached_model(self, reader: StoreTransaction) -> ModelView:
+        """The totals and owners of the model that classifies this user's
+        mail, from the cache while the model versions have not moved."""
+        candidates = self.model_owners(reader.owner)
+        key = (candidates, reader.versions(candidates))
+        if not self.cache.valid_for(key):
+            totals, owners = self.model_of(reader)
+            self.cache.reset(key, ModelView(totals, owners))
+        assert self.cache.view is not None
+        return self.cache.view
+
+    def model_of(self, reader: StoreTransaction) -> tuple[Totals, tuple[str, ...]]:
+        """The totals of the model that classifies this user's mail, and whose
+        counts it adds up: the user's own, the shared model's (fallback), or
+        both (merge)."""
+        s = self.config.store
+        mine = reader.totals()
+        if reader.owner == "" or s.shared_model == "none":
+            return mine, (reader.owner,)
+        if s.shared_model == "fallback":
+            if int(mine.messages.min()) >= s.shared_min_messages:
+                return mine, (reader.owner,)
+            return reader.totals(owner=""), ("",)
+        shared = reader.totals(owner="")
+        merged = Totals(
+            mine.classes + shared.classes,
+            reader.vocabulary_size([reader.owner, ""]),
+            mine.histogram,  # unused: config.has_absent_term rules out "merge" for models that read it
+        )
+        return merged, (reader.owner, "")
+
+    def fit(self, docs: Sequence[dict[str, int]], tx: StoreTransaction | None = None) -> Fitted:
+        """The model's parameters for the known tokens of ``docs``, and their X.
+
+        The counts come from the ``CountCache``: only tokens it has not seen
+        at the current model version are read from the store.
+        """
+        # Inside the caller's transaction if it has one (online learning),
+        # else in a read transaction of its own.
+        m = self.config.model
+        binary = not counts_occurrences(m.event_model)
+        with nullcontext(tx) if tx is not None else self.store.begin(write=False) as reader:
+            view = self.cached_model(reader)
+            missing = self.cache.make_room(docs)
+            if missing:
+                counts = reader.token_counts(missing, owner=view.owners[0])
+                for other in view.owners[1:]:
+                    counts = counts + reader.token_counts(missing, owner=other)
+                self.cache.add(missing, counts)
+            gaussian = feature_densities(feature_sums(reader, view.owners)) if m.features else None
+            held = self.cache.rows()
+            X, ids = indexed_matrix(docs, self.cache.index, held.known(), binary=binary)
+            pairs = header = None
+            if m.dependence != "none" or m.header_apart:
+                columns = [self.cache.tokens[i] for i in ids.tolist()]
+                if m.header_apart:
+                    header = np.fromiter(map(is_header_line, columns), dtype=bool, count=len(columns))
+                if m.dependence != "none":
+                    pairs = dependence.pair_counts(reader, view.owners[0], columns, self.pair_cache, self.cache.key)
+            history = self.calibration_map(reader, view.owners[0])
+        token_counts = held.take(ids)
+        evidence = Evidence(token_counts, view.totals, X, header, pairs, gaussian)
+        return Fitted(ids, self.cache.tokens, evidence, self.scorer.params(token_counts, view.totals), history)
+
+    # -- scores and verdicts ------------------------------------------------
+
+    def log_odds_parts(self, fitted: Fitted, analysed: Sequence[Analysed]) -> LogOddsParts:
+        """What a batch's log-odds are made of (``Scorer.parts``): naive
+        Bayes's; with ``[model] dependence`` the one-dependence estimate's,
+        which replace them; with ``[model] features`` each feature's term."""
+        evidence = fitted.evidence
+        if evidence.gaussian is not None:
+            evidence = replace(evidence, features=feature_values(analysed))
+        return self.scorer.parts(evidence, fitted.params)
+
+    def judge(self, fitted: Fitted, log_odds: model.FloatArray) -> tuple[model.FloatArray, npt.NDArray[np.int64]]:
+        """The calibrated P(spam) of each of a batch's log-odds (the map of
+        ``fitted``) and the loss matrix's decision code on it."""
+        calibrated = fitted.calibration.log_odds(log_odds)
+        return decision.spam_probability(calibrated), decision.decide(calibrated, self.thresholds)
+
+    def own_decision(self, log_odds: float) -> Decision:
+        """The loss matrix's decision on the model's own log-odds, which the
+        learning rule reads (not the calibrated score)."""
+        return Decision.of_code(int(decision.decide(np.array([log_odds]), self.thresholds)[0]))
+
+    def verdicts(self, analysed: Sequence[Analysed], tx: StoreTransaction | None = None) -> list[Verdict]:
+        """A ``Verdict`` for each message of a batch."""
+        fitted = self.fit([a.counts for a in analysed], tx)
+        odds = self.log_odds_parts(fitted, analysed).log_odds
+        probability, codes = self.judge(fitted, odds)
+        return [Verdict(a.source, a.digest, float(p), float(lo), Decision.of_code(int(v))) for a, p, lo, v in zip(analysed, probability, odds, codes)]
+
+    # -- the calibration record ---------------------------------------------
+
+    def calibration_map(self, reader: StoreTransaction, owner: str) -> CalibrationMap:
+        """The calibration map of ``owner``'s history, read again only when the
+        model versions moved or a record was added since (a record another
+        process adds without training shows at its next training write)."""
+        key = self.cache.key
+        if key is None or self._calibration is None or self._calibration[0] != key:
+            history = CalibrationMap(reader.calibration_history(MAP_BINS, owner=owner))
+            self._calibration = None if key is None else (key, history)
+            return history
+        return self._calibration[1]
+
+    def record(self, tx: StoreTransaction, labels: Sequence[Label], log_odds: Sequence[float]) -> None:
+        """Add messages scored before they were learned to the owner's
+        calibration history (``calibration.recorded``)."""
+        self._calibration = None
+        if labels:
+            decay, added = recorded(np.asarray(log_odds, dtype=np.float64), np.asarray([label == Label.SPAM for label in labels]))
+            tx.record_calibration(decay, added)

@@ -1,0 +1,230 @@
+"""The write side of a filter: training, relabelling and forgetting, each
+batch one transaction.
+
+A batch's messages become one ``CountDelta`` (a relabelled message is
+untrained with exactly the counts its ledger entry holds, then trained
+afresh), written by one call to the store; the ledger records each message
+so that ``forget`` and ``mark`` can subtract exactly what training added.
+When the write is the only change since the ``CountCache`` was read, the
+cache takes the counts the write returned once the transaction has
+committed, instead of reading them again.
+
+Every message ``train`` learns is also scored by the model as it was before
+its batch, and that score goes into the calibration record
+(``spamfilter.nb.calibration``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from itertools import islice
+from typing import TypeVar
+
+import numpy as np
+
+from spamfilter.analysis import Analysed
+from spamfilter.answers import Refusal, TrainSummary
+from spamfilter.config import Config, counts_occurrences
+from spamfilter.counts import TokenCounts, Totals
+from spamfilter.filter import dependence
+from spamfilter.filter.cache import CacheKey, ModelView
+from spamfilter.filter.delta import CountDelta
+from spamfilter.filter.scoring import Scoring
+from spamfilter.mail import MailItem
+from spamfilter.nb import model
+from spamfilter.nb.scorer import Evidence
+from spamfilter.retry import retrying
+from spamfilter.store import CountsWritten, Store, StoreTransaction
+from spamfilter.tokenizer import is_header_line
+from spamfilter.vectorizer import indexed_matrix
+from spamfilter.verdicts import Label
+
+T = TypeVar("T")
+
+
+def batched(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    """Consecutive lists of ``size`` items (the last one shorter)."""
+    it = iter(items)
+    while batch := list(islice(it, size)):
+        yield batch
+
+
+class Training:
+    """Writes a user's counts, keeping ``scoring``'s cache coherent."""
+
+    def __init__(self, store: Store, config: Config, scoring: Scoring, write_deadline: float) -> None:
+        self.store = store
+        self.config = config
+        self.scoring = scoring
+        self.write_deadline = write_deadline
+        self._after_commit: Callable[[], None] | None = None
+
+    def train(self, read: Iterable[tuple[Label, Analysed | Refusal]], *, relabel: bool) -> TrainSummary:
+        """Train messages already read, one transaction per ``store.batch_size``."""
+        total = TrainSummary()
+        for results in batched(read, self.config.store.batch_size):
+            refused = tuple(r for _, r in results if isinstance(r, Refusal))
+            good = [(label, r) for label, r in results if isinstance(r, Analysed)]
+
+            def step(good: list[tuple[Label, Analysed]] = good) -> TrainSummary:
+                with self.write_transaction() as tx:
+                    return self.train_batch(tx, good, relabel)
+
+            total = total + retrying(step, self.write_deadline) + TrainSummary(refused=refused)
+        return total
+
+    def train_batch(self, tx: StoreTransaction, batch: Sequence[tuple[Label, Analysed]], relabel: bool, record: bool = True) -> TrainSummary:
+        """Train one batch in ``tx`` (a ``write_transaction``); with
+        ``relabel``, a message trained with the other label moves."""
+        known = tx.trained_labels([a.digest for _, a in batch])
+        add: dict[str, tuple[Label, Analysed]] = {}
+        unchanged = conflicts = 0
+        moving: list[str] = []
+        for label, a in batch:
+            previous = known.get(a.digest)
+            if previous == label or (a.digest in add and add[a.digest][0] == label):
+                unchanged += 1
+            elif previous is None and a.digest not in add:
+                add[a.digest] = (label, a)
+            elif relabel:
+                if previous is not None and a.digest not in add:
+                    moving.append(a.digest)
+                add[a.digest] = (label, a)
+            else:
+                conflicts += 1
+        new = list(add.values()) if record and not relabel else []
+        # The calibration record: how the model before this batch scores it.
+        # Read off the write's own counts when the model is the owner's naive
+        # Bayes alone (no read, no cache kept), else scored before the write.
+        from_write = bool(new) and self._records_from_write(tx.owner)
+        if new and not from_write:
+            self._record_before_learning(tx, new)
+        totals = tx.totals() if from_write else None
+        # A relabelled message is untrained with exactly the counts (and
+        # features) recorded when it was trained, then trained afresh with
+        # its new label.
+        delta = CountDelta()
+        for old in tx.take_messages(moving):
+            delta.add(old.label, old.token_counts, -1, old.features)
+        for label, a in add.values():
+            delta.add(label, a.counts, +1, a.features)
+        written = self.apply(tx, delta)
+        if totals is not None and written is not None and totals.messages.all():
+            self._record_from_write(tx, new, written, delta, totals)
+        tx.record_messages([(d, label, a.counts, a.features) for d, (label, a) in add.items()])
+        # With the batch in the ledger: a new choice of parents counts it.
+        dependence.reselect_if_due(tx, self.config.model)
+        new_labels = [label for d, (label, _) in add.items() if d not in moving]
+        return TrainSummary(
+            trained_ham=new_labels.count(model.HAM), trained_spam=new_labels.count(model.SPAM), unchanged=unchanged, relabelled=len(moving), conflicts=conflicts
+        )
+
+    def _record_before_learning(self, tx: StoreTransaction, new: Sequence[tuple[Label, Analysed]]) -> None:
+        """Score the messages ``train`` is about to learn with the model as
+        it is, and record those scores in the calibration history: mail the
+        model has not seen yet, labelled. ``mark`` records nothing: the
+        messages a user corrects are mostly the filter's errors, and a
+        history of them would make every score look wrong."""
+        if not self.scoring.cached_model(tx).totals.messages.all():
+            return  # no model yet to score with
+        verdicts = self.scoring.verdicts([a for _, a in new], tx)
+        self.scoring.record(tx, [label for label, _ in new], [v.log_odds for v in verdicts])
+
+    def _records_from_write(self, owner: str) -> bool:
+        """Whether ``_record_from_write`` can score a batch: naive Bayes
+        without message features, over the owner's counts alone."""
+        m = self.config.model
+        return m.dependence == "none" and not m.features and self.scoring.model_owners(owner) == (owner,)
+
+    def _record_from_write(self, tx: StoreTransaction, new: Sequence[tuple[Label, Analysed]], written: CountsWritten, delta: CountDelta, totals: Totals) -> None:
+        """Record how the model before the batch scored its new messages,
+        from what the write returned: every token of the batch with its new
+        counts, less the batch's own (``delta.written``), over the totals read
+        before the write. The same scores as ``_record_before_learning``'s,
+        without reading the counts first."""
+        assert delta.written is not None
+        before = TokenCounts(written.counts.doc_count - delta.written.doc_count, written.counts.term_count - delta.written.term_count)
+        index = dict(zip(written.token_list, range(len(written.token_list))))
+        X, ids = indexed_matrix([a.counts for _, a in new], index, before.known(), binary=not counts_occurrences(self.config.model.event_model))
+        header = None
+        if self.config.model.header_apart:
+            header = np.fromiter((is_header_line(written.token_list[i]) for i in ids.tolist()), dtype=bool, count=ids.size)
+        odds = self.scoring.scorer.log_odds(Evidence(before.take(ids), totals, X, header))
+        self.scoring.record(tx, [label for label, _ in new], odds.tolist())
+
+    def forget(self, items: Iterable[MailItem]) -> TrainSummary:
+        """Untrain messages: subtract exactly the counts their training added."""
+        total = TrainSummary()
+        # Forgetting needs only the identity, not a parse: even a message the
+        # current settings would refuse can be forgotten.
+        for batch in batched(items, self.config.store.batch_size):
+            digests = sorted({item.digest for item in batch})
+
+            def step(digests: list[str] = digests) -> int:
+                with self.write_transaction() as tx:
+                    # Taken out of the ledger first (DELETE ... RETURNING):
+                    # a second process forgetting the same message at once
+                    # gets nothing back and subtracts nothing.
+                    removed = tx.take_messages(digests)
+                    delta = CountDelta()
+                    for old in removed:
+                        delta.add(old.label, old.token_counts, -1, old.features)
+                    self.apply(tx, delta)
+                    return len(removed)
+
+            forgotten = retrying(step, self.write_deadline)
+            total = total + TrainSummary(forgotten=forgotten, unknown=len(digests) - forgotten)
+        return total
+
+    @contextmanager
+    def write_transaction(self) -> Iterator[StoreTransaction]:
+        """A write transaction; once it has committed, the cache takes the
+        counts it wrote (see ``apply``)."""
+        self._after_commit = None
+        try:
+            with self.store.begin() as tx:
+                yield tx
+        except BaseException:
+            self._after_commit = None
+            raise
+        update, self._after_commit = self._after_commit, None
+        if update is not None:
+            update()
+
+    def apply(self, tx: StoreTransaction, delta: CountDelta) -> CountsWritten | None:
+        """Write ``delta`` in ``tx`` (a ``write_transaction``), and arrange
+        for the cache to follow if it holds the model as it was just before;
+        what was written.
+
+        The cache is kept only when this write is the one change between
+        the versions: the owner's version went up by exactly one from the
+        one the cache holds (no other process wrote in between, so the
+        versions need not be read again here) and the model that classifies
+        this user's mail was and still is the user's own counts alone (the
+        shared model of "fallback" or "merge" is not updated in place, it is
+        read again).
+        """
+        cache = self.scoring.cache
+        candidates = self.scoring.model_owners(tx.owner)
+        before: CacheKey | None = cache.key
+        own_before = cache.view is not None and cache.view.owners == (tx.owner,)
+        written = delta.apply(tx)
+        if written is None or before is None or before[0] != candidates:
+            return written
+        own = candidates.index(tx.owner)
+        assert cache.view is not None
+        owners: tuple[str, ...]
+        if candidates == (tx.owner,):
+            # The model is this owner's counts alone: its totals follow the
+            # write in memory, as the store changed them.
+            totals, owners = cache.view.totals.changed(written.classes, written.histogram), candidates
+        else:
+            totals, owners = self.scoring.model_of(tx)
+        if not own_before or owners != (tx.owner,) or written.version != before[1][own] + 1:
+            self._after_commit = cache.clear
+            return written
+        after = (candidates, tuple(written.version if i == own else v for i, v in enumerate(before[1])))
+        view = ModelView(totals, owners)
+        self._after_commit = lambda: cache.apply(before, after, written.token_list, written.counts, view)
+        return written
