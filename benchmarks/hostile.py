@@ -1,4 +1,4 @@
-"""Seconds per hostile message: the extremes of tests/test_hostile.py, timed.
+"""Seconds per hostile message: the extremes of tests/mail/test_hostile.py, timed.
 
     python -m benchmarks.hostile              # every extreme, once each
     python -m benchmarks.hostile --repeat 3   # the best of three

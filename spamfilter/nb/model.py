@@ -237,7 +237,7 @@ def _apart_by_entries(X: sp.csr_matrix, params: NBParams, tempering: float, head
     selection, computed over X's entries (two sparse matrices and a second
     selection per batch were a quarter of scoring one message). Each sum
     runs over a row's entries in their order, as the sparse products do, so
-    the result is the same to the bit (tests/test_model.py)."""
+    the result is the same to the bit (tests/nb/test_model.py)."""
     n = X.shape[0]
     row = np.repeat(np.arange(n), np.diff(X.indptr))
     cols, data = X.indices, X.data

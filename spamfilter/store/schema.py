@@ -1,5 +1,5 @@
 """The tables (created and changed only by the Alembic revisions in
-``migrations/``; tests/test_schema.py checks the two agree)."""
+``migrations/``; tests/store/test_schema.py checks the two agree)."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from spamfilter.cli import app, exitcodes
 from spamfilter.nb.calibration import PRIOR_BOUND
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

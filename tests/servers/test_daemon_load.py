@@ -25,7 +25,7 @@ from spamfilter.config import load_config
 from spamfilter.filter import Filter
 from spamfilter.mail import MailItem, filter_fields, with_filter_headers
 from spamfilter.verdicts import Decision
-from tests.test_daemon import HANG, SPAMC, Daemon, _check_line, _classify, _read_all, _threshold, _write_config, corpus  # noqa: F401
+from tests.servers.test_daemon import HANG, SPAMC, Daemon, _check_line, _classify, _read_all, _threshold, _write_config, corpus  # noqa: F401
 
 pytestmark = pytest.mark.skipif(SPAMC is None and os.environ.get("CI") != "true", reason="spamc is not installed")
 

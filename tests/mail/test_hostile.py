@@ -12,7 +12,7 @@ the largest; and the command line on a folder of broken mail.
 
 The filter is trained on 20 real messages, so the tests read the corpora.
 That a new SQLite database is created readable by its owner only is checked
-in tests/test_store.py
+in tests/store/test_store.py
 (test_new_database_gets_schema_at_head_wal_and_owner_only_mode).
 """
 
@@ -51,7 +51,7 @@ from spamfilter.tokenizer import Tokenizer
 
 pytestmark = pytest.mark.corpus
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 MAX_BYTES = Config().tokenizer.max_bytes
 MB = 1 << 20
 

@@ -26,7 +26,7 @@ from postfix import POSTFIX, Postfix, free_port
 from spamfilter.answers import Verdict
 from spamfilter.daemon import milter
 from spamfilter.mail import MailItem, filter_fields
-from tests.test_daemon import _classify, _write_config, corpus, trained  # noqa: F401  (fixtures)
+from tests.servers.test_daemon import _classify, _write_config, corpus, trained  # noqa: F401  (fixtures)
 
 MILTERTEST = shutil.which("miltertest")
 IN_CI = os.environ.get("CI") == "true"
@@ -401,7 +401,7 @@ def test_postfix_delivers_with_the_fields_and_rejects_spam_above_the_limit(tmp_p
 
 
 def test_two_processes_serve_one_socket_and_end_with_their_parent(tmp_path: Path, trained: tuple[str, Path]) -> None:
-    from tests.test_daemon_load import _alive, _children
+    from tests.servers.test_daemon_load import _alive, _children
 
     m = Milter(tmp_path / "forked.log", *trained, "--processes", "2")
     workers = _children(m.proc.pid)

@@ -332,7 +332,7 @@ def test_tune_command_writes_max_tokens(tmp_path: Path) -> None:
 
 # -- one-dependence estimators and message features ---------------------------
 
-#: Small enough for the sample's 96 training messages (see tests/test_dependence.py).
+#: Small enough for the sample's 96 training messages (see tests/filter/test_dependence.py).
 ONE_DEPENDENCE = {"aode_parents": 12, "aode_children": 300, "aode_min_support": 3, "reselect_growth": 0.0}
 
 

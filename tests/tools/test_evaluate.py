@@ -21,7 +21,7 @@ from spamfilter.mail import read_index, read_messages
 from spamfilter.nb.calibration import MAP_BINS, CalibrationMap, recorded
 from spamfilter.tools.evaluation import stratified_folds
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

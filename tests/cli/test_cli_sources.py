@@ -15,7 +15,7 @@ from spamfilter.cli import app, exitcodes
 from spamfilter.cli.train import spread_values
 from spamfilter.mail import read_messages
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 ENVELOPE = b"From sender@example.org Mon Jan  1 00:00:00 2024\n"
 
 

@@ -288,7 +288,7 @@ def brute_force_log_odds(f: Filter, item: MailItem, event_model: str, alpha: flo
 def test_log_odds_equal_brute_force_over_the_vocabulary(trained: Filter, event_model: str, alpha: float, tempering: float) -> None:
     # Forget one message so the histogram has been through an untrain too.
     trained.forget([HAM[1]])
-    # one tempering over all tokens (the header lines apart: tests/test_header_apart.py)
+    # one tempering over all tokens (the header lines apart: tests/filter/test_header_apart.py)
     f = Filter(trained.store, config(trained.store.url, event_model=event_model, alpha=alpha, tempering=tempering, header_apart=False))
     items = UNSEEN + HAM + SPAM
     got = log_odds(f, items)

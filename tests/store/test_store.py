@@ -25,7 +25,7 @@ from spamfilter.store import SCHEMA_REVISION, Store, pack_token_counts, sqlite_p
 from spamfilter.tokenizer import Tokenizer
 from spamfilter.vectorizer import term_counts
 
-MIGRATIONS = Path(__file__).resolve().parents[1] / "migrations"
+MIGRATIONS = Path(__file__).resolve().parents[2] / "migrations"
 
 Rows = list[tuple[object, ...]]
 

@@ -2,7 +2,7 @@
 that wait for each other instead of giving up, errors kept to one line.
 
 The many-trainers test (eight trainers with a 0.2 s busy timeout, compared
-with a sequential run) is in tests/test_concurrency.py.
+with a sequential run) is in tests/store/test_concurrency.py.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from spamfilter.nb.memcounts import MemoryCounts
 from spamfilter.nb.scorer import Scorer
 from spamfilter.tokenizer import is_header_line
 from spamfilter.vectorizer import batch_vocabulary, count_matrix
-from tests.test_evaluate import index  # noqa: F401  (the sample index fixture)
+from tests.tools.test_evaluate import index  # noqa: F401  (the sample index fixture)
 
 
 def matrices(f: Filter, stream: list) -> tuple[sp.csr_matrix, sp.csr_matrix, np.ndarray, list[str]]:

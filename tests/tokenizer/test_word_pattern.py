@@ -30,7 +30,7 @@ plain_re_words: Callable[[str], list[str]] = re.compile(NLTK_PATTERN).findall
 
 def load_generator() -> ModuleType:
     """scripts/wordchars.py, which wrote the tables from ``regex``."""
-    path = Path(__file__).resolve().parents[1] / "scripts" / "wordchars.py"
+    path = Path(__file__).resolve().parents[2] / "scripts" / "wordchars.py"
     spec = importlib.util.spec_from_file_location("wordchars_script", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

@@ -46,7 +46,7 @@ from spamfilter.mail import MailItem, read_messages
 from spamfilter.tools.insight import Insight
 from spamfilter.tools.report import printable
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 EVENT_MODELS = ["bernoulli", "multinomial", "multinomial-binary"]
 
 SPAM_BODIES = ["cash prize cash cash", "cash winner", "cash prize money"]
@@ -222,7 +222,7 @@ def test_explanation_adds_up_to_the_classifiers_log_odds(sample_filter: Filter, 
         assert e.factor == pytest.approx(max(e.events, 1) ** -settings["tempering"], rel=1e-12)
         if header_apart:
             # the selections and scales below are those of one part; the
-            # parts are checked in tests/test_model.py and test_header_apart.py
+            # parts are checked in tests/nb/test_model.py and test_header_apart.py
             continue
         if settings.get("max_tokens"):
             # at most k distinct tokens count (multinomial: each with its occurrences)

@@ -84,7 +84,7 @@ def test_filter_imports_only_what_it_runs(sample_db: str, message: bytes, tmp_pa
 
 
 def test_filter_answered_by_a_daemon_loads_no_maths_no_database_and_no_filter(sample_db: str, message: bytes, tmp_path: Path) -> None:
-    from tests.test_daemon import Daemon
+    from tests.servers.test_daemon import Daemon
 
     config = tmp_path / "config.toml"
     config.write_text("")
@@ -106,7 +106,7 @@ def test_filter_finds_the_per_user_daemon_of_its_own_model_and_no_other(sample_d
     import tempfile
 
     from spamfilter.store import sqlite_path
-    from tests.test_daemon import Daemon
+    from tests.servers.test_daemon import Daemon
 
     # A short runtime folder: a Unix socket's path has at most 107 bytes.
     runtime = Path(tempfile.mkdtemp(prefix="sf-run-", dir="/tmp"))

@@ -15,7 +15,7 @@ from spamfilter.nb import model
 from spamfilter.tokenizer import is_header_line
 from spamfilter.tools.insight import Insight
 from spamfilter.tools.maintenance import Maintenance
-from tests.test_dependence import sample_mail
+from tests.filter.test_dependence import sample_mail
 
 
 def open_filter(url: str, **model_keys: object) -> Filter:

@@ -14,7 +14,7 @@ from spamfilter.filter import Filter
 from spamfilter.nb import model
 from spamfilter.nb.gaussian import feature_log_odds, gaussian_estimate
 from spamfilter.tokenizer.features import FEATURE_NAMES, SCALE
-from tests.test_service import HAM, LABELLED, SPAM, UNSEEN, log_odds, open_filter, query
+from tests.filter.test_service import HAM, LABELLED, SPAM, UNSEEN, log_odds, open_filter, query
 
 
 def sums(f: Filter) -> list[tuple[object, ...]]:

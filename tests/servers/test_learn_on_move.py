@@ -33,7 +33,7 @@ from twin_models import TwinModels, copy_sqlite
 
 from spamfilter.mail import read_messages
 
-CONTRIB = Path(__file__).resolve().parents[1] / "contrib" / "dovecot"
+CONTRIB = Path(__file__).resolve().parents[2] / "contrib" / "dovecot"
 SIEVE_MODULES = (
     Path("/usr/lib/dovecot/modules/lib95_imap_sieve_plugin.so"),
     Path("/usr/lib/dovecot/modules/sieve/lib90_sieve_extprograms_plugin.so"),

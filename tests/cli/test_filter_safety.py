@@ -30,7 +30,7 @@ from spamfilter.mail import MailItem, digest_bytes, filtered_pieces, with_filter
 from spamfilter.tokenizer import Tokenizer
 from spamfilter.tokenizer.features import TextShape
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 MESSAGE = b"From: a@example.com\r\nSubject: keep me\r\n\r\nThis body must survive.\nbare LF, then CRLF\r\n"
 SPAM_FIELDS = [("X-Spam-Status", "Yes, verdict=spam score=0.999"), ("X-Spam-Score", "0.999"), ("X-Spam-Flag", "YES")]
 HAM_FIELDS = [("X-Spam-Status", "No, verdict=ham score=0.001"), ("X-Spam-Score", "0.001")]

@@ -20,8 +20,8 @@ from spamfilter.mail.sources import read_messages
 from spamfilter.nb import aode
 from spamfilter.store.pairs import unpack
 from spamfilter.tools.maintenance import Maintenance
-from tests.test_aode import loop_log_likelihood
-from tests.test_service import query
+from tests.filter.test_service import query
+from tests.nb.test_aode import loop_log_likelihood
 
 AODE = {"dependence": "aode", "aode_parents": 12, "aode_children": 300, "aode_min_support": 3, "reselect_growth": 0.0}
 

@@ -31,7 +31,7 @@ from spamfilter.tools import plots
 from spamfilter.tools.evaluation import Scored
 from spamfilter.tools.insight import FeatureDensities, FeatureDensity, Insight, TrainedDay, WordScore
 from spamfilter.tools.report import SECTIONS, ReportData, ScoreSample, collect, read_scores, render
-from tests.test_service import HAM, SPAM, open_filter
+from tests.filter.test_service import HAM, SPAM, open_filter
 
 CHROMIUM = Path("/usr/bin/chromium")
 

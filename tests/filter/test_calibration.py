@@ -19,7 +19,7 @@ from spamfilter.filter import Filter
 from spamfilter.filter.training import Training
 from spamfilter.mail import MailItem, read_index
 from spamfilter.nb.calibration import MAP_BINS, MAP_EDGES, PRIOR_BOUND, PRIOR_WEIGHT, CalibrationMap, calibration, log_loss, recorded, reliability, score_bins
-from tests.test_evaluate import index  # noqa: F401  (the sample index fixture)
+from tests.tools.test_evaluate import index  # noqa: F401  (the sample index fixture)
 
 
 def test_log_loss_is_the_mean_negative_log_probability_of_the_true_class() -> None:
