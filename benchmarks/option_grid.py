@@ -1,7 +1,7 @@
 """Many model settings over one tokenization: online and split, 1-ROCA % per setting.
 
     python -m benchmarks.option_grid --corpus spamassassin --corpus enron-all \\
-        --setting max_tokens=40 --setting token_cap=3 [--split half|10k] [--limit N]
+        --setting max_tokens=40 [--split half|10k] [--limit N]
 
 Each stream (as in benchmarks/long_stream.py) is parsed and tokenized once
 (`Tokenizer` with the configured tokenizer settings, cached in

@@ -116,7 +116,6 @@ class ModelConfig:
     tempering: float = 0.55
     min_evidence: float = 0.0
     max_tokens: int = 0
-    token_cap: float = 0.0
     #: Add the Gaussian log-odds of the continuous message features
     #: (``nb.gaussian.feature_log_odds``), scaled by feature_weight.
     features: bool = False
@@ -307,6 +306,8 @@ def config_from_dict(data: dict[str, Any], *, origin: str = "config") -> Config:
         table = data.get(name, {})
         if not isinstance(table, dict):
             raise ConfigError(f"{origin}: [{name}] must be a table")
+        for gone in sorted(f"{name}.{key}" for key in table if f"{name}.{key}" in REMOVED)[:1]:
+            raise ConfigError(f"{origin}: {gone}: {REMOVED[gone]}")
         parts[name] = _overlay(default, table, f"{origin}: {name}")
     config = Config(**parts)
     validate(config, origin)
@@ -324,6 +325,10 @@ def _imap_accounts(data: Any, where: str) -> tuple[ImapAccount, ...]:
             raise ConfigError(f"{where}.{name}.name: unknown setting (the table's name is the account's)")
         accounts.append(_overlay(ImapAccount(name=name), table, f"{where}.{name}"))
     return tuple(accounts)
+
+
+#: Settings that existed once, and why they went (a config that still sets one is told so).
+REMOVED = {"model.token_cap": "removed: clipping each token's log-likelihood ratio ranked worse on every corpus measured (docs/benchmarks.md); delete the line"}
 
 
 def _overlay(default: Any, table: dict[str, Any], where: str) -> Any:
@@ -362,7 +367,6 @@ def _validate_model(config: Config, need: Callable[[bool, str, str, object], Non
     need(0.0 <= m.tempering <= 1.0, "model.tempering", "must be between 0 and 1", m.tempering)
     need(0.0 <= m.min_evidence <= 50.0, "model.min_evidence", "must be between 0 and 50", m.min_evidence)
     need(0 <= m.max_tokens <= 100_000, "model.max_tokens", "must be between 0 (every token) and 100000", m.max_tokens)
-    need(0.0 <= m.token_cap <= 50.0, "model.token_cap", "must be between 0 (no cap) and 50", m.token_cap)
     need(0 <= m.header_max_tokens <= 100_000, "model.header_max_tokens", "must be between 0 (every token) and 100000", m.header_max_tokens)
     need(0.0 <= m.feature_weight <= 10.0, "model.feature_weight", "must be between 0 and 10", m.feature_weight)
 
@@ -378,7 +382,6 @@ def _validate_dependence(config: Config, need: Callable[[bool, str, str, object]
     need(m.reselect_growth == 0 or 1.0 < m.reselect_growth <= 100.0, "model.reselect_growth", "must be 0 (only db reselect) or between 1 and 100", m.reselect_growth)
     if m.dependence != "none":
         need(m.event_model == "multinomial-binary", "model.dependence", 'needs event_model = "multinomial-binary"', m.dependence)
-        need(m.token_cap == 0, "model.dependence", "does not combine with token_cap", m.dependence)
         need(s.shared_model != "merge", "model.dependence", 'does not combine with store.shared_model = "merge"', m.dependence)
 
 

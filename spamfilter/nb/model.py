@@ -152,7 +152,6 @@ def joint_log_likelihood(
     tempering: float = 0.0,
     min_evidence: float = 0.0,
     max_tokens: int = 0,
-    token_cap: float = 0.0,
     header: npt.NDArray[np.bool_] | None = None,
     header_max_tokens: int = 0,
 ) -> FloatArray:
@@ -175,10 +174,8 @@ def joint_log_likelihood(
 
     max_tokens = k > 0 then keeps, per message, only the k tokens with the
     largest |weight[1, j] - weight[0, j]| (SpamBayes's max_discriminators;
-    bogofilter instead drops the tokens near 0.5, as min_evidence does); token_cap = c > 0 clips each
-    token's log-likelihood ratio to [-c, c] nats (``capped_log_ratio``). Both
-    bound what one message's evidence can add up to, by at most k * c before
-    tempering; see ``evidence_features`` for what was measured.
+    bogofilter instead drops the tokens near 0.5, as min_evidence does); see
+    ``evidence_features`` for what was measured.
 
     tempering = 0 is textbook naive Bayes. The independence assumption is
     badly wrong for mail: one spam's URL gives host, parent-domain and path
@@ -200,9 +197,10 @@ def joint_log_likelihood(
     and classifying the second, csdmc2010 went 1.05% -> 0.74% (0.11% at 0.8,
     which costs spamassassin online 39%). The default is 0.55.
 
-    Measured and not taken: token_cap alone (spamassassin online 0.337% ->
-    0.372% at 4 nats, 0.520% at 2): a capped token still counts, so a long
-    message still adds up.
+    Measured and removed: clipping each token's log-likelihood ratio to
+    [-c, c] nats (the former ``[model] token_cap``; spamassassin online
+    0.337% -> 0.372% at 4 nats, 0.520% at 2, and nothing on average with
+    max_tokens): a capped token still counts, so a long message still adds up.
 
     header (m,) marks the columns of header-line tokens
     (``tokenizer.is_header_line``): with it those are scored apart, with
@@ -219,16 +217,16 @@ def joint_log_likelihood(
     """
     if header is not None and header.any():
         # Header lines apart: each part its own selection and tempering.
-        if min_evidence == 0 and max_tokens == 0 and token_cap == 0:
+        if min_evidence == 0 and max_tokens == 0:
             return _apart_by_entries(sp.csr_matrix(X), params, tempering, header, header_max_tokens)
         head, rest = split_columns(X, header)
         apart: FloatArray = (
-            _tempered_evidence(rest, params, tempering, min_evidence, max_tokens, token_cap, absent=True)
-            + _tempered_evidence(head, params, tempering, min_evidence, header_max_tokens, token_cap, absent=False)
+            _tempered_evidence(rest, params, tempering, min_evidence, max_tokens, absent=True)
+            + _tempered_evidence(head, params, tempering, min_evidence, header_max_tokens, absent=False)
             + params.log_prior
         )
         return apart
-    jll: FloatArray = _tempered_evidence(X, params, tempering, min_evidence, max_tokens, token_cap, absent=True) + params.log_prior
+    jll: FloatArray = _tempered_evidence(X, params, tempering, min_evidence, max_tokens, absent=True) + params.log_prior
     return jll
 
 
@@ -278,39 +276,16 @@ def split_columns(X: sp.csr_matrix, columns: npt.NDArray[np.bool_]) -> tuple[sp.
     return parts[0], parts[1]
 
 
-def _tempered_evidence(X: sp.csr_matrix, params: NBParams, tempering: float, min_evidence: float, max_tokens: int, token_cap: float, *, absent: bool) -> FloatArray:
+def _tempered_evidence(X: sp.csr_matrix, params: NBParams, tempering: float, min_evidence: float, max_tokens: int, *, absent: bool) -> FloatArray:
     """log P(x|c) / n ** tempering per row, (n, 2), after the selection;
     with ``absent`` the Bernoulli absent-token sum is in it."""
     X = evidence_features(X, params, min_evidence, max_tokens)
     rest = params.bias - params.log_prior if absent else np.zeros(2)
-    if token_cap > 0:
-        # Only the spam column moves: L = jll[:,1] - jll[:,0] gets the capped ratios.
-        ham = np.asarray(X @ params.weight[HAM]).ravel() + rest[HAM]
-        ratio = np.asarray(X @ capped_log_ratio(params, token_cap)).ravel() + (rest[SPAM] - rest[HAM])
-        evidence = np.stack([ham, ham + ratio], axis=1)
-    else:
-        evidence = np.asarray(X @ params.weight.T) + rest
+    evidence = np.asarray(X @ params.weight.T) + rest
     if tempering:
         evidence = evidence * tempering_factor(X, tempering)[:, None]
     result: FloatArray = evidence
     return result
-
-
-def capped_log_ratio(params: NBParams, token_cap: float) -> FloatArray:
-    """d[j] = weight[1, j] - weight[0, j] clipped to [-token_cap, token_cap]
-    (unclipped for token_cap = 0), shape (m,): what a present token adds to
-    the log-odds before tempering.
-
-    A token seen only in one class's messages has a ratio that grows with the
-    log of that class's count, log((D[c,j] + alpha) / alpha) - log(D[c] / D[c'])
-    roughly: about 9 nats for a mailing-list token seen in 800 spams and no
-    ham at alpha 0.1. With the cap no token can say more than c nats, so a few
-    tokens the other class owns can turn a message round.
-    """
-    ratio: FloatArray = params.weight[SPAM] - params.weight[HAM]
-    if token_cap > 0:
-        ratio = np.clip(ratio, -token_cap, token_cap)
-    return ratio
 
 
 def evidence_features(X: sp.csr_matrix, params: NBParams, min_evidence: float, max_tokens: int = 0) -> sp.csr_matrix:
@@ -403,7 +378,6 @@ def log_odds_terms(
     tempering: float = 0.0,
     min_evidence: float = 0.0,
     max_tokens: int = 0,
-    token_cap: float = 0.0,
     header: npt.NDArray[np.bool_] | None = None,
     header_max_tokens: int = 0,
 ) -> LogOddsTerms:
@@ -412,14 +386,12 @@ def log_odds_terms(
 
         L = prior + sum_j token[j] + absent
         prior    = log P(spam) - log P(ham)
-        token[j] = f * x'[j] * (d'[j] + log(1 - theta[1,j]) - log(1 - theta[0,j]))
-                 = f * x'[j] * (log theta[1,j] - log theta[0,j])           (no cap)
+        token[j] = f * x'[j] * (d[j] + log(1 - theta[1,j]) - log(1 - theta[0,j]))
+                 = f * x'[j] * (log theta[1,j] - log theta[0,j])
         absent   = f * sum_{j not in x'} (log(1 - theta[1,j]) - log(1 - theta[0,j]))    (bernoulli)
                  = f * (A[1] - A[0] - sum_j x'[j] * (log(1 - theta[1,j]) - log(1 - theta[0,j])))
 
-    d' is ``capped_log_ratio`` (the weight difference, clipped by token_cap),
-    so a capped token shows its capped contribution and the absent term is
-    the same with or without a cap. x' is x without the columns min_evidence
+    d[j] = weight[1, j] - weight[0, j]. x' is x without the columns min_evidence
     and max_tokens drop (a Bernoulli token so dropped counts as absent, as it
     does in scoring), f = n ** -tempering with
     n = sum_j x'[j], and log_theta (2, m) is ``token_log_likelihood`` of the
@@ -433,16 +405,16 @@ def log_odds_terms(
         raise ValueError(f"log_odds_terms takes one message, not {x.shape[0]}")
     prior = float(params.log_prior[SPAM] - params.log_prior[HAM])
     if header is None or not header.any():
-        token, absent, counts, factor = _part_terms(x, params, log_theta, tempering, min_evidence, max_tokens, token_cap, absent=True)
+        token, absent, counts, factor = _part_terms(x, params, log_theta, tempering, min_evidence, max_tokens, absent=True)
         return LogOddsTerms(prior, token, absent, counts > 0, float(counts.sum()), factor)
     head, rest = split_columns(x, header)
-    token, absent, counts, factor = _part_terms(rest, params, log_theta, tempering, min_evidence, max_tokens, token_cap, absent=True)
-    h_token, h_absent, h_counts, h_factor = _part_terms(head, params, log_theta, tempering, min_evidence, header_max_tokens, token_cap, absent=False)
+    token, absent, counts, factor = _part_terms(rest, params, log_theta, tempering, min_evidence, max_tokens, absent=True)
+    h_token, h_absent, h_counts, h_factor = _part_terms(head, params, log_theta, tempering, min_evidence, header_max_tokens, absent=False)
     return LogOddsTerms(prior, token + h_token, absent + h_absent, (counts + h_counts) > 0, float(counts.sum()), factor, float(h_counts.sum()), h_factor)
 
 
 def _part_terms(
-    x: sp.csr_matrix, params: NBParams, log_theta: FloatArray, tempering: float, min_evidence: float, max_tokens: int, token_cap: float, *, absent: bool
+    x: sp.csr_matrix, params: NBParams, log_theta: FloatArray, tempering: float, min_evidence: float, max_tokens: int, *, absent: bool
 ) -> tuple[FloatArray, float, FloatArray, float]:
     """(token terms, absent term, the selected x', f) of one message's columns (see ``log_odds_terms``)."""
     selected = evidence_features(x, params, min_evidence, max_tokens)
@@ -453,6 +425,6 @@ def _part_terms(
     # the part's present tokens leave the absent-token sum: a part without it
     # (the header lines) still takes their log(1 - theta) out
     rest = (absent_all if absent else 0.0) - float(counts @ (log_one_minus[SPAM] - log_one_minus[HAM]))
-    ratio = capped_log_ratio(params, token_cap) + (log_one_minus[SPAM] - log_one_minus[HAM])
+    ratio = (params.weight[SPAM] - params.weight[HAM]) + (log_one_minus[SPAM] - log_one_minus[HAM])
     token: FloatArray = factor * counts * ratio
     return token, float(factor * rest), counts, factor

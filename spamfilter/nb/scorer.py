@@ -90,7 +90,7 @@ class Scorer:
         """Naive Bayes's log-odds of the rows of X, shape (n,), with the
         settings' selection, tempering and header lines apart."""
         s = self.scoring
-        jll = model.joint_log_likelihood(X, params, s.tempering, s.min_evidence, s.max_tokens, s.token_cap, header if s.header_apart else None, s.header_max_tokens)
+        jll = model.joint_log_likelihood(X, params, s.tempering, s.min_evidence, s.max_tokens, header if s.header_apart else None, s.header_max_tokens)
         return model.log_odds(jll)
 
     def parts(self, e: Evidence, params: model.NBParams | None = None) -> LogOddsParts:
@@ -128,4 +128,4 @@ class Scorer:
         params = self.params(e.counts, e.totals) if params is None else params
         log_theta = model.token_log_likelihood(s.event_model, e.counts, e.totals, s.alpha)
         header = e.header if s.header_apart else None
-        return model.log_odds_terms(e.X, params, log_theta, s.tempering, s.min_evidence, s.max_tokens, s.token_cap, header, s.header_max_tokens)
+        return model.log_odds_terms(e.X, params, log_theta, s.tempering, s.min_evidence, s.max_tokens, header, s.header_max_tokens)

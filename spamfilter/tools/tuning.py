@@ -82,8 +82,8 @@ class Grid(NamedTuple):
     bigram_options: Sequence[bool] | None = None
 
     def models(self, config: Config) -> list[ModelConfig]:
-        """Every combination as a ``[model]`` value (the configured token_cap,
-        header and AODE settings throughout)."""
+        """Every combination as a ``[model]`` value (the configured header
+        and AODE settings throughout)."""
         m = config.model
         out = []
         for event_model, alpha, tempering, min_evidence, keep, dep, w in product(
@@ -250,7 +250,7 @@ def _changes(c: Candidate, config: Config) -> int:
 def dependence_applies(config: Config, event_model: str) -> bool:
     """Whether a one-dependence estimator may go with ``event_model`` under
     ``config`` (the combinations ``config.validate`` accepts)."""
-    return event_model == "multinomial-binary" and config.model.token_cap == 0 and config.store.shared_model != "merge"
+    return event_model == "multinomial-binary" and config.store.shared_model != "merge"
 
 
 def tune_settings(
@@ -285,7 +285,7 @@ def tune_settings(
     if extra:
         models.append(configured)
     if len(models) == int(extra):
-        raise EvaluationError('no setting to try: dependence "spode" or "aode" needs the event model "multinomial-binary", no token_cap and no merged shared model')
+        raise EvaluationError('no setting to try: dependence "spode" or "aode" needs the event model "multinomial-binary" and no merged shared model')
     scores: dict[ModelConfig, list[FloatArray]] = {}
     for s in splits:
         for setting, odds in _setting_odds(s, config, models):

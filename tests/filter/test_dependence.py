@@ -154,7 +154,6 @@ def test_db_reselect_and_dropping_the_counts(tmp_path: Path, sample: Path) -> No
     [
         ({"dependence": "tan"}, {}, "model.dependence must be one of none, spode, aode"),
         ({"dependence": "aode", "event_model": "bernoulli"}, {}, 'needs event_model = "multinomial-binary"'),
-        ({"dependence": "aode", "token_cap": 3.0}, {}, "does not combine with token_cap"),
         ({"dependence": "aode"}, {"shared_model": "merge"}, 'does not combine with store.shared_model = "merge"'),
         ({"aode_parents": 10, "aode_children": 5}, {}, "model.aode_children must be between aode_parents"),
         ({"reselect_growth": 1.0}, {}, "model.reselect_growth must be 0"),

@@ -322,34 +322,17 @@ def test_max_tokens_breaks_ties_by_the_lower_column() -> None:
     assert model.log_odds(model.joint_log_likelihood(X, params, max_tokens=2)).tolist() == [0.0]
 
 
-def test_token_cap_clips_each_tokens_log_ratio() -> None:
+def test_log_odds_terms_show_the_selected_contributions() -> None:
     import scipy.sparse as sp
 
     params = three_token_params()
     X = sp.csr_matrix(np.array([[1.0, 1.0, 1.0]]))
-    # ratios 0.5, 3, -4 capped at 2: 0.5 + 2 - 2 = 0.5, over sqrt(3) events
-    jll = model.joint_log_likelihood(X, params, tempering=0.5, token_cap=2.0)
-    assert model.log_odds(jll).tolist() == pytest.approx([0.5 / np.sqrt(3.0)], rel=1e-12)
-    # the ham column is untouched: -4 / sqrt(3) + log 0.5
-    assert jll[0, 0] == pytest.approx(np.log(0.5) - 4.0 / np.sqrt(3.0), rel=1e-12)
-    assert model.capped_log_ratio(params, 2.0).tolist() == [0.5, 2.0, -2.0]
-    assert model.capped_log_ratio(params, 0.0).tolist() == [0.5, 3.0, -4.0]
-    # with max_tokens 2: tokens 2 and 3, 2 - 2 = 0
-    both = model.joint_log_likelihood(X, params, tempering=0.5, max_tokens=2, token_cap=2.0)
-    assert model.log_odds(both).tolist() == pytest.approx([0.0], abs=1e-12)
-
-
-def test_log_odds_terms_show_the_capped_and_selected_contributions() -> None:
-    import scipy.sparse as sp
-
-    params = three_token_params()
-    X = sp.csr_matrix(np.array([[1.0, 1.0, 1.0]]))
-    # multinomial form: log theta is the weight, no absent term
-    terms = model.log_odds_terms(X, params, params.weight, tempering=0.5, max_tokens=2, token_cap=2.5)
+    # multinomial form: log theta is the weight, no absent term; ratios 0.5, 3, -4
+    terms = model.log_odds_terms(X, params, params.weight, tempering=0.5, max_tokens=2)
     f = 2.0**-0.5
-    assert terms.token.tolist() == pytest.approx([0.0, 2.5 * f, -2.5 * f], rel=1e-12)
+    assert terms.token.tolist() == pytest.approx([0.0, 3.0 * f, -4.0 * f], rel=1e-12)
     assert (terms.used.tolist(), terms.events, terms.absent) == ([False, True, True], 2.0, 0.0)
-    odds = model.log_odds(model.joint_log_likelihood(X, params, 0.5, 0.0, 2, 2.5))
+    odds = model.log_odds(model.joint_log_likelihood(X, params, 0.5, 0.0, 2))
     assert terms.prior + terms.token.sum() + terms.absent == pytest.approx(odds[0], abs=1e-12)
 
 
@@ -400,9 +383,5 @@ def test_header_lines_apart_by_entries_equal_the_sparse_parts_to_the_bit(event_m
     header = rng.random(m) < 0.4
     fast = model.joint_log_likelihood(X, params, 0.55, header=header, header_max_tokens=k)
     head, rest = model.split_columns(X, header)
-    slow = (
-        model._tempered_evidence(rest, params, 0.55, 0.0, 0, 0.0, absent=True)
-        + model._tempered_evidence(head, params, 0.55, 0.0, k, 0.0, absent=False)
-        + params.log_prior
-    )
+    slow = model._tempered_evidence(rest, params, 0.55, 0.0, 0, absent=True) + model._tempered_evidence(head, params, 0.55, 0.0, k, absent=False) + params.log_prior
     assert (fast == slow).all()

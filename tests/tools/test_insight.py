@@ -186,8 +186,7 @@ SETTINGS = [
     {"tempering": 0.3, "min_evidence": 2.0},
     {"tempering": 1.0, "min_evidence": 4.0, "alpha": 1.0},
     {"tempering": 0.5, "min_evidence": 0.0, "max_tokens": 5},
-    {"tempering": 0.5, "min_evidence": 0.0, "token_cap": 1.5},
-    {"tempering": 0.5, "min_evidence": 1.0, "max_tokens": 8, "token_cap": 2.0},
+    {"tempering": 0.5, "min_evidence": 1.0, "max_tokens": 8},
 ]
 
 
@@ -227,11 +226,6 @@ def test_explanation_adds_up_to_the_classifiers_log_odds(sample_filter: Filter, 
         if settings.get("max_tokens"):
             # at most k distinct tokens count (multinomial: each with its occurrences)
             assert sum(1 for c in e.tokens if c.token is not None) - e.ignored <= settings["max_tokens"]
-        if settings.get("token_cap") and event_model == "multinomial-binary":
-            # a present token shows its capped contribution (multinomial: per
-            # occurrence; bernoulli caps log theta - log(1 - theta) and adds
-            # the uncapped log(1 - theta) ratio)
-            assert max(abs(c.contribution) for c in e.tokens if c.token is not None) <= settings["token_cap"] * e.factor + 1e-12
     # min_evidence and max_tokens really leave tokens out, and only when set
     # header_apart keeps only the 10 strongest header-line tokens
     assert (ignored > 0) == (settings["min_evidence"] > 0 or settings.get("max_tokens", 0) > 0 or header_apart)
@@ -251,15 +245,15 @@ def test_explanation_of_the_tiny_model_by_hand(tiny: Filter) -> None:
     assert e.log_odds == pytest.approx(math.log(3 / 4) + sum(expected.values()), rel=1e-12)
 
 
-def test_explanation_with_max_tokens_and_token_cap_by_hand(tiny: Filter) -> None:
+def test_explanation_with_max_tokens_by_hand(tiny: Filter) -> None:
     # the ratios of "cash money never": cash log 4.6, money log 1.15, ct log 0.92;
-    # max_tokens 2 keeps cash and money, token_cap 1 clips cash to 1 nat
-    f = with_model(tiny, "multinomial-binary", 1.0, tempering=0.0, max_tokens=2, token_cap=1.0)
+    # max_tokens 2 keeps cash and money
+    f = with_model(tiny, "multinomial-binary", 1.0, tempering=0.0, max_tokens=2)
     assert hand_score("multinomial-binary", 1.0, "cash") == pytest.approx(math.log(4.6), rel=1e-12)
     e = Insight(f).explain(body("cash money never"))
-    assert {c.token: c.contribution for c in e.tokens} == pytest.approx({"cash": 1.0, "money": math.log(1.15), CT: 0.0}, rel=1e-12)
+    assert {c.token: c.contribution for c in e.tokens} == pytest.approx({"cash": math.log(4.6), "money": math.log(1.15), CT: 0.0}, rel=1e-12)
     assert (e.events, e.ignored, e.unknown) == (2, 1, 1)
-    assert e.log_odds == pytest.approx(math.log(3 / 4) + 1.0 + math.log(1.15), rel=1e-12)
+    assert e.log_odds == pytest.approx(math.log(3 / 4) + math.log(4.6) + math.log(1.15), rel=1e-12)
     verdict = next(iter(f.classify([body("cash money never")])))
     assert isinstance(verdict, Verdict) and verdict.log_odds == pytest.approx(e.log_odds, rel=1e-12)
     assert "3 known (1 left out by min_evidence or max_tokens, contributing 0), 1 never seen (ignored)" in explanation_lines(e)[4]
