@@ -67,7 +67,8 @@ def tune(
     config file, and refuses (exit 65) when the best setting misfiled or
     called unsure fewer than 10 held-out messages (too little mail to choose),
     or did not beat the configured settings (at their own cutoffs) in most
-    folds, or lost to them by more than 5% in any.
+    folds, or lost to them by more than 5% in any, or saved less than two
+    standard errors of loss per held-out message over them.
     A newly written dependence scores once `spamfilter db reselect` has
     chosen its parents.
 

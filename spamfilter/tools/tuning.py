@@ -63,6 +63,15 @@ class Candidate:
     #: False for the configured settings scored only as the baseline of
     #: ``require_improvement`` (the grid left them out): not a choice.
     in_grid: bool = True
+    #: The loss per held-out message this setting saves over the configured
+    #: one (at the loss matrix's own thresholds), in standard errors of the
+    #: paired per-message differences; 0 when the configured one was not scored.
+    improvement: float = 0.0
+
+
+#: A candidate with the loss of each held-out message at its own cutoffs
+#: and at the loss matrix's thresholds (``tune_settings``).
+Scored = tuple[Candidate, FloatArray, FloatArray]
 
 
 class Grid(NamedTuple):
@@ -142,21 +151,33 @@ def require_separation(best: Candidate, holdout: float) -> None:
 FOLD_TOLERANCE = 0.05
 
 
+#: How many standard errors of the paired per-message differences the loss
+#: a written choice saves over the configured setting must be (about 97.7%
+#: one-sided; a convention, not fitted).
+MIN_IMPROVEMENT = 2.0
+
+
 def require_improvement(best: Candidate, configured: Candidate | None) -> None:
     """Raise ``EvaluationError`` unless ``best`` beat the configured setting
     (at the loss matrix's own thresholds) in more than half of the validation
-    folds and lost to it by more than `FOLD_TOLERANCE` in none: a setting
-    that won on the pooled folds thanks to one of them would not carry over
-    to the mail after them (docs/benchmarks.md, "tune over time-ordered
-    folds"). ``configured`` is the candidate of the configured settings, if
-    they were tried."""
+    folds, lost to it by more than `FOLD_TOLERANCE` in none, and saved at
+    least `MIN_IMPROVEMENT` standard errors of loss per held-out message: a
+    setting that won on the pooled folds thanks to one of them, or by a
+    margin a few messages decide, did not carry over to the mail after them
+    (docs/benchmarks.md, "tune over time-ordered folds"). ``configured`` is
+    the candidate of the configured settings, if they were tried."""
     if configured is None:
         raise EvaluationError("the configured settings were not among those tried, so nothing shows the best one is better; nothing written")
     mine, theirs = best.fold_losses, configured.configured_fold_losses
     better = sum(a < b for a, b in zip(mine, theirs))
     worse = [i + 1 for i, (a, b) in enumerate(zip(mine, theirs)) if a > b * (1 + FOLD_TOLERANCE) + 1e-12]
     if better * 2 > len(mine) and not worse:
-        return
+        if best.improvement >= MIN_IMPROVEMENT:
+            return
+        raise EvaluationError(
+            f"the best setting saved {best.improvement:.2f} standard errors of loss per held-out message over the configured one, "
+            f"and a choice needs {MIN_IMPROVEMENT:g}: not enough to expect it to do better on later mail; nothing written"
+        )
     raise EvaluationError(
         f"the best setting beat the configured one in {better} of {len(mine)} time-ordered folds"
         + (f" and lost by more than {FOLD_TOLERANCE:.0%} in fold {', '.join(map(str, worse))}" if worse else "")
@@ -208,12 +229,14 @@ def tune(
     bar) each time. With ``baseline`` the configured settings are scored
     too when the grid leaves them out, as a candidate with ``in_grid``
     False (``configured_candidate`` finds it)."""
-    results: list[Candidate] = []
+    scored: list[Scored] = []
     for bigrams in grid.bigram_options or (config.tokenizer.bigrams,):
         variant = replace(config, tokenizer=replace(config.tokenizer, bigrams=bigrams))
-        results += tune_settings(
+        scored += tune_settings(
             variant, labelled, grid, holdout=holdout, jobs=jobs, reading=reading, folds=folds, with_configured=baseline and bigrams == config.tokenizer.bigrams
         )
+    base = next((at_bounds for c, _, at_bounds in scored if _changes(c, config) == 0), None)
+    results = [replace(c, improvement=_improvement(own, base)) if base is not None and own.size == base.size else c for c, own, _ in scored]
     results.sort(key=lambda c: _rank(c, config))
     return results
 
@@ -263,7 +286,7 @@ def tune_settings(
     reading: Reading | None = None,
     folds: int = 1,
     with_configured: bool = False,
-) -> list[Candidate]:
+) -> list[Scored]:
     """Try every setting of ``grid`` (``Grid.models``) with the configured
     tokenizer: train on the head of the stream, score its last ``holdout``
     share (later mail, as a filter meets it; with ``folds`` > 1 that share
@@ -271,9 +294,9 @@ def tune_settings(
     before it, and the scores pooled), choose each setting's cutoffs on its
     calibrated scores (``calibrated_in_order``) by ``best_cutoffs`` (within
     the loss matrix's, so the unsure band stays) and report the loss per
-    message. Returns the candidates, best first: lowest loss, then fewest
-    changes to the configured settings, then lowest 1-ROCA, then lowest
-    log-loss. With ``with_configured`` the configured setting is scored too
+    message. Returns each candidate with the loss of each held-out message
+    at its cutoffs and at the loss matrix's own thresholds (``Scored``).
+    With ``with_configured`` the configured setting is scored too
     when the grid lacks it (``in_grid`` False), the baseline of
     ``require_improvement``. The messages are read once; each setting is
     then model arithmetic with the filter's own scorer (``_setting_odds``).
@@ -292,12 +315,15 @@ def tune_settings(
             scores.setdefault(setting, []).append(odds)
     valid_y = np.concatenate([s.valid_y for s in splits])
     sizes = [s.valid_y.size for s in splits]
+    d = config.decision
+    bounds = decision.thresholds_from_loss(d.cost_ham_as_spam, d.cost_spam_as_ham, d.cost_unsure)
     results = []
     for setting, parts in scores.items():
         raw = np.concatenate(parts)
-        scored = _candidate(valid_y, raw, calibrated_in_order(raw, valid_y, config.store.batch_size), setting, config, sizes)
-        results.append(replace(scored, in_grid=not (extra and setting == configured)))
-    results.sort(key=lambda c: _rank(c, config))
+        calibrated = calibrated_in_order(raw, valid_y, config.store.batch_size)
+        c = replace(_candidate(valid_y, raw, calibrated, setting, config, sizes), in_grid=not (extra and setting == configured))
+        own = _message_losses(valid_y, calibrated, c.cutoffs.ham_max, c.cutoffs.spam_min, config)
+        results.append((c, own, _message_losses(valid_y, calibrated, bounds.ham_max, bounds.spam_min, config)))
     return results
 
 
@@ -317,19 +343,28 @@ def _setting_odds(s: Fold, config: Config, models: Sequence[ModelConfig]) -> Ite
         yield m, scorer.log_odds(evidence, params[key])
 
 
+def _message_losses(valid_y: BoolArray, odds: FloatArray, ham_max: float, spam_min: float, config: Config) -> FloatArray:
+    """The loss matrix's cost of each held-out message's verdict at the given cutoffs."""
+    d = config.decision
+    spam, ham = odds > spam_min, odds <= ham_max
+    losses: FloatArray = np.where(spam, np.where(valid_y, 0.0, d.cost_ham_as_spam), np.where(ham, np.where(valid_y, d.cost_spam_as_ham, 0.0), d.cost_unsure))
+    return losses
+
+
 def _fold_losses(valid_y: BoolArray, odds: FloatArray, sizes: Sequence[int], ham_max: float, spam_min: float, config: Config) -> tuple[float, ...]:
     """Loss per message of each validation fold (``sizes`` consecutive
     messages) at the given cutoffs."""
-    d = config.decision
-    out = []
-    start = 0
-    for n in sizes:
-        y, o = valid_y[start : start + n], odds[start : start + n]
-        start += n
-        spam, ham = o > spam_min, o <= ham_max
-        loss = d.cost_ham_as_spam * int((spam & ~y).sum()) + d.cost_spam_as_ham * int((ham & y).sum()) + d.cost_unsure * int((~spam & ~ham).sum())
-        out.append(loss / max(n, 1))
-    return tuple(out)
+    losses = _message_losses(valid_y, odds, ham_max, spam_min, config)
+    ends = np.cumsum(sizes)
+    return tuple(float(losses[end - n : end].sum()) / max(n, 1) for n, end in zip(sizes, ends))
+
+
+def _improvement(mine: FloatArray, theirs: FloatArray) -> float:
+    """The mean of theirs - mine in standard errors of the paired differences
+    (0 when they never differ)."""
+    saved = theirs - mine
+    spread = float(saved.std(ddof=1)) if saved.size > 1 else 0.0
+    return float(saved.mean()) / (spread / np.sqrt(saved.size)) if spread > 0 else 0.0
 
 
 def _candidate(valid_y: BoolArray, raw: FloatArray, odds: FloatArray, setting: ModelConfig, config: Config, sizes: Sequence[int] = ()) -> Candidate:
