@@ -16,7 +16,7 @@ from spamfilter.locations import default_socket_path, make_private_dirs
 @app.command()
 def serve(
     ctx: typer.Context,
-    listen: Listen = "127.0.0.1:783",
+    listen: Listen = "localhost:783",
     socket_path: SocketPath = None,
     socket_mode: SocketMode = "0600",
     socket_group: SocketGroup = "",
@@ -57,7 +57,9 @@ def serve(
     request, a warning when a message is not scanned or learned. Idle or
     slow clients never hold up others, and scoring never waits for a
     training write. SIGTERM answers every accepted request and exits;
-    SIGHUP reads the config again. With --user-socket `spamfilter filter`
+    SIGHUP reads the config again. A host name is served on each of its
+    addresses, and localhost (the default) on 127.0.0.1 and ::1, where spamc
+    without -d connects first. With --user-socket `spamfilter filter`
     uses the daemon without --connect, when it serves the model the filter
     would use.
 

@@ -11,6 +11,7 @@ daemon that would listen on another address without them refuses to start.
 
 from __future__ import annotations
 
+import errno
 import grp
 import os
 import socket
@@ -95,20 +96,75 @@ def remove_socket(path: str) -> None:
         pass
 
 
-def bind(address: spamd.Address, mode: int, group: str, allowed: tuple[str, ...]) -> tuple[socket.socket, spamd.Address]:
+def bind_all(address: spamd.Address, mode: int, group: str, allowed: tuple[str, ...]) -> tuple[list[socket.socket], spamd.Address]:
+    """Like ``bind``, but a TCP host name is bound on every address it
+    resolves to, and ``localhost`` on the loopback address of each family
+    (127.0.0.1 and ::1, whatever /etc/hosts says), as spamd does. spamc
+    without ``-d`` tries ::1 first: served there, it connects at once (else
+    it writes "connect to spamd on ::1 failed" to the system log and
+    connects again to 127.0.0.1, for every message). Port 0 takes the first
+    address's port for the others; an address the system cannot bind (no
+    IPv6) is left out. Returns the sockets and the address asked for, with
+    the real port."""
+    if address.path or _is_literal(address.host):
+        sock, bound = bind(address, mode, group, allowed)
+        return [sock], bound
+    check_tcp_host(address.host, allowed)
+    # Without a host name getaddrinfo gives each family's loopback address.
+    name = None if address.host.lower() == "localhost" else address.host
+    try:
+        infos = socket.getaddrinfo(name, address.port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise ConfigError(f"cannot resolve {address.host!r}: {exc}") from None
+    # IPv4 first: with port 0 its port is the one the others take.
+    hosts = list(dict.fromkeys(str(info[4][0]) for info in sorted(infos, key=lambda info: info[0] != socket.AF_INET)))
+    sockets: list[socket.socket] = []
+    port = address.port
+    try:
+        for host in hosts:
+            try:
+                sock, bound = bind(spamd.Address(host=host, port=port), mode, group, allowed, v6only=len(hosts) > 1)
+            except OSError as exc:
+                if sockets and exc.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT):
+                    continue
+                raise
+            sockets.append(sock)
+            port = bound.port
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets, spamd.Address(host=address.host, port=port)
+
+
+def _is_literal(host: str) -> bool:
+    """Whether ``host`` is an IP address rather than a name."""
+    try:
+        ip_address(host.split("%")[0])
+    except ValueError:
+        return False
+    return True
+
+
+def bind(address: spamd.Address, mode: int, group: str, allowed: tuple[str, ...], *, v6only: bool = False) -> tuple[socket.socket, spamd.Address]:
     """A non-blocking stream socket bound where ``address`` says (a Unix
     socket, `bind_unix`, or TCP, `check_tcp_host` first), not listening yet,
     and the address it is bound to (the real port when port 0 was asked
     for). Non-blocking because forked workers share it: whichever takes a
-    connection has it, the others' accept finds none. Raises
+    connection has it, the others' accept finds none. ``v6only``: an IPv6
+    socket takes no IPv4 connections (bound beside an IPv4 one). Raises
     ``ConfigError``; OSError from the system."""
     if address.path:
         sock = bind_unix(address.path, mode, group)
     else:
         check_tcp_host(address.host, allowed)
-        sock = socket.socket(socket.AF_INET6 if ":" in address.host else socket.AF_INET, socket.SOCK_STREAM)
+        v6 = ":" in address.host
+        sock = socket.socket(socket.AF_INET6 if v6 else socket.AF_INET, socket.SOCK_STREAM)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if v6 and v6only:
+                # ::1 beside 127.0.0.1 on one port: the IPv6 socket takes IPv6 only.
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
             sock.bind((address.host, address.port))
         except BaseException:
             sock.close()

@@ -136,8 +136,9 @@ class Server:
         Raises ``ConfigError``."""
         o = self.options
         try:
-            self.sockets.listener, self.address = listen.bind(o.address, o.socket_mode, o.socket_group, o.allowed_ips)
-            self.sockets.listener.listen(128)
+            self.sockets.listeners, self.address = listen.bind_all(o.address, o.socket_mode, o.socket_group, o.allowed_ips)
+            for listener in self.sockets.listeners:
+                listener.listen(128)
         except OSError as exc:
             raise ConfigError(f"cannot listen on {o.address}: {exc.strerror or exc}") from None
         return self.address
@@ -168,7 +169,10 @@ class Server:
         """The start-up line: where, which models, whether TELL is accepted."""
         tell = "TELL accepted" if self.options.allow_tell else "TELL refused (--allow-tell to accept)"
         many = f"; {processes} processes" if processes > 1 else ""
-        logger.info("listening on %s with %s%s; %s", self.address, self.pool.describe(), many, tell)
+        where = str(self.address)
+        if len(self.sockets.listeners) > 1:
+            where += " (" + ", ".join(str(sock.getsockname()[0]) for sock in self.sockets.listeners) + ")"
+        logger.info("listening on %s with %s%s; %s", where, self.pool.describe(), many, tell)
 
     def close_listener(self) -> None:
         """Close the listening socket (and remove a Unix socket's path)."""
@@ -178,7 +182,7 @@ class Server:
         """Answer requests until ``stop`` (or until the pipe ``parent`` is
         closed: the process that forked this one is gone); then answer what
         was accepted, close the socket and the filters."""
-        if self.sockets.listener is None:
+        if not self.sockets.listeners:
             self.bind()
         if announce:
             self.announce()
@@ -218,7 +222,7 @@ class Server:
             self.sockets.watch_listener(now, draining_until is None)
             for key, mask in self.sockets.sel.select(self.sockets.wait(now)):
                 if key.data is LISTENER:
-                    self._accept(time.monotonic())
+                    self._accept(key.fileobj, time.monotonic())  # type: ignore[arg-type]
                 elif key.data is WAKE:
                     self.sockets.woken()
                 elif key.data is PARENT:
@@ -231,19 +235,20 @@ class Server:
     def _reread_config(self) -> None:
         reload_config((self.pool, self.writers), self._load_config, logger)
 
-    def _accept(self, now: float, *, drain: bool = False) -> None:
-        for sock, peer in self.sockets.accept(now, drain=drain):
+    def _accept(self, listener: socket.socket, now: float, *, drain: bool = False) -> None:
+        for sock, peer in self.sockets.accept(listener, now, drain=drain):
             self._admit(sock, peer, now)
 
     def _accept_backlog(self, now: float) -> None:
-        """Accept every connection waiting in the backlog (a client there has
+        """Accept every connection waiting in the backlogs (a client there has
         connected already and may have sent its request), then close the
-        listening socket: each of them gets an answer, not a reset."""
-        while self.sockets.listener is not None:
-            before = len(self.sockets.conns)
-            self._accept(now, drain=True)
-            if len(self.sockets.conns) == before:
-                break
+        listening sockets: each of them gets an answer, not a reset."""
+        for listener in self.sockets.listeners:
+            while True:
+                before = len(self.sockets.conns)
+                self._accept(listener, now, drain=True)
+                if len(self.sockets.conns) == before:
+                    break
         self.sockets.close_listener()
 
     def _admit(self, sock: socket.socket, peer: object, now: float) -> None:

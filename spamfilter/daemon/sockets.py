@@ -44,7 +44,8 @@ class Sockets:
         #: Whether this process removes the Unix socket when it stops (a
         #: forked worker leaves that to the process that made it).
         self.owns_socket = True
-        self.listener: socket.socket | None = None
+        #: The listening sockets (a host name may stand for several addresses).
+        self.listeners: list[socket.socket] = []
         self.conns: set[Connection] = set()
         #: Bytes of oversized messages spooled by all connections.
         self.spooled = 0
@@ -92,39 +93,37 @@ class Sockets:
                 return
 
     def close_listener(self) -> None:
-        """Close the listening socket (and remove a Unix socket's path)."""
-        if self.listener is not None:
+        """Close the listening sockets (and remove a Unix socket's path)."""
+        for listener in self.listeners:
             if self._listening:
-                self.sel.unregister(self.listener)
-                self._listening = False
-            self.listener.close()
-            self.listener = None
+                self.sel.unregister(listener)
+            listener.close()
+        self._listening = False
+        self.listeners = []
         if self.owns_socket and self.path:
             listen.remove_socket(self.path)
 
     def watch_listener(self, now: float, accepting: bool) -> None:
-        """Watch the listening socket while there is room (or a connection
+        """Watch the listening sockets while there is room (or a connection
         that may be closed to make room)."""
-        want = accepting and self.listener is not None and now >= self._paused_until and (len(self.conns) < self.max_connections or self.quietest(now) is not None)
+        want = accepting and bool(self.listeners) and now >= self._paused_until and (len(self.conns) < self.max_connections or self.quietest(now) is not None)
         if want and not self._listening:
-            assert self.listener is not None
-            self.sel.register(self.listener, READ, LISTENER)
+            for listener in self.listeners:
+                self.sel.register(listener, READ, LISTENER)
         elif self._listening and not want:
-            assert self.listener is not None
-            self.sel.unregister(self.listener)
+            for listener in self.listeners:
+                self.sel.unregister(listener)
         self._listening = want
 
-    def accept(self, now: float, *, drain: bool = False) -> list[tuple[socket.socket, object]]:
-        """The connections waiting to be accepted (up to 64), making room
+    def accept(self, listener: socket.socket, now: float, *, drain: bool = False) -> list[tuple[socket.socket, object]]:
+        """The connections waiting on ``listener`` (up to 64), making room
         for each unless ``drain``."""
         accepted: list[tuple[socket.socket, object]] = []
         for _ in range(64):
-            if self.listener is None:
-                break
             if not drain and len(self.conns) + len(accepted) >= self.max_connections and not self._make_room(now):
                 break
             try:
-                accepted.append(self.listener.accept())
+                accepted.append(listener.accept())
             except (BlockingIOError, InterruptedError):
                 break
             except OSError as exc:

@@ -321,6 +321,45 @@ def test_listening_beyond_loopback_needs_an_allow_list(tmp_path: Path, trained: 
     assert b"--allowed-ips" in r.stderr
 
 
+def _ipv6_loopback() -> bool:
+    """Whether this machine can listen on ::1."""
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
+            probe.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback here")
+def test_a_host_name_is_served_on_each_of_its_addresses_so_spamc_connects_first_time(
+    tmp_path: Path, trained: tuple[str, Path], corpus: tuple[list[tuple[bool, MailItem]], list[tuple[bool, MailItem]]]
+) -> None:
+    # spamc's default host, localhost, resolves to ::1 first: a daemon on
+    # 127.0.0.1 alone refuses that connection, and spamc logs the failure and
+    # connects again for every message. Served on both, it connects once.
+    url, config = trained
+    items = [item for _, item in corpus[1][:5]]
+    expected = _classify(trained, items)
+    threshold = _threshold(trained)
+    d = Daemon(tmp_path / "log", url, config, "--listen", "localhost:0", "--processes", "1")
+    try:
+        assert re.search(rf"listening on localhost:{d.address.port} \(127\.0\.0\.1, ::1\) with ", d.log())
+        assert SPAMC is not None
+        for item, v in zip(items, expected):
+            r = subprocess.run([SPAMC, "-p", str(d.address.port), "-c"], input=item.raw, capture_output=True, timeout=HANG)  # no -d: localhost
+            assert (r.stdout.decode(), r.returncode) == (_check_line(v, threshold), 1 if v.verdict == "spam" else 0), item.source
+        assert d.logged("client=::1", 5) == 5  # spamc's connections: the first address it tried took them
+        # both addresses answer, each on the same port
+        for host in ("127.0.0.1", "::1"):
+            remote = spamd.classify_remote(spamd.Address(host=host, port=d.address.port), items[0].raw, user=None, timeout=HANG)
+            assert (remote.verdict, remote.log_odds) == (expected[0].verdict, pytest.approx(expected[0].log_odds, abs=1e-4))  # sent to 4 decimals
+        assert (d.logged("client=127.0.0.1", 1), d.logged("client=::1", 6)) == (1, 6)
+    finally:
+        assert d.stop() == 0
+    assert "warning" not in d.log()
+
+
 # -- which model answers ------------------------------------------------------------
 
 
