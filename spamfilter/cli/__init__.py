@@ -167,7 +167,7 @@ COMMAND_MODULES = {
     "report": "insight",
     "train": "train",
     "forget": "train",
-    "mark": "train",
+    "mark": "feedback",
     "tune": "tune",
     "db": "db",
     "imap": "imap",

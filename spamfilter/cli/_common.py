@@ -15,7 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColum
 from rich.text import Text
 
 from spamfilter.answers import Refusal, TrainSummary
-from spamfilter.cli import exitcodes, fail, state
+from spamfilter.cli import exitcodes, state
 from spamfilter.filter import Filter
 
 T = TypeVar("T")
@@ -32,20 +32,6 @@ def jobs_or_default(jobs: int | None) -> int:
     """The processes that read mail in a long run: ``--jobs``, or one per core."""
     return jobs if jobs is not None else (os.cpu_count() or 1)
 
-
-#: The --jobs option of the commands that read many messages (None: one
-#: process per core).
-Jobs = Annotated[
-    int | None,
-    typer.Option(
-        "--jobs",
-        "-j",
-        min=1,
-        metavar="N",
-        show_default="the number of cores",
-        help="Read (parse and tokenize) messages on N processes; the results are the same for any N.",
-    ),
-]
 
 #: The --margin option of the commands that learn in a train mode
 #: (``config.TrainMode.tune``).
@@ -100,30 +86,6 @@ def progress(items: Iterable[T], label: str, total: int | None = None, *, show: 
         for item in items:
             yield item
             bar.advance(task)
-
-
-class SourceTally:
-    """Counts the messages a command read and the sources that held none.
-
-    Pass `empty` as ``read_messages(..., on_empty=tally.empty.append)`` and
-    wrap the stream with `count`; `check` then warns about each empty source
-    and ends the run with exit 66 when no source held any message.
-    """
-
-    def __init__(self) -> None:
-        self.messages = 0
-        self.empty: list[str] = []
-
-    def count(self, items: Iterable[T]) -> Iterator[T]:
-        for item in items:
-            self.messages += 1
-            yield item
-
-    def check(self) -> None:
-        for source in self.empty:
-            typer.echo(f"spamfilter: warning: no messages in {source}", err=True)
-        if self.messages == 0:
-            fail("no messages found in any source", exitcodes.NO_INPUT)
 
 
 def report_refusals(refused: Iterable[Refusal]) -> int:

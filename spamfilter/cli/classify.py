@@ -13,7 +13,8 @@ import typer
 
 from spamfilter.answers import Refusal, Verdict
 from spamfilter.cli import app
-from spamfilter.cli._common import Jobs, open_filter, progress, report_refusals
+from spamfilter.cli._common import open_filter, progress, report_refusals
+from spamfilter.cli.reading import Jobs
 from spamfilter.mail import MailItem, read_index, read_messages
 
 

@@ -13,7 +13,8 @@ import numpy as np
 import typer
 
 from spamfilter.cli import app, exitcodes, state
-from spamfilter.cli._common import Jobs, Margin, TableOrJson, index_length, jobs_or_default, progress
+from spamfilter.cli._common import Margin, TableOrJson, index_length, jobs_or_default, progress
+from spamfilter.cli.reading import Jobs
 from spamfilter.config import ONLINE_TRAIN_MODE, TUNE_MARGIN, TrainMode
 from spamfilter.mail import read_index
 from spamfilter.tools.evaluation import EvalReport, Scored, run_cross_validation, run_online, run_split

@@ -4,20 +4,16 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Sequence
-from enum import Enum
 from typing import Annotated, Any
 
 import typer
 from typer.core import TyperCommand
 
-from spamfilter.cli import Connect, app, exitcodes, state
-from spamfilter.cli._common import Jobs, Margin, SourceTally, describe, index_length, open_filter, progress, report_refusals
+from spamfilter.cli import app
+from spamfilter.cli._common import Margin, describe, index_length, open_filter, progress, report_refusals
+from spamfilter.cli.reading import SOURCES_HELP, Jobs, SourceTally
 from spamfilter.config import TUNE_MARGIN, TrainMode
-from spamfilter.errors import ProtocolError
 from spamfilter.mail import MailItem, read_index, read_messages
-from spamfilter.spamd import parse_address, tell_remote
-
-_SOURCES_HELP = "Message file, mbox, Maildir, MH or folder; - for stdin (an mbox when it starts with a `From ` line)."
 
 #: The options of `train` that take every value up to the next option.
 _MANY_VALUED = ("--spam", "--ham")
@@ -72,8 +68,8 @@ def _labelled(spam: list[str], ham: list[str], tally: SourceTally) -> Iterator[t
 @app.command(cls=_SpreadCommand)
 def train(
     ctx: typer.Context,
-    spam: Annotated[list[str], typer.Option("--spam", metavar="SRC...", help="Spam to learn from: one or more sources. " + _SOURCES_HELP)] = [],  # noqa: B006
-    ham: Annotated[list[str], typer.Option("--ham", metavar="SRC...", help="Ham (good mail) to learn from: one or more sources. " + _SOURCES_HELP)] = [],  # noqa: B006
+    spam: Annotated[list[str], typer.Option("--spam", metavar="SRC...", help="Spam to learn from: one or more sources. " + SOURCES_HELP)] = [],  # noqa: B006
+    ham: Annotated[list[str], typer.Option("--ham", metavar="SRC...", help="Ham (good mail) to learn from: one or more sources. " + SOURCES_HELP)] = [],  # noqa: B006
     index: Annotated[str | None, typer.Option("--index", metavar="FILE", help="TREC index file: lines `spam PATH` / `ham PATH`.")] = None,
     train_mode: Annotated[
         TrainMode,
@@ -106,7 +102,7 @@ def train(
 
 
 @app.command()
-def forget(ctx: typer.Context, sources: Annotated[list[str], typer.Argument(metavar="SRC...", help=_SOURCES_HELP)]) -> None:
+def forget(ctx: typer.Context, sources: Annotated[list[str], typer.Argument(metavar="SRC...", help=SOURCES_HELP)]) -> None:
     """Untrain messages: subtract exactly what training them added.
 
     Example: spamfilter forget wrongly-trained.eml
@@ -118,70 +114,3 @@ def forget(ctx: typer.Context, sources: Annotated[list[str], typer.Argument(meta
     tally.check()
     typer.echo(describe(summary))
     raise typer.Exit(report_refusals(summary.refused))
-
-
-class Label(str, Enum):
-    spam = "spam"
-    ham = "ham"
-
-
-@app.command()
-def mark(
-    ctx: typer.Context,
-    label: Annotated[Label, typer.Argument(help="What the messages really are.")],
-    sources: Annotated[list[str], typer.Argument(metavar="SRC...", help=_SOURCES_HELP)],
-    jobs: Jobs = None,
-    connect: Connect = None,
-) -> None:
-    """Feedback: file messages under LABEL, undoing an earlier opposite label.
-
-    With --connect (or $SPAMFILTER_SERVER) the daemon learns them (TELL, as
-    `spamc -L` does; it needs `serve --allow-tell`, and the daemon chooses
-    the model as it does for spamc); from the first message it does not
-    learn on, they are learned in-process as without the option. A message
-    learned with LABEL already is left alone, with exit 0.
-
-    Example: spamfilter mark ham false-positive.eml
-    """
-    is_spam = label is Label.spam
-    tally = SourceTally()
-    items = tally.count(read_messages(sources, on_empty=tally.empty.append))
-    rest = _tell_server(connect, label, items, state(ctx).user) if connect else items
-    if rest is None:
-        tally.check()
-        raise typer.Exit(exitcodes.OK)
-    with open_filter(ctx, create=True, jobs=jobs) as f:
-        summary = f.mark(progress(((is_spam, item) for item in rest), "marking"))
-    tally.check()
-    typer.echo(describe(summary))
-    raise typer.Exit(report_refusals(summary.refused) or exitcodes.OK)
-
-
-def _tell_server(address: str, label: Label, items: Iterator[MailItem], user: str | None) -> Iterator[MailItem] | None:
-    """TELL the daemon at ``address`` each message of ``items`` and print
-    what it learned; None when it learned them all, else the messages from
-    the first it did not learn on (see `_in_process`)."""
-    try:
-        where = parse_address(address)
-    except ProtocolError as exc:
-        return _in_process(address, exc, items)
-    learned = known = 0
-    rest = None
-    for item in items:
-        try:
-            if tell_remote(where, item.raw, is_spam=label is Label.spam, user=user):
-                learned += 1
-            else:
-                known += 1
-        except (OSError, ProtocolError) as exc:
-            rest = _in_process(address, exc, itertools.chain([item], items))
-            break
-    if learned or known:
-        typer.echo(f"server {address}: learned {learned} {label.value}" + (f"; {known} already trained" if known else ""))
-    return rest
-
-
-def _in_process(address: str, why: Exception, items: Iterator[MailItem]) -> Iterator[MailItem]:
-    """``items``, to be learned in-process, after a stderr line saying why."""
-    typer.echo(f"spamfilter: server {address}: {why}; learning in-process", err=True)
-    return items

@@ -9,7 +9,8 @@ from typing import Annotated
 import typer
 
 from spamfilter.cli import app, state
-from spamfilter.cli._common import Jobs, TableOrJson, index_length, jobs_or_default, progress
+from spamfilter.cli._common import TableOrJson, index_length, jobs_or_default, progress
+from spamfilter.cli.reading import Jobs
 from spamfilter.config import DEPENDENCES, EVENT_MODELS, update_config_file
 from spamfilter.locations import default_config_path
 from spamfilter.mail import read_index

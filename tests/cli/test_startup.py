@@ -101,6 +101,36 @@ def test_filter_answered_by_a_daemon_loads_no_maths_no_database_and_no_filter(sa
     assert {name: loaded(modules, name) for name in heavy} == {name: [] for name in heavy}
 
 
+def test_mark_learned_by_a_daemon_loads_no_maths_no_database_and_no_filter(sample_db: str, message: bytes, tmp_path: Path) -> None:
+    # What Dovecot's learn-on-move pipe runs for each moved message.
+    import shutil
+
+    from spamfilter.config import load_config
+    from spamfilter.filter import Filter
+    from tests.servers.test_daemon import Daemon
+
+    config = tmp_path / "config.toml"
+    config.write_text("")
+    db = tmp_path / "model.db"
+    shutil.copy(sample_db.removeprefix("sqlite:///"), db)
+    url = f"sqlite:///{db}"
+    with Filter.open(load_config(config), url) as f:
+        before = f.stats()
+    daemon = Daemon(tmp_path / "serve.log", url, config, "--listen", "127.0.0.1:0", "--processes", "1", "--allow-tell")
+    try:
+        code, modules, out = run_cli(["--config", str(config), "--db", url, "mark", "--connect", str(daemon.address), "spam", "-"], message)
+        again = run_cli(["--config", str(config), "--db", url, "mark", "--connect", str(daemon.address), "spam", "-"], message)
+    finally:
+        assert daemon.stop() == 0
+    assert (code, out) == (0, f"server {daemon.address}: learned 1 spam\n".encode())
+    assert (again[0], again[2]) == (0, f"server {daemon.address}: learned 0 spam; 1 already trained\n".encode())
+    with Filter.open(load_config(config), url) as f:
+        after = f.stats()
+    assert (after.spam_messages, after.ham_messages) == (before.spam_messages + 1, before.ham_messages)  # the daemon learned it
+    heavy = ["numpy", "scipy", "sqlalchemy", "rich", "spamfilter.filter", "spamfilter.store", "spamfilter.tokenizer", "spamfilter.cli._common", "spamfilter.cli.train"]
+    assert {name: loaded(modules, name) for name in heavy} == {name: [] for name in heavy}
+
+
 def test_filter_finds_the_per_user_daemon_of_its_own_model_and_no_other(sample_db: str, message: bytes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import sqlite3
     import tempfile
