@@ -22,6 +22,11 @@ corpus out at a time (`benchmarks.loco`'s rule: choose on the others by the
 geometric mean of log-loss relative to the raw score), what the setting
 chosen on the others gives on the corpus left out. Writes
 results/calibration.json. Asserts nothing.
+
+`--sized` runs the defaults with the record weighted by the model's size
+as well: an entry scored by a model of n messages weighs n / N once the
+model holds N (when the model grows, the whole record is scaled by
+n_before / n_after), so what a small early model said counts less.
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ GRID = [(hl, b) for hl in (HALF_LIFE, 500.0, 2000.0, float("inf")) for b in (PRI
 BATCH = 200
 
 
-def split_calibrated(c: Corpus, config: Config, half_life: float, bound: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def split_calibrated(c: Corpus, config: Config, half_life: float, bound: float, sized: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(raw log-odds, calibrated log-odds, labels) of the second half."""
     m = config.model
     head = c.y.size // 2
@@ -57,6 +62,8 @@ def split_calibrated(c: Corpus, config: Config, half_life: float, bound: float) 
             odds, y = split_scores(c, m, start, stop)
             decay, added = recorded(odds, y, half_life)
             W = decay * W + added
+        if sized and start:
+            W = W * (start / stop)  # the model grows from start to stop messages
         start = stop
     odds, y = split_scores(c, m)
     return odds, CalibrationMap(W, bound).log_odds(odds), y
@@ -70,6 +77,24 @@ def online_calibrated(raw: np.ndarray, y: np.ndarray, half_life: float, bound: f
     first = int(known[0]) + 1 if known.size else raw.size
     out = np.zeros_like(raw)
     out[first:] = calibrated_in_order(raw[first:], y[first:], 1, half_life, bound)
+    return out
+
+
+def online_sized(raw: np.ndarray, y: np.ndarray, trained: np.ndarray, half_life: float, bound: float) -> np.ndarray:
+    """``online_calibrated`` with the record weighted by the model's size
+    (each message trained scales the record by n / (n + 1))."""
+    W = np.zeros((2, MAP_BINS))
+    out = np.zeros_like(raw)
+    both = np.cumsum(y) * np.cumsum(~y) > 0
+    n = 0
+    for i in range(raw.size):
+        if i and both[i - 1]:
+            out[i] = CalibrationMap(W, bound).log_odds(raw[i : i + 1])[0]
+            decay, added = recorded(raw[i : i + 1], y[i : i + 1], half_life)
+            W = decay * W + added
+        if trained[i]:
+            W = W * (n / (n + 1))
+            n += 1
     return out
 
 
@@ -95,14 +120,15 @@ def figures(y: np.ndarray, raw: np.ndarray, calibrated: np.ndarray, thresholds: 
     }
 
 
-def name_of(half_life: float, bound: float) -> str:
-    return f"half-life {half_life:g}, bound {bound:.2f}"
+def name_of(half_life: float, bound: float, sized: bool = False) -> str:
+    return f"half-life {half_life:g}, bound {bound:.2f}" + (", sized" if sized else "")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", action="append", choices=CORPORA, default=None)
     parser.add_argument("--protocol", action="append", choices=["split", "online"], default=None)
+    parser.add_argument("--sized", action="store_true", help="the defaults, and the defaults with the record weighted by the model's size")
     args = parser.parse_args()
     config = Config()
     d = config.decision
@@ -111,21 +137,22 @@ def main() -> None:
     corpora = args.corpus or CORPORA
     Path("results").mkdir(exist_ok=True)
     out: dict[str, object] = {}
+    grid = [(HALF_LIFE, PRIOR_BOUND, False), (HALF_LIFE, PRIOR_BOUND, True)] if args.sized else [(hl, b, False) for hl, b in GRID]
     for protocol in args.protocol or ["split", "online"]:
-        table: dict[str, dict[str, dict[str, float]]] = {name_of(*g): {} for g in GRID}
+        table: dict[str, dict[str, dict[str, float]]] = {name_of(*g): {} for g in grid}
         for corpus in corpora:
             started = time.perf_counter()
             c = Corpus(config, corpus)
-            raw_online = online_scores(c, config.model, thresholds)[0] if protocol == "online" else None
-            for hl, bound in GRID:
+            raw_online, trained = online_scores(c, config.model, thresholds) if protocol == "online" else (None, None)
+            for hl, bound, sized in grid:
                 if raw_online is None:
-                    raw, calibrated, y = split_calibrated(c, config, hl, bound)
+                    raw, calibrated, y = split_calibrated(c, config, hl, bound, sized)
                 else:
                     raw, y = raw_online, c.y
-                    calibrated = online_calibrated(raw, y, hl, bound)
-                r = table[name_of(hl, bound)][corpus] = figures(y, raw, calibrated, thresholds, costs)
+                    calibrated = online_sized(raw, y, trained, hl, bound) if sized else online_calibrated(raw, y, hl, bound)
+                r = table[name_of(hl, bound, sized)][corpus] = figures(y, raw, calibrated, thresholds, costs)
                 print(
-                    f"{protocol:6} {corpus:13} {name_of(hl, bound):28} log-loss {r['raw_log_loss']:.4f} -> {r['log_loss']:.4f}  "
+                    f"{protocol:6} {corpus:13} {name_of(hl, bound, sized):28} log-loss {r['raw_log_loss']:.4f} -> {r['log_loss']:.4f}  "
                     f"P<=0.01 {r['low_tail_spam_pct']:.2f}% spam, {r['ham_in_low_tail_pct']:.0f}% of ham  "
                     f"P>=0.99 {r['high_tail_ham_pct']:.2f}% ham, {r['spam_in_high_tail_pct']:.0f}% of spam  "
                     f"loss {r['raw_loss']:.4f} -> {r['loss']:.4f}  unsure ham/spam {r['ham_unsure_pct']:.1f}/{r['spam_unsure_pct']:.1f}%",
@@ -139,7 +166,7 @@ def main() -> None:
             def mean_ratio(name: str) -> float:
                 return float(np.exp(np.mean([np.log(table[name][x]["log_loss"] / table[name][x]["raw_log_loss"]) for x in choosing])))
 
-            chosen = min(table, key=lambda name: (mean_ratio(name), name != name_of(*GRID[0])))
+            chosen = min(table, key=lambda name: (mean_ratio(name), name != name_of(*grid[0])))
             r = table[chosen][left_out]
             folds.append({"left_out": left_out, "chosen": chosen, **r})
             print(f"  {protocol} left out {left_out:13} chose {chosen:28} log-loss {r['raw_log_loss']:.4f} -> {r['log_loss']:.4f}")
