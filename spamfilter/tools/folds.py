@@ -15,13 +15,14 @@ import scipy.sparse as sp
 
 from spamfilter.analysis import Analysed, Analyser, analyse_labelled
 from spamfilter.config import Config, ModelConfig
-from spamfilter.counts import ClassCounts, FeatureStats, IntArray
+from spamfilter.counts import FeatureStats, IntArray
 from spamfilter.errors import EvaluationError
 from spamfilter.filter import dependence
 from spamfilter.mail import MailItem
 from spamfilter.nb import aode
 from spamfilter.nb import model as nb
 from spamfilter.nb.gaussian import GaussianParams, gaussian_estimate
+from spamfilter.nb.memcounts import MemoryCounts
 from spamfilter.tokenizer import is_header_line
 from spamfilter.tokenizer.features import SCALE
 from spamfilter.tools.evaluation import BoolArray, FloatArray
@@ -74,13 +75,15 @@ def _fold(config: Config, docs: Sequence[dict[str, int]], y: BoolArray, features
     """Messages [0, split) as the training head, [split, stop) held out."""
     train_y, valid_y = y[:split], y[split:stop]
     vocabulary = Vocabulary(t for d in docs[:split] for t in d)
-    counts, stats = _training_counts(docs[:split], train_y, vocabulary)
+    head_binary = count_matrix(docs[:split], vocabulary, binary=True)
+    # The counts the store would hold after training the head.
+    trained = MemoryCounts.of(head_binary, count_matrix(docs[:split], vocabulary), train_y)
     return Fold(
-        counts,
-        stats,
+        nb.TokenCounts(doc_count=trained.doc, term_count=trained.term),
+        trained.totals(),
         vocabulary.tokens,
         train_y,
-        count_matrix(docs[:split], vocabulary, binary=True),
+        head_binary,
         valid_y,
         count_matrix(docs[split:stop], vocabulary),
         count_matrix(docs[split:stop], vocabulary, binary=True),
@@ -147,22 +150,3 @@ def head_pairs(s: Fold, m: ModelConfig) -> aode.PairCounts:
         terms[c] = np.rint(held.T @ lengths[rows])
         pairs.append(sp.csr_matrix(held.T @ X @ sp.diags(child.astype(np.float64))))
     return aode.PairCounts(docs, terms, (pairs[HAM], pairs[SPAM]), parent_column, child)
-
-
-def _training_counts(docs: Sequence[dict[str, int]], is_spam: BoolArray, vocabulary: Vocabulary) -> tuple[nb.TokenCounts, nb.Totals]:
-    """The counts the store would hold after training ``docs``: per token
-    (2, V), and the totals with the count histogram."""
-    terms = count_matrix(docs, vocabulary)
-    binary = count_matrix(docs, vocabulary, binary=True)
-    doc_count = np.vstack([np.asarray(binary[~is_spam].sum(0)).ravel(), np.asarray(binary[is_spam].sum(0)).ravel()]).astype(np.int64)
-    term_count = np.vstack([np.asarray(terms[~is_spam].sum(0)).ravel(), np.asarray(terms[is_spam].sum(0)).ravel()]).astype(np.int64)
-    histogram = []
-    for c in (0, 1):
-        k, n = np.unique(doc_count[c], return_counts=True)
-        histogram.append(np.stack([k, n], axis=1).astype(np.int64))
-    stats = nb.Totals(
-        ClassCounts(messages=np.array([int((~is_spam).sum()), int(is_spam.sum())], dtype=np.int64), terms=term_count.sum(axis=1), binary_terms=doc_count.sum(axis=1)),
-        vocabulary_size=len(vocabulary),
-        histogram=(histogram[0], histogram[1]),
-    )
-    return nb.TokenCounts(doc_count=doc_count, term_count=term_count), stats
