@@ -315,15 +315,11 @@ def tune_settings(
             scores.setdefault(setting, []).append(odds)
     valid_y = np.concatenate([s.valid_y for s in splits])
     sizes = [s.valid_y.size for s in splits]
-    d = config.decision
-    bounds = decision.thresholds_from_loss(d.cost_ham_as_spam, d.cost_spam_as_ham, d.cost_unsure)
     results = []
     for setting, parts in scores.items():
         raw = np.concatenate(parts)
-        calibrated = calibrated_in_order(raw, valid_y, config.store.batch_size)
-        c = replace(_candidate(valid_y, raw, calibrated, setting, config, sizes), in_grid=not (extra and setting == configured))
-        own = _message_losses(valid_y, calibrated, c.cutoffs.ham_max, c.cutoffs.spam_min, config)
-        results.append((c, own, _message_losses(valid_y, calibrated, bounds.ham_max, bounds.spam_min, config)))
+        c, own, at_bounds = _candidate(valid_y, raw, calibrated_in_order(raw, valid_y, config.store.batch_size), setting, config, sizes)
+        results.append((replace(c, in_grid=not (extra and setting == configured)), own, at_bounds))
     return results
 
 
@@ -351,10 +347,9 @@ def _message_losses(valid_y: BoolArray, odds: FloatArray, ham_max: float, spam_m
     return losses
 
 
-def _fold_losses(valid_y: BoolArray, odds: FloatArray, sizes: Sequence[int], ham_max: float, spam_min: float, config: Config) -> tuple[float, ...]:
+def _fold_losses(losses: FloatArray, sizes: Sequence[int]) -> tuple[float, ...]:
     """Loss per message of each validation fold (``sizes`` consecutive
-    messages) at the given cutoffs."""
-    losses = _message_losses(valid_y, odds, ham_max, spam_min, config)
+    messages) of the held-out messages' ``losses``."""
     ends = np.cumsum(sizes)
     return tuple(float(losses[end - n : end].sum()) / max(n, 1) for n, end in zip(sizes, ends))
 
@@ -367,12 +362,14 @@ def _improvement(mine: FloatArray, theirs: FloatArray) -> float:
     return float(saved.mean()) / (spread / np.sqrt(saved.size)) if spread > 0 else 0.0
 
 
-def _candidate(valid_y: BoolArray, raw: FloatArray, odds: FloatArray, setting: ModelConfig, config: Config, sizes: Sequence[int] = ()) -> Candidate:
+def _candidate(valid_y: BoolArray, raw: FloatArray, odds: FloatArray, setting: ModelConfig, config: Config, sizes: Sequence[int]) -> Scored:
     """How one setting did on the held-out messages at the cutoffs
     ``best_cutoffs`` gives it within the loss matrix's own thresholds, over
-    all folds and in each (``sizes``: the folds' messages, in order). The
-    cutoffs and verdicts are those of the calibrated log-odds ``odds``;
-    1-ROCA and the log-loss (a tie-break) are the model's own, ``raw``'s."""
+    all folds and in each (``sizes``: the folds' messages, in order), with
+    each message's loss at those cutoffs and at the loss matrix's own
+    thresholds. The cutoffs and verdicts are those of the calibrated
+    log-odds ``odds``; 1-ROCA and the log-loss (a tie-break) are the
+    model's own, ``raw``'s."""
     d = config.decision
     bounds = decision.thresholds_from_loss(d.cost_ham_as_spam, d.cost_spam_as_ham, d.cost_unsure)
     cut = best_cutoffs(
@@ -387,7 +384,9 @@ def _candidate(valid_y: BoolArray, raw: FloatArray, odds: FloatArray, setting: M
     verdict_spam = odds > cut.spam_min
     verdict_ham = odds <= cut.ham_max
     unsure = ~verdict_spam & ~verdict_ham
-    return Candidate(
+    own = _message_losses(valid_y, odds, cut.ham_max, cut.spam_min, config)
+    at_bounds = _message_losses(valid_y, odds, bounds.ham_max, bounds.spam_min, config)
+    candidate = Candidate(
         event_model=setting.event_model,
         alpha=setting.alpha,
         tempering=setting.tempering,
@@ -405,6 +404,7 @@ def _candidate(valid_y: BoolArray, raw: FloatArray, odds: FloatArray, setting: M
         max_tokens=setting.max_tokens,
         dependence=setting.dependence,
         feature_weight=configured_feature_weight(setting),
-        fold_losses=_fold_losses(valid_y, odds, sizes or [valid_y.size], cut.ham_max, cut.spam_min, config),
-        configured_fold_losses=_fold_losses(valid_y, odds, sizes or [valid_y.size], bounds.ham_max, bounds.spam_min, config),
+        fold_losses=_fold_losses(own, sizes),
+        configured_fold_losses=_fold_losses(at_bounds, sizes),
     )
+    return candidate, own, at_bounds
