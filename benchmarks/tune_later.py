@@ -96,9 +96,10 @@ def main() -> None:
             except EvaluationError as exc:
                 wrote, why = False, str(exc)
             # What the best setting does on the second half, written or not.
-            report, _ = run_split(written(config, best), stream)
+            chosen = written(config, best)
+            report, _ = run_split(chosen, stream)
             what = f"{best.event_model} alpha {best.alpha:g} tempering {best.tempering:g} min_evidence {best.min_evidence:g} bigrams {best.bigrams}"
-            loss = loss_per_message(report, written(config, best))
+            loss = loss_per_message(report, chosen)
             row[f"folds {folds}"] = {
                 "wrote": wrote,
                 "why": why,

@@ -306,8 +306,9 @@ def config_from_dict(data: dict[str, Any], *, origin: str = "config") -> Config:
         table = data.get(name, {})
         if not isinstance(table, dict):
             raise ConfigError(f"{origin}: [{name}] must be a table")
-        for gone in sorted(f"{name}.{key}" for key in table if f"{name}.{key}" in REMOVED)[:1]:
-            raise ConfigError(f"{origin}: {gone}: {REMOVED[gone]}")
+        gone = sorted(f"{name}.{key}" for key in table if f"{name}.{key}" in REMOVED)
+        if gone:
+            raise ConfigError(f"{origin}: {gone[0]}: {REMOVED[gone[0]]}")
         parts[name] = _overlay(default, table, f"{origin}: {name}")
     config = Config(**parts)
     validate(config, origin)
