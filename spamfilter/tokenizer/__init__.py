@@ -356,12 +356,24 @@ class Tokenizer:
             out.append(META + "no-text")
 
     def _text(self, text: str, out: list[str]) -> None:
-        for m in _URL.finditer(text):
-            out.extend(url_tokens(m.group(0)))
-        text = _URL.sub(" ", text)
-        for m in _EMAIL.finditer(text):
-            out.append(EMAIL + "domain:" + m.group(1).lower()[:100])
-        text = _EMAIL.sub(" ", text)
+        # One pass of each pattern takes the tokens and blanks the match,
+        # and only over text that can hold one (every URL match has "://"
+        # or "www.", every address an "@"): a finditer and a sub over every
+        # text part were a quarter of the time spent here.
+        if "://" in text or "www." in text.lower():
+
+            def url(m: re.Match[str]) -> str:
+                out.extend(url_tokens(m.group(0)))
+                return " "
+
+            text = _URL.sub(url, text)
+        if "@" in text:
+
+            def address(m: re.Match[str]) -> str:
+                out.append(EMAIL + "domain:" + m.group(1).lower()[:100])
+                return " "
+
+            text = _EMAIL.sub(address, text)
         out.extend(self.words(text))
 
     def _attachment_tokens(self, ctype: str, name: str | None) -> Iterator[str]:
