@@ -24,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from spamfilter.counts import IntArray, TokenCounts, Totals
+from spamfilter.tokenizer import is_header_line
 
 #: Which model a copy belongs to: the owners whose counts are added up, each
 #: owner's model version, and which of them the totals were read for.
@@ -43,7 +44,9 @@ class ModelView:
 class CountCache:
     """Token -> row of counts, for one model key (see the module docstring).
 
-    index: token -> row; tokens: the token of each row.
+    index: token -> row; tokens: the token of each row; ``header()`` whether
+    each row's token is of a header line (``tokenizer.is_header_line``),
+    worked out once a token instead of for every message that has it.
 
     ``max_tokens`` bounds the memory: past it the copy starts afresh (a
     resident process meeting new tokens for ever must not grow for ever).
@@ -58,6 +61,7 @@ class CountCache:
         self.tokens: list[str] = []
         self._doc = np.zeros((2, 0), dtype=np.int64)
         self._term = np.zeros((2, 0), dtype=np.int64)
+        self._header = np.zeros(0, dtype=bool)
 
     def __len__(self) -> int:
         return len(self.index)
@@ -73,6 +77,7 @@ class CountCache:
         self.tokens = []
         self._doc = np.zeros((2, 1024), dtype=np.int64)
         self._term = np.zeros((2, 1024), dtype=np.int64)
+        self._header = np.zeros(1024, dtype=bool)
 
     def make_room(self, docs: Sequence[Iterable[str]]) -> list[str]:
         """The tokens of ``docs`` to read from the store, after starting the
@@ -114,8 +119,12 @@ class CountCache:
             size = max(end, 2 * self._doc.shape[1])
             self._doc = _grown(self._doc, size)
             self._term = _grown(self._term, size)
+            header = np.zeros(size, dtype=bool)
+            header[: self._header.size] = self._header
+            self._header = header
         self._doc[:, start:end] = counts.doc_count
         self._term[:, start:end] = counts.term_count
+        self._header[start:end] = np.fromiter(map(is_header_line, token_list), dtype=bool, count=len(token_list))
         self.index.update(zip(token_list, range(start, end)))
         self.tokens.extend(token_list)
 
@@ -123,6 +132,10 @@ class CountCache:
         """Every row held, (2, len(self)), in row order (views, not copies)."""
         n = len(self.index)
         return TokenCounts(self._doc[:, :n], self._term[:, :n])
+
+    def header(self) -> npt.NDArray[np.bool_]:
+        """Whether each row's token is of a header line, (len(self),) (a view)."""
+        return self._header[: len(self.index)]
 
     def clear(self) -> None:
         """Drop the copy."""

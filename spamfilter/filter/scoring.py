@@ -30,7 +30,6 @@ from spamfilter.nb.calibration import MAP_BINS, CalibrationMap, recorded
 from spamfilter.nb.gaussian import GaussianParams, gaussian_estimate
 from spamfilter.nb.scorer import Evidence, LogOddsParts, Scorer
 from spamfilter.store import Store, StoreTransaction
-from spamfilter.tokenizer import is_header_line
 from spamfilter.tokenizer.features import FEATURE_NAMES, SCALE
 from spamfilter.vectorizer import indexed_matrix
 from spamfilter.verdicts import Decision, Label
@@ -162,13 +161,11 @@ class Scoring:
             gaussian = feature_densities(feature_sums(reader, view.owners)) if m.features else None
             held = self.cache.rows()
             X, ids = indexed_matrix(docs, self.cache.index, held.known(), binary=binary)
-            pairs = header = None
-            if m.dependence != "none" or m.header_apart:
+            pairs = None
+            header = self.cache.header()[ids] if m.header_apart else None
+            if m.dependence != "none":
                 columns = [self.cache.tokens[i] for i in ids.tolist()]
-                if m.header_apart:
-                    header = np.fromiter(map(is_header_line, columns), dtype=bool, count=len(columns))
-                if m.dependence != "none":
-                    pairs = dependence.pair_counts(reader, view.owners[0], columns, self.pair_cache, self.cache.key)
+                pairs = dependence.pair_counts(reader, view.owners[0], columns, self.pair_cache, self.cache.key)
             history = self.calibration_map(reader, view.owners[0])
         token_counts = held.take(ids)
         evidence = Evidence(token_counts, view.totals, X, header, pairs, gaussian)

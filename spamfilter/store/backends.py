@@ -46,6 +46,13 @@ class _CountSQL:
     def bump_version(self, owner: str) -> int:
         return int(self.rows(self.BUMP_VERSION, (owner,))[0][0])
 
+    def select_versions(self, owners: Sequence[str]) -> list[tuple[Any, ...]]:
+        """(owner, version) rows of those of ``owners`` that have one. Read
+        before every batch scored, so on the raw cursor: through SQLAlchemy
+        the statement cost more than the rest of a daemon's fit."""
+        marks = ",".join([self.PARAM] * len(owners))
+        return self.rows(f"SELECT owner, version FROM model_versions WHERE owner IN ({marks})", list(owners))
+
     def select_totals(self, owner: str) -> list[tuple[Any, ...]]:
         """(label, messages, terms, binary_terms) rows."""
         return self.rows(self.select_totals_sql, (owner,))

@@ -7,7 +7,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite
 
-from spamfilter.store.schema import calibration, class_totals, feature_stats, imap_folders, imap_messages, imap_uids, messages, model_versions, untracked_totals
+from spamfilter.store.schema import calibration, class_totals, feature_stats, imap_folders, imap_messages, imap_uids, messages, untracked_totals
 
 
 class _Statements:
@@ -30,7 +30,6 @@ class _Statements:
             insert = postgresql.insert
         keys: sa.BindParameter[list[str]] = sa.bindparam("keys", expanding=True)
         own: sa.BindParameter[str] = sa.bindparam("own")
-        self.versions = sa.select(model_versions.c.owner, model_versions.c.version).where(model_versions.c.owner.in_(keys))
         self.labels = sa.select(messages.c.digest, messages.c.label).where((messages.c.owner == own) & messages.c.digest.in_(keys))
         self.take_ledger = (
             sa.delete(messages)

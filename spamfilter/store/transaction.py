@@ -90,7 +90,7 @@ class StoreTransaction:
         changes the owner's counts increases by one (0 for a model never
         written). Equal versions mean equal counts, so an in-memory copy of
         the counts stays valid while the versions do not move."""
-        found = {str(o): int(v) for o, v in self.conn.execute(self.sql.versions, {"keys": list(owners)})}
+        found = {str(o): int(v) for o, v in self.counts_sql.select_versions(owners)}
         return tuple(found.get(o, 0) for o in owners)
 
     def vocabulary_size(self, owners: Sequence[str]) -> int:
