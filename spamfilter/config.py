@@ -265,8 +265,12 @@ class Config:
 
 def database_url(url: str | None, config: Config) -> str:
     """The database a command opens: ``url`` (``--db``), else the config's,
-    else `default_db_url`."""
-    return url or config.store.url or default_db_url()
+    else `default_db_url`; a plain file path (no ``://``) names a SQLite
+    file, as ``sqlite:///`` and its absolute path."""
+    chosen = url or config.store.url or default_db_url()
+    if "://" in chosen:
+        return chosen
+    return "sqlite:///" + str(Path(chosen).expanduser().absolute())
 
 
 def load_config(path: Path | None = None) -> Config:

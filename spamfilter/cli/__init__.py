@@ -328,7 +328,11 @@ def root(
     ctx: typer.Context,
     db: Annotated[
         str | None,
-        typer.Option("--db", metavar="URL", help="Database URL (default: $SPAMFILTER_DB, store.url in the config, or a SQLite file in ~/.local/share/spamfilter)."),
+        typer.Option(
+            "--db",
+            metavar="URL|FILE",
+            help="Database URL, or the path of a SQLite file (default: $SPAMFILTER_DB, store.url in the config, or a SQLite file in ~/.local/share/spamfilter).",
+        ),
     ] = None,
     config: Annotated[
         Path | None, typer.Option("--config", metavar="FILE", help="Config file (default: $SPAMFILTER_CONFIG or ~/.config/spamfilter/config.toml).")

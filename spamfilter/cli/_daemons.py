@@ -16,7 +16,7 @@ import typer
 from spamfilter import spamd
 from spamfilter.daemon import prefork
 from spamfilter.daemon.prefork import Forkable
-from spamfilter.errors import ConfigError, ProtocolError
+from spamfilter.errors import ConfigError, ProtocolError, StoreError
 
 if TYPE_CHECKING:
     from spamfilter.daemon.pool import FilterPool
@@ -69,10 +69,16 @@ def run(server: Daemon, command: str, processes: int) -> None:
     processes (0: one per core)."""
     log_to_stderr(command)
     try:
+        # A database the daemon cannot open refuses the start; an empty or
+        # untrained model starts with a warning, since it is trained by
+        # another command, and meanwhile mail passes unscanned.
+        warning = server.pool.readiness()
         server.bind()
-    except ConfigError:
+    except (ConfigError, StoreError):
         server.pool.close()
         raise
+    if warning:
+        logging.getLogger("spamfilter.daemon").warning(warning)
     status = prefork.serve(server, processes or os.cpu_count() or 1)
     if status:
         raise typer.Exit(status)
@@ -86,6 +92,8 @@ def log_to_stderr(command: str) -> None:
     stderr = logging.StreamHandler(sys.stderr)
     stderr.setFormatter(_LogLine(command))
     logging.basicConfig(level=logging.INFO, handlers=[stderr])
+    # Alembic reports each schema step at INFO: a daemon creating a database says nothing of it.
+    logging.getLogger("alembic").setLevel(logging.WARNING)
     package_logger = logging.getLogger("spamfilter")
     package_logger.setLevel(logging.INFO)
     for handler in list(package_logger.handlers):

@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 
 from spamfilter.config import Config, database_url
-from spamfilter.errors import NotTrainedError, SpamfilterError
+from spamfilter.errors import NoSuchDatabase, NotTrainedError, SpamfilterError
 from spamfilter.filter import Filter
 from spamfilter.store import display_url
 
@@ -123,6 +123,28 @@ class FilterPool:
         else:
             mode = f"one model for every request, whatever User it names: {model}"
         return f"{mode}; database {display_url(database_url(self._db_url, self._config))}"
+
+    def readiness(self) -> str | None:
+        """Why the default model cannot score yet, before any request: a
+        database not created yet, or (with one model for every request) a
+        model without both spam and ham trained, under which every message
+        is passed back unscanned; None when it can. A database that cannot
+        be opened at all (a bad URL, a damaged file) raises its
+        ``StoreError``: a daemon should not start on it."""
+        try:
+            f = Filter.open(self._config, self._db_url, self.owner(None), create=False)
+        except NoSuchDatabase as exc:
+            return f"{exc}: every message is passed back unscanned until `spamfilter train` trains the model"
+        try:
+            stats = f.stats()
+        finally:
+            f.close()
+        if self.per_user or (stats.spam_messages and stats.ham_messages):
+            return None
+        return (
+            f"the model has {stats.spam_messages} spam and {stats.ham_messages} ham trained: every message is passed back"
+            " unscanned until `spamfilter train` gives it both"
+        )
 
     def unscored(self, owner: str, exc: SpamfilterError) -> str:
         """Why the model of ``owner`` gave no answer, for the log: an

@@ -53,6 +53,17 @@ def test_train_reports_counts_and_stats_match(runner: CliRunner, db_url: str, sa
     assert s["tokens"] <= s["spam_tokens"] + s["ham_tokens"]  # type: ignore[operator]
 
 
+def test_db_takes_a_plain_file_path_as_that_sqlite_file(runner: CliRunner, tmp_path: Path, sample: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A relative path is the file under the working directory, as a shell user means it.
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["--db", "model.db", "train", "--spam", str(sample / "train-spam.mbox"), "--ham", str(sample / "train-ham.mbox")])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "model.db").is_file()
+    s = stats(runner, f"sqlite:///{tmp_path / 'model.db'}")
+    assert (s["spam_messages"], s["ham_messages"]) == (60, 60)
+    assert s["database"] == f"sqlite:///{tmp_path / 'model.db'}"
+
+
 def test_training_twice_is_a_no_op(runner: CliRunner, trained: str, sample: Path) -> None:
     before = stats(runner, trained)
     result = runner.invoke(app, ["--db", trained, "train", "--spam", str(sample / "train-spam.mbox")])

@@ -400,6 +400,42 @@ def test_serve_without_options_scores_whatever_user_spamc_names_with_the_default
 
 
 @pytest.mark.corpus
+def test_serve_says_at_start_when_its_model_cannot_score_and_refuses_a_database_it_cannot_open(
+    tmp_path: Path, corpus: tuple[list[tuple[bool, MailItem]], list[tuple[bool, MailItem]]]
+) -> None:
+    config = _write_config(tmp_path / "c.toml")
+    message = corpus[1][0][1].raw
+    # A plain path names a SQLite file; this one does not exist yet.
+    missing = tmp_path / "new.db"
+    d = Daemon(tmp_path / "log1", str(missing), config, "--listen", "127.0.0.1:0", "--processes", "1")
+    try:
+        assert (d.spamc("-c", message=message).stdout, d.logged("not scanned", 1)) == (b"0/0\n", 1)
+    finally:
+        assert d.stop() == 0
+    lines = d.log().splitlines()
+    assert lines[0] == f"spamfilter serve: warning: no such database: {missing}: every message is passed back unscanned until `spamfilter train` trains the model"
+    assert lines[1].startswith(f"spamfilter serve: listening on {d.address} with one model for every request")
+    assert f"; database sqlite:///{missing};" in lines[1]
+    assert not any("Running upgrade" in line for line in lines)  # the schema's creation is not the daemon's news
+    # A model with spam but no ham.
+    url = f"sqlite:///{tmp_path / 'half.db'}"
+    with Filter.open(load_config(config), url) as f:
+        f.train([(True, item) for is_spam, item in corpus[0][:10] if is_spam])
+    d = Daemon(tmp_path / "log2", url, config, "--listen", "127.0.0.1:0", "--processes", "1")
+    assert d.stop() == 0
+    first = d.log().splitlines()[0]
+    assert first.startswith("spamfilter serve: warning: the model has ") and first.endswith(
+        " spam and 0 ham trained: every message is passed back unscanned until `spamfilter train` gives it both"
+    ), first
+    # A database it cannot open at all: no start.
+    cmd = [sys.executable, "-m", "spamfilter", "--db", "nosuchdialect://x", "--config", str(config), "serve", "--listen", "127.0.0.1:0"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=HANG)
+    assert r.returncode == 74
+    assert "listening" not in r.stderr
+    assert r.stderr.startswith("spamfilter: cannot use database nosuchdialect://x"), r.stderr
+
+
+@pytest.mark.corpus
 def test_per_user_mode_scores_with_the_user_headers_model_and_warns_of_a_user_without_one(
     tmp_path: Path, corpus: tuple[list[tuple[bool, MailItem]], list[tuple[bool, MailItem]]]
 ) -> None:
