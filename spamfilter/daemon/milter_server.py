@@ -229,6 +229,7 @@ class MilterServer:
         assert listener is not None
         if announce:
             self.announce()
+        self.pool.warm()
         if parent is not None:
             threading.Thread(target=self._watch_parent, args=(parent,), daemon=True).start()
         accepting = threading.Thread(target=listener.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)

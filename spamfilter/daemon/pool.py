@@ -30,6 +30,7 @@ from dataclasses import replace
 from spamfilter.config import Config, database_url
 from spamfilter.errors import NoSuchDatabase, NotTrainedError, SpamfilterError
 from spamfilter.filter import Filter
+from spamfilter.mail import MailItem
 from spamfilter.store import display_url
 
 
@@ -84,6 +85,8 @@ class FilterPool:
         self._writes_within = writes_within
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         self._lock = threading.Lock()
+        #: Whether ``readiness`` found the database (``warm`` does not create it).
+        self._found = False
 
     @property
     def config(self) -> Config:
@@ -135,6 +138,7 @@ class FilterPool:
             f = Filter.open(self._config, self._db_url, self.owner(None), create=False)
         except NoSuchDatabase as exc:
             return f"{exc}: every message is passed back unscanned until `spamfilter train` trains the model"
+        self._found = True
         try:
             stats = f.stats()
         finally:
@@ -145,6 +149,21 @@ class FilterPool:
             f"the model has {stats.spam_messages} spam and {stats.ham_messages} ham trained: every message is passed back"
             " unscanned until `spamfilter train` gives it both"
         )
+
+    def warm(self) -> None:
+        """Classify a small built-in message with the default model, once the
+        database is known to exist (``readiness``), so that the first
+        request is not the one to compile the reading patterns and read the
+        model's totals and calibration map (45 ms of a first request,
+        against 5 for the next). Nothing is written; a model that cannot
+        score yet is left to ``readiness``'s warning."""
+        if not self._found:
+            return
+        try:
+            with self.lease(None) as (_, f):
+                list(f.classify([MailItem("(warm-up)", _WARM_UP)]))
+        except SpamfilterError:
+            pass
 
     def unscored(self, owner: str, exc: SpamfilterError) -> str:
         """Why the model of ``owner`` gave no answer, for the log: an
@@ -219,3 +238,14 @@ def reload_config(pools: Sequence[FilterPool], load: Callable[[], Config] | None
     for pool in pools:
         pool.replace(config)
     log.info("configuration reloaded; %s", pools[0].describe())
+
+
+#: What ``warm`` classifies: header lines, a text and an HTML part, a link and an address.
+_WARM_UP = (
+    b"Received: from mail.example.org (mail.example.org [192.0.2.1]) by mx.example.net; Fri, 27 Nov 2026 08:00:00 +0000\n"
+    b"From: Warm Up <warm@example.org>\nTo: daemon@example.net\nSubject: warm-up\n"
+    b"Message-ID: <warm-up@example.org>\nMIME-Version: 1.0\n"
+    b'Content-Type: multipart/alternative; boundary="b"\n\n'
+    b"--b\nContent-Type: text/plain; charset=utf-8\n\nSee https://www.example.org/page or write to info@example.org.\n"
+    b'--b\nContent-Type: text/html; charset=utf-8\n\n<p>See <a href="https://www.example.org/page">the page</a>.</p>\n--b--\n'
+)

@@ -186,6 +186,7 @@ class Server:
             self.bind()
         if announce:
             self.announce()
+        self.pool.warm()
         self.sockets.start(parent)  # the selector made before a fork: this process's own, from here on
         threads = [threading.Thread(target=self._score_requests, daemon=True) for _ in range(self.options.workers)]
         threads.append(threading.Thread(target=self._learn_requests, daemon=True))

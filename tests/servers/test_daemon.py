@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from spamfilter import spamd
 from spamfilter.answers import Verdict
 from spamfilter.config import load_config
+from spamfilter.daemon.pool import FilterPool
 from spamfilter.errors import ProtocolError
 from spamfilter.filter import Filter
 from spamfilter.mail import MailItem, filter_fields, with_filter_headers
@@ -433,6 +434,32 @@ def test_serve_says_at_start_when_its_model_cannot_score_and_refuses_a_database_
     assert r.returncode == 74
     assert "listening" not in r.stderr
     assert r.stderr.startswith("spamfilter: cannot use database nosuchdialect://x"), r.stderr
+
+
+def test_the_pool_warms_the_default_model_before_the_first_request_and_writes_nothing(tmp_path: Path, trained: tuple[str, Path]) -> None:
+    url, config = trained
+    before = _export(url, config)
+    pool = FilterPool(load_config(config), url, None)
+    try:
+        assert pool.readiness() is None
+        with pool.lease(None) as (_, f):
+            assert f.scoring.cache.view is None  # nothing read yet
+        pool.warm()
+        with pool.lease(None) as (_, f):
+            assert f.scoring.cache.view is not None and f.scoring.cache.view.totals.vocabulary_size > 1000
+            assert len(f.scoring.cache) > 10  # the warm-up message's known tokens
+    finally:
+        pool.close()
+    assert _export(url, config) == before
+    # A database that is not there yet is neither warmed nor created.
+    missing = tmp_path / "none.db"
+    pool = FilterPool(load_config(config), f"sqlite:///{missing}", None)
+    try:
+        assert pool.readiness() is not None
+        pool.warm()
+    finally:
+        pool.close()
+    assert not missing.exists()
 
 
 @pytest.mark.corpus
