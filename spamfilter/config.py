@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal, get_args
+from urllib.parse import quote
 
 from spamfilter.errors import ConfigError
 from spamfilter.locations import default_config_path, default_db_url, make_private_dirs
@@ -270,7 +271,8 @@ def database_url(url: str | None, config: Config) -> str:
     chosen = url or config.store.url or default_db_url()
     if "://" in chosen:
         return chosen
-    return "sqlite:///" + str(Path(chosen).expanduser().absolute())
+    # Quoted: in a URL "?" starts the options and "%" an escape.
+    return "sqlite:///" + quote(str(Path(chosen).expanduser().absolute()), safe="/")
 
 
 def load_config(path: Path | None = None) -> Config:

@@ -28,10 +28,13 @@ from contextlib import contextmanager
 from dataclasses import replace
 
 from spamfilter.config import Config, database_url
-from spamfilter.errors import NoSuchDatabase, NotTrainedError, SpamfilterError
+from spamfilter.errors import NoSuchDatabase, NotTrainedError, SpamfilterError, StoreError
 from spamfilter.filter import Filter
+from spamfilter.locations import default_location_url
 from spamfilter.mail import MailItem
-from spamfilter.store import display_url
+from spamfilter.store import display_url, sqlite_path
+
+logger = logging.getLogger(__name__)
 
 
 class _Entry:
@@ -97,12 +100,12 @@ class FilterPool:
         waits for a lock another process holds) give up after ``seconds``."""
         return FilterPool(self._config, self._db_url, self._default_user, self._max_users, per_user=self._per_user, writes_within=seconds)
 
-    def _open(self, config: Config, owner: str) -> Filter:
+    def _open(self, config: Config, owner: str, *, create: bool = True) -> Filter:
         if self._writes_within is None:
-            return Filter.open(config, self._db_url, owner)
+            return Filter.open(config, self._db_url, owner, create=create)
         s = config.store
         bound = replace(s, busy_timeout=min(s.busy_timeout, self._writes_within), write_deadline=min(s.write_deadline, self._writes_within))
-        return Filter.open(replace(config, store=bound), self._db_url, owner)
+        return Filter.open(replace(config, store=bound), self._db_url, owner, create=create)
 
     @property
     def per_user(self) -> bool:
@@ -134,9 +137,14 @@ class FilterPool:
         is passed back unscanned; None when it can. A database that cannot
         be opened at all (a bad URL, a damaged file) raises its
         ``StoreError``: a daemon should not start on it."""
+        url = database_url(self._db_url, self._config)
         try:
             f = Filter.open(self._config, self._db_url, self.owner(None), create=False)
         except NoSuchDatabase as exc:
+            path = sqlite_path(url)
+            if path is not None and not path.parent.is_dir() and url != default_location_url():
+                # The daemon does not make folders: every request would fail.
+                raise StoreError(f"{exc}, and its folder does not exist (`spamfilter --create-dirs train` makes both)") from None
             return f"{exc}: every message is passed back unscanned until `spamfilter train` trains the model"
         self._found = True
         try:
@@ -160,10 +168,12 @@ class FilterPool:
         if not self._found:
             return
         try:
-            with self.lease(None) as (_, f):
+            with self.lease(None, create=False) as (_, f):
                 list(f.classify([MailItem("(warm-up)", _WARM_UP)]))
         except SpamfilterError:
             pass
+        except Exception:  # noqa: BLE001 - as for a request: the daemon outlives it
+            logger.exception("warm-up: internal error")
 
     def unscored(self, owner: str, exc: SpamfilterError) -> str:
         """Why the model of ``owner`` gave no answer, for the log: an
@@ -173,9 +183,10 @@ class FilterPool:
         return f'{exc}; the model of user {owner} (per-user mode, shared_model = "{self._config.store.shared_model}")'
 
     @contextmanager
-    def lease(self, user: str | None) -> Iterator[tuple[str, Filter]]:
+    def lease(self, user: str | None, *, create: bool = True) -> Iterator[tuple[str, Filter]]:
         """The owner and filter of the model a request naming ``user`` uses
-        (`owner`), held under its lock."""
+        (`owner`), held under its lock; without ``create`` a database that
+        does not exist is ``NoSuchDatabase``, not made."""
         while True:
             with self._lock:
                 config = self._config
@@ -189,7 +200,7 @@ class FilterPool:
                 if entry.closed:
                     continue  # replaced by a reload or evicted meanwhile
                 if entry.filter is None:
-                    entry.filter = self._open(config, owner)
+                    entry.filter = self._open(config, owner, create=create)
                 try:
                     yield owner, entry.filter
                 finally:

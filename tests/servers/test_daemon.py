@@ -430,12 +430,14 @@ def test_serve_says_at_start_when_its_model_cannot_score_and_refuses_a_database_
     assert first.startswith("spamfilter serve: warning: the model has ") and first.endswith(
         " spam and 0 ham trained: every message is passed back unscanned until `spamfilter train` gives it both"
     ), first
-    # A database it cannot open at all: no start.
-    cmd = [sys.executable, "-m", "spamfilter", "--db", "nosuchdialect://x", "--config", str(config), "serve", "--listen", "127.0.0.1:0"]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=HANG)
-    assert r.returncode == 74
-    assert "listening" not in r.stderr
-    assert r.stderr.startswith("spamfilter: cannot use database nosuchdialect://x"), r.stderr
+    # A database it cannot open at all, or could never create: no start.
+    for db, says in [("nosuchdialect://x", "cannot use database nosuchdialect://x"), (str(tmp_path / "no" / "folder.db"), "and its folder does not exist")]:
+        cmd = [sys.executable, "-m", "spamfilter", "--db", db, "--config", str(config), "serve", "--listen", "127.0.0.1:0"]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=HANG)
+        assert r.returncode == 74, r.stderr
+        assert "listening" not in r.stderr
+        assert r.stderr.startswith("spamfilter: ") and says in r.stderr, r.stderr
+    assert not (tmp_path / "no").exists()
 
 
 def test_the_pool_warms_the_default_model_before_the_first_request_and_writes_nothing(tmp_path: Path, trained: tuple[str, Path]) -> None:
@@ -453,7 +455,8 @@ def test_the_pool_warms_the_default_model_before_the_first_request_and_writes_no
     finally:
         pool.close()
     assert _export(url, config) == before
-    # A database that is not there yet is neither warmed nor created.
+    # A database that is not there yet is neither warmed nor created, nor
+    # one that went away after the start-up check.
     missing = tmp_path / "none.db"
     pool = FilterPool(load_config(config), f"sqlite:///{missing}", None)
     try:
@@ -462,6 +465,16 @@ def test_the_pool_warms_the_default_model_before_the_first_request_and_writes_no
     finally:
         pool.close()
     assert not missing.exists()
+    gone = tmp_path / "gone.db"
+    shutil.copy(url.removeprefix("sqlite:///"), gone)
+    pool = FilterPool(load_config(config), f"sqlite:///{gone}", None)
+    try:
+        assert pool.readiness() is None
+        gone.unlink()
+        pool.warm()
+    finally:
+        pool.close()
+    assert not gone.exists()
 
 
 @pytest.mark.corpus
