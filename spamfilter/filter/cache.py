@@ -19,12 +19,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
-from spamfilter.counts import IntArray, TokenCounts, Totals
+from spamfilter.counts import TokenCounts, Totals
 from spamfilter.tokenizer import is_header_line
+
+ArrayT = TypeVar("ArrayT", np.int64, np.bool_)
 
 #: Which model a copy belongs to: the owners whose counts are added up, each
 #: owner's model version, and which of them the totals were read for.
@@ -119,9 +122,7 @@ class CountCache:
             size = max(end, 2 * self._doc.shape[1])
             self._doc = _grown(self._doc, size)
             self._term = _grown(self._term, size)
-            header = np.zeros(size, dtype=bool)
-            header[: self._header.size] = self._header
-            self._header = header
+            self._header = _grown(self._header, size)
         self._doc[:, start:end] = counts.doc_count
         self._term[:, start:end] = counts.term_count
         self._header[start:end] = np.fromiter(map(is_header_line, token_list), dtype=bool, count=len(token_list))
@@ -165,7 +166,8 @@ class CountCache:
             self.add([token_list[j] for j in fresh], new.take(fresh))
 
 
-def _grown(array: IntArray, size: int) -> IntArray:
-    out: npt.NDArray[np.int64] = np.zeros((2, size), dtype=np.int64)
-    out[:, : array.shape[1]] = array
+def _grown(array: npt.NDArray[ArrayT], size: int) -> npt.NDArray[ArrayT]:
+    """``array`` with its last axis zero-padded to ``size`` rows (a copy)."""
+    out = np.zeros((*array.shape[:-1], size), dtype=array.dtype)
+    out[..., : array.shape[-1]] = array
     return out
