@@ -88,8 +88,6 @@ class FilterPool:
         self._writes_within = writes_within
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         self._lock = threading.Lock()
-        #: Whether ``readiness`` found the database (``warm`` does not create it).
-        self._found = False
 
     @property
     def config(self) -> Config:
@@ -146,7 +144,6 @@ class FilterPool:
                 # The daemon does not make folders: every request would fail.
                 raise StoreError(f"{exc}, and its folder does not exist (`spamfilter --create-dirs train` makes both)") from None
             return f"{exc}: every message is passed back unscanned until `spamfilter train` trains the model"
-        self._found = True
         try:
             stats = f.stats()
         finally:
@@ -159,14 +156,12 @@ class FilterPool:
         )
 
     def warm(self) -> None:
-        """Classify a small built-in message with the default model, once the
-        database is known to exist (``readiness``), so that the first
-        request is not the one to compile the reading patterns and read the
-        model's totals and calibration map (45 ms of a first request,
-        against 5 for the next). Nothing is written; a model that cannot
-        score yet is left to ``readiness``'s warning."""
-        if not self._found:
-            return
+        """Classify a small built-in message with the default model, so that
+        the first request is not the one to compile the reading patterns and
+        read the model's totals and calibration map (45 ms of a first
+        request, against 5 for the next). Nothing is written, and a database
+        that does not exist is not created; a model that cannot score yet is
+        left to ``readiness``'s warning."""
         try:
             with self.lease(None, create=False) as (_, f):
                 list(f.classify([MailItem("(warm-up)", _WARM_UP)]))
