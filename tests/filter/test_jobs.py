@@ -4,6 +4,7 @@ and refusals, in the same order, as reading it in one."""
 from __future__ import annotations
 
 import multiprocessing
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -70,8 +71,13 @@ def test_train_and_classify_with_jobs_match_one_process(tmp_path: Path, stream: 
 def test_classify_command_output_is_the_same_for_any_jobs(tmp_path: Path, corpora_dir: Path) -> None:
     db = f"sqlite:///{tmp_path / 'cli.db'}"
     runner = CliRunner()
-    index = str(corpora_dir / "spamassassin" / "index")
-    assert runner.invoke(app, ["--db", db, "train", "--index", index, "--jobs", "2"]).exit_code == 0
+    # every fifth message of the corpus (both classes), read on two workers
+    source = corpora_dir / "spamassassin" / "index"
+    lines = source.read_text().splitlines()[::5]
+    index = tmp_path / "index"
+    index.write_text("".join(f"{label} {source.parent / path}\n" for label, path in (line.split() for line in lines)))
+    trained = runner.invoke(app, ["--db", db, "train", "--index", str(index), "--jobs", "2"])
+    assert trained.exit_code == 0 and re.search(r"trained [1-9]\d* spam, [1-9]\d* ham", trained.stdout)
     folder = str(corpora_dir / "spamassassin" / "spam_2")
     one = runner.invoke(app, ["--db", db, "classify", "--format", "tsv", "--jobs", "1", folder])
     two = runner.invoke(app, ["--db", db, "classify", "--format", "tsv", "--jobs", "2", folder])
