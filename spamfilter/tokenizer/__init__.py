@@ -150,6 +150,8 @@ _MAX_RECEIVED = 8
 _URL = re.compile(r"\b(?:(?:https?|ftp)://|www\.)[^\s<>\"'()]{1,500}", re.IGNORECASE)
 _EMAIL = re.compile(r"\b[\w.+\-]{1,64}@([\w\-]{1,63}(?:\.[\w\-]{1,63}){1,8})")
 _CJK_RUN = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]{2,}")
+#: Deletes the ASCII digits: an ASCII word's digits are counted as what this leaves out.
+_ASCII_DIGITS = str.maketrans("", "", "0123456789")
 _IPV4 = re.compile(r"\b(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})\b")
 # At most 10 dots: with "+" a Received line of "a.a.a.a..." was rescanned
 # to its end from every label, quadratic (40 KB took 14 s).
@@ -224,7 +226,7 @@ class Tokenizer:
             first = word[0]
             if first.isdigit() or first == "$":
                 # Digits, not characters: "$19.99" and "3,500" have 4 and stay.
-                digits = sum(c.isdigit() for c in word)
+                digits = n - len(word.translate(_ASCII_DIGITS)) if word.isascii() else sum(c.isdigit() for c in word)
                 if digits > 4 and word.replace(",", "").replace(".", "").lstrip("$").isdigit():
                     word = NUMBER + ("$" if first == "$" else "") + str(min(digits, 20))
                     result.append(prefix + word)
@@ -245,7 +247,7 @@ class Tokenizer:
             result.append(prefix + (stem(word) if stem else word))
         if cfg.bigrams and not prefix:
             plain = [w for w in result if ":" not in w]
-            result.extend(BIGRAM + a + "+" + b for a, b in zip(plain, plain[1:]))
+            result += [f"{BIGRAM}{a}+{b}" for a, b in zip(plain, plain[1:])]
         return result
 
     # -- headers ------------------------------------------------------------
