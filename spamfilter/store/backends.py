@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from datetime import date
 from typing import Any
 
+from spamfilter.store.schema import day_number
+
 
 class _CountSQL:
     """The count statements of one backend, on its DB-API cursor.
@@ -114,7 +116,7 @@ class _SqliteCountSQL(_CountSQL):
             "spam_docs = spam_docs + excluded.spam_docs, ham_terms = ham_terms + excluded.ham_terms, "
             "spam_terms = spam_terms + excluded.spam_terms, last_seen = excluded.last_seen "
             "RETURNING token, ham_docs, spam_docs, ham_terms, spam_terms",
-            (owner, today.isoformat()),
+            (owner, day_number(today)),
         )
 
     def delete_dead(self, owner: str, token_list: list[str]) -> None:
@@ -161,7 +163,7 @@ class _PgCountSQL(_CountSQL):
             "spam_docs = t.spam_docs + excluded.spam_docs, ham_terms = t.ham_terms + excluded.ham_terms, "
             "spam_terms = t.spam_terms + excluded.spam_terms, last_seen = excluded.last_seen "
             "RETURNING t.token, t.ham_docs, t.spam_docs, t.ham_terms, t.spam_terms",
-            (owner, today, [token_list[i] for i in order], *columns),
+            (owner, day_number(today), [token_list[i] for i in order], *columns),
         )
 
     def delete_dead(self, owner: str, token_list: list[str]) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import stat
 import zlib
-from datetime import datetime, timezone
+from datetime import date, datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -309,4 +309,42 @@ def test_upgrade_from_0001_keeps_the_counts(db_url: str) -> None:
         assert tx.trained_labels(["d1"]) == {"d1": 1}
         assert tx.imap.records("acct", ["x"]) == {}
         assert rows(tx.token_counts(["free"], owner="alice")).tolist() == [[0, 0, 0, 0]]
+    store.close()
+
+
+def test_upgrade_to_day_numbers_keeps_every_date_and_downgrade_gives_them_back(any_db_url: str) -> None:
+    """Revision 0008 stores ``tokens.last_seen`` as days since 1970-01-01:
+    the dates a 0007 database holds come out the same through the store,
+    pruning by age still picks the same tokens, and a downgrade restores
+    the dates themselves."""
+    from alembic import command
+
+    old = Store.open(any_db_url, upgrade_new=False, check=False)
+    old.upgrade("0007")
+    with old.engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO tokens (owner, token, ham_docs, spam_docs, ham_terms, spam_terms, last_seen) VALUES "
+                "('', 'old', 1, 0, 1, 0, '2024-01-01'), ('', 'recent', 0, 1, 0, 1, '2024-06-20'), "
+                "('', 'undated', 1, 0, 1, 0, NULL), ('bob', 'old', 0, 1, 0, 1, '1970-01-02')"
+            )
+        )
+        conn.execute(sa.text("UPDATE class_totals SET messages = 2 - label, terms = 2 - label, binary_terms = 2 - label WHERE owner = ''"))
+    old.upgrade()
+    with old.engine.connect() as conn:
+        stored = conn.execute(sa.text("SELECT owner, token, last_seen FROM tokens ORDER BY owner, token")).all()
+    assert [tuple(r) for r in stored] == [("", "old", 19723), ("", "recent", 19894), ("", "undated", None), ("bob", "old", 1)]
+    old.close()
+    store = Store.open(any_db_url)
+    with store.begin(write=False) as tx:
+        assert [(t, when) for t, *_, when in tx.iter_tokens()] == [("old", date(2024, 1, 1)), ("recent", date(2024, 6, 20)), ("undated", None)]
+        # in fewer than 2 messages and last seen by 2024-05-31: old and undated, not recent
+        assert tx.prune_tokens(2, date(2024, 5, 31), dry_run=True)[0] == 2
+    cfg = store._alembic_config()
+    with store.engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0007")
+    with store.engine.connect() as conn:
+        back = conn.execute(sa.text("SELECT owner, token, CAST(last_seen AS TEXT) FROM tokens ORDER BY owner, token")).all()
+    assert [tuple(r) for r in back] == [("", "old", "2024-01-01"), ("", "recent", "2024-06-20"), ("", "undated", None), ("bob", "old", "1970-01-02")]
     store.close()

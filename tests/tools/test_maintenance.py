@@ -25,6 +25,7 @@ from spamfilter.errors import CountsFileError, StoreError
 from spamfilter.filter import Filter
 from spamfilter.mail import MailItem
 from spamfilter.store import Store, sqlite_path
+from spamfilter.store.schema import day_number
 from spamfilter.tools.counts_file import MAX_LINE_BYTES, escape_token, read_counts_lines, unescape_token
 from spamfilter.tools.maintenance import CheckReport, Maintenance
 
@@ -217,7 +218,7 @@ def hand_made(db_url: str) -> Filter:
     f = Filter.open(Config(), db_url)
     Maintenance(f.store).import_counts(HAND_MADE.splitlines(keepends=True), replace=True)
     for token, day in DATES.items():
-        execute(f, f"UPDATE tokens SET last_seen = '{day}' WHERE token = '{token}'")
+        execute(f, f"UPDATE tokens SET last_seen = {day_number(date.fromisoformat(day))} WHERE token = '{token}'")
     execute(f, "UPDATE tokens SET last_seen = NULL WHERE token = 'f'")
     return f
 
