@@ -23,10 +23,12 @@ geometric mean of log-loss relative to the raw score), what the setting
 chosen on the others gives on the corpus left out. Writes
 results/calibration.json. Asserts nothing.
 
-`--sized` runs the defaults with the record weighted by the model's size
-as well: an entry scored by a model of n messages weighs n / N once the
-model holds N (when the model grows, the whole record is scaled by
-n_before / n_after), so what a small early model said counts less.
+On the split protocol the record is weighted by the model's size, as
+`train` weighs it: an entry scored by a model of n messages weighs n / N
+once the model holds N (each batch scales the whole record by n_before /
+n_after, `calibration.growth`), so what a small early model said counts
+less. Online it is not, as online learning does not. `--sizing` runs the
+defaults both ways on each protocol.
 """
 
 from __future__ import annotations
@@ -43,15 +45,17 @@ from benchmarks.streams import Corpus, online_scores, split_scores
 from spamfilter.config import Config
 from spamfilter.nb import decision
 from spamfilter.nb import model as nb
-from spamfilter.nb.calibration import HALF_LIFE, MAP_BINS, PRIOR_BOUND, CalibrationMap, calibrated_in_order, calibration, recorded
+from spamfilter.nb.calibration import HALF_LIFE, MAP_BINS, PRIOR_BOUND, CalibrationMap, calibrated_in_order, calibration, growth, recorded
 
 #: Candidate (half-life in messages, prior bound in nats); the defaults first.
 GRID = [(hl, b) for hl in (HALF_LIFE, 500.0, 2000.0, float("inf")) for b in (PRIOR_BOUND, float(np.log(19.0)), float(np.log(999.0)))]
 BATCH = 200
 
 
-def split_calibrated(c: Corpus, config: Config, half_life: float, bound: float, sized: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(raw log-odds, calibrated log-odds, labels) of the second half."""
+def split_calibrated(c: Corpus, config: Config, half_life: float, bound: float, sized: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(raw log-odds, calibrated log-odds, labels) of the second half; with
+    ``sized`` (as `train` records) each batch's record scaled by the model's
+    growth, n / N (`calibration.growth`)."""
     m = config.model
     head = c.y.size // 2
     W = np.zeros((2, MAP_BINS))
@@ -60,10 +64,8 @@ def split_calibrated(c: Corpus, config: Config, half_life: float, bound: float, 
         stop = min(start + BATCH, head)
         if c.y[:start].any() and (~c.y[:start]).any():
             odds, y = split_scores(c, m, start, stop)
-            decay, added = recorded(odds, y, half_life)
+            decay, added = recorded(odds, y, half_life, growth(start, stop - start) if sized else 1.0)
             W = decay * W + added
-        if sized and start:
-            W = W * (start / stop)  # the model grows from start to stop messages
         start = stop
     odds, y = split_scores(c, m)
     return odds, CalibrationMap(W, bound).log_odds(odds), y
@@ -128,7 +130,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", action="append", choices=CORPORA, default=None)
     parser.add_argument("--protocol", action="append", choices=["split", "online"], default=None)
-    parser.add_argument("--sized", action="store_true", help="the defaults, and the defaults with the record weighted by the model's size")
+    parser.add_argument("--sizing", action="store_true", help="the defaults with and without the record weighted by the model's size")
     args = parser.parse_args()
     config = Config()
     d = config.decision
@@ -137,8 +139,9 @@ def main() -> None:
     corpora = args.corpus or CORPORA
     Path("results").mkdir(exist_ok=True)
     out: dict[str, object] = {}
-    grid = [(HALF_LIFE, PRIOR_BOUND, False), (HALF_LIFE, PRIOR_BOUND, True)] if args.sized else [(hl, b, False) for hl, b in GRID]
     for protocol in args.protocol or ["split", "online"]:
+        as_filter = protocol == "split"  # `train` weighs the record by the model's size, online learning does not
+        grid = [(HALF_LIFE, PRIOR_BOUND, as_filter), (HALF_LIFE, PRIOR_BOUND, not as_filter)] if args.sizing else [(hl, b, as_filter) for hl, b in GRID]
         table: dict[str, dict[str, dict[str, float]]] = {name_of(*g): {} for g in grid}
         for corpus in corpora:
             started = time.perf_counter()

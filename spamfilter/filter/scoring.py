@@ -213,10 +213,11 @@ class Scoring:
             return history
         return self._calibration[1]
 
-    def record(self, tx: StoreTransaction, labels: Sequence[Label], log_odds: Sequence[float]) -> None:
+    def record(self, tx: StoreTransaction, labels: Sequence[Label], log_odds: Sequence[float], grown: float = 1.0) -> None:
         """Add messages scored before they were learned to the owner's
-        calibration history (``calibration.recorded``)."""
+        calibration history (``calibration.recorded``; ``grown``, n / N, when
+        learning them grows the model from n to N messages)."""
         self._calibration = None
         if labels:
-            decay, added = recorded(np.asarray(log_odds, dtype=np.float64), np.asarray([label == Label.SPAM for label in labels]))
+            decay, added = recorded(np.asarray(log_odds, dtype=np.float64), np.asarray([label == Label.SPAM for label in labels]), grown=grown)
             tx.record_calibration(decay, added)

@@ -33,6 +33,7 @@ from spamfilter.filter.delta import CountDelta
 from spamfilter.filter.scoring import Scoring
 from spamfilter.mail import MailItem
 from spamfilter.nb import model
+from spamfilter.nb.calibration import growth
 from spamfilter.nb.scorer import Evidence
 from spamfilter.retry import retrying
 from spamfilter.store import CountsWritten, Store, StoreTransaction
@@ -126,10 +127,11 @@ class Training:
         model has not seen yet, labelled. ``mark`` records nothing: the
         messages a user corrects are mostly the filter's errors, and a
         history of them would make every score look wrong."""
-        if not self.scoring.cached_model(tx).totals.messages.all():
+        messages = self.scoring.cached_model(tx).totals.messages
+        if not messages.all():
             return  # no model yet to score with
         verdicts = self.scoring.verdicts([a for _, a in new], tx)
-        self.scoring.record(tx, [label for label, _ in new], [v.log_odds for v in verdicts])
+        self.scoring.record(tx, [label for label, _ in new], [v.log_odds for v in verdicts], growth(int(messages.sum()), len(new)))
 
     def _records_from_write(self, owner: str) -> bool:
         """Whether ``_record_from_write`` can score a batch: naive Bayes
@@ -151,7 +153,7 @@ class Training:
         if self.config.model.header_apart:
             header = np.fromiter((is_header_line(written.token_list[i]) for i in ids.tolist()), dtype=bool, count=ids.size)
         odds = self.scoring.scorer.log_odds(Evidence(before.take(ids), totals, X, header))
-        self.scoring.record(tx, [label for label, _ in new], odds.tolist())
+        self.scoring.record(tx, [label for label, _ in new], odds.tolist(), growth(int(totals.messages.sum()), len(new)))
 
     def forget(self, items: Iterable[MailItem]) -> TrainSummary:
         """Untrain messages: subtract exactly the counts their training added."""

@@ -166,14 +166,20 @@ def test_train_records_each_batch_as_the_model_before_it_scored_it(any_db_url: s
         f.train(spamassassin[:100])
         with f.store.begin(write=False) as tx:
             assert not tx.calibration_history(MAP_BINS).any()  # the first batch had no model to score it
+            n = int(tx.totals().messages.sum())
         before = [v for v in f.classify(item for _, item in spamassassin[100:200])]
         f.train(spamassassin[100:200])
         with f.store.begin(write=False) as tx:
             history = tx.calibration_history(MAP_BINS)
+            grown = n / int(tx.totals().messages.sum())
     odds = np.array([v.log_odds for v in before if isinstance(v, Verdict)])
     y = np.array([s for s, _ in spamassassin[100:200]])
-    _, expected = recorded(odds, y)
+    # the model went from 100 messages to 200: what the 100-message model
+    # said weighs half as much as the model now
+    assert grown == pytest.approx(0.5)
+    _, expected = recorded(odds, y, grown=grown)
     assert history == pytest.approx(expected, rel=1e-9, abs=1e-12)
+    assert history.sum() == pytest.approx(recorded(odds, y)[1].sum() / 2, rel=1e-9)
     with Filter.open(config, any_db_url) as f:
         assert f.stats().calibration_messages == pytest.approx(float(expected.sum()), rel=1e-9)
     assert history[1].sum() > 0 and history[0].sum() > 0
@@ -226,5 +232,8 @@ def test_the_record_read_off_the_write_equals_scoring_before_it(tmp_path: Path, 
             f.train(spamassassin[:400])
             with f.store.begin(write=False) as tx:
                 histories.append(tx.calibration_history(MAP_BINS))
-    assert histories[0].sum() > 250  # three batches of 100 recorded, decayed
+    # three batches of 100 recorded, each weighed by the size of the model
+    # that scored it against the 400 now: 100 / 400 + 200 / 400 + 300 / 400
+    # = 150 messages' weight before the half-life's decay
+    assert 130 < histories[0].sum() < 150
     assert histories[0] == pytest.approx(histories[1], rel=1e-9, abs=1e-12)
