@@ -1,5 +1,6 @@
 """What the filter answers: a message's verdict, what a training call did,
-the size of the model, and one step of an online run (``spamfilter.filter.Filter``).
+the size of the model, one step of an online run (``spamfilter.filter.Filter``),
+and what a schema upgrade did (``spamfilter.filter.upgrade_database``).
 """
 
 from __future__ import annotations
@@ -103,3 +104,15 @@ class OnlineStep:
     trained: bool
     classify_seconds: float
     train_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Upgraded:
+    """What ``upgrade_database`` did: the schema revision before and after,
+    and the bytes of free pages a SQLite file holds after it (a migration
+    that rebuilds a table leaves the old one's pages free; None on
+    PostgreSQL)."""
+
+    before: str | None
+    after: str | None
+    free_bytes: int | None

@@ -61,11 +61,17 @@ def upgrade(ctx: typer.Context) -> None:
     Example: spamfilter --db sqlite:///tokens.db db upgrade
     """
     s = state(ctx)
-    before, after = upgrade_database(s.config, s.db_url, create_dirs=s.create_dirs)
-    if before == after:
-        typer.echo(f"schema already at revision {after}")
+    done = upgrade_database(s.config, s.db_url, create_dirs=s.create_dirs)
+    if done.before == done.after:
+        typer.echo(f"schema already at revision {done.after}")
     else:
-        typer.echo(f"schema upgraded from {before or 'empty'} to revision {after}")
+        typer.echo(f"schema upgraded from {done.before or 'empty'} to revision {done.after}")
+        if done.before is not None and done.free_bytes is not None and done.free_bytes >= FREE_SPACE_WORTH_TELLING:
+            typer.echo(f"{_size(done.free_bytes)} of the file is free space now; `spamfilter db vacuum` gives it back to the disk")
+
+
+#: Free space in a SQLite file after an upgrade worth a line about ``db vacuum``.
+FREE_SPACE_WORTH_TELLING = 1_000_000
 
 
 def _size(n: int | None) -> str:

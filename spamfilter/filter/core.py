@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from spamfilter.analysis import Analysed, Analyser, analyse, analyse_labelled
-from spamfilter.answers import OnlineStep, Refusal, Stats, TrainSummary, Verdict
+from spamfilter.answers import OnlineStep, Refusal, Stats, TrainSummary, Upgraded, Verdict
 from spamfilter.config import ONLINE_TRAIN_MODE, TUNE_MARGIN, Config, TrainMode, database_url
 from spamfilter.filter import online
 from spamfilter.filter.scoring import Scoring
@@ -194,9 +194,9 @@ def _database(url: str | None, config: Config) -> tuple[str, bool]:
     return chosen, chosen == default_location_url()
 
 
-def upgrade_database(config: Config, url: str | None = None, *, create_dirs: bool = False) -> tuple[str | None, str | None]:
+def upgrade_database(config: Config, url: str | None = None, *, create_dirs: bool = False) -> Upgraded:
     """Bring the database (chosen as `Filter.open` does) to the current
-    schema; (revision before, after).
+    schema (``Upgraded``).
 
     Tried again while the database is busy, for up to the config's
     ``write_deadline`` seconds. A missing SQLite file is created, in a missing
@@ -206,6 +206,6 @@ def upgrade_database(config: Config, url: str | None = None, *, create_dirs: boo
     try:
         before = store.schema_revision()
         retrying(store.upgrade, config.store.write_deadline)
-        return before, store.schema_revision()
+        return Upgraded(before, store.schema_revision(), store.free_bytes())
     finally:
         store.close()

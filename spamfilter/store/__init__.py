@@ -351,6 +351,20 @@ class Store:
         lines = [line for row in rows for line in row.splitlines() if line and not line.startswith("*** in database")]
         return [] if lines == ["ok"] else lines
 
+    def free_bytes(self) -> int | None:
+        """Bytes of a SQLite file's free pages (space deleted rows and
+        rebuilt tables left, which ``vacuum`` gives back); None on other
+        databases."""
+        if self.engine.dialect.name != "sqlite":
+            return None
+        try:
+            with self.engine.connect() as conn:
+                pages = conn.exec_driver_sql("PRAGMA freelist_count").scalar_one()
+                size = conn.exec_driver_sql("PRAGMA page_size").scalar_one()
+        except DBAPIError as exc:
+            raise _store_error(exc, f"database {self.display_url}") from None
+        return int(pages) * int(size)
+
     def vacuum(self) -> None:
         """Give the space of deleted rows back and refresh the planner's statistics.
 

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from spamfilter.cli import app, exitcodes
 from spamfilter.nb.calibration import PRIOR_BOUND
+from spamfilter.store import SCHEMA_REVISION, Store
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -230,8 +231,42 @@ def test_old_schema_exits_76_and_db_upgrade_fixes_it(runner: CliRunner, trained:
     engine.dispose()
     result = runner.invoke(app, ["--db", trained, "db", "upgrade"])
     assert result.exit_code == 0
-    assert result.stdout.strip() == "schema upgraded from empty to revision 0007"
-    assert runner.invoke(app, ["--db", trained, "db", "upgrade"]).stdout.strip() == "schema already at revision 0007"
+    assert result.stdout.strip() == f"schema upgraded from empty to revision {SCHEMA_REVISION}"
+    assert runner.invoke(app, ["--db", trained, "db", "upgrade"]).stdout.strip() == f"schema already at revision {SCHEMA_REVISION}"
+
+
+def test_db_upgrade_says_when_the_file_holds_free_space_and_vacuum_returns_it(runner: CliRunner, db_url: str, tmp_path: Path) -> None:
+    """Revision 0008 rebuilds the token table; the old table's pages stay
+    in the file as free space until ``db vacuum``, and ``db upgrade`` says so."""
+    from alembic import command
+
+    counts = tmp_path / "counts.tsv"
+    rows = [f"token{i:06d}\t{i % 2}\t{1 - i % 2}\t{i % 2}\t{1 - i % 2}\n" for i in range(60_000)]
+    counts.write_text(
+        "# spamfilter counts v1 owner=\n# totals ham_messages=30000 spam_messages=30000 ham_terms=30000 spam_terms=30000 ham_binary_terms=30000 spam_binary_terms=30000\n"
+        + "".join(rows)
+    )
+    assert runner.invoke(app, ["--db", db_url, "db", "import", "--replace", str(counts)]).exit_code == 0
+    store = Store.open(db_url)
+    cfg = store._alembic_config()
+    with store.engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0007")
+    store.vacuum()
+    assert store.free_bytes() == 0
+    store.close()
+    result = runner.invoke(app, ["--db", db_url, "db", "upgrade"])
+    assert result.exit_code == 0, result.output
+    first, second = result.stdout.splitlines()
+    assert first == f"schema upgraded from 0007 to revision {SCHEMA_REVISION}"
+    freed = float(second.split(" MB of the file is free space now")[0])
+    assert freed >= 1.0 and second.endswith("`spamfilter db vacuum` gives it back to the disk")
+    assert runner.invoke(app, ["--db", db_url, "db", "vacuum"]).exit_code == 0
+    store = Store.open(db_url)
+    assert store.free_bytes() == 0
+    store.close()
+    assert stats(runner, db_url)["tokens"] == 60_000
+    assert runner.invoke(app, ["--db", db_url, "db", "upgrade"]).stdout.strip() == f"schema already at revision {SCHEMA_REVISION}"
 
 
 def test_unreachable_database_exits_74(runner: CliRunner) -> None:
