@@ -70,5 +70,7 @@ def test_train_first_half_classify_second_half_of_spamassassin(corpora_dir: Path
     assert area > 0.995
     assert rates.ham_as_spam < 0.1
     assert rates.spam_as_ham < 4.0
-    assert rates.ham_unsure < 3.0 and rates.spam_unsure < 55.0
+    # the calibrated score, its record weighted by the model's size as train grows it:
+    # 4.8% of the later ham and 42.4% of the later spam unsure (docs/benchmarks.md)
+    assert rates.ham_unsure < 6.0 and rates.spam_unsure < 45.0
     assert rates.accuracy > 88.0
