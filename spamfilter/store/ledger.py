@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import operator
 import re
+import struct
 import zlib
+from itertools import chain, compress, repeat
 from typing import Final
+
+import numpy as np
+import numpy.typing as npt
 
 # A token is free text to the store: escape backslash, newline and NUL so
 # one line holds one token (in the first ledger format tabs needed no escape,
@@ -49,6 +55,24 @@ _LEDGER_V2: Final = b"\x02"
 # training did (it was trained before the sums existed).
 _LEDGER_V3: Final = b"\x03"
 
+# The fourth format stores a bigram ("bi:" + a + "+" + b, the tokenizer's)
+# whose two words are tokens of the same message as the two words'
+# positions in the message's token list instead of its text: half of a
+# message's distinct tokens are bigrams, and their text is most of an
+# entry. ``\x04``, then zlib (level 6) of: the length of a second-format
+# body (uint32), the number of such bigrams (uint32), the width of their
+# numbers (one byte, 2 or 4), the second-format body of every other token
+# (the message's own words first, then any bigram that could not be paired,
+# as text) with the counts of all, the paired bigrams' last, in that order;
+# then the bigrams' positions (``_pair_deltas``). A bigram is rebuilt as
+# "bi:" + a + "+" + b from the very a and b its text was split into, so an
+# entry gives back exactly the tokens it was given; an entry without such
+# bigrams stays in the second format.
+_LEDGER_V4: Final = b"\x04"
+#: zlib level of fourth-format entries.
+LEVEL = 6
+_BIGRAM: Final = "bi:"
+
 
 def pack_ledger_entry(counts: dict[str, int], features: tuple[int, ...] = ()) -> bytes:
     """``pack_token_counts``, preceded by the feature vector when there is one."""
@@ -66,37 +90,110 @@ def unpack_features(blob: bytes) -> tuple[int, ...]:
 
 
 def pack_token_counts(counts: dict[str, int]) -> bytes:
-    """Encode a message's token counts for the ledger: ``\x02`` then, zlib
-    compressed, the tokens one a line (backslash and newline escaped: the
-    tokenizer emits neither, but the ledger must give back whatever it was
-    given), a NUL, and the comma-separated counts unless all are 1 (a
-    message without tokens is a lone NUL)."""
-    text = "\n".join(counts)
-    if "\\" in text or "\0" in text or text.count("\n") != max(len(counts) - 1, 0):
-        text = "\n".join(_escape(token) for token in counts)
-    body = text.encode("utf-8") if counts else b"\0"
-    if any(n != 1 for n in counts.values()):
-        body += b"\0" + ",".join(map(str, counts.values())).encode("ascii")
-    return _LEDGER_V2 + zlib.compress(body, 1)
+    """Encode a message's token counts for the ledger: the fourth format
+    when some of its tokens are bigrams of two of its own tokens, else the
+    second: ``\x02`` then, zlib compressed, the tokens one a line
+    (backslash and newline escaped: the tokenizer emits neither, but the
+    ledger must give back whatever it was given), a NUL, and the
+    comma-separated counts unless all are 1 (a message without tokens is a
+    lone NUL)."""
+    is_bigram = list(map(str.startswith, counts, repeat(_BIGRAM)))
+    if not any(is_bigram):
+        return _LEDGER_V2 + zlib.compress(_names_and_counts(list(counts), list(counts.values())), 1)
+    names = list(compress(counts, map(operator.not_, is_bigram)))
+    bigrams = list(compress(counts, is_bigram))
+    position = dict(zip(names, range(len(names))))
+    words = [t[len(_BIGRAM) :].partition("+") for t in bigrams]
+    first = list(map(position.get, map(operator.itemgetter(0), words), repeat(-1)))
+    second = list(map(position.get, map(operator.itemgetter(2), words), repeat(-1)))
+    if -1 in first or -1 in second:
+        # kept as text: decoding rebuilds only "bi:" + a + "+" + b
+        pairable = [i >= 0 and j >= 0 for i, j in zip(first, second)]
+        names += [t for t, ok in zip(bigrams, pairable) if not ok]
+        bigrams = list(compress(bigrams, pairable))
+        first = list(compress(first, pairable))
+        second = list(compress(second, pairable))
+    if not bigrams:
+        return _LEDGER_V2 + zlib.compress(_names_and_counts(names, list(map(counts.__getitem__, names))), 1)
+    pairs = _pair_deltas(np.array(first, dtype=np.int64), np.array(second, dtype=np.int64))
+    width = 2 if int(pairs.max()) < 1 << 16 else 4
+    text = _names_and_counts(names, list(map(counts.__getitem__, chain(names, bigrams))))
+    body = struct.pack("<IIB", len(text), len(bigrams), width) + text + pairs.astype("<u2" if width == 2 else "<u4").tobytes()
+    return _LEDGER_V4 + zlib.compress(body, LEVEL)
+
+
+def _names_and_counts(names: list[str], values: list[int]) -> bytes:
+    """The second format's body: the names one a line, escaped if they must
+    be, then a NUL and the counts unless all are 1 (no names: a lone NUL)."""
+    text = "\n".join(names)
+    if "\\" in text or "\0" in text or text.count("\n") != max(len(names) - 1, 0):
+        text = "\n".join(_escape(token) for token in names)
+    body = text.encode("utf-8") if names else b"\0"
+    if any(n != 1 for n in values):
+        body += b"\0" + ",".join(map(str, values)).encode("ascii")
+    return body
+
+
+def _pair_deltas(first: npt.NDArray[np.int64], second: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """Bigram (i, j) positions as small numbers: each i from the previous
+    j, each j from its i, zigzag-coded (in running text a bigram's first
+    word is the one before's second, so most are 0 or 2)."""
+    before = np.concatenate([[0], second[:-1]])
+    deltas = np.empty(2 * first.size, dtype=np.int64)
+    deltas[0::2] = first - before
+    deltas[1::2] = second - first
+    zigzag: npt.NDArray[np.int64] = (deltas << 1) ^ (deltas >> 63)
+    return zigzag
+
+
+def _pair_positions(zigzag: npt.NDArray[np.int64]) -> tuple[list[int], list[int]]:
+    """Inverse of ``_pair_deltas``."""
+    deltas = (zigzag >> 1) ^ -(zigzag & 1)
+    # i_k = j_(k-1) + d_2k and j_k = i_k + d_2k+1: a running sum of all deltas.
+    positions = np.cumsum(deltas)
+    return positions[0::2].tolist(), positions[1::2].tolist()
 
 
 def unpack_token_counts(blob: bytes) -> dict[str, int]:
     """Inverse of ``pack_token_counts``; also reads the first and third formats."""
     if blob.startswith(_LEDGER_V3):
         blob = blob[blob.index(b"\0") + 1 :]
+    if blob.startswith(_LEDGER_V4):
+        return _unpack_v4(zlib.decompress(blob[1:]))
     if not blob.startswith(_LEDGER_V2):
         return _unpack_v1(blob)
-    body = zlib.decompress(blob[1:])
+    return _unpack_names_and_counts(zlib.decompress(blob[1:]))
+
+
+def _unpack_v4(body: bytes) -> dict[str, int]:
+    size, n_pairs, width = struct.unpack_from("<IIB", body)
+    start = struct.calcsize("<IIB")
+    names, values = _names_and_values(body[start : start + size])
+    zigzag = np.frombuffer(body, dtype="<u2" if width == 2 else "<u4", count=2 * n_pairs, offset=start + size).astype(np.int64)
+    first, second = _pair_positions(zigzag)
+    names += [f"{_BIGRAM}{names[i]}+{names[j]}" for i, j in zip(first, second)]
+    if values is None:
+        return dict.fromkeys(names, 1)
+    return dict(zip(names, values))
+
+
+def _unpack_names_and_counts(body: bytes) -> dict[str, int]:
+    names, values = _names_and_values(body)
+    if values is None:
+        return dict.fromkeys(names, 1)
+    return dict(zip(names, values))
+
+
+def _names_and_values(body: bytes) -> tuple[list[str], list[int] | None]:
+    """Inverse of ``_names_and_counts``: the names, and their counts (None: all 1)."""
     if body == b"\0":
-        return {}
+        return [], None
     raw_names, _, numbers = body.partition(b"\0")
     text = raw_names.decode("utf-8")
     names = text.split("\n")
     if "\\" in text:
         names = [_unescape(name) for name in names]
-    if numbers:
-        return dict(zip(names, map(int, numbers.split(b","))))
-    return dict.fromkeys(names, 1)
+    return names, (list(map(int, numbers.split(b","))) if numbers else None)
 
 
 def _unpack_v1(blob: bytes) -> dict[str, int]:

@@ -348,3 +348,41 @@ def test_upgrade_to_day_numbers_keeps_every_date_and_downgrade_gives_them_back(a
         back = conn.execute(sa.text("SELECT owner, token, CAST(last_seen AS TEXT) FROM tokens ORDER BY owner, token")).all()
     assert [tuple(r) for r in back] == [("", "old", "2024-01-01"), ("", "recent", "2024-06-20"), ("", "undated", None), ("bob", "old", "1970-01-02")]
     store.close()
+
+
+@pytest.mark.parametrize(
+    "counts",
+    [
+        {"free": 2, "money": 1, "bi:free+money": 1, "bi:money+free": 1},
+        {"bi:free+money": 3},  # no words to pair with: the bigram stays text
+        {"a": 1, "b+c": 1, "a+b": 1, "c": 2, "bi:a+b+c": 4, "bi:a+b": 1, "bi:": 1, "bi:+": 1, "bi:x+a": 1},
+        {"subject:free": 1, "free": 1, "bi:free+free": 2, "bi:subject:free+free": 1, "ümlaut": 1, "bi:ümlaut+free": 1},
+        {"back\\slash": 1, "new\nline": 1, "bi:back\\slash+new\nline": 5, "bi:new\nline+back\\slash": 1},
+    ],
+    ids=["pairs", "unpaired", "plus-signs", "prefixes", "escapes"],
+)
+def test_ledger_bigrams_round_trip_exactly(counts: dict[str, int]) -> None:
+    blob = pack_token_counts(counts)
+    assert unpack_token_counts(blob) == counts
+    paired = any(t.startswith("bi:") and t[3:].partition("+")[0] in counts and t[3:].partition("+")[2] in counts for t in counts)
+    assert blob[:1] == (b"\x04" if paired else b"\x02")
+
+
+def test_ledger_entries_of_a_real_message_keep_bigrams_as_positions() -> None:
+    text = b"Subject: cheap meds online\n\n" + b" ".join(b"buy cheap meds online now and save money on every order" for _ in range(20)) + b"\n"
+    tokens = Tokenizer().tokenize(parse_message(MailItem("m", text), max_bytes=1 << 16))
+    counts = term_counts(tokens)
+    assert sum(t.startswith("bi:") for t in counts) >= 10
+    blob = pack_token_counts(counts)
+    assert blob[:1] == b"\x04" and unpack_token_counts(blob) == counts
+    as_text = b"\x02" + zlib.compress("\n".join(counts).encode() + b"\0" + ",".join(map(str, counts.values())).encode(), 1)
+    assert unpack_token_counts(as_text) == counts  # entries written before read as they were
+    assert len(blob) < len(as_text)
+
+
+def test_ledger_positions_beyond_16_bits_round_trip() -> None:
+    words = [f"w{i:05d}" for i in range(70_000)]
+    counts = dict.fromkeys(words, 1) | {"bi:w00000+w69999": 1, "bi:w69999+w00001": 2, "bi:w00002+w00003": 1}
+    blob = pack_token_counts(counts)
+    assert blob[:1] == b"\x04" and unpack_token_counts(blob) == counts
+    assert zlib.decompress(blob[1:])[8] == 4  # the positions were written 4 bytes wide
