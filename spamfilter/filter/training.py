@@ -127,11 +127,14 @@ class Training:
         model has not seen yet, labelled. ``mark`` records nothing: the
         messages a user corrects are mostly the filter's errors, and a
         history of them would make every score look wrong."""
-        messages = self.scoring.cached_model(tx).totals.messages
-        if not messages.all():
+        view = self.scoring.cached_model(tx)
+        if not view.totals.messages.all():
             return  # no model yet to score with
         verdicts = self.scoring.verdicts([a for _, a in new], tx)
-        self.scoring.record(tx, [label for label, _ in new], [v.log_odds for v in verdicts], growth(int(messages.sum()), len(new)))
+        # The model that scored grows by the batch only when it holds the
+        # owner's counts (not the shared model a new user falls back on).
+        grown = growth(int(view.totals.messages.sum()), len(new)) if tx.owner in view.owners else 1.0
+        self.scoring.record(tx, [label for label, _ in new], [v.log_odds for v in verdicts], grown)
 
     def _records_from_write(self, owner: str) -> bool:
         """Whether ``_record_from_write`` can score a batch: naive Bayes

@@ -106,9 +106,10 @@ def pack_token_counts(counts: dict[str, int]) -> bytes:
     words = [t[len(_BIGRAM) :].partition("+") for t in bigrams]
     first = list(map(position.get, map(operator.itemgetter(0), words), repeat(-1)))
     second = list(map(position.get, map(operator.itemgetter(2), words), repeat(-1)))
-    if -1 in first or -1 in second:
-        # kept as text: decoding rebuilds only "bi:" + a + "+" + b
-        pairable = [i >= 0 and j >= 0 for i, j in zip(first, second)]
+    if -1 in first or -1 in second or not all(map(operator.itemgetter(1), words)):
+        # kept as text: decoding rebuilds only "bi:" + a + "+" + b, so a
+        # "bi:" token without a "+" (or a word not among the message's) stays text
+        pairable = [i >= 0 and j >= 0 and sep == "+" for i, j, (_, sep, _) in zip(first, second, words)]
         names += [t for t, ok in zip(bigrams, pairable) if not ok]
         bigrams = list(compress(bigrams, pairable))
         first = list(compress(first, pairable))

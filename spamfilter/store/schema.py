@@ -28,7 +28,11 @@ class DayNumber(sa.types.TypeDecorator[date]):
     def process_bind_param(self, value: date | None, dialect: sa.Dialect) -> int | None:
         return None if value is None else day_number(value)
 
-    def process_result_value(self, value: int | None, dialect: sa.Dialect) -> date | None:
+    def process_result_value(self, value: int | str | None, dialect: sa.Dialect) -> date | None:
+        if isinstance(value, str):
+            # An ISO date a process of the code before revision 0008 wrote
+            # into a SQLite file upgraded under it (SQLite keeps the text).
+            return date.fromisoformat(value)
         return None if value is None else EPOCH + timedelta(days=value)
 
 

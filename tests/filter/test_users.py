@@ -7,6 +7,7 @@ import random
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -16,6 +17,7 @@ from spamfilter.config import Config, StoreConfig, config_from_dict
 from spamfilter.errors import ConfigError
 from spamfilter.filter import Filter
 from spamfilter.mail import MailItem
+from spamfilter.nb.calibration import MAP_BINS, recorded
 from spamfilter.tools.insight import Insight
 
 pytestmark = pytest.mark.corpus
@@ -103,6 +105,25 @@ def test_fallback_uses_the_shared_model_until_the_user_has_trained_enough(tmp_pa
     with Filter.open(Config(), url, user="carol") as carol_alone:
         assert own == pytest.approx(odds(carol_alone, mail["probe"]), abs=1e-9)
     assert own != pytest.approx(shared_odds, abs=1e-3)
+
+
+def test_a_user_on_the_shared_model_records_its_scores_unscaled(tmp_path: Path, mail: dict[str, list[MailItem]]) -> None:
+    """The calibration record is scaled by n / N when the model that scored
+    a batch grows by it; a new user's batch is scored by the shared model,
+    which the batch does not grow, so it is recorded as scored."""
+    url = f"sqlite:///{tmp_path / 'fallback.db'}"
+    config = with_store(shared_model="fallback", shared_min_messages=25)
+    with Filter.open(Config(), url) as shared:
+        shared.train(labelled(mail["shared"], mail["spam"]))
+    batch = labelled(mail["probe"][:10] + mail["probe"][20:30], mail["spam"])
+    with Filter.open(config, url, user="dora") as dora:
+        scored = odds(dora, [m for _, m in batch])
+        dora.train(batch)
+        with dora.store.begin(write=False) as tx:
+            history = tx.calibration_history(MAP_BINS)
+    _, expected = recorded(np.array(scored), np.array([s for s, _ in batch]))
+    assert history.sum() == pytest.approx(20.0, rel=0.02)  # twenty messages, barely decayed
+    assert history == pytest.approx(expected, rel=1e-9, abs=1e-12)
 
 
 def test_merge_equals_one_model_trained_on_both(tmp_path: Path, mail: dict[str, list[MailItem]]) -> None:

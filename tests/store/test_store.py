@@ -358,13 +358,15 @@ def test_upgrade_to_day_numbers_keeps_every_date_and_downgrade_gives_them_back(a
         {"a": 1, "b+c": 1, "a+b": 1, "c": 2, "bi:a+b+c": 4, "bi:a+b": 1, "bi:": 1, "bi:+": 1, "bi:x+a": 1},
         {"subject:free": 1, "free": 1, "bi:free+free": 2, "bi:subject:free+free": 1, "ümlaut": 1, "bi:ümlaut+free": 1},
         {"back\\slash": 1, "new\nline": 1, "bi:back\\slash+new\nline": 5, "bi:new\nline+back\\slash": 1},
+        # "bi:x" has no "+": read as x and "" it would come back as "bi:x+"
+        {"": 1, "x": 1, "bi:x": 3, "bi:x+": 2, "bi:+x": 1},
     ],
-    ids=["pairs", "unpaired", "plus-signs", "prefixes", "escapes"],
+    ids=["pairs", "unpaired", "plus-signs", "prefixes", "escapes", "empty-word"],
 )
 def test_ledger_bigrams_round_trip_exactly(counts: dict[str, int]) -> None:
     blob = pack_token_counts(counts)
     assert unpack_token_counts(blob) == counts
-    paired = any(t.startswith("bi:") and t[3:].partition("+")[0] in counts and t[3:].partition("+")[2] in counts for t in counts)
+    paired = any(t.startswith("bi:") and "+" in t and t[3:].partition("+")[0] in counts and t[3:].partition("+")[2] in counts for t in counts)
     assert blob[:1] == (b"\x04" if paired else b"\x02")
 
 
@@ -386,3 +388,20 @@ def test_ledger_positions_beyond_16_bits_round_trip() -> None:
     blob = pack_token_counts(counts)
     assert blob[:1] == b"\x04" and unpack_token_counts(blob) == counts
     assert zlib.decompress(blob[1:])[8] == 4  # the positions were written 4 bytes wide
+
+
+def test_a_text_date_written_by_a_process_of_the_old_code_still_reads(tmp_path: Path) -> None:
+    """A daemon of the code before 0008 that kept its database open through
+    `db upgrade` binds an ISO date; SQLite stores it as text in the integer
+    column, and reading it must not fail (`db check`, `db export`).
+    (PostgreSQL refuses the old daemon's write instead.)"""
+    store = Store.open(f"sqlite:///{tmp_path / 'old-daemon.db'}")
+    with store.engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO tokens (owner, token, ham_docs, spam_docs, ham_terms, spam_terms, last_seen) VALUES ('', 'old', 1, 0, 1, 0, '2026-11-26'), ('', 'new', 0, 1, 0, 1, 20784)"
+            )
+        )
+    with store.begin(write=False) as tx:
+        assert [(t, when) for t, *_, when in tx.iter_tokens()] == [("new", date(2026, 11, 27)), ("old", date(2026, 11, 26))]
+    store.close()
