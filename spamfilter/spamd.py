@@ -189,7 +189,9 @@ def _number(x: float) -> str:
     # spamc parses the digits itself and clamps to +-1e10: keep it finite.
     if math.isnan(x):
         x = 0.0
-    return f"{min(max(x, -1e9), 1e9):.4f}"
+    # A score that rounds to zero is sent as 0.0000, never -0.0000 (which
+    # spamc prints as 0.0 while it prints -0.0001 as -0.0).
+    return f"{min(max(x, -1e9), 1e9):.4f}".replace("-0.0000", "0.0000")
 
 
 def model_id(url: str, owner: str) -> str:

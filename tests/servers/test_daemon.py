@@ -165,12 +165,26 @@ def _spamd_score(v: Verdict) -> float:
     """The score of the ``Spam`` line: the logit of the calibrated P(spam),
     as the daemon sends it, to 4 places."""
     p = min(max(v.score, 1e-300), 1.0 - 1e-16)
-    return float(f"{math.log(p / (1.0 - p)):.4f}")
+    return float(f"{math.log(p / (1.0 - p)):.4f}".replace("-0.0000", "0.0000"))
 
 
 def _check_line(v: Verdict, threshold: float) -> str:
     """What ``spamc -c`` prints for verdict ``v``: the score and the threshold, to 1 place."""
     return f"{_spamd_score(v):.1f}/{threshold:.1f}\n"
+
+
+def test_a_score_that_rounds_to_zero_is_sent_without_a_sign() -> None:
+    """spamc prints "-0.0000" as 0.0 but "-0.0001" as -0.0: the Spam line
+    never carries a negative zero, so spamc -c shows what classify rounds to."""
+    from spamfilter.verdicts import Decision
+
+    def score_of(p: float) -> str:
+        line = dict(spamd.verdict_headers(Decision.UNSURE, p, 0.0, 3.9))["Spam"]
+        return line.split(";")[1].split("/")[0].strip()
+
+    assert score_of(0.5 - 1e-12) == "0.0000"
+    assert score_of(0.5 + 1e-12) == "0.0000"
+    assert score_of(0.4999) == "-0.0004"
 
 
 # -- spamc against the daemon ---------------------------------------------------
