@@ -255,8 +255,8 @@ def calibrated_in_order(raw: FloatArray, is_spam: BoolArray, batch: int, half_li
     before it (starting from an empty one), as ``train`` records them (one
     at a time, as an online run does), without ``grown``: the held-out mail
     ``tune`` reads this for is scored by models of about one size. What the
-    filter would have shown of this stream. ``tune`` chooses its cutoffs on these, since the cutoffs
-    it writes act on the score."""
+    filter would have shown of this stream. ``tune`` chooses its cutoffs on
+    these, since the cutoffs it writes act on the score."""
     history = np.zeros((2, MAP_BINS))
     out = np.empty_like(np.asarray(raw, dtype=np.float64))
     for start in range(0, out.size, batch):

@@ -69,8 +69,9 @@ _LEDGER_V3: Final = b"\x03"
 # entry gives back exactly the tokens it was given; an entry without such
 # bigrams stays in the second format.
 _LEDGER_V4: Final = b"\x04"
-#: zlib level of fourth-format entries.
-LEVEL = 6
+_V4_HEAD: Final = struct.Struct("<IIB")
+_V4_LEVEL: Final = 6
+_POSITIONS: Final = {2: "<u2", 4: "<u4"}
 _BIGRAM: Final = "bi:"
 
 
@@ -99,7 +100,7 @@ def pack_token_counts(counts: dict[str, int]) -> bytes:
     lone NUL)."""
     is_bigram = list(map(str.startswith, counts, repeat(_BIGRAM)))
     if not any(is_bigram):
-        return _LEDGER_V2 + zlib.compress(_names_and_counts(list(counts), list(counts.values())), 1)
+        return _pack_v2(list(counts), list(counts.values()))
     names = list(compress(counts, map(operator.not_, is_bigram)))
     bigrams = list(compress(counts, is_bigram))
     position = dict(zip(names, range(len(names))))
@@ -115,12 +116,17 @@ def pack_token_counts(counts: dict[str, int]) -> bytes:
         first = list(compress(first, pairable))
         second = list(compress(second, pairable))
     if not bigrams:
-        return _LEDGER_V2 + zlib.compress(_names_and_counts(names, list(map(counts.__getitem__, names))), 1)
+        return _pack_v2(names, list(map(counts.__getitem__, names)))
     pairs = _pair_deltas(np.array(first, dtype=np.int64), np.array(second, dtype=np.int64))
     width = 2 if int(pairs.max()) < 1 << 16 else 4
     text = _names_and_counts(names, list(map(counts.__getitem__, chain(names, bigrams))))
-    body = struct.pack("<IIB", len(text), len(bigrams), width) + text + pairs.astype("<u2" if width == 2 else "<u4").tobytes()
-    return _LEDGER_V4 + zlib.compress(body, LEVEL)
+    body = _V4_HEAD.pack(len(text), len(bigrams), width) + text + pairs.astype(_POSITIONS[width]).tobytes()
+    return _LEDGER_V4 + zlib.compress(body, _V4_LEVEL)
+
+
+def _pack_v2(names: list[str], values: list[int]) -> bytes:
+    """A second-format entry: ``\x02`` and, at zlib level 1, ``_names_and_counts``."""
+    return _LEDGER_V2 + zlib.compress(_names_and_counts(names, values), 1)
 
 
 def _names_and_counts(names: list[str], values: list[int]) -> bytes:
@@ -163,26 +169,22 @@ def unpack_token_counts(blob: bytes) -> dict[str, int]:
         return _unpack_v4(zlib.decompress(blob[1:]))
     if not blob.startswith(_LEDGER_V2):
         return _unpack_v1(blob)
-    return _unpack_names_and_counts(zlib.decompress(blob[1:]))
+    return _counted(*_names_and_values(zlib.decompress(blob[1:])))
 
 
 def _unpack_v4(body: bytes) -> dict[str, int]:
-    size, n_pairs, width = struct.unpack_from("<IIB", body)
-    start = struct.calcsize("<IIB")
+    size, n_pairs, width = _V4_HEAD.unpack_from(body)
+    start = _V4_HEAD.size
     names, values = _names_and_values(body[start : start + size])
-    zigzag = np.frombuffer(body, dtype="<u2" if width == 2 else "<u4", count=2 * n_pairs, offset=start + size).astype(np.int64)
+    zigzag = np.frombuffer(body, dtype=_POSITIONS[width], count=2 * n_pairs, offset=start + size).astype(np.int64)
     first, second = _pair_positions(zigzag)
     names += [f"{_BIGRAM}{names[i]}+{names[j]}" for i, j in zip(first, second)]
-    if values is None:
-        return dict.fromkeys(names, 1)
-    return dict(zip(names, values))
+    return _counted(names, values)
 
 
-def _unpack_names_and_counts(body: bytes) -> dict[str, int]:
-    names, values = _names_and_values(body)
-    if values is None:
-        return dict.fromkeys(names, 1)
-    return dict(zip(names, values))
+def _counted(names: list[str], values: list[int] | None) -> dict[str, int]:
+    """Each name with its count (None: every count is 1)."""
+    return dict.fromkeys(names, 1) if values is None else dict(zip(names, values))
 
 
 def _names_and_values(body: bytes) -> tuple[list[str], list[int] | None]:
