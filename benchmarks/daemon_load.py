@@ -1,6 +1,7 @@
 """`spamfilter serve` under load: more processes, idle connections, a locked database.
 
     python -m benchmarks.daemon_load [--train 2000] [--messages 400] [--idle 500] [--lock-seconds 60]
+    python -m benchmarks.daemon_load --workers 4 --workers 2 [--rounds 4]
 
 Trains a model on the first `--train` messages of spamassassin (spam and ham
 alternating), then, each part with a fresh daemon on it:
@@ -17,6 +18,11 @@ alternating), then, each part with a fresh daemon on it:
    before, and while another process holds the write lock (`BEGIN
    IMMEDIATE`) for `--lock-seconds`; 4 TELLs sent under the lock, how each
    was answered; one more TELL once the lock is gone.
+
+With ``--workers`` it measures only the throughput part, one process per
+core, for each number of scoring threads given (``serve --workers``), in
+turn for ``--rounds`` rounds, so that the machine's drift falls on all of
+them alike.
 
 Prints a table and one JSON line; asserts nothing.
 """
@@ -52,8 +58,9 @@ def checks(spamc: list[str], paths: list[Path], clients: int) -> tuple[float, li
     return len(paths) / (time.perf_counter() - start), times
 
 
-def throughput(url: str, tmp: Path, paths: list[Path], processes: int) -> dict[str, float]:
-    daemon, port, _ = start_daemon(url, tmp, "--processes", str(processes))
+def throughput(url: str, tmp: Path, paths: list[Path], processes: int, workers: int | None = None) -> dict[str, float]:
+    threads = [] if workers is None else ["--workers", str(workers)]
+    daemon, port, _ = start_daemon(url, tmp, "--processes", str(processes), *threads)
     spamc = ["spamc", "-d", "127.0.0.1", "-p", str(port)]
     try:
         checks(spamc, paths[:50], 1)  # warm the caches
@@ -69,6 +76,26 @@ def throughput(url: str, tmp: Path, paths: list[Path], processes: int) -> dict[s
         "eight_median_ms": percentile(times, 0.5) * 1000,
         "eight_p99_ms": percentile(times, 0.99) * 1000,
     }
+
+
+def compare_workers(url: str, tmp: Path, paths: list[Path], processes: int, counts: list[int], rounds: int) -> None:
+    """``throughput`` for each number of scoring threads in turn, ``rounds`` times; prints each run and the means."""
+    runs: dict[int, list[dict[str, float]]] = {n: [] for n in counts}
+    for _ in range(rounds):
+        for n in counts:
+            r = throughput(url, tmp, paths, processes, n)
+            runs[n].append(r)
+            print(
+                f"--workers {n}: 1 client {r['one_client_per_s']:.0f}/s, 8 clients {r['eight_clients_per_s']:.0f}/s, "
+                f"8-client median {r['eight_median_ms']:.1f} ms, p99 {r['eight_p99_ms']:.1f} ms (load {os.getloadavg()[0]:.1f})",
+                flush=True,
+            )
+    for n, done in runs.items():
+        mean = {key: sum(r[key] for r in done) / len(done) for key in done[0]}
+        print(
+            f"--workers {n}, mean of {rounds}: 8 clients {mean['eight_clients_per_s']:.0f}/s (x{mean['ratio']:.2f}), median {mean['eight_median_ms']:.1f} ms, p99 {mean['eight_p99_ms']:.1f} ms"
+        )
+    print(json.dumps({str(n): done for n, done in runs.items()}))
 
 
 def idle(url: str, tmp: Path, paths: list[Path], n: int) -> dict[str, float]:
@@ -166,6 +193,8 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=400)
     parser.add_argument("--idle", type=int, default=500)
     parser.add_argument("--lock-seconds", type=float, default=60.0)
+    parser.add_argument("--workers", type=int, action="append", help="compare these numbers of scoring threads (throughput only)")
+    parser.add_argument("--rounds", type=int, default=4, help="with --workers: rounds of each, in turn")
     args = parser.parse_args()
     if shutil.which("spamc") is None:
         sys.exit("spamc is not installed")
@@ -177,6 +206,9 @@ def main() -> None:
         url = f"sqlite:///{tmp}/model.db"
         with Filter.open(Config(), url) as f:
             f.train((s, MailItem(str(p), p.read_bytes())) for s, p in train)
+        if args.workers:
+            compare_workers(url, tmp, test[: args.messages], cores, args.workers, args.rounds)
+            return
         result = {
             "processes_1": throughput(url, tmp, test[: args.messages], 1),
             f"processes_{cores}": throughput(url, tmp, test[: args.messages], cores),

@@ -21,7 +21,7 @@ def serve(
     socket_mode: SocketMode = "0600",
     socket_group: SocketGroup = "",
     allowed_ips: AllowedIps = "",
-    workers: Annotated[int, typer.Option("--workers", min=1, help="Threads scoring requests, per process.")] = 4,
+    workers: Annotated[int, typer.Option("--workers", min=1, help="Threads scoring requests, per process.")] = 2,
     processes: Processes = None,
     max_connections: Annotated[
         int, typer.Option("--max-connections", min=1, help="Connections held at once, per process; beyond, the quietest without a whole request is closed.")

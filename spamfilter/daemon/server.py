@@ -81,7 +81,11 @@ class ServeOptions:
     address: a TCP host and port, or a Unix socket path.
     socket_mode, socket_group: the Unix socket's permissions (0600: only the
         daemon's user may connect) and optionally its group.
-    workers: threads scoring requests at the same time (per process).
+    workers: threads scoring requests at the same time (per process). Two:
+        one long request does not hold up the next, and scoring is CPU
+        work under one interpreter lock, so more threads only take turns
+        (with 4, the p99 of 8 concurrent clients was a fifth higher at the
+        same throughput; docs/benchmarks.md, "Under load").
     max_connections: connections held at once (per process); beyond, the
         quietest one without a whole request is closed.
     max_size: longer messages are passed back unscanned.
@@ -96,7 +100,7 @@ class ServeOptions:
     address: spamd.Address
     socket_mode: int = 0o600
     socket_group: str = ""
-    workers: int = 4
+    workers: int = 2
     max_connections: int = 256
     max_size: int = 512_000
     timeout: float = 30.0
