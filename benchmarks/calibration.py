@@ -39,11 +39,13 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from benchmarks.loco import CORPORA, OVERLAP
+from benchmarks.option_grid import parse_setting
 from benchmarks.streams import Corpus, online_scores, split_scores
 from spamfilter.config import Config
 from spamfilter.nb import decision
@@ -144,8 +146,10 @@ def main() -> None:
     parser.add_argument("--protocol", action="append", choices=["split", "online"], default=None)
     parser.add_argument("--sizing", action="store_true", help="the defaults with and without the record weighted by the model's size")
     parser.add_argument("--cross-fitted", action="store_true", help="split: the sized record against one scored by the model less each batch")
+    parser.add_argument("--setting", default="", help="[model] keys over the defaults, e.g. unseen_weight=0.5 (benchmarks.option_grid)")
     args = parser.parse_args()
     config = Config()
+    config = replace(config, model=parse_setting(config.model, args.setting))
     d = config.decision
     thresholds = decision.thresholds_from_loss(d.cost_ham_as_spam, d.cost_spam_as_ham, d.cost_unsure)
     costs = (d.cost_ham_as_spam, d.cost_spam_as_ham, d.cost_unsure)

@@ -1,6 +1,6 @@
 """Mail unlike anything the model was trained on: does it come out unsure?
 
-    python -m benchmarks.unfamiliar [--train spamassassin] [--score nazario-phishing]
+    python -m benchmarks.unfamiliar [--train spamassassin] [--score nazario-phishing] [--setting KEY=VALUE,...]
 
 Train once on one corpus (the library: `Filter.train` into a fresh
 in-memory database, with the default settings) and classify every message
@@ -10,7 +10,9 @@ with its defaults, bulk-trained (`-B`) on the same files and classifying
 with `-b -T`. Prints each system's verdicts (spam, unsure, ham) and, for
 spamfilter, how many messages it gives P(spam) <= 0.01: a spam scored ham
 with confidence is the error the calibration of issue 22 is about.
-Writes results/unfamiliar-<train>-<score>.json. Asserts nothing.
+``--setting`` changes [model] keys of spamfilter's defaults (TOML values,
+as in benchmarks.option_grid). Writes
+results/unfamiliar-<train>-<score>.json. Asserts nothing.
 """
 
 from __future__ import annotations
@@ -18,12 +20,13 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from benchmarks.compare import CORPORA
-from benchmarks.option_grid import bogofilter_trained_once
+from benchmarks.option_grid import bogofilter_trained_once, parse_setting
 from spamfilter.answers import Verdict
 from spamfilter.config import Config
 from spamfilter.mail import read_index
@@ -40,10 +43,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--train", default="spamassassin")
     parser.add_argument("--score", default="nazario-phishing")
+    parser.add_argument("--setting", default="", help="[model] keys over the defaults, e.g. unseen_weight=0.5")
     args = parser.parse_args()
+    config = Config()
+    config = replace(config, model=parse_setting(config.model, args.setting))
     train = list(read_index(str(CORPORA / args.train / "index")))
     score = list(read_index(str(CORPORA / args.score / "index")))
-    with fresh_filter(Config()) as f:
+    with fresh_filter(config) as f:
         f.train(train)
         verdicts = [v for v in f.classify(item for _, item in score) if isinstance(v, Verdict)]
     odds = np.array([v.log_odds for v in verdicts])
@@ -52,6 +58,7 @@ def main() -> None:
     result = {
         "train": args.train,
         "score": args.score,
+        "setting": args.setting,
         "scored": len(verdicts),
         "spamfilter": dict(mine),
         "spamfilter_p_at_most_0.01": int((odds <= np.log(0.01 / 0.99)).sum()),

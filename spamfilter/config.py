@@ -126,6 +126,11 @@ class ModelConfig:
     #: strongest (0 = all) (``model.joint_log_likelihood``).
     header_apart: bool = True
     header_max_tokens: int = 10
+    #: How much each token of a message that the model has never seen
+    #: counts in the size n that tempering divides by (evidence zero; with
+    #: header_apart, the body's unseen tokens in the body's n). 0: unseen
+    #: tokens are left out (``model.joint_log_likelihood``).
+    unseen_weight: float = 0.0
     #: "none": naive Bayes; "aode"/"spode": one-dependence estimators over
     #: parent tokens (``spamfilter.nb.aode``), with aode_parents parents (SPODE:
     #: one) and pairs counted with aode_children child tokens (in at least
@@ -375,6 +380,7 @@ def _validate_model(config: Config, need: Callable[[bool, str, str, object], Non
     need(0.0 <= m.min_evidence <= 50.0, "model.min_evidence", "must be between 0 and 50", m.min_evidence)
     need(0 <= m.max_tokens <= 100_000, "model.max_tokens", "must be between 0 (every token) and 100000", m.max_tokens)
     need(0 <= m.header_max_tokens <= 100_000, "model.header_max_tokens", "must be between 0 (every token) and 100000", m.header_max_tokens)
+    need(0.0 <= m.unseen_weight <= 1.0, "model.unseen_weight", "must be between 0 (unseen tokens left out) and 1", m.unseen_weight)
     need(0.0 <= m.feature_weight <= 10.0, "model.feature_weight", "must be between 0 and 10", m.feature_weight)
 
 

@@ -10,7 +10,7 @@ never needs columns for tokens no message in the batch contains.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import chain, repeat
 
 import numpy as np
@@ -91,13 +91,7 @@ def indexed_matrix(
     this about five times cheaper than ``batch_vocabulary`` plus
     ``count_matrix`` on the same batches.
     """
-    lengths = np.fromiter(map(len, docs), dtype=np.int64, count=len(docs))
-    total = int(lengths.sum())
-    ids = np.fromiter(map(index.get, chain.from_iterable(docs), repeat(-1)), dtype=np.int64, count=total)
-    if binary:
-        data = np.ones(total, dtype=np.float64)
-    else:
-        data = np.fromiter(chain.from_iterable(doc.values() for doc in docs), dtype=np.float64, count=total)
+    lengths, ids, data = _looked_up(docs, index, binary)
     kept = ids >= 0
     kept[kept] = keep[ids[kept]]
     row_of = np.repeat(np.arange(len(docs)), lengths)
@@ -106,3 +100,37 @@ def indexed_matrix(
     columns, inverse = np.unique(ids[kept], return_inverse=True)
     X = sp.csr_matrix((data[kept], inverse.astype(np.int64), indptr), shape=(len(docs), len(columns)))
     return X, columns
+
+
+def unseen_counts(
+    docs: Sequence[Mapping[str, int]], index: Mapping[str, int], keep: npt.NDArray[np.bool_], is_line: Callable[[str], bool], *, binary: bool = False
+) -> npt.NDArray[np.float64]:
+    """The token events of each doc that ``indexed_matrix`` drops (not in
+    ``index``, or ``keep`` False), shape (len(docs), 2): those ``is_line``
+    says no to, then those it says yes to (it is asked of the dropped
+    tokens only)."""
+    lengths, ids, data = _looked_up(docs, index, binary)
+    dropped = ids < 0
+    dropped[~dropped] = ~keep[ids[~dropped]]
+    tokens = list(chain.from_iterable(docs))
+    line = np.zeros(ids.size, dtype=bool)
+    where = np.flatnonzero(dropped)
+    line[where] = np.fromiter((is_line(tokens[i]) for i in where.tolist()), dtype=bool, count=where.size)
+    row_of = np.repeat(np.arange(len(docs)), lengths)
+    out = np.zeros((len(docs), 2))
+    for column, part in enumerate((dropped & ~line, dropped & line)):
+        out[:, column] = np.bincount(row_of[part], weights=data[part], minlength=len(docs))
+    return out
+
+
+def _looked_up(docs: Sequence[Mapping[str, int]], index: Mapping[str, int], binary: bool) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+    """Each doc's length, and each of its tokens' id in ``index`` (-1: not
+    there) and count (1 with ``binary``), in the docs' order."""
+    lengths = np.fromiter(map(len, docs), dtype=np.int64, count=len(docs))
+    total = int(lengths.sum())
+    ids = np.fromiter(map(index.get, chain.from_iterable(docs), repeat(-1)), dtype=np.int64, count=total)
+    if binary:
+        data = np.ones(total, dtype=np.float64)
+    else:
+        data = np.fromiter(chain.from_iterable(doc.values() for doc in docs), dtype=np.float64, count=total)
+    return lengths, ids, data

@@ -177,6 +177,8 @@ def test_equal_cutoffs_are_accepted() -> None:
         ({"store": {"batch_size": 0}}, "store.batch_size"),
         ({"store": {"busy_timeout": -1}}, "store.busy_timeout"),
         ({"model": {"max_tokens": -1}}, "model.max_tokens"),
+        ({"model": {"unseen_weight": -0.1}}, "model.unseen_weight"),
+        ({"model": {"unseen_weight": 1.5}}, "model.unseen_weight"),
         ({"model": {"token_cap": 2.0}}, "model.token_cap: removed"),
     ],
 )

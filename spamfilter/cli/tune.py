@@ -49,6 +49,16 @@ def tune(
             "--feature-weight", metavar="W", min=0.0, max=10.0, help="Weight of the message features to try (repeatable; 0 = features off; default the configured one)."
         ),
     ] = None,
+    unseen_weights: Annotated[
+        list[float] | None,
+        typer.Option(
+            "--unseen-weight",
+            metavar="U",
+            min=0.0,
+            max=1.0,
+            help="How much a token the model has never seen counts in a message's size, to try (repeatable; 0 = not at all; default the configured one).",
+        ),
+    ] = None,
     try_bigrams: Annotated[bool, typer.Option("--try-bigrams/--keep-tokenizer", help="Also try the tokenizer with bigrams switched the other way.")] = True,
     top: Annotated[int, typer.Option("--top", min=1, help="Candidates to list.")] = 10,
     write: Annotated[bool, typer.Option("--write", help="Write the best settings and cutoffs into the config file.")] = False,
@@ -57,8 +67,9 @@ def tune(
 ) -> None:
     """Choose the event model, alpha, tempering, minimum token evidence,
     tokens kept per message (--max-tokens), the one-dependence estimator
-    (--dependence), the message features' weight (--feature-weight),
-    bigrams on or off, and the ham/spam cutoffs that
+    (--dependence), the message features' weight (--feature-weight), the
+    weight of unseen tokens in a message's size (--unseen-weight), bigrams
+    on or off, and the ham/spam cutoffs that
     minimise the expected loss of the configured loss matrix on later mail:
     the last --holdout share of a labelled stream, cut into --folds
     consecutive blocks, each scored by a model trained on all the mail before
@@ -94,6 +105,7 @@ def tune(
         max_tokens_options=max_tokens or None,
         dependences=dependences or None,
         feature_weights=feature_weights or None,
+        unseen_weights=unseen_weights or None,
         bigram_options=[s.config.tokenizer.bigrams, not s.config.tokenizer.bigrams] if try_bigrams else None,
     )
     candidates = tuning.tune(
@@ -106,11 +118,11 @@ def tune(
         typer.echo(json.dumps({"best": asdict(best), "candidates": [asdict(c) for c in candidates[:top]]}))
     else:
         typer.echo(
-            f"{'event model':<19} {'bigram':>6} {'alpha':>6} {'temper':>6} {'min_ev':>6} {'keep':>5} {'dep':>5} {'feat':>5} {'loss/msg':>9} {'1-ROCA%':>8} {'hm%':>6} {'sm%':>6} {'unsure%':>7} {'ham<=':>8} {'spam>':>8}"
+            f"{'event model':<19} {'bigram':>6} {'alpha':>6} {'temper':>6} {'min_ev':>6} {'keep':>5} {'dep':>5} {'feat':>5} {'unseen':>6} {'loss/msg':>9} {'1-ROCA%':>8} {'hm%':>6} {'sm%':>6} {'unsure%':>7} {'ham<=':>8} {'spam>':>8}"
         )
         for c in candidates[:top]:
             typer.echo(
-                f"{c.event_model:<19} {'yes' if c.bigrams else 'no':>6} {c.alpha:6g} {c.tempering:6g} {c.min_evidence:6g} {c.max_tokens or 'all':>5} {c.dependence:>5} {c.feature_weight or 'off':>5} {c.loss_per_message:9.4f} {c.one_minus_roca:8.3f} "
+                f"{c.event_model:<19} {'yes' if c.bigrams else 'no':>6} {c.alpha:6g} {c.tempering:6g} {c.min_evidence:6g} {c.max_tokens or 'all':>5} {c.dependence:>5} {c.feature_weight or 'off':>5} {c.unseen_weight:6g} {c.loss_per_message:9.4f} {c.one_minus_roca:8.3f} "
                 f"{c.hm:6.2f} {c.sm:6.2f} {c.unsure:7.2f} {c.cutoffs.ham_max:8.2f} {c.cutoffs.spam_min:8.2f}"
             )
     if write:

@@ -30,8 +30,9 @@ from spamfilter.nb.calibration import MAP_BINS, CalibrationMap, recorded
 from spamfilter.nb.gaussian import GaussianParams, gaussian_estimate
 from spamfilter.nb.scorer import Evidence, LogOddsParts, Scorer
 from spamfilter.store import Store, StoreTransaction
+from spamfilter.tokenizer import is_header_line
 from spamfilter.tokenizer.features import FEATURE_NAMES, SCALE
-from spamfilter.vectorizer import indexed_matrix
+from spamfilter.vectorizer import indexed_matrix, unseen_counts
 from spamfilter.verdicts import Decision, Label
 
 
@@ -161,6 +162,7 @@ class Scoring:
             gaussian = feature_densities(feature_sums(reader, view.owners)) if m.features else None
             held = self.cache.rows()
             X, ids = indexed_matrix(docs, self.cache.index, held.known(), binary=binary)
+            unseen = unseen_counts(docs, self.cache.index, held.known(), is_header_line, binary=binary) if m.unseen_weight else None
             pairs = None
             header = self.cache.header()[ids] if m.header_apart else None
             if m.dependence != "none":
@@ -168,7 +170,7 @@ class Scoring:
                 pairs = dependence.pair_counts(reader, view.owners[0], columns, self.pair_cache, self.cache.key)
             history = self.calibration_map(reader, view.owners[0])
         token_counts = held.take(ids)
-        evidence = Evidence(token_counts, view.totals, X, header, pairs, gaussian)
+        evidence = Evidence(token_counts, view.totals, X, header, pairs, gaussian, unseen=unseen)
         return Fitted(ids, self.cache.tokens, evidence, self.scorer.params(token_counts, view.totals), history)
 
     # -- scores and verdicts ------------------------------------------------

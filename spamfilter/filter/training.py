@@ -38,7 +38,7 @@ from spamfilter.nb.scorer import Evidence
 from spamfilter.retry import retrying
 from spamfilter.store import CountsWritten, Store, StoreTransaction
 from spamfilter.tokenizer import is_header_line
-from spamfilter.vectorizer import indexed_matrix
+from spamfilter.vectorizer import indexed_matrix, unseen_counts
 from spamfilter.verdicts import Label
 
 T = TypeVar("T")
@@ -152,10 +152,12 @@ class Training:
         before = TokenCounts(written.counts.doc_count - delta.written.doc_count, written.counts.term_count - delta.written.term_count)
         index = dict(zip(written.token_list, range(len(written.token_list))))
         X, ids = indexed_matrix([a.counts for _, a in new], index, before.known(), binary=not counts_occurrences(self.config.model.event_model))
-        header = None
+        header = unseen = None
         if self.config.model.header_apart:
             header = np.fromiter((is_header_line(written.token_list[i]) for i in ids.tolist()), dtype=bool, count=ids.size)
-        odds = self.scoring.scorer.log_odds(Evidence(before.take(ids), totals, X, header))
+        if self.config.model.unseen_weight:
+            unseen = unseen_counts([a.counts for _, a in new], index, before.known(), is_header_line, binary=not counts_occurrences(self.config.model.event_model))
+        odds = self.scoring.scorer.log_odds(Evidence(before.take(ids), totals, X, header, unseen=unseen))
         self.scoring.record(tx, [label for label, _ in new], odds.tolist(), growth(int(totals.messages.sum()), len(new)))
 
     def forget(self, items: Iterable[MailItem]) -> TrainSummary:

@@ -154,6 +154,7 @@ def joint_log_likelihood(
     max_tokens: int = 0,
     header: npt.NDArray[np.bool_] | None = None,
     header_max_tokens: int = 0,
+    unseen: FloatArray | None = None,
 ) -> FloatArray:
     """Unnormalised log posterior per row, shape (n, 2):
 
@@ -212,25 +213,32 @@ def joint_log_likelihood(
     (the Bernoulli absent-token sum goes with the rest). A message without
     header-line tokens scores as without the mask.
 
+    unseen (n,), with tempering: token events of each message that are not
+    among X's columns (tokens the model has never seen), already weighted
+    (``[model] unseen_weight``), added to n_i (to n_rest with the header
+    lines apart). Their evidence is zero; they only make the message's
+    known evidence count for less. Measured in docs/benchmarks.md ("Leave
+    one corpus out").
+
     (Over 60 lines for the measurements this docstring records; the code
     is about 15.)
     """
     if header is not None and header.any():
         # Header lines apart: each part its own selection and tempering.
         if min_evidence == 0 and max_tokens == 0:
-            return _apart_by_entries(sp.csr_matrix(X), params, tempering, header, header_max_tokens)
+            return _apart_by_entries(sp.csr_matrix(X), params, tempering, header, header_max_tokens, unseen)
         head, rest = split_columns(X, header)
         apart: FloatArray = (
-            _tempered_evidence(rest, params, tempering, min_evidence, max_tokens, absent=True)
+            _tempered_evidence(rest, params, tempering, min_evidence, max_tokens, absent=True, unseen=unseen)
             + _tempered_evidence(head, params, tempering, min_evidence, header_max_tokens, absent=False)
             + params.log_prior
         )
         return apart
-    jll: FloatArray = _tempered_evidence(X, params, tempering, min_evidence, max_tokens, absent=True) + params.log_prior
+    jll: FloatArray = _tempered_evidence(X, params, tempering, min_evidence, max_tokens, absent=True, unseen=unseen) + params.log_prior
     return jll
 
 
-def _apart_by_entries(X: sp.csr_matrix, params: NBParams, tempering: float, header: npt.NDArray[np.bool_], k: int) -> FloatArray:
+def _apart_by_entries(X: sp.csr_matrix, params: NBParams, tempering: float, header: npt.NDArray[np.bool_], k: int, unseen: FloatArray | None = None) -> FloatArray:
     """``joint_log_likelihood`` with the header lines apart and no other
     selection, computed over X's entries (two sparse matrices and a second
     selection per batch were a quarter of scoring one message). Each sum
@@ -252,7 +260,9 @@ def _apart_by_entries(X: sp.csr_matrix, params: NBParams, tempering: float, head
         head = np.sort(head[order[rank < k]])
     jll = np.empty((n, 2))
     absent = params.bias - params.log_prior
-    sizes = [np.bincount(row[part], weights=data[part], minlength=n) for part in (rest, head)]
+    sizes: list[FloatArray] = [np.bincount(row[part], weights=data[part], minlength=n).astype(np.float64, copy=False) for part in (rest, head)]
+    if unseen is not None:
+        sizes[0] = sizes[0] + unseen
     factors = [np.maximum(size, 1.0) ** -tempering if tempering else np.ones(n) for size in sizes]
     for c in (HAM, SPAM):
         rest_sum = np.bincount(row[rest], weights=data[rest] * params.weight[c, cols[rest]], minlength=n) + absent[c]
@@ -276,14 +286,17 @@ def split_columns(X: sp.csr_matrix, columns: npt.NDArray[np.bool_]) -> tuple[sp.
     return parts[0], parts[1]
 
 
-def _tempered_evidence(X: sp.csr_matrix, params: NBParams, tempering: float, min_evidence: float, max_tokens: int, *, absent: bool) -> FloatArray:
+def _tempered_evidence(
+    X: sp.csr_matrix, params: NBParams, tempering: float, min_evidence: float, max_tokens: int, *, absent: bool, unseen: FloatArray | None = None
+) -> FloatArray:
     """log P(x|c) / n ** tempering per row, (n, 2), after the selection;
-    with ``absent`` the Bernoulli absent-token sum is in it."""
+    with ``absent`` the Bernoulli absent-token sum is in it; ``unseen``
+    is added to n."""
     X = evidence_features(X, params, min_evidence, max_tokens)
     rest = params.bias - params.log_prior if absent else np.zeros(2)
     evidence = np.asarray(X @ params.weight.T) + rest
     if tempering:
-        evidence = evidence * tempering_factor(X, tempering)[:, None]
+        evidence = evidence * tempering_factor(X, tempering, unseen)[:, None]
     result: FloatArray = evidence
     return result
 
@@ -328,10 +341,13 @@ def evidence_features(X: sp.csr_matrix, params: NBParams, min_evidence: float, m
     return X
 
 
-def tempering_factor(X: sp.csr_matrix, tempering: float) -> FloatArray:
+def tempering_factor(X: sp.csr_matrix, tempering: float, unseen: FloatArray | None = None) -> FloatArray:
     """n_i ** -tempering per row of the (already selected) X, shape (n,);
-    n_i = sum_j X[i, j], at least 1."""
-    n = np.maximum(np.asarray(X.sum(axis=1)).ravel(), 1.0)
+    n_i = sum_j X[i, j] (plus ``unseen[i]``), at least 1."""
+    n = np.asarray(X.sum(axis=1), dtype=np.float64).ravel()
+    if unseen is not None:
+        n = n + unseen
+    n = np.maximum(n, 1.0)
     result: FloatArray = n**-tempering
     return result
 
@@ -380,6 +396,7 @@ def log_odds_terms(
     max_tokens: int = 0,
     header: npt.NDArray[np.bool_] | None = None,
     header_max_tokens: int = 0,
+    unseen: float = 0.0,
 ) -> LogOddsTerms:
     """The log-odds of the one message in x (shape (1, m)), term by term, with
     the same feature selection and tempering as ``joint_log_likelihood``:
@@ -398,27 +415,29 @@ def log_odds_terms(
     columns. For the multinomial models log theta is the weight and the bias
     is the prior, so ``absent`` is 0. With ``header`` the header-line
     columns are taken apart as ``joint_log_likelihood`` does, each part with
-    its own x' and f. The terms sum to the classifier's log-odds up to
-    floating-point rounding.
+    its own x' and f; ``unseen`` (the message's weighted unseen token
+    events) is added to the n of the rest, as in ``joint_log_likelihood``.
+    The terms sum to the classifier's log-odds up to floating-point
+    rounding.
     """
     if x.shape[0] != 1:
         raise ValueError(f"log_odds_terms takes one message, not {x.shape[0]}")
     prior = float(params.log_prior[SPAM] - params.log_prior[HAM])
     if header is None or not header.any():
-        token, absent, counts, factor = _part_terms(x, params, log_theta, tempering, min_evidence, max_tokens, absent=True)
+        token, absent, counts, factor = _part_terms(x, params, log_theta, tempering, min_evidence, max_tokens, absent=True, unseen=unseen)
         return LogOddsTerms(prior, token, absent, counts > 0, float(counts.sum()), factor)
     head, rest = split_columns(x, header)
-    token, absent, counts, factor = _part_terms(rest, params, log_theta, tempering, min_evidence, max_tokens, absent=True)
+    token, absent, counts, factor = _part_terms(rest, params, log_theta, tempering, min_evidence, max_tokens, absent=True, unseen=unseen)
     h_token, h_absent, h_counts, h_factor = _part_terms(head, params, log_theta, tempering, min_evidence, header_max_tokens, absent=False)
     return LogOddsTerms(prior, token + h_token, absent + h_absent, (counts + h_counts) > 0, float(counts.sum()), factor, float(h_counts.sum()), h_factor)
 
 
 def _part_terms(
-    x: sp.csr_matrix, params: NBParams, log_theta: FloatArray, tempering: float, min_evidence: float, max_tokens: int, *, absent: bool
+    x: sp.csr_matrix, params: NBParams, log_theta: FloatArray, tempering: float, min_evidence: float, max_tokens: int, *, absent: bool, unseen: float = 0.0
 ) -> tuple[FloatArray, float, FloatArray, float]:
     """(token terms, absent term, the selected x', f) of one message's columns (see ``log_odds_terms``)."""
     selected = evidence_features(x, params, min_evidence, max_tokens)
-    factor = float(tempering_factor(selected, tempering)[0]) if tempering else 1.0
+    factor = float(tempering_factor(selected, tempering, np.array([unseen]) if unseen else None)[0]) if tempering else 1.0
     counts = np.asarray(selected.todense(), dtype=np.float64).ravel()
     log_one_minus = log_theta - params.weight  # log(1 - theta) for bernoulli, 0 otherwise
     absent_all = (params.bias - params.log_prior)[SPAM] - (params.bias - params.log_prior)[HAM]

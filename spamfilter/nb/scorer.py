@@ -42,6 +42,9 @@ class Evidence:
     pairs: the one-dependence counts of the m columns, or None (naive Bayes).
     gaussian: the message features' densities, or None (features off).
     features: (n, F) the messages' feature values in their own units, with ``gaussian``.
+    unseen: (n, 2) token events of each message the model has never seen
+        (not among the m columns): those of its body, those of its header
+        lines; used with ``[model] unseen_weight``, else None.
     """
 
     counts: TokenCounts
@@ -51,6 +54,7 @@ class Evidence:
     pairs: aode.PairCounts | None = None
     gaussian: GaussianParams | None = None
     features: FloatArray | None = None
+    unseen: FloatArray | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,18 +90,33 @@ class Scorer:
         """The smoothed parameters of the columns of ``counts`` (``model.estimate``)."""
         return model.estimate(self.scoring.event_model, counts, totals, self.scoring.alpha)
 
-    def naive(self, X: sp.csr_matrix, params: model.NBParams, header: npt.NDArray[np.bool_] | None = None) -> FloatArray:
+    def naive(self, X: sp.csr_matrix, params: model.NBParams, header: npt.NDArray[np.bool_] | None = None, unseen: FloatArray | None = None) -> FloatArray:
         """Naive Bayes's log-odds of the rows of X, shape (n,), with the
-        settings' selection, tempering and header lines apart."""
+        settings' selection, tempering and header lines apart (``unseen``:
+        ``Evidence.unseen``)."""
         s = self.scoring
-        jll = model.joint_log_likelihood(X, params, s.tempering, s.min_evidence, s.max_tokens, header if s.header_apart else None, s.header_max_tokens)
+        jll = model.joint_log_likelihood(
+            X, params, s.tempering, s.min_evidence, s.max_tokens, header if s.header_apart else None, s.header_max_tokens, self.unseen(unseen)
+        )
         return model.log_odds(jll)
+
+    def unseen(self, unseen: FloatArray | None) -> FloatArray | None:
+        """What the unseen tokens (``Evidence.unseen``, (n, 2)) add to the
+        size the tempering divides by, (n,): the body's, or with the header
+        lines scored together with it all of them, times ``unseen_weight``
+        (None when it is 0 or they were not counted)."""
+        s = self.scoring
+        if unseen is None or not s.unseen_weight:
+            return None
+        counted = unseen[:, 0] if s.header_apart else unseen.sum(axis=1)
+        result: FloatArray = s.unseen_weight * counted
+        return result
 
     def parts(self, e: Evidence, params: model.NBParams | None = None) -> LogOddsParts:
         """The log-odds parts of the batch (``params``: ``self.params`` of
         its counts, if already computed)."""
         params = self.params(e.counts, e.totals) if params is None else params
-        naive = self.naive(e.X, params, e.header)
+        naive = self.naive(e.X, params, e.header, e.unseen)
         dependent = self._dependent(e, params, naive) if e.pairs is not None else None
         n = e.X.shape[0]
         if e.gaussian is None or e.features is None or not self.feature_weight:
@@ -128,4 +147,7 @@ class Scorer:
         params = self.params(e.counts, e.totals) if params is None else params
         log_theta = model.token_log_likelihood(s.event_model, e.counts, e.totals, s.alpha)
         header = e.header if s.header_apart else None
-        return model.log_odds_terms(e.X, params, log_theta, s.tempering, s.min_evidence, s.max_tokens, header, s.header_max_tokens)
+        unseen = self.unseen(e.unseen)
+        return model.log_odds_terms(
+            e.X, params, log_theta, s.tempering, s.min_evidence, s.max_tokens, header, s.header_max_tokens, float(unseen[0]) if unseen is not None else 0.0
+        )

@@ -51,6 +51,10 @@ class Fold:
     valid_features: FloatArray
     #: Which tokens are header lines, with ``[model] header_apart``; else None.
     header: npt.NDArray[np.bool_] | None = None
+    #: The tail's tokens the head never had (``scorer.Evidence.unseen``),
+    #: as occurrences and as 0/1, each (n_valid, 2).
+    valid_unseen_terms: FloatArray | None = None
+    valid_unseen_binary: FloatArray | None = None
 
 
 def time_ordered_folds(config: Config, labelled: Sequence[tuple[bool, MailItem]], holdout: float, folds: int, jobs: int, reading: Reading | None) -> list[Fold]:
@@ -90,7 +94,21 @@ def _fold(config: Config, docs: Sequence[dict[str, int]], y: BoolArray, features
         gaussian_estimate(_feature_stats(features[:split], train_y), SCALE),
         features[split:stop] / SCALE,
         np.fromiter(map(is_header_line, vocabulary.tokens), dtype=bool, count=len(vocabulary.tokens)) if config.model.header_apart else None,
+        *_unseen(docs[split:stop], vocabulary),
     )
+
+
+def _unseen(docs: Sequence[dict[str, int]], vocabulary: Vocabulary) -> tuple[FloatArray, FloatArray]:
+    """The token events of each doc that ``vocabulary`` lacks, of its body
+    and of its header lines: as occurrences, and as 0/1."""
+    terms, binary = np.zeros((len(docs), 2)), np.zeros((len(docs), 2))
+    for i, doc in enumerate(docs):
+        for token, count in doc.items():
+            if token not in vocabulary:
+                line = int(is_header_line(token))
+                terms[i, line] += count
+                binary[i, line] += 1
+    return terms, binary
 
 
 def _read(

@@ -78,6 +78,8 @@ class Explanation:
     ignored: known tokens ``min_evidence`` or ``max_tokens`` leaves out (contribution 0).
     unknown: distinct tokens of the message the model has never seen.
     absent: vocabulary tokens in the absent-token term (bernoulli), else 0.
+    unseen_weight: ``[model] unseen_weight``, what each unknown token event
+        counts in n (0: they are ignored).
     """
 
     source: str
@@ -93,6 +95,7 @@ class Explanation:
     ignored: int
     unknown: int
     absent: int
+    unseen_weight: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,6 +242,7 @@ class Insight:
             ignored=len(fitted.ids) - int(terms.used.sum()),
             unknown=len(counts) - len(fitted.ids),
             absent=absent,
+            unseen_weight=m.unseen_weight,
         )
 
     def feature_densities(self) -> FeatureDensities:

@@ -55,6 +55,8 @@ class Candidate:
     dependence: str = "none"
     #: ``[model] feature_weight`` with the message features on; 0: features off.
     feature_weight: float = 0.0
+    #: ``[model] unseen_weight``.
+    unseen_weight: float = 0.0
     #: Loss per message in each validation fold, at this candidate's cutoffs.
     fold_losses: tuple[float, ...] = ()
     #: The same scores' loss per message in each fold at the loss matrix's
@@ -89,13 +91,15 @@ class Grid(NamedTuple):
     #: ``[model] feature_weight`` with the features on; 0: features off.
     feature_weights: Sequence[float] | None = None
     bigram_options: Sequence[bool] | None = None
+    #: ``[model] unseen_weight``.
+    unseen_weights: Sequence[float] | None = None
 
     def models(self, config: Config) -> list[ModelConfig]:
         """Every combination as a ``[model]`` value (the configured header
         and AODE settings throughout)."""
         m = config.model
         out = []
-        for event_model, alpha, tempering, min_evidence, keep, dep, w in product(
+        for event_model, alpha, tempering, min_evidence, keep, dep, w, unseen in product(
             self.event_models or [m.event_model],
             self.alphas or [m.alpha],
             self.temperings or [m.tempering],
@@ -103,6 +107,7 @@ class Grid(NamedTuple):
             self.max_tokens_options or [m.max_tokens],
             self.dependences or [m.dependence],
             self.feature_weights or [configured_feature_weight(m)],
+            self.unseen_weights or [m.unseen_weight],
         ):
             if dep == "none" or dependence_applies(config, event_model):
                 out.append(
@@ -116,6 +121,7 @@ class Grid(NamedTuple):
                         dependence=cast(Dependence, dep),
                         features=w > 0,
                         feature_weight=w or m.feature_weight,
+                        unseen_weight=unseen,
                     )
                 )
         return out
@@ -198,6 +204,7 @@ def written_settings(best: Candidate) -> dict[tuple[str, str], object]:
         ("model", "dependence"): best.dependence,
         ("model", "features"): best.feature_weight > 0,
         **({("model", "feature_weight"): best.feature_weight} if best.feature_weight > 0 else {}),
+        ("model", "unseen_weight"): best.unseen_weight,
         ("tokenizer", "bigrams"): best.bigrams,
         ("decision", "ham_cutoff"): ham_cutoff,
         ("decision", "spam_cutoff"): spam_cutoff,
@@ -266,6 +273,7 @@ def _changes(c: Candidate, config: Config) -> int:
             c.bigrams != config.tokenizer.bigrams,
             c.dependence != m.dependence,
             c.feature_weight != configured_feature_weight(m),
+            c.unseen_weight != m.unseen_weight,
         )
     )
 
@@ -335,7 +343,8 @@ def _setting_odds(s: Fold, config: Config, models: Sequence[ModelConfig]) -> Ite
         key = (m.event_model, m.alpha)
         if key not in params:
             params[key] = scorer.params(s.counts, s.stats)
-        evidence = Evidence(s.counts, s.stats, X, s.header, pairs.get(m.dependence), s.gaussian if m.features else None, s.valid_features if m.features else None)
+        unseen = s.valid_unseen_terms if counts_occurrences(m.event_model) else s.valid_unseen_binary
+        evidence = Evidence(s.counts, s.stats, X, s.header, pairs.get(m.dependence), s.gaussian if m.features else None, s.valid_features if m.features else None, unseen)
         yield m, scorer.log_odds(evidence, params[key])
 
 
@@ -404,6 +413,7 @@ def _candidate(valid_y: BoolArray, raw: FloatArray, odds: FloatArray, setting: M
         max_tokens=setting.max_tokens,
         dependence=setting.dependence,
         feature_weight=configured_feature_weight(setting),
+        unseen_weight=setting.unseen_weight,
         fold_losses=_fold_losses(own, sizes),
         configured_fold_losses=_fold_losses(at_bounds, sizes),
     )

@@ -222,9 +222,12 @@ def test_an_online_run_records_every_scored_message_trained_or_not(tmp_path: Pat
     assert history == pytest.approx(W, rel=1e-9, abs=1e-12)
 
 
-def test_the_record_read_off_the_write_equals_scoring_before_it(tmp_path: Path, spamassassin: list[tuple[bool, MailItem]], monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("unseen_weight", [0.0, 0.5])
+def test_the_record_read_off_the_write_equals_scoring_before_it(
+    tmp_path: Path, spamassassin: list[tuple[bool, MailItem]], monkeypatch: pytest.MonkeyPatch, unseen_weight: float
+) -> None:
     config = Config()
-    config = replace(config, store=replace(config.store, batch_size=100))
+    config = replace(config, store=replace(config.store, batch_size=100), model=replace(config.model, unseen_weight=unseen_weight))
     histories = []
     for from_write in (True, False):
         monkeypatch.setattr(Training, "_records_from_write", lambda self, owner, answer=from_write: answer)

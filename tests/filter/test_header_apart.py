@@ -59,3 +59,30 @@ def test_a_dependence_model_scores_with_one_tempering_whatever_header_apart_says
                 Maintenance(f.store).reselect(f.config.model)
             got[apart] = [v.log_odds for v in f.classify(inbox) if isinstance(v, Verdict)]
     assert got[False] == got[True]
+
+
+def test_words_the_model_never_saw_make_a_message_less_sure_only_with_an_unseen_weight(tmp_path: Path, sample: Path) -> None:
+    from spamfilter.cli.insight import explanation_lines
+    from spamfilter.mail import MailItem
+
+    labelled, inbox = sample_mail(sample)
+    url = f"sqlite:///{tmp_path / 'u.db'}"
+    plain = inbox[0]
+    novel = " ".join(f"zqx{chr(97 + i)}vbn" for i in range(20))
+    padded = MailItem("padded", plain.raw.rstrip(b"\n") + f"\n{novel}\n".encode())
+    odds = {}
+    for weight in (0.0, 1.0):
+        with open_filter(url, unseen_weight=weight) as f:
+            if weight == 0.0:
+                f.train(labelled)
+            odds[weight] = [v.log_odds for v in f.classify([plain, padded]) if isinstance(v, Verdict)]
+            e = Insight(f).explain(padded)
+            assert e.log_odds == pytest.approx(odds[weight][1], abs=1e-12)
+            assert e.prior + sum(c.contribution for c in e.tokens) == pytest.approx(e.log_odds, abs=1e-9)
+            assert e.unknown >= 20
+            assert ("each counts 1 in the size" in explanation_lines(e)[4]) == (weight == 1.0)
+    prior = e.prior
+    # Without the weight the new words are ignored: the same log-odds to the bit.
+    assert odds[0.0][0] == odds[0.0][1]
+    # With it they count in the body's size: the padded message is less sure.
+    assert abs(odds[1.0][1] - prior) < abs(odds[1.0][0] - prior)

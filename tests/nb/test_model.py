@@ -336,14 +336,18 @@ def test_log_odds_terms_show_the_selected_contributions() -> None:
     assert terms.prior + terms.token.sum() + terms.absent == pytest.approx(odds[0], abs=1e-12)
 
 
-def test_header_lines_apart_have_their_own_selection_and_tempering() -> None:
-    rng = np.random.default_rng(5)
-    m = 12
-    doc_count = rng.integers(0, 30, size=(2, m))
+def random_binary_model(seed: int, m: int) -> tuple[model.TokenCounts, model.Totals, model.NBParams]:
+    """A multinomial-binary model of m tokens with random counts (40 ham, 50 spam)."""
+    doc_count = np.random.default_rng(seed).integers(0, 30, size=(2, m))
     counts = model.TokenCounts(doc_count, doc_count)
     empty = np.zeros((0, 2), dtype=np.int64)
     stats = model.Totals(ClassCounts(np.array([40, 50]), doc_count.sum(axis=1), doc_count.sum(axis=1)), 400, (empty, empty))
-    params = model.estimate("multinomial-binary", counts, stats, 0.1)
+    return counts, stats, model.estimate("multinomial-binary", counts, stats, 0.1)
+
+
+def test_header_lines_apart_have_their_own_selection_and_tempering() -> None:
+    m = 12
+    counts, stats, params = random_binary_model(5, m)
     header = np.zeros(m, dtype=bool)
     header[[1, 4, 5, 7, 9]] = True
     X = sp.csr_matrix(np.array([[1, 1, 0, 1, 1, 1, 0, 1, 1, 1, 0, 1], [1, 0, 1, 1, 0, 0, 1, 0, 1, 0, 1, 1]], dtype=np.float64))
@@ -385,3 +389,34 @@ def test_header_lines_apart_by_entries_equal_the_sparse_parts_to_the_bit(event_m
     head, rest = model.split_columns(X, header)
     slow = model._tempered_evidence(rest, params, 0.55, 0.0, 0, absent=True) + model._tempered_evidence(head, params, 0.55, 0.0, k, absent=False) + params.log_prior
     assert (fast == slow).all()
+
+
+def test_unseen_tokens_count_in_the_size_of_the_part_they_join_and_nowhere_else() -> None:
+    m = 10
+    _, _, params = random_binary_model(11, m)
+    d = params.weight[SPAM] - params.weight[HAM]
+    prior = params.log_prior[SPAM] - params.log_prior[HAM]
+    header = np.zeros(m, dtype=bool)
+    header[[2, 6]] = True
+    X = sp.csr_matrix(np.array([[1, 1, 1, 0, 1, 0, 1, 1, 0, 0], [0, 1, 0, 1, 1, 1, 0, 0, 0, 1]], dtype=np.float64))
+    unseen = np.array([3.0, 0.0])
+    row = X.toarray()[0].astype(bool)
+    rest, head = np.flatnonzero(row & ~header), np.flatnonzero(row & header)
+    # Header lines apart: the 3 unseen events join the body's size only.
+    apart = model.joint_log_likelihood(X, params, 0.55, header=header, unseen=unseen)
+    want = prior + d[rest].sum() * (len(rest) + 3) ** -0.55 + d[head].sum() * len(head) ** -0.55
+    assert apart[0, SPAM] - apart[0, HAM] == pytest.approx(want, abs=1e-12)
+    # A row without unseen tokens scores to the bit as with none given.
+    assert (apart[1] == model.joint_log_likelihood(X, params, 0.55, header=header)[1]).all()
+    # The sparse path (with a selection) adds them the same way.
+    selected = model.joint_log_likelihood(X, params, 0.55, min_evidence=1e-9, header=header, unseen=unseen)
+    assert selected[0, SPAM] - selected[0, HAM] == pytest.approx(want, abs=1e-12)
+    # Scored together: one size for every token.
+    whole = model.joint_log_likelihood(X, params, 0.55, unseen=unseen)
+    assert whole[0, SPAM] - whole[0, HAM] == pytest.approx(prior + d[row].sum() * (row.sum() + 3) ** -0.55, abs=1e-12)
+    # Untempered, they change nothing: their evidence is zero.
+    assert (model.joint_log_likelihood(X, params, 0.0, unseen=unseen) == model.joint_log_likelihood(X, params, 0.0)).all()
+    # Term by term, the same log-odds.
+    terms = model.log_odds_terms(X[:1], params, params.weight, 0.55, header=header, unseen=3.0)
+    assert terms.prior + terms.token.sum() + terms.absent == pytest.approx(want, abs=1e-12)
+    assert terms.factor == pytest.approx((len(rest) + 3) ** -0.55)

@@ -27,7 +27,16 @@ def matrices(f: Filter, stream: list) -> tuple[sp.csr_matrix, sp.csr_matrix, np.
     return count_matrix(docs, vocabulary, binary=True), terms, np.array([s for s, _ in stream]), vocabulary.tokens
 
 
-@pytest.mark.parametrize("model", [ModelConfig(), ModelConfig(event_model="bernoulli", header_apart=False), ModelConfig(event_model="multinomial", max_tokens=7)])
+@pytest.mark.parametrize(
+    "model",
+    [
+        ModelConfig(),
+        ModelConfig(event_model="bernoulli", header_apart=False),
+        ModelConfig(event_model="multinomial", max_tokens=7),
+        ModelConfig(unseen_weight=0.5),
+        ModelConfig(event_model="multinomial", header_apart=False, unseen_weight=1.0),
+    ],
+)
 def test_memory_counts_and_the_scorer_give_the_filters_log_odds(index: Path, model: ModelConfig) -> None:  # noqa: F811
     stream = list(read_index(str(index)))
     config = Config(model=model)

@@ -23,7 +23,7 @@ from spamfilter.nb.calibration import calibrated_in_order
 from spamfilter.nb.decision import best_cutoffs, thresholds_from_loss
 from spamfilter.tools.evaluation import roc_area
 from spamfilter.tools.maintenance import Maintenance
-from spamfilter.tools.tuning import MIN_COSTLY, Candidate, Grid, tune
+from spamfilter.tools.tuning import MIN_COSTLY, Candidate, Grid, tune, written_settings
 
 LETTERS = "bcdfghjklmnpqrstvwxz"
 
@@ -591,3 +591,17 @@ def test_tune_command_refuses_a_choice_that_does_not_beat_the_configured_setting
     assert config.read_text() == "[tokenizer]\nbigrams = false\n"
     # the configured settings are scored as the baseline but not listed as a choice
     assert len(result.stdout.splitlines()) == 2
+
+
+def test_tune_tries_the_unseen_weight_and_scores_the_tail_as_the_filter_does(tmp_path: Path, sample: Path) -> None:
+    labelled = sample_stream(sample)
+    config = Config()
+    grid = Grid(event_models=["multinomial-binary"], alphas=[config.model.alpha], temperings=[config.model.tempering], min_evidences=[0.0], unseen_weights=[0.0, 0.5])
+    found = {c.unseen_weight: c for c in tune(config, labelled, grid)}
+    assert sorted(found) == [0.0, 0.5]
+    # the held-out tail has tokens the head never saw, so the weight changes its scores
+    assert found[0.5].log_loss != found[0.0].log_loss
+    m = replace(config.model, unseen_weight=0.5)
+    odds = filter_tail_odds(f"sqlite:///{tmp_path / 'f.db'}", m, labelled, 24)
+    assert_scored_as(found[0.5], np.array([is_spam for is_spam, _ in labelled[-24:]]), odds, config)
+    assert written_settings(found[0.5])[("model", "unseen_weight")] == 0.5
