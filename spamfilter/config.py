@@ -129,7 +129,8 @@ class ModelConfig:
     #: How much each token of a message that the model has never seen
     #: counts in the size n that tempering divides by (evidence zero; with
     #: header_apart, the body's unseen tokens in the body's n). 0: unseen
-    #: tokens are left out (``model.joint_log_likelihood``).
+    #: tokens are left out (``model.joint_log_likelihood``). Naive Bayes
+    #: only: a one-dependence model needs 0.
     unseen_weight: float = 0.0
     #: "none": naive Bayes; "aode"/"spode": one-dependence estimators over
     #: parent tokens (``spamfilter.nb.aode``), with aode_parents parents (SPODE:
@@ -396,6 +397,7 @@ def _validate_dependence(config: Config, need: Callable[[bool, str, str, object]
     if m.dependence != "none":
         need(m.event_model == "multinomial-binary", "model.dependence", 'needs event_model = "multinomial-binary"', m.dependence)
         need(s.shared_model != "merge", "model.dependence", 'does not combine with store.shared_model = "merge"', m.dependence)
+        need(m.unseen_weight == 0, "model.dependence", "scores without unseen tokens: needs unseen_weight = 0", m.dependence)
 
 
 def validate(config: Config, origin: str = "config") -> None:

@@ -179,6 +179,7 @@ def test_equal_cutoffs_are_accepted() -> None:
         ({"model": {"max_tokens": -1}}, "model.max_tokens"),
         ({"model": {"unseen_weight": -0.1}}, "model.unseen_weight"),
         ({"model": {"unseen_weight": 1.5}}, "model.unseen_weight"),
+        ({"model": {"unseen_weight": 0.5, "dependence": "aode"}}, "model.dependence"),
         ({"model": {"token_cap": 2.0}}, "model.token_cap: removed"),
     ],
 )

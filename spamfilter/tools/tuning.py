@@ -91,7 +91,7 @@ class Grid(NamedTuple):
     #: ``[model] feature_weight`` with the features on; 0: features off.
     feature_weights: Sequence[float] | None = None
     bigram_options: Sequence[bool] | None = None
-    #: ``[model] unseen_weight``.
+    #: ``[model] unseen_weight`` (naive Bayes only: not with "spode" or "aode").
     unseen_weights: Sequence[float] | None = None
 
     def models(self, config: Config) -> list[ModelConfig]:
@@ -109,7 +109,7 @@ class Grid(NamedTuple):
             self.feature_weights or [configured_feature_weight(m)],
             self.unseen_weights or [m.unseen_weight],
         ):
-            if dep == "none" or dependence_applies(config, event_model):
+            if dep == "none" or (dependence_applies(config, event_model) and not unseen):
                 out.append(
                     replace(
                         m,
