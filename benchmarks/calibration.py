@@ -73,7 +73,7 @@ def split_calibrated(c: Corpus, config: Config, half_life: float, bound: float, 
         if sized == "cross-fitted":
             others = np.r_[0:start, stop:head]
             counts = MemoryCounts.of(c.binary[others], c.terms[others], c.y[others])
-            odds = Scorer(m).log_odds(counts.evidence(c.X(m)[start:stop], c.header, histogram=m.event_model == "bernoulli"))
+            odds = Scorer(m).log_odds(counts.evidence(c.X(m)[start:stop], c.header, histogram=m.event_model == "bernoulli", unseen=m.unseen_weight > 0))
             decay, added = recorded(odds, c.y[start:stop], half_life)
             W = decay * W + added
         elif c.y[:start].any() and (~c.y[:start]).any():

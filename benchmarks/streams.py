@@ -88,7 +88,7 @@ def split_scores(c: Corpus, m: ModelConfig, head: int | None = None, stop: int |
     [head, stop) (default: to the end): (log-odds, labels)."""
     head = c.y.size // 2 if head is None else head
     counts = MemoryCounts.of(c.binary[:head], c.terms[:head], c.y[:head])
-    evidence = counts.evidence(c.X(m)[head:stop], c.header, histogram=m.event_model == "bernoulli")
+    evidence = counts.evidence(c.X(m)[head:stop], c.header, histogram=m.event_model == "bernoulli", unseen=m.unseen_weight > 0)
     return Scorer(m).log_odds(evidence), c.y[head:stop]
 
 
@@ -110,7 +110,7 @@ def online_scores(
         label = Label.of(bool(c.y[i]))
         verdict = Decision.UNSURE
         if counts.messages.all():
-            out[i] = float(scorer.log_odds(counts.evidence(Xm[i], c.header, histogram=m.event_model == "bernoulli"))[0])
+            out[i] = float(scorer.log_odds(counts.evidence(Xm[i], c.header, histogram=m.event_model == "bernoulli", unseen=m.unseen_weight > 0))[0])
             verdict = Decision.of_code(int(decision.decide(out[i : i + 1], thresholds)[0]))
         if wants_training(mode, label, verdict, out[i], thresholds.ham_max, thresholds.spam_min, margin):
             counts.add(c.binary.indices[lo:hi], c.terms.data[lo:hi], int(label))

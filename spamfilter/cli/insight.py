@@ -132,7 +132,7 @@ def explanation_lines(e: Explanation, *, colour: bool = False) -> list[str]:
         f"tokens     {len([c for c in e.tokens if c.spam_count is not None])} known"
         + (f" ({e.ignored} left out by min_evidence or max_tokens, contributing 0)" if e.ignored else "")
         + f", {e.unknown} never seen "
-        + (f"(no evidence; each counts {e.unseen_weight:g} in the size)" if e.unseen_weight else "(ignored)"),
+        + (f"(no evidence; weighted {e.unseen_weight:g} in the size the evidence is divided by)" if e.unseen_weight else "(ignored)"),
         "",
         f"{'contribution':>12} {'spam_count':>10} {'ham_count':>10}  token",
     ]

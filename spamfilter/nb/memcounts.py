@@ -85,17 +85,20 @@ class MemoryCounts:
         known: IntArray = present[self.seen[present]].astype(np.int64)
         return known
 
-    def evidence(self, X: sp.csr_matrix, header: BoolArray | None = None, *, histogram: bool = True) -> Evidence:
+    def evidence(self, X: sp.csr_matrix, header: BoolArray | None = None, *, histogram: bool = True, unseen: bool = False) -> Evidence:
         """The scorer's batch for the rows of X (n, V): the columns they hold
         that the counts have seen (in column order; the others are unknown
-        tokens: how many each row holds, of its body and of its header
-        lines, is ``Evidence.unseen``), their counts and X over them;
-        ``header`` (V,) marks the header-line columns."""
+        tokens, and with ``unseen`` how many each row holds, of its body and
+        of its header lines, is ``Evidence.unseen``, for ``[model]
+        unseen_weight``), their counts and X over them; ``header`` (V,)
+        marks the header-line columns."""
         X = sp.csr_matrix(X)
         known = self.known(X)
         sub = sp.csr_matrix(X[:, known])
         sub.sort_indices()
-        lines = np.zeros(X.shape[1], dtype=bool) if header is None else header
-        unseen = np.stack([X @ (~self.seen & ~lines).astype(np.float64), X @ (~self.seen & lines).astype(np.float64)], axis=1)
+        counted = None
+        if unseen:
+            lines = np.zeros(X.shape[1], dtype=bool) if header is None else header
+            counted = np.stack([X @ (~self.seen & ~lines).astype(np.float64), X @ (~self.seen & lines).astype(np.float64)], axis=1)
         counts = TokenCounts(self.doc[:, known], self.term[:, known])
-        return Evidence(counts, self.totals(histogram=histogram), sub, None if header is None else header[known], unseen=unseen)
+        return Evidence(counts, self.totals(histogram=histogram), sub, None if header is None else header[known], unseen=counted)

@@ -216,8 +216,9 @@ def joint_log_likelihood(
     unseen (n,), with tempering: token events of each message that are not
     among X's columns (tokens the model has never seen), already weighted
     (``[model] unseen_weight``), added to n_i (to n_rest with the header
-    lines apart). Their evidence is zero; they only make the message's
-    known evidence count for less. Measured in docs/benchmarks.md ("Leave
+    lines apart), after any selection: min_evidence and max_tokens leave
+    known tokens out of n, never unseen ones. Their evidence is zero; they
+    only make the message's known evidence count for less. Measured in docs/benchmarks.md ("Leave
     one corpus out").
 
     (Over 60 lines for the measurements this docstring records; the code

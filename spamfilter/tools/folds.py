@@ -57,12 +57,16 @@ class Fold:
     valid_unseen_binary: FloatArray | None = None
 
 
-def time_ordered_folds(config: Config, labelled: Sequence[tuple[bool, MailItem]], holdout: float, folds: int, jobs: int, reading: Reading | None) -> list[Fold]:
+def time_ordered_folds(
+    config: Config, labelled: Sequence[tuple[bool, MailItem]], holdout: float, folds: int, jobs: int, reading: Reading | None, *, unseen: bool = False
+) -> list[Fold]:
     """Read the stream once and cut it into ``folds`` time-ordered
     validation blocks that together hold its last ``holdout`` share, each
     with the training head of every message before it (forward chaining:
     each block is later mail to the model that scores it). The heads need
-    spam and ham, and so do the blocks together."""
+    spam and ham, and so do the blocks together. With ``unseen`` each block
+    also counts its tokens its head never had (``Fold.valid_unseen_terms``),
+    for settings with ``[model] unseen_weight``."""
     docs, labels, vectors = _read(config, labelled, jobs, reading)
     y = np.array(labels, dtype=bool)
     n_valid = max(1, int(round(len(docs) * holdout)))
@@ -72,11 +76,12 @@ def time_ordered_folds(config: Config, labelled: Sequence[tuple[bool, MailItem]]
     if not (y[:start].any() and (~y[:start]).any() and valid_y.any() and (~valid_y).any()):
         raise EvaluationError("to tune, both the training head and the held-out tail of the index need spam and ham")
     features = np.array(vectors, dtype=np.int64).reshape(len(vectors), -1)
-    return [_fold(config, docs, y, features, a, b) for a, b in zip(bounds[:-1], bounds[1:])]
+    return [_fold(config, docs, y, features, a, b, unseen) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
-def _fold(config: Config, docs: Sequence[dict[str, int]], y: BoolArray, features: IntArray, split: int, stop: int) -> Fold:
-    """Messages [0, split) as the training head, [split, stop) held out."""
+def _fold(config: Config, docs: Sequence[dict[str, int]], y: BoolArray, features: IntArray, split: int, stop: int, unseen: bool = False) -> Fold:
+    """Messages [0, split) as the training head, [split, stop) held out
+    (with ``unseen``, the tail's unseen tokens counted)."""
     train_y, valid_y = y[:split], y[split:stop]
     vocabulary = Vocabulary(t for d in docs[:split] for t in d)
     head_binary = count_matrix(docs[:split], vocabulary, binary=True)
@@ -94,7 +99,7 @@ def _fold(config: Config, docs: Sequence[dict[str, int]], y: BoolArray, features
         gaussian_estimate(_feature_stats(features[:split], train_y), SCALE),
         features[split:stop] / SCALE,
         np.fromiter(map(is_header_line, vocabulary.tokens), dtype=bool, count=len(vocabulary.tokens)) if config.model.header_apart else None,
-        *_unseen(docs[split:stop], vocabulary),
+        *(_unseen(docs[split:stop], vocabulary) if unseen else (None, None)),
     )
 
 

@@ -74,12 +74,14 @@ class Explanation:
     tokens: every known token's contribution (and for bernoulli the
         absent-token term), largest in magnitude first.
     events: n, the token events that count; the evidence is divided by
-        n ** tempering, i.e. multiplied by ``factor``.
+        n ** tempering, i.e. multiplied by ``factor`` (with ``[model]
+        unseen_weight``, n grows by the weighted unseen token events of the
+        body, or of the whole message with the header lines scored with it).
     ignored: known tokens ``min_evidence`` or ``max_tokens`` leaves out (contribution 0).
     unknown: distinct tokens of the message the model has never seen.
     absent: vocabulary tokens in the absent-token term (bernoulli), else 0.
     unseen_weight: ``[model] unseen_weight``, what each unknown token event
-        counts in n (0: they are ignored).
+        counts in n (0: they are ignored; see ``events``).
     """
 
     source: str

@@ -309,14 +309,14 @@ def tune_settings(
     ``require_improvement``. The messages are read once; each setting is
     then model arithmetic with the filter's own scorer (``_setting_odds``).
     """
-    splits = time_ordered_folds(config, labelled, holdout, folds, jobs, reading)
     models = grid.models(config)
     configured = config.model
     extra = with_configured and configured not in models
     if extra:
         models.append(configured)
     if len(models) == int(extra):
-        raise EvaluationError('no setting to try: dependence "spode" or "aode" needs the event model "multinomial-binary" and no merged shared model')
+        raise EvaluationError('no setting to try: dependence "spode" or "aode" needs the event model "multinomial-binary", no merged shared model and unseen_weight 0')
+    splits = time_ordered_folds(config, labelled, holdout, folds, jobs, reading, unseen=any(m.unseen_weight for m in models))
     scores: dict[ModelConfig, list[FloatArray]] = {}
     for s in splits:
         for setting, odds in _setting_odds(s, config, models):

@@ -80,7 +80,7 @@ def test_words_the_model_never_saw_make_a_message_less_sure_only_with_an_unseen_
             assert e.log_odds == pytest.approx(odds[weight][1], abs=1e-12)
             assert e.prior + sum(c.contribution for c in e.tokens) == pytest.approx(e.log_odds, abs=1e-9)
             assert e.unknown >= 20
-            assert ("each counts 1 in the size" in explanation_lines(e)[4]) == (weight == 1.0)
+            assert ("weighted 1 in the size" in explanation_lines(e)[4]) == (weight == 1.0)
     prior = e.prior
     # Without the weight the new words are ignored: the same log-odds to the bit.
     assert odds[0.0][0] == odds[0.0][1]

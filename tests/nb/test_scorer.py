@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +36,7 @@ def matrices(f: Filter, stream: list) -> tuple[sp.csr_matrix, sp.csr_matrix, np.
         ModelConfig(event_model="multinomial", max_tokens=7),
         ModelConfig(unseen_weight=0.5),
         ModelConfig(event_model="multinomial", header_apart=False, unseen_weight=1.0),
+        ModelConfig(event_model="bernoulli", unseen_weight=0.5),
     ],
 )
 def test_memory_counts_and_the_scorer_give_the_filters_log_odds(index: Path, model: ModelConfig) -> None:  # noqa: F811
@@ -48,8 +50,12 @@ def test_memory_counts_and_the_scorer_give_the_filters_log_odds(index: Path, mod
     counts = MemoryCounts.of(binary[:40], terms[:40], y[:40])
     header = np.array([is_header_line(t) for t in tokens])
     X = (terms if model.event_model == "multinomial" else binary)[40:]
-    got = Scorer(model).log_odds(counts.evidence(X, header))
+    got = Scorer(model).log_odds(counts.evidence(X, header, unseen=model.unseen_weight > 0))
     assert got == pytest.approx(want, rel=1e-12, abs=1e-12)
+    if model.unseen_weight:
+        # the weight is at work: the same counts score otherwise without it
+        plain = Scorer(replace(model, unseen_weight=0.0)).log_odds(counts.evidence(X, header))
+        assert np.abs(got - plain).max() > 1e-3
 
 
 def test_memory_counts_grown_one_message_at_a_time_equal_the_bulk_counts(index: Path) -> None:  # noqa: F811

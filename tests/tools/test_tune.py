@@ -593,15 +593,22 @@ def test_tune_command_refuses_a_choice_that_does_not_beat_the_configured_setting
     assert len(result.stdout.splitlines()) == 2
 
 
-def test_tune_tries_the_unseen_weight_and_scores_the_tail_as_the_filter_does(tmp_path: Path, sample: Path) -> None:
+@pytest.mark.parametrize("event_model", ["multinomial-binary", "multinomial"])
+def test_tune_tries_the_unseen_weight_and_scores_the_tail_as_the_filter_does(tmp_path: Path, sample: Path, event_model: str) -> None:
     labelled = sample_stream(sample)
     config = Config()
-    grid = Grid(event_models=["multinomial-binary"], alphas=[config.model.alpha], temperings=[config.model.tempering], min_evidences=[0.0], unseen_weights=[0.0, 0.5])
+    grid = Grid(event_models=[event_model], alphas=[config.model.alpha], temperings=[config.model.tempering], min_evidences=[0.0], unseen_weights=[0.0, 0.5])
     found = {c.unseen_weight: c for c in tune(config, labelled, grid)}
     assert sorted(found) == [0.0, 0.5]
     # the held-out tail has tokens the head never saw, so the weight changes its scores
     assert found[0.5].log_loss != found[0.0].log_loss
-    m = replace(config.model, unseen_weight=0.5)
+    m = replace(config.model, event_model=event_model, unseen_weight=0.5)
     odds = filter_tail_odds(f"sqlite:///{tmp_path / 'f.db'}", m, labelled, 24)
     assert_scored_as(found[0.5], np.array([is_spam for is_spam, _ in labelled[-24:]]), odds, config)
     assert written_settings(found[0.5])[("model", "unseen_weight")] == 0.5
+
+
+def test_the_grid_pairs_an_unseen_weight_with_naive_bayes_only() -> None:
+    grid = Grid(event_models=["multinomial-binary"], alphas=[0.1], temperings=[0.55], min_evidences=[0.0], dependences=["none", "aode"], unseen_weights=[0.0, 0.5])
+    pairs = sorted((m.dependence, m.unseen_weight) for m in grid.models(Config()))
+    assert pairs == [("aode", 0.0), ("none", 0.0), ("none", 0.5)]
