@@ -94,8 +94,16 @@ class MemoryCounts:
         marks the header-line columns."""
         X = sp.csr_matrix(X)
         known = self.known(X)
-        sub = sp.csr_matrix(X[:, known])
-        sub.sort_indices()
+        # X's entries of the known columns, renumbered, each row's in X's
+        # order (the message's, as count_matrix builds it and as the
+        # filter's own matrix keeps it): max_tokens breaks ties between
+        # equally strong tokens by that order.
+        n = X.shape[0]
+        kept = self.seen[X.indices]
+        rows = np.repeat(np.arange(n), np.diff(X.indptr))[kept]
+        indptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(rows, minlength=n), out=indptr[1:])
+        sub = sp.csr_matrix((X.data[kept], np.searchsorted(known, X.indices[kept]), indptr), shape=(n, known.size))
         counted = None
         if unseen:
             lines = np.zeros(X.shape[1], dtype=bool) if header is None else header

@@ -72,3 +72,25 @@ def test_memory_counts_grown_one_message_at_a_time_equal_the_bulk_counts(index: 
     assert (a.classes.messages == b.classes.messages).all() and (a.classes.terms == b.classes.terms).all()
     assert a.vocabulary_size == b.vocabulary_size == binary.shape[1]
     assert all((ha == hb).all() for ha, hb in zip(a.histogram, b.histogram))
+
+
+@pytest.mark.parametrize("model", [ModelConfig(event_model="multinomial", max_tokens=7), ModelConfig(max_tokens=7), ModelConfig(event_model="multinomial")])
+def test_memory_counts_keep_the_message_order_that_breaks_ties_between_equal_tokens(sample: Path, model: ModelConfig) -> None:
+    # The sample mail has tokens of equal strength; max_tokens keeps the one
+    # that comes first in the message, so the rows must keep that order.
+    from spamfilter.mail.sources import read_messages
+
+    spam = list(read_messages([str(sample / "train-spam.mbox")]))
+    ham = list(read_messages([str(sample / "train-ham.mbox")]))
+    inbox = list(read_messages([str(sample / "inbox.mbox")]))
+    labelled = [(True, m) for m in spam] + [(False, m) for m in ham]
+    with Filter.open(Config(model=model), "sqlite://") as f:
+        f.train(labelled)
+        want = np.array([v.log_odds for v in f.classify(inbox) if isinstance(v, Verdict)])
+        binary, terms, y, tokens = matrices(f, [*labelled, *((False, m) for m in inbox)])
+    n = len(labelled)
+    counts = MemoryCounts.of(binary[:n], terms[:n], y[:n])
+    header = np.array([is_header_line(t) for t in tokens])
+    X = (terms if model.event_model == "multinomial" else binary)[n:]
+    got = Scorer(model).log_odds(counts.evidence(X, header))
+    assert got == pytest.approx(want, rel=1e-12, abs=1e-12)
