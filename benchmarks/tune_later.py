@@ -1,6 +1,6 @@
 """Does what `spamfilter tune` writes help the mail that comes after? One fold against four.
 
-    python -m benchmarks.tune_later [--corpus spamassassin ...] [--folds 1 --folds 4]
+    python -m benchmarks.tune_later [--corpus spamassassin ...] [--folds 1 --folds 4] [--unseen-weight 0 --unseen-weight 0.5]
 
 For each shared corpus with a time order: run the library's `tuning.tune`
 on the first half of the stream only, with the command's default grid,
@@ -22,7 +22,9 @@ cutoffs; the defaults when nothing was) and classify the second half
 (10 per ham filed as spam, 1 per spam let through, 0.2 per unsure), beside
 the defaults'; the best setting's figures are printed whether it was
 written or not, with its saving over the configured setting in standard
-errors (``Candidate.improvement``). Writes results/tune_later.json.
+errors (``Candidate.improvement``). ``--unseen-weight`` adds
+``[model] unseen_weight`` values to the grid (as ``tune --unseen-weight``
+does). Writes results/tune_later.json.
 Asserts nothing.
 """
 
@@ -61,6 +63,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", action="append", choices=NAMES, default=None)
     parser.add_argument("--folds", action="append", type=int, default=None)
+    parser.add_argument("--unseen-weight", action="append", type=float, default=None, help="[model] unseen_weight values to add to the grid")
     args = parser.parse_args()
     config = Config()
     results = {}
@@ -81,6 +84,7 @@ def main() -> None:
                     temperings=sorted({0.0, 0.5, config.model.tempering}),
                     min_evidences=[0.0, 2.0, 3.0],
                     bigram_options=[True, False],
+                    unseen_weights=args.unseen_weight,
                 ),
                 holdout=holdout,
                 folds=folds,
@@ -98,7 +102,7 @@ def main() -> None:
             # What the best setting does on the second half, written or not.
             chosen = written(config, best)
             report, _ = run_split(chosen, stream)
-            what = f"{best.event_model} alpha {best.alpha:g} tempering {best.tempering:g} min_evidence {best.min_evidence:g} bigrams {best.bigrams}"
+            what = f"{best.event_model} alpha {best.alpha:g} tempering {best.tempering:g} min_evidence {best.min_evidence:g} bigrams {best.bigrams} unseen_weight {best.unseen_weight:g}"
             loss = loss_per_message(report, chosen)
             row[f"folds {folds}"] = {
                 "wrote": wrote,
