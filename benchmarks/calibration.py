@@ -28,7 +28,8 @@ On the split protocol the record is weighted by the model's size, as
 once the model holds N (each batch scales the whole record by n_before /
 n_after, `calibration.growth`), so what a small early model said counts
 less. Online it is not, as online learning does not. `--sizing` runs the
-defaults both ways on each protocol. `--cross-fitted` (split only) sets
+defaults both ways on each protocol. `--sizing-power P` (split only)
+weighs each entry by (n / N) ** P instead, beside P = 1. `--cross-fitted` (split only) sets
 beside the sized record one that `train` cannot keep but a held-out
 calibration would: each batch of the first half scored by the model of
 the whole first half less that batch, then recorded in order, unscaled.
@@ -59,11 +60,12 @@ GRID = [(hl, b) for hl in (HALF_LIFE, 500.0, 2000.0, float("inf")) for b in (PRI
 BATCH = 200
 
 
-def split_calibrated(c: Corpus, config: Config, half_life: float, bound: float, sized: bool | str = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def split_calibrated(c: Corpus, config: Config, half_life: float, bound: float, sized: bool | float | str = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(raw log-odds, calibrated log-odds, labels) of the second half; with
     ``sized`` (as `train` records) each batch's record scaled by the model's
-    growth, n / N (`calibration.growth`); with ``sized = "cross-fitted"``
-    each batch scored by the first half's model less that batch."""
+    growth, n / N (`calibration.growth`), or by (n / N) ** sized for a
+    number; with ``sized = "cross-fitted"`` each batch scored by the first
+    half's model less that batch."""
     m = config.model
     head = c.y.size // 2
     W = np.zeros((2, MAP_BINS))
@@ -78,7 +80,7 @@ def split_calibrated(c: Corpus, config: Config, half_life: float, bound: float, 
             W = decay * W + added
         elif c.y[:start].any() and (~c.y[:start]).any():
             odds, y = split_scores(c, m, start, stop)
-            decay, added = recorded(odds, y, half_life, growth(start, stop - start) if sized else 1.0)
+            decay, added = recorded(odds, y, half_life, growth(start, stop - start) ** float(sized) if sized else 1.0)
             W = decay * W + added
         start = stop
     odds, y = split_scores(c, m)
@@ -136,8 +138,11 @@ def figures(y: np.ndarray, raw: np.ndarray, calibrated: np.ndarray, thresholds: 
     }
 
 
-def name_of(half_life: float, bound: float, sized: bool | str = False) -> str:
-    return f"half-life {half_life:g}, bound {bound:.2f}" + (f", {sized}" if isinstance(sized, str) else ", sized" if sized else "")
+def name_of(half_life: float, bound: float, sized: bool | float | str = False) -> str:
+    if isinstance(sized, str):
+        return f"half-life {half_life:g}, bound {bound:.2f}, {sized}"
+    power = "" if sized is True or sized == 1 else f" ** {float(sized):g}"
+    return f"half-life {half_life:g}, bound {bound:.2f}" + (f", sized{power}" if sized else "")
 
 
 def main() -> None:
@@ -146,6 +151,7 @@ def main() -> None:
     parser.add_argument("--protocol", action="append", choices=["split", "online"], default=None)
     parser.add_argument("--sizing", action="store_true", help="the defaults with and without the record weighted by the model's size")
     parser.add_argument("--cross-fitted", action="store_true", help="split: the sized record against one scored by the model less each batch")
+    parser.add_argument("--sizing-power", action="append", type=float, help="split: the record sized by (n / N) ** P for each P given, beside the sized one (P = 1)")
     parser.add_argument("--setting", default="", help="[model] keys over the defaults, e.g. unseen_weight=0.5 (benchmarks.option_grid)")
     args = parser.parse_args()
     config = Config()
@@ -158,11 +164,13 @@ def main() -> None:
     out: dict[str, object] = {}
     for protocol in args.protocol or ["split", "online"]:
         as_filter = protocol == "split"  # `train` weighs the record by the model's size, online learning does not
-        grid: list[tuple[float, float, bool | str]] = [(hl, b, as_filter) for hl, b in GRID]
+        grid: list[tuple[float, float, bool | float | str]] = [(hl, b, as_filter) for hl, b in GRID]
         if args.sizing:
             grid = [(HALF_LIFE, PRIOR_BOUND, as_filter), (HALF_LIFE, PRIOR_BOUND, not as_filter)]
         if args.cross_fitted:
             grid = [(HALF_LIFE, PRIOR_BOUND, True), (HALF_LIFE, PRIOR_BOUND, "cross-fitted")]
+        if args.sizing_power:
+            grid = [(HALF_LIFE, PRIOR_BOUND, True), *((HALF_LIFE, PRIOR_BOUND, p) for p in args.sizing_power if p != 1)]
         table: dict[str, dict[str, dict[str, float]]] = {name_of(*g): {} for g in grid}
         for corpus in corpora:
             started = time.perf_counter()
