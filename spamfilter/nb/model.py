@@ -218,8 +218,8 @@ def joint_log_likelihood(
     (``[model] unseen_weight``), added to n_i (to n_rest with the header
     lines apart), after any selection: min_evidence and max_tokens leave
     known tokens out of n, never unseen ones. Their evidence is zero; they
-    only make the message's known evidence count for less. Measured in docs/benchmarks.md ("Leave
-    one corpus out").
+    only make the message's known evidence count for less. Measured in
+    docs/benchmarks.md ("Leave one corpus out").
 
     (Over 60 lines for the measurements this docstring records; the code
     is about 15.)
