@@ -2,6 +2,7 @@
 against a ``spamfilter filter`` process per message, on the same messages.
 
     python -m benchmarks.milter [--train 1000] [--messages 300] [--corpus enron]
+    python -m benchmarks.milter --workers 4 --workers 2 [--clients 8] [--rounds 4]
 
 Trains a model on the first ``--train`` messages of spamassassin (spam and
 ham alternating, as ``benchmarks.daemon`` picks them), starts ``spamfilter
@@ -10,6 +11,12 @@ one connection as an MTA does (MAIL, RCPT, the header fields, the body in
 64 KiB chunks, end of message), timing each from the end-of-message command
 to the milter's final reply: the wait Postfix adds to the end of DATA. Then
 runs ``spamfilter filter < msg`` for each message, the whole process.
+With ``--workers`` it instead compares numbers of messages the milter
+scores at once (``milter --workers``, one process per core): for each,
+in turn for ``--rounds`` rounds, ``--clients`` connections send every
+message at the same time, as an MTA with that many smtpd processes does;
+it prints their throughput and the median and p99 wait.
+
 Prints a table and one JSON line; asserts nothing.
 """
 
@@ -17,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import signal
 import socket
@@ -25,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from benchmarks.daemon import rows
@@ -81,6 +90,45 @@ def milter_waits(port: int, messages: list[bytes]) -> list[float]:
     return waits
 
 
+def start_milter(base: list[str], log: Path, *args: str) -> tuple[subprocess.Popen[bytes], int]:
+    """``spamfilter milter`` on a free loopback port: the process and its port."""
+    with open(log, "wb") as err:
+        proc = subprocess.Popen([*base, "milter", "--listen", "127.0.0.1:0", "--max-size", "30000000", *args], stderr=err)
+    while (m := re.search(r"listening on 127\.0\.0\.1:(\d+)", log.read_text())) is None:
+        if proc.poll() is not None:
+            sys.exit(log.read_text())
+        time.sleep(0.05)
+    return proc, int(m.group(1))
+
+
+def compare_workers(base: list[str], work: Path, messages: list[bytes], counts: list[int], clients: int, rounds: int) -> None:
+    """For each ``milter --workers`` count in turn, ``rounds`` times:
+    ``clients`` connections each sending every message at once."""
+    runs: dict[int, list[dict[str, float]]] = {n: [] for n in counts}
+    for _ in range(rounds):
+        for n in counts:
+            proc, port = start_milter(base, work / f"milter-{n}.log", "--workers", str(n))
+            try:
+                milter_waits(port, messages[:20])  # warm the caches
+                started = time.perf_counter()
+                with ThreadPoolExecutor(clients) as pool:
+                    waits = [w for part in pool.map(lambda _: milter_waits(port, messages), range(clients)) for w in part]
+                elapsed = time.perf_counter() - started
+            finally:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(60)
+            median, p99 = _ms(waits)
+            r = {"messages_per_s": len(waits) / elapsed, "median_ms": median, "p99_ms": p99}
+            runs[n].append(r)
+            print(
+                f"--workers {n}: {clients} clients {r['messages_per_s']:.0f} msg/s, median {median:.1f} ms, p99 {p99:.1f} ms (load {os.getloadavg()[0]:.1f})", flush=True
+            )
+    for n, done in runs.items():
+        mean = {key: sum(r[key] for r in done) / len(done) for key in done[0]}
+        print(f"--workers {n}, mean of {rounds}: {mean['messages_per_s']:.0f} msg/s, median {mean['median_ms']:.1f} ms, p99 {mean['p99_ms']:.1f} ms")
+    print(json.dumps({str(n): done for n, done in runs.items()}))
+
+
 def _ms(values: list[float]) -> tuple[float, float]:
     ordered = sorted(values)
     return statistics.median(ordered) * 1000, ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] * 1000
@@ -91,6 +139,9 @@ def main() -> None:
     parser.add_argument("--train", type=int, default=1000)
     parser.add_argument("--messages", type=int, default=300)
     parser.add_argument("--corpus", default="spamassassin")
+    parser.add_argument("--workers", type=int, action="append", help="compare these numbers of messages scored at once (concurrent clients only)")
+    parser.add_argument("--clients", type=int, default=8, help="with --workers: connections sending at once")
+    parser.add_argument("--rounds", type=int, default=4, help="with --workers: rounds of each, in turn")
     args = parser.parse_args()
     picked = rows(args.train + args.messages, args.corpus)
     work = Path(tempfile.mkdtemp(prefix="bench-milter-"))
@@ -100,13 +151,12 @@ def main() -> None:
         f.train([(is_spam, MailItem(str(p), p.read_bytes())) for is_spam, p in picked[: args.train]])
     messages = [p.read_bytes() for _, p in picked[args.train :]]
     base = [sys.executable, "-m", "spamfilter", "--db", url, "--config", str(config)]
-    log = work / "milter.log"
-    with open(log, "wb") as err:
-        proc = subprocess.Popen([*base, "milter", "--listen", "127.0.0.1:0", "--max-size", "30000000"], stderr=err)
+    if args.workers:
+        compare_workers(base, work, messages, args.workers, args.clients, args.rounds)
+        return
+    proc, port = start_milter(base, work / "milter.log")
     try:
-        while (m := re.search(r"listening on 127\.0\.0\.1:(\d+)", log.read_text())) is None:
-            time.sleep(0.05)
-        waits = milter_waits(int(m.group(1)), messages)
+        waits = milter_waits(port, messages)
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(60)
