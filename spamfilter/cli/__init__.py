@@ -17,10 +17,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, BinaryIO
+from typing import Annotated, Any, BinaryIO, get_args, get_origin
 
 import typer
-from typer.core import TyperArgument, TyperGroup, TyperOption
+from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from spamfilter import __version__
 from spamfilter.cli import exitcodes
@@ -112,9 +112,48 @@ def _value_name(param: TyperArgument | TyperOption) -> str:
     return "TEXT"
 
 
+def _plain_value(param: TyperArgument | TyperOption, value: Any) -> tuple[bool, Any]:
+    """(True, what Typer's coercion would make of ``value``) where that is
+    plain: nothing given for a parameter that is not required; text for a
+    ``str``; texts for a ``list[str]``; the text of a member's value for an
+    Enum. (False, None) for anything else, which Typer coerces."""
+    desc = param.type_descriptor
+    annotation: Any = desc.annotation
+    if desc.parameter_info.parser is not None:
+        return False, None
+    if value is None:
+        return (not param.required), (() if param.multiple or param.nargs == -1 else None)
+    if annotation is str and type(value) is str:
+        return True, value
+    if get_origin(annotation) is list and get_args(annotation) == (str,) and isinstance(value, (tuple, list)) and all(type(v) is str for v in value):
+        return True, list(value)
+    if isinstance(annotation, type) and issubclass(annotation, Enum) and type(value) is str:
+        member = next((m for m in annotation if m.value == value), None)
+        return member is not None, member
+    return False, None
+
+
+def _process_plainly(param: TyperArgument | TyperOption, ctx: Any, value: Any) -> tuple[bool, Any]:
+    """(True, the processed value) for a value ``_plain_value`` takes: the
+    parameter's callback runs on it as after coercing; (False, None)
+    otherwise. Typer builds a pydantic validator for each parameter it
+    coerces, and importing pydantic was a third of the start-up of
+    ``filter --connect`` (docs/benchmarks.md)."""
+    plain, value = _plain_value(param, value)
+    if not plain:
+        return False, None
+    if param.callback is not None:
+        value = param.callback(ctx, param, value)
+    return True, value
+
+
 class _PlainArgument(TyperArgument):
     """An argument shown in --help by its metavar as written (``SRC...``,
     ``[FILE|-]``), without Typer's braces and Python type."""
+
+    def process_value(self, ctx: Any, value: Any) -> Any:
+        done, plain = _process_plainly(self, ctx, value)
+        return plain if done else super().process_value(ctx, value)
 
     def _usage_display_name(self) -> str:
         return _value_name(self)
@@ -132,6 +171,31 @@ class _PlainOption(TyperOption):
     def display_type_rich(self, ctx: Any) -> str | None:
         return _value_name(self)
 
+    def process_value(self, ctx: Any, value: Any) -> Any:
+        done, plain = _process_plainly(self, ctx, value)
+        return plain if done else super().process_value(ctx, value)
+
+
+def _plain_help_option(option: Any) -> Any:
+    """A command's ``--help`` option (made when first asked for) as a ``_PlainOption``."""
+    if type(option) is TyperOption:
+        option.__class__ = _PlainOption
+    return option
+
+
+class _PlainCommand(TyperCommand):
+    """A command whose ``--help`` option is a ``_PlainOption`` too."""
+
+    def get_help_option(self, ctx: Any) -> Any:
+        return _plain_help_option(super().get_help_option(ctx))
+
+
+class _PlainGroup(TyperGroup):
+    """A group of subcommands (``db``, ``imap``) whose ``--help`` option is a ``_PlainOption`` too."""
+
+    def get_help_option(self, ctx: Any) -> Any:
+        return _plain_help_option(super().get_help_option(ctx))
+
 
 def _plain_help(command: Any) -> None:
     """Give every parameter of ``command`` and its subcommands the plain --help look."""
@@ -140,6 +204,10 @@ def _plain_help(command: Any) -> None:
             param.__class__ = _PlainArgument
         elif type(param) is TyperOption:
             param.__class__ = _PlainOption
+    if type(command) is TyperCommand:
+        command.__class__ = _PlainCommand
+    elif type(command) is TyperGroup:
+        command.__class__ = _PlainGroup
     for sub in getattr(command, "commands", {}).values():
         _plain_help(sub)
 
@@ -178,6 +246,9 @@ COMMAND_MODULES = {
 
 class _LazyCommands(TyperGroup):
     """Lists every command, and imports a command's module only when asked for it."""
+
+    def get_help_option(self, ctx: Any) -> Any:
+        return _plain_help_option(super().get_help_option(ctx))
 
     def list_commands(self, ctx: Any) -> list[str]:
         return list(COMMAND_MODULES)
@@ -334,8 +405,10 @@ def root(
             help="Database URL, or the path of a SQLite file (default: $SPAMFILTER_DB, store.url in the config, or a SQLite file in ~/.local/share/spamfilter).",
         ),
     ] = None,
-    config: Annotated[
-        Path | None, typer.Option("--config", metavar="FILE", help="Config file (default: $SPAMFILTER_CONFIG or ~/.config/spamfilter/config.toml).")
+    # Text, made a Path here: Typer checks a Path option with pydantic,
+    # which a delivery filter would import for this one option.
+    config_file: Annotated[
+        str | None, typer.Option("--config", metavar="FILE", help="Config file (default: $SPAMFILTER_CONFIG or ~/.config/spamfilter/config.toml).")
     ] = None,
     user: Annotated[
         str | None,
@@ -351,6 +424,7 @@ def root(
     Example: spamfilter train --spam Junk/ --ham INBOX.mbox && spamfilter classify new.mbox
     """
     _show_warnings()
+    config = Path(config_file) if config_file is not None else None
     try:
         cfg = load_config(config)
     except SpamfilterError as exc:

@@ -1,0 +1,59 @@
+"""Option values passed without Typer's coercion are what it would have made of them.
+
+The CLI skips Typer's pydantic-based coercion where the result is plain
+(``cli._plain_value``), so that a delivery filter or a learn-on-move pipe
+answered by a daemon never imports pydantic. These tests run Typer's own
+coercion on the same values for every parameter of every command.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any
+
+import pytest
+import typer
+
+from spamfilter import cli
+from spamfilter.cli import COMMAND_MODULES, app
+
+
+def every_parameter() -> list[tuple[str, Any]]:
+    group = typer.main.get_command(app)
+    out = [("", p) for p in group.params]
+    for name in COMMAND_MODULES:
+        command = group.get_command(None, name)  # type: ignore[arg-type]
+        for sub in getattr(command, "commands", {}).values():
+            out += [(f"{name} {sub.name}", p) for p in sub.params]
+        out += [(name, p) for p in command.params]
+    return out
+
+
+def samples(param: Any) -> list[Any]:
+    annotation = param.type_descriptor.annotation
+    values: list[Any] = [None, "text", "-", ("a", "b"), ()]
+    if isinstance(annotation, type) and issubclass(annotation, Enum):
+        values += [m.value for m in annotation] + [str(m.value).upper() for m in annotation]
+    return values
+
+
+def test_every_plain_value_is_what_typer_would_make_of_it() -> None:
+    checked: set[tuple[str, str]] = set()
+    ctx = typer.Context(typer.main.get_command(app))
+    for where, param in every_parameter():
+        for value in samples(param):
+            plain, mine = cli._plain_value(param, value)
+            if not plain:
+                continue
+            theirs = param.get_runtime_param().coerce(value, param=param, ctx=ctx)
+            assert (type(mine), mine) == (type(theirs), theirs), (where, param.name, value)
+            checked.add((where, str(param.name)))
+    # What a daemon-answered `filter --connect` and `mark --connect` pass, among others.
+    assert {("", "db"), ("", "config_file"), ("", "user"), ("filter", "connect"), ("mark", "connect"), ("mark", "label"), ("mark", "sources")} <= checked
+    assert len(checked) > 100
+
+
+@pytest.mark.parametrize("value", ["3", "x", 3])
+def test_values_that_need_typer_are_left_to_it(value: Any) -> None:
+    jobs = next(p for where, p in every_parameter() if where == "classify" and p.name == "jobs")
+    assert cli._plain_value(jobs, value) == (False, None)
