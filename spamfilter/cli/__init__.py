@@ -115,8 +115,9 @@ def _value_name(param: TyperArgument | TyperOption) -> str:
 def _plain_value(param: TyperArgument | TyperOption, value: Any) -> tuple[bool, Any]:
     """(True, what Typer's coercion would make of ``value``) where that is
     plain: nothing given for a parameter that is not required; text for a
-    ``str``; texts for a ``list[str]``; the text of a member's value for an
-    Enum. (False, None) for anything else, which Typer coerces."""
+    ``str``; texts for a ``list[str]`` (none only where not required); the
+    text of a member's value for a case-sensitive Enum. (False, None) for
+    anything else, which Typer coerces."""
     desc = param.type_descriptor
     annotation: Any = desc.annotation
     if desc.parameter_info.parser is not None:
@@ -125,9 +126,10 @@ def _plain_value(param: TyperArgument | TyperOption, value: Any) -> tuple[bool, 
         return (not param.required), (() if param.multiple or param.nargs == -1 else None)
     if annotation is str and type(value) is str:
         return True, value
-    if get_origin(annotation) is list and get_args(annotation) == (str,) and isinstance(value, (tuple, list)) and all(type(v) is str for v in value):
+    listed = isinstance(value, (tuple, list)) and (bool(value) or not param.required)
+    if get_origin(annotation) is list and get_args(annotation) == (str,) and listed and all(type(v) is str for v in value):
         return True, list(value)
-    if isinstance(annotation, type) and issubclass(annotation, Enum) and type(value) is str:
+    if isinstance(annotation, type) and issubclass(annotation, Enum) and type(value) is str and desc.parameter_info.case_sensitive:
         member = next((m for m in annotation if m.value == value), None)
         return member is not None, member
     return False, None
