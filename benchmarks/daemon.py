@@ -32,6 +32,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from spamfilter.config import Config
@@ -111,6 +112,23 @@ def start_daemon(url: str, tmp: Path, *args: str) -> tuple[subprocess.Popen[byte
             sys.exit(log.read_text())
         time.sleep(0.05)
     return daemon, int(m.group(1)), log
+
+
+def compare_workers(counts: list[int], rounds: int, run: Callable[[int], dict[str, float]], line: Callable[[dict[str, float]], str]) -> None:
+    """``run(n)`` for each number of workers n of ``counts`` in turn,
+    ``rounds`` times, so that the machine's drift falls on all of them
+    alike; prints each run (``line`` renders its figures) with the load
+    average, then each n's mean figures, then every run as one JSON line."""
+    runs: dict[int, list[dict[str, float]]] = {n: [] for n in counts}
+    for _ in range(rounds):
+        for n in counts:
+            r = run(n)
+            runs[n].append(r)
+            print(f"--workers {n}: {line(r)} (load {os.getloadavg()[0]:.1f})", flush=True)
+    for n, done in runs.items():
+        mean = {key: sum(r[key] for r in done) / len(done) for key in done[0]}
+        print(f"--workers {n}, mean of {rounds}: {line(mean)}")
+    print(json.dumps({str(n): done for n, done in runs.items()}))
 
 
 def main() -> None:

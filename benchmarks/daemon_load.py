@@ -43,7 +43,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from benchmarks.daemon import open_fds, percentile, rows, rss_kib, start_daemon, timed
+from benchmarks.daemon import compare_workers, open_fds, percentile, rows, rss_kib, start_daemon, timed
 from spamfilter import spamd
 from spamfilter.config import Config
 from spamfilter.filter import Filter
@@ -78,24 +78,12 @@ def throughput(url: str, tmp: Path, paths: list[Path], processes: int, workers: 
     }
 
 
-def compare_workers(url: str, tmp: Path, paths: list[Path], processes: int, counts: list[int], rounds: int) -> None:
-    """``throughput`` for each number of scoring threads in turn, ``rounds`` times; prints each run and the means."""
-    runs: dict[int, list[dict[str, float]]] = {n: [] for n in counts}
-    for _ in range(rounds):
-        for n in counts:
-            r = throughput(url, tmp, paths, processes, n)
-            runs[n].append(r)
-            print(
-                f"--workers {n}: 1 client {r['one_client_per_s']:.0f}/s, 8 clients {r['eight_clients_per_s']:.0f}/s, "
-                f"8-client median {r['eight_median_ms']:.1f} ms, p99 {r['eight_p99_ms']:.1f} ms (load {os.getloadavg()[0]:.1f})",
-                flush=True,
-            )
-    for n, done in runs.items():
-        mean = {key: sum(r[key] for r in done) / len(done) for key in done[0]}
-        print(
-            f"--workers {n}, mean of {rounds}: 8 clients {mean['eight_clients_per_s']:.0f}/s (x{mean['ratio']:.2f}), median {mean['eight_median_ms']:.1f} ms, p99 {mean['eight_p99_ms']:.1f} ms"
-        )
-    print(json.dumps({str(n): done for n, done in runs.items()}))
+def throughput_line(r: dict[str, float]) -> str:
+    """One ``throughput`` result (or a mean of them) as a line."""
+    return (
+        f"1 client {r['one_client_per_s']:.0f}/s, 8 clients {r['eight_clients_per_s']:.0f}/s (x{r['ratio']:.2f}), "
+        f"8-client median {r['eight_median_ms']:.1f} ms, p99 {r['eight_p99_ms']:.1f} ms"
+    )
 
 
 def idle(url: str, tmp: Path, paths: list[Path], n: int) -> dict[str, float]:
@@ -207,7 +195,7 @@ def main() -> None:
         with Filter.open(Config(), url) as f:
             f.train((s, MailItem(str(p), p.read_bytes())) for s, p in train)
         if args.workers:
-            compare_workers(url, tmp, test[: args.messages], cores, args.workers, args.rounds)
+            compare_workers(args.workers, args.rounds, lambda n: throughput(url, tmp, test[: args.messages], cores, n), throughput_line)
             return
         result = {
             "processes_1": throughput(url, tmp, test[: args.messages], 1),

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import signal
 import socket
@@ -36,7 +35,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from benchmarks.daemon import rows
+from benchmarks.daemon import compare_workers, rows
 from spamfilter.config import Config
 from spamfilter.daemon import milter
 from spamfilter.filter import Filter
@@ -101,32 +100,21 @@ def start_milter(base: list[str], log: Path, *args: str) -> tuple[subprocess.Pop
     return proc, int(m.group(1))
 
 
-def compare_workers(base: list[str], work: Path, messages: list[bytes], counts: list[int], clients: int, rounds: int) -> None:
-    """For each ``milter --workers`` count in turn, ``rounds`` times:
-    ``clients`` connections each sending every message at once."""
-    runs: dict[int, list[dict[str, float]]] = {n: [] for n in counts}
-    for _ in range(rounds):
-        for n in counts:
-            proc, port = start_milter(base, work / f"milter-{n}.log", "--workers", str(n))
-            try:
-                milter_waits(port, messages[:20])  # warm the caches
-                started = time.perf_counter()
-                with ThreadPoolExecutor(clients) as pool:
-                    waits = [w for part in pool.map(lambda _: milter_waits(port, messages), range(clients)) for w in part]
-                elapsed = time.perf_counter() - started
-            finally:
-                proc.send_signal(signal.SIGTERM)
-                proc.wait(60)
-            median, p99 = _ms(waits)
-            r = {"messages_per_s": len(waits) / elapsed, "median_ms": median, "p99_ms": p99}
-            runs[n].append(r)
-            print(
-                f"--workers {n}: {clients} clients {r['messages_per_s']:.0f} msg/s, median {median:.1f} ms, p99 {p99:.1f} ms (load {os.getloadavg()[0]:.1f})", flush=True
-            )
-    for n, done in runs.items():
-        mean = {key: sum(r[key] for r in done) / len(done) for key in done[0]}
-        print(f"--workers {n}, mean of {rounds}: {mean['messages_per_s']:.0f} msg/s, median {mean['median_ms']:.1f} ms, p99 {mean['p99_ms']:.1f} ms")
-    print(json.dumps({str(n): done for n, done in runs.items()}))
+def concurrent_waits(base: list[str], work: Path, messages: list[bytes], workers: int, clients: int) -> dict[str, float]:
+    """A milter with ``--workers`` ``workers``, and ``clients`` connections
+    each sending every message at once: messages/s, median and p99 wait."""
+    proc, port = start_milter(base, work / f"milter-{workers}.log", "--workers", str(workers))
+    try:
+        milter_waits(port, messages[:20])  # warm the caches
+        started = time.perf_counter()
+        with ThreadPoolExecutor(clients) as pool:
+            waits = [w for part in pool.map(lambda _: milter_waits(port, messages), range(clients)) for w in part]
+        elapsed = time.perf_counter() - started
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+    median, p99 = _ms(waits)
+    return {"messages_per_s": len(waits) / elapsed, "median_ms": median, "p99_ms": p99}
 
 
 def _ms(values: list[float]) -> tuple[float, float]:
@@ -152,7 +140,12 @@ def main() -> None:
     messages = [p.read_bytes() for _, p in picked[args.train :]]
     base = [sys.executable, "-m", "spamfilter", "--db", url, "--config", str(config)]
     if args.workers:
-        compare_workers(base, work, messages, args.workers, args.clients, args.rounds)
+        compare_workers(
+            args.workers,
+            args.rounds,
+            lambda n: concurrent_waits(base, work, messages, n, args.clients),
+            lambda r: f"{args.clients} clients {r['messages_per_s']:.0f} msg/s, median {r['median_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms",
+        )
         return
     proc, port = start_milter(base, work / "milter.log")
     try:
