@@ -26,7 +26,7 @@ from spamfilter.nb.memcounts import MemoryCounts
 from spamfilter.tokenizer import is_header_line
 from spamfilter.tokenizer.features import SCALE
 from spamfilter.tools.evaluation import BoolArray, FloatArray
-from spamfilter.vectorizer import Vocabulary, count_matrix
+from spamfilter.vectorizer import Vocabulary, count_matrix, unseen_counts
 from spamfilter.verdicts import HAM, SPAM
 
 Reading = Callable[[Iterable[tuple[bool, MailItem]]], Iterable[tuple[bool, MailItem]]]
@@ -105,15 +105,11 @@ def _fold(config: Config, docs: Sequence[dict[str, int]], y: BoolArray, features
 
 def _unseen(docs: Sequence[dict[str, int]], vocabulary: Vocabulary) -> tuple[FloatArray, FloatArray]:
     """The token events of each doc that ``vocabulary`` lacks, of its body
-    and of its header lines: as occurrences, and as 0/1."""
-    terms, binary = np.zeros((len(docs), 2)), np.zeros((len(docs), 2))
-    for i, doc in enumerate(docs):
-        for token, count in doc.items():
-            if token not in vocabulary:
-                line = int(is_header_line(token))
-                terms[i, line] += count
-                binary[i, line] += 1
-    return terms, binary
+    and of its header lines (``vectorizer.unseen_counts``, as the filter
+    counts them): as occurrences, and as 0/1."""
+    every = np.ones(len(vocabulary), dtype=bool)
+    terms = unseen_counts(docs, vocabulary.index, every, is_header_line)
+    return terms, unseen_counts(docs, vocabulary.index, every, is_header_line, binary=True)
 
 
 def _read(
