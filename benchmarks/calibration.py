@@ -52,8 +52,6 @@ from spamfilter.config import Config
 from spamfilter.nb import decision
 from spamfilter.nb import model as nb
 from spamfilter.nb.calibration import HALF_LIFE, MAP_BINS, PRIOR_BOUND, CalibrationMap, calibrated_in_order, calibration, growth, recorded
-from spamfilter.nb.memcounts import MemoryCounts
-from spamfilter.nb.scorer import Scorer
 
 #: Candidate (half-life in messages, prior bound in nats); the defaults first.
 GRID = [(hl, b) for hl in (HALF_LIFE, 500.0, 2000.0, float("inf")) for b in (PRIOR_BOUND, float(np.log(19.0)), float(np.log(999.0)))]
@@ -73,10 +71,8 @@ def split_calibrated(c: Corpus, config: Config, half_life: float, bound: float, 
     while start < head:
         stop = min(start + BATCH, head)
         if sized == "cross-fitted":
-            others = np.r_[0:start, stop:head]
-            counts = MemoryCounts.of(c.binary[others], c.terms[others], c.y[others])
-            odds = Scorer(m).log_odds(counts.evidence(c.X(m)[start:stop], c.header, histogram=m.event_model == "bernoulli", unseen=m.unseen_weight > 0))
-            decay, added = recorded(odds, c.y[start:stop], half_life)
+            odds, y = split_scores(c, m, start, stop, trained=np.r_[0:start, stop:head])
+            decay, added = recorded(odds, y, half_life)
             W = decay * W + added
         elif c.y[:start].any() and (~c.y[:start]).any():
             odds, y = split_scores(c, m, start, stop)

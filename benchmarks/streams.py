@@ -83,11 +83,13 @@ class Corpus:
         return self.terms if counts_occurrences(m.event_model) else self.binary
 
 
-def split_scores(c: Corpus, m: ModelConfig, head: int | None = None, stop: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Train on messages [0, head) (default: the first half), score
-    [head, stop) (default: to the end): (log-odds, labels)."""
+def split_scores(c: Corpus, m: ModelConfig, head: int | None = None, stop: int | None = None, *, trained: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Train on messages [0, head) (default: the first half; ``trained``:
+    these rows instead), score [head, stop) (default: to the end):
+    (log-odds, labels)."""
     head = c.y.size // 2 if head is None else head
-    counts = MemoryCounts.of(c.binary[:head], c.terms[:head], c.y[:head])
+    rows = np.arange(head) if trained is None else trained
+    counts = MemoryCounts.of(c.binary[rows], c.terms[rows], c.y[rows])
     evidence = counts.evidence(c.X(m)[head:stop], c.header, histogram=m.event_model == "bernoulli", unseen=m.unseen_weight > 0)
     return Scorer(m).log_odds(evidence), c.y[head:stop]
 
