@@ -22,7 +22,10 @@ cutoffs; the defaults when nothing was) and classify the second half
 (10 per ham filed as spam, 1 per spam let through, 0.2 per unsure), beside
 the defaults'; the best setting's figures are printed whether it was
 written or not, with its saving over the configured setting in standard
-errors (``Candidate.improvement``). ``--unseen-weight`` adds
+errors (``Candidate.improvement``), and what it saves on the later mail
+itself, counted the same way (the paired per-message losses against the
+defaults', in standard errors; positive is a saving), with the number of
+later messages whose verdict costs differ. ``--unseen-weight`` adds
 ``[model] unseen_weight`` values to the grid (as ``tune --unseen-weight``
 does). Writes results/tune_later.json.
 Asserts nothing.
@@ -35,13 +38,16 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
+
 from benchmarks.compare import CORPORA, INDEXES
 from benchmarks.loco import CORPORA as NAMES
 from spamfilter.config import EVENT_MODELS, Config
 from spamfilter.errors import EvaluationError
 from spamfilter.mail import read_index
-from spamfilter.tools.evaluation import EvalReport, run_split
-from spamfilter.tools.tuning import Candidate, Grid, configured_candidate, require_improvement, require_separation, tune, written_settings
+from spamfilter.tools.evaluation import EvalReport, Scored, run_split
+from spamfilter.tools.tuning import Candidate, Grid, configured_candidate, paired_saving, require_improvement, require_separation, tune, written_settings
+from spamfilter.verdicts import Decision
 
 
 def written(config: Config, best: Candidate) -> Config:
@@ -59,6 +65,18 @@ def loss_per_message(report: EvalReport, config: Config) -> float:
     return cost / 100 / (report.ham + report.spam)
 
 
+def message_losses(scored: list[Scored], config: Config) -> np.ndarray:
+    """The loss matrix's cost of each scored message's verdict."""
+    d = config.decision
+    cost = {
+        (True, Decision.HAM): d.cost_spam_as_ham,
+        (False, Decision.SPAM): d.cost_ham_as_spam,
+        (True, Decision.UNSURE): d.cost_unsure,
+        (False, Decision.UNSURE): d.cost_unsure,
+    }
+    return np.array([cost.get((s.is_spam, s.verdict), 0.0) for s in scored])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", action="append", choices=NAMES, default=None)
@@ -70,7 +88,8 @@ def main() -> None:
     for name in args.corpus or NAMES:
         stream = list(read_index(str(CORPORA / INDEXES[name])))
         head = stream[: len(stream) // 2]
-        base, _ = run_split(config, stream)
+        base, base_scored = run_split(config, stream)
+        base_losses = message_losses(base_scored, config)
         row = {"defaults": {"one_minus_roca": base.one_minus_roca, "loss": loss_per_message(base, config)}}
         print(f"{name:13} defaults            1-ROCA {base.one_minus_roca:.4f}  loss/msg {row['defaults']['loss']:.4f}", flush=True)
         for folds in args.folds or [1, 4]:
@@ -101,7 +120,10 @@ def main() -> None:
                 wrote, why = False, str(exc)
             # What the best setting does on the second half, written or not.
             chosen = written(config, best)
-            report, _ = run_split(chosen, stream)
+            report, scored = run_split(chosen, stream)
+            losses = message_losses(scored, chosen)
+            later_saving = paired_saving(losses, base_losses) if losses.size == base_losses.size else float("nan")
+            differing = int(np.count_nonzero(losses != base_losses)) if losses.size == base_losses.size else -1
             what = f"{best.event_model} alpha {best.alpha:g} tempering {best.tempering:g} min_evidence {best.min_evidence:g} bigrams {best.bigrams} unseen_weight {best.unseen_weight:g}"
             loss = loss_per_message(report, chosen)
             row[f"folds {folds}"] = {
@@ -113,10 +135,12 @@ def main() -> None:
                 "loss": loss if wrote else row["defaults"]["loss"],
                 "best_one_minus_roca": report.one_minus_roca,
                 "best_loss": loss,
+                "best_later_saving_se": later_saving,
+                "best_later_differing": differing,
             }
             print(
                 f"{name:13} {folds} fold{'s' if folds > 1 else ' '} {'wrote' if wrote else 'kept '}  best: 1-ROCA {report.one_minus_roca:.4f}  loss/msg "
-                f"{loss:.4f}  {best.improvement:+.2f} s.e. ({what}) {why[:90]}",
+                f"{loss:.4f}  {best.improvement:+.2f} s.e. held out, {later_saving:+.2f} s.e. later ({differing} verdicts cost differently) ({what}) {why[:90]}",
                 flush=True,
             )
         results[name] = row

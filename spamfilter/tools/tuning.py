@@ -243,7 +243,7 @@ def tune(
             variant, labelled, grid, holdout=holdout, jobs=jobs, reading=reading, folds=folds, with_configured=baseline and bigrams == config.tokenizer.bigrams
         )
     base = next((at_bounds for c, _, at_bounds in scored if _changes(c, config) == 0), None)
-    results = [replace(c, improvement=_improvement(own, base)) if base is not None and own.size == base.size else c for c, own, _ in scored]
+    results = [replace(c, improvement=paired_saving(own, base)) if base is not None and own.size == base.size else c for c, own, _ in scored]
     results.sort(key=lambda c: _rank(c, config))
     return results
 
@@ -363,7 +363,7 @@ def _fold_losses(losses: FloatArray, sizes: Sequence[int]) -> tuple[float, ...]:
     return tuple(float(losses[end - n : end].sum()) / max(n, 1) for n, end in zip(sizes, ends))
 
 
-def _improvement(mine: FloatArray, theirs: FloatArray) -> float:
+def paired_saving(mine: FloatArray, theirs: FloatArray) -> float:
     """The mean of theirs - mine in standard errors of the paired differences
     (0 when they never differ)."""
     saved = theirs - mine
