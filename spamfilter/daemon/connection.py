@@ -70,6 +70,10 @@ class Connection:
         self.got = 0
         #: An oversized PROCESS message, to give back unscanned.
         self.spool: IO[bytes] | None = None
+        #: Why the spool could not take the message (a full or read-only
+        #: temporary directory), or None: the rest of it is read and dropped,
+        #: and the answer is EX_TEMPFAIL.
+        self.spool_error: str | None = None
         #: Bytes of the server's spool budget this connection holds.
         self.spooled = 0
         self._out: deque[memoryview] = deque()
@@ -129,8 +133,13 @@ class Connection:
             raise ProtocolError("more bytes than Content-length")
         self.got += len(data)
         if self.spool is not None:
-            self.spool.write(data)
-        elif len(self.body) < self.max_size:
+            try:
+                self.spool.write(data)
+            except OSError as exc:
+                self.spool_error = str(exc.strerror or exc)
+                self.spool.close()
+                self.spool = None
+        elif self.spool_error is None and len(self.body) < self.max_size:
             self.body += data[: self.max_size - len(self.body)]
         return self.got == size
 

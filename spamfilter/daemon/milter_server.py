@@ -333,7 +333,7 @@ class MilterServer:
             answer = self._judge(session, message, user)
         except Exception:  # noqa: BLE001 - the MTA gets an answer whatever went wrong
             logger.exception("internal error while scoring")
-            answer = self._on_error(self.pool.owner(user), "internal error")
+            answer = self._on_error(self.pool.owner(user), "internal error", session, message)
         odds = "-" if answer.log_odds is None else f"{answer.log_odds:+.2f}"
         logger.log(
             logging.WARNING if answer.why else logging.INFO,
@@ -362,7 +362,7 @@ class MilterServer:
                 result = next(iter(f.classify([MailItem("-", message.raw(agreed.leading_space))])))
                 event_model = f.config.model.event_model
         except SpamfilterError as exc:
-            return self._on_error(owner, "not scanned: " + self.pool.unscored(owner, exc))
+            return self._on_error(owner, "not scanned: " + self.pool.unscored(owner, exc), session, message)
         if isinstance(result, Refusal):
             unscanned = milter.edits(message, [], agreed) + [milter.packet(milter.CONTINUE)]
             return _Answer(unscanned, "accept", owner, "unscanned", why=f"not scanned: {result.reason}")
@@ -377,10 +377,20 @@ class MilterServer:
         packets = milter.edits(message, fields, agreed) + [milter.packet(milter.CONTINUE)]
         return _Answer(packets, "accept", owner, v.verdict, v.log_odds)
 
-    def _on_error(self, owner: str, why: str) -> _Answer:
+    def _on_error(self, owner: str, why: str, session: milter.Session, message: milter.Message) -> _Answer:
+        """What ``--on-error`` answers for a message that could not be
+        scored: a temporary failure, or acceptance without the verdict
+        fields it came with (a sender cannot forge a verdict by making
+        scoring fail)."""
         if self.options.on_error == "tempfail":
             return _Answer([milter.packet(milter.TEMPFAIL)], "tempfail", owner, "error", why=why)
-        return _Answer([milter.packet(milter.CONTINUE)], "accept", owner, "error", why=why)
+        try:
+            assert session.agreed is not None
+            deletions = milter.edits(message, [], session.agreed)
+        except Exception:  # noqa: BLE001 - the message is accepted all the same
+            logger.exception("internal error while deleting the verdict fields")
+            deletions = []
+        return _Answer([*deletions, milter.packet(milter.CONTINUE)], "accept", owner, "error", why=why)
 
 
 def _shut(sock: socket.socket, how: int) -> None:

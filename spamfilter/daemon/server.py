@@ -338,6 +338,9 @@ class Server:
             answer = replies.error(spamd.EX_NOPERM, "TELL is not enabled (spamfilter serve --allow-tell)", why=why)
             answer.outcome = "refused"
             self._answer(conn, answer, now)
+        elif conn.spool_error is not None:
+            why = f"not scanned: the spool could not take the message ({conn.spool_error})"
+            self._answer(conn, replies.error(spamd.EX_TEMPFAIL, "could not spool the message, not scanned", why=why), now)
         elif conn.oversized and r.command == "PROCESS":
             self._answer(conn, Answer([spamd.reply_head(spamd.EX_OK, [("Content-length", str(conn.size))])], "unscanned"), now, spool=True)
         elif conn.oversized:

@@ -309,3 +309,27 @@ def test_two_daemons_on_one_postgresql_database_use_what_either_learns(tmp_path:
         assert one.stop() == 0
         assert two.stop() == 0
     assert "error" not in one.log() + two.log()
+
+
+def test_a_spool_that_cannot_be_written_answers_tempfail_and_the_daemon_goes_on(tmp_path: Path, corpus: Corpus, monkeypatch: pytest.MonkeyPatch) -> None:
+    # No usable temporary directory (a read-only or full /tmp): every
+    # process of this daemon finds its spool's file unwritable.
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(f"import tempfile\ntempfile.tempdir = {str(tmp_path / 'no-such-dir')!r}\n")
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    url, config = _fresh(tmp_path, corpus)
+    d = Daemon(tmp_path / "log", url, config, "--listen", "127.0.0.1:0", "--max-size", "1000", "--processes", "1")
+    big = b"Subject: big\r\n\r\n" + b"z" * 200_000  # past the spool's memory part
+    try:
+        for _ in range(3):
+            answer = d.raw(_request("PROCESS", big))
+            assert answer.startswith(b"SPAMD/1.5 75 EX_TEMPFAIL could not spool the message"), answer[:200]
+        # Still serving, and a message it can hold in memory is scanned.
+        assert d.raw(_request("CHECK", MESSAGE)).startswith(b"SPAMD/1.5 0 EX_OK")
+        assert d.proc.poll() is None
+    finally:
+        assert d.stop() == 0
+    log = d.log()
+    assert "Traceback" not in log
+    assert log.count("the spool could not take the message") == 3

@@ -230,15 +230,17 @@ TINY = [(b"From", b" a@example.org"), (b"Subject", b" lunch")] + FORGED
 
 
 @needs_miltertest
-@pytest.mark.parametrize(("on_error", "reply"), [("accept", "continue"), ("tempfail", "tempfail")])
-def test_an_unscorable_message_is_answered_as_on_error_says(tmp_path: Path, on_error: str, reply: str, start_milter: type[Milter]) -> None:
+@pytest.mark.parametrize(("on_error", "reply", "deleted"), [("accept", "continue", True), ("tempfail", "tempfail", False)])
+def test_an_unscorable_message_is_answered_as_on_error_says(tmp_path: Path, on_error: str, reply: str, deleted: bool, start_milter: type[Milter]) -> None:
     from spamfilter.store import Store
 
     url = f"sqlite:///{tmp_path / 'empty.db'}"
     Store.open(url).close()  # no model trained: every message fails to score
     m = start_milter(url, _write_config(tmp_path / "c.toml"), "--on-error", on_error)
     [s] = run_miltertest(tmp_path, m.port, [("<user@example.test>", TINY, b"see you at noon\r\n")])
-    assert (s.reply, s.status, s.flag_deleted) == (reply, "-", False)
+    # Accepted unscored, it still loses the verdict fields it came with: a
+    # sender cannot forge a verdict by making scoring fail.
+    assert (s.reply, s.status, s.flag_deleted) == (reply, "-", deleted)
     assert re.search(rf"warning: message id=- user=\(default\) verdict=error log_odds=- action={on_error} .*not scanned: ", m.log())
 
 
