@@ -83,10 +83,18 @@ class Connection:
         self.log_odds: float | None = None
         self.owner = ""
         self.why = ""
+        #: Set when the server stops while this client has sent nothing:
+        #: it is given a moment to send, then closed without a warning.
+        self.idle_at_stop = False
 
     @property
     def size(self) -> int:
         return 0 if self.request is None or self.request.content_length is None else self.request.content_length
+
+    @property
+    def silent(self) -> bool:
+        """No byte of a request has come yet."""
+        return self.state is State.HEAD and not self._head
 
     @property
     def oversized(self) -> bool:
@@ -98,6 +106,10 @@ class Connection:
         """Take bytes of the head; once it is whole, parse it into
         ``request`` and return the bytes read past it. ``data`` empty means
         the client closed. Raises ``ProtocolError``."""
+        if data and self.idle_at_stop:
+            # It began in time: the whole request timeout again.
+            self.idle_at_stop = False
+            self.deadline = self.started + self.timeout
         if not data:
             # Before protocol 1.5 a PING had no empty line after it.
             line = bytes(self._head).rstrip(b"\r\n")

@@ -243,8 +243,11 @@ class MilterServer:
                     self._reread_config()
         finally:
             listener.shutdown()
-            self._drain()
+            # Closed before the drain: an MTA connecting now is refused at
+            # once (and tries its other milters or its default action)
+            # instead of waiting in a backlog that nobody accepts from.
             self.close_listener()
+            self._drain()
             self.pool.close()
             logger.info("stopped")
 

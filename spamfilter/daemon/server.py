@@ -40,7 +40,8 @@ all connections at once, beyond which such a request gets
 
 SIGTERM (``stop``): the connections waiting in the listen backlog are
 accepted too, the socket is closed, and every accepted request is answered
-before the server returns. SIGHUP (``reload``): the configuration is read
+before the server returns; a client that has sent nothing yet has
+``STOP_GRACE`` seconds to begin, not the whole timeout. SIGHUP (``reload``): the configuration is read
 again; filters in use are closed once their request is done, without
 waiting for them.
 
@@ -72,6 +73,9 @@ from spamfilter.daemon.sockets import LISTENER, PARENT, READ, WAKE, WRITE, Socke
 from spamfilter.errors import ConfigError, ProtocolError
 
 logger = logging.getLogger("spamfilter.daemon")
+
+#: Seconds a client that has sent nothing is still given once the server stops.
+STOP_GRACE = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +221,7 @@ class Server:
                 if parent is not None:
                     self.sockets.sel.unregister(parent)
                 self._accept_backlog(now)
+                self.sockets.hurry_silent(now, STOP_GRACE)
                 logger.info("stopping: finishing %d connections", len(self.sockets.conns))
                 draining_until = now + self.options.timeout + 60
             if draining_until is not None and (not self.sockets.conns or now > draining_until):

@@ -183,11 +183,22 @@ class Sockets:
         deadlines = [c.deadline for c in self.conns if c.state is not State.WORK]
         return min([1.0, *(d - now for d in deadlines)]) if deadlines else 1.0
 
+    def hurry_silent(self, now: float, grace: float) -> None:
+        """At a stop: give each client that has sent nothing yet ``grace``
+        seconds to start its request rather than the whole timeout, so an
+        idle connection does not hold the stop (and the restart after it)."""
+        for conn in self.conns:
+            if conn.silent:
+                conn.idle_at_stop = True
+                conn.deadline = min(conn.deadline, now + grace)
+
     def expire(self, now: float) -> None:
         """Close the connections past their deadline (a request or a reply
         that did not move in ``timeout`` seconds; a lingering one at its end)."""
         for conn in [c for c in self.conns if c.state is not State.WORK and now >= c.deadline]:
-            if conn.state in (State.HEAD, State.BODY):
+            if conn.idle_at_stop and conn.silent:
+                logger.info("%s: closed at the stop: no request came", conn.who)
+            elif conn.state in (State.HEAD, State.BODY):
                 logger.warning("%s: request not complete after %.0f s, connection closed", conn.who, self.timeout)
             elif conn.state is State.SEND:
                 logger.warning("%s: reply not taken after %.0f s, connection closed", conn.who, self.timeout)

@@ -333,3 +333,29 @@ def test_a_spool_that_cannot_be_written_answers_tempfail_and_the_daemon_goes_on(
     log = d.log()
     assert "Traceback" not in log
     assert log.count("the spool could not take the message") == 3
+
+
+def test_a_stop_does_not_wait_the_timeout_for_a_client_that_sent_nothing(tmp_path: Path, corpus: Corpus) -> None:
+    url, config = _fresh(tmp_path, corpus)
+    d = Daemon(tmp_path / "log", url, config, "--listen", "127.0.0.1:0", "--timeout", "300", "--processes", "1")
+    idle = spamd.connect(d.address, HANG)
+    slow = spamd.connect(d.address, HANG)
+    try:
+        assert d.raw(b"PING SPAMC/1.5\r\n\r\n") == b"SPAMD/1.5 0 PONG\r\n"  # both accepted by now
+        slow.sendall(_request("CHECK", MESSAGE)[:10])  # a request begun, not finished
+        time.sleep(0.3)
+        d.proc.send_signal(signal.SIGTERM)
+        assert d.logged("stopping: finishing", 1) == 1
+        # The silent one is closed within the grace; the one that began is still served.
+        assert _read_all(idle) == b""
+        assert d.proc.poll() is None
+        slow.sendall(_request("CHECK", MESSAGE)[10:])
+        slow.shutdown(socket.SHUT_WR)
+        assert _read_all(slow).startswith(b"SPAMD/1.5 0 EX_OK\r\nSpam: ")
+        assert d.proc.wait(HANG) == 0  # well before the 300 s timeout (HANG is 60 s)
+    finally:
+        idle.close()
+        slow.close()
+    log = d.log()
+    assert "closed at the stop: no request came" in log
+    assert "request not complete" not in log

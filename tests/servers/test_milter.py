@@ -316,6 +316,18 @@ def test_sigterm_lets_the_message_in_flight_be_answered(tmp_path: Path, trained:
             assert [milter.read_packet(busy_in) for _ in range(2)] == [(milter.CONTINUE, b"")] * 2
             m.proc.send_signal(signal.SIGTERM)
             assert milter.read_packet(idle_in) is None  # closed between messages
+            # The listening socket is closed already: a new MTA connection
+            # is refused, not left in a backlog nobody accepts from.
+            # (Each of the two processes closes its copy as it stops; the
+            # one with the message in flight before it waits for it.)
+            deadline = time.monotonic() + HANG
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", m.port), timeout=HANG).close()
+                except ConnectionRefusedError:
+                    break
+                assert time.monotonic() < deadline, "still accepting while a message is in flight"
+                time.sleep(0.05)
             busy.sendall(milter.packet(milter.BODY, b"see you at noon\r\n") + milter.packet(milter.EOB))
             replies = []
             while (got := milter.read_packet(busy_in)) is not None:
