@@ -74,8 +74,10 @@ def tune(
     the last --holdout share of a labelled stream, cut into --folds
     consecutive blocks, each scored by a model trained on all the mail before
     it (like bogotune, over time). Cutoffs never go below the loss matrix's
-    spam cutoff or above its ham cutoff; at equal loss the configured settings
-    win. Prints the candidates, best first; --write stores the best in the
+    spam cutoff or above its ham cutoff. Of the settings whose loss is
+    within one standard error of the lowest (marked *), the one that changes
+    fewest configured settings is chosen: that mail cannot tell them apart.
+    Prints the candidates, the chosen one first; --write stores it in the
     config file, and refuses (exit 65) when the best setting misfiled or
     called unsure fewer than 10 held-out messages (too little mail to choose),
     or did not beat the configured settings (at their own cutoffs) in most
@@ -118,11 +120,11 @@ def tune(
         typer.echo(json.dumps({"best": asdict(best), "candidates": [asdict(c) for c in candidates[:top]]}))
     else:
         typer.echo(
-            f"{'event model':<19} {'bigram':>6} {'alpha':>6} {'temper':>6} {'min_ev':>6} {'keep':>5} {'dep':>5} {'feat':>5} {'unseen':>6} {'loss/msg':>9} {'1-ROCA%':>8} {'hm%':>6} {'sm%':>6} {'unsure%':>7} {'ham<=':>8} {'spam>':>8}"
+            f"  {'event model':<19} {'bigram':>6} {'alpha':>6} {'temper':>6} {'min_ev':>6} {'keep':>5} {'dep':>5} {'feat':>5} {'unseen':>6} {'loss/msg':>9} {'1-ROCA%':>8} {'hm%':>6} {'sm%':>6} {'unsure%':>7} {'ham<=':>8} {'spam>':>8}"
         )
         for c in candidates[:top]:
             typer.echo(
-                f"{c.event_model:<19} {'yes' if c.bigrams else 'no':>6} {c.alpha:6g} {c.tempering:6g} {c.min_evidence:6g} {c.max_tokens or 'all':>5} {c.dependence:>5} {c.feature_weight or 'off':>5} {c.unseen_weight:6g} {c.loss_per_message:9.4f} {c.one_minus_roca:8.3f} "
+                f"{'*' if c.near_best else ' '} {c.event_model:<19} {'yes' if c.bigrams else 'no':>6} {c.alpha:6g} {c.tempering:6g} {c.min_evidence:6g} {c.max_tokens or 'all':>5} {c.dependence:>5} {c.feature_weight or 'off':>5} {c.unseen_weight:6g} {c.loss_per_message:9.4f} {c.one_minus_roca:8.3f} "
                 f"{c.hm:6.2f} {c.sm:6.2f} {c.unsure:7.2f} {c.cutoffs.ham_max:8.2f} {c.cutoffs.spam_min:8.2f}"
             )
     if write:

@@ -2,8 +2,10 @@
 
 Train on the head of a labelled stream, score its held-out tail with every
 setting tried (or, with several folds, each block of the tail with a model
-of all the mail before it), and keep the one whose cutoffs (``best_cutoffs``,
-on the calibrated score) give the lowest expected loss under the loss matrix.
+of all the mail before it), each at the cutoffs (``best_cutoffs``, on the
+calibrated score) that give it the lowest expected loss under the loss
+matrix; of the settings within one standard error of the lowest loss, keep
+the one nearest the configured settings (``one_standard_error``).
 Besides the naive Bayes settings it may try the one-dependence estimators
 (``[model] dependence``, ``spamfilter.nb.aode``) and the weight of the message
 features (``[model] feature_weight``), with the filter's own scorer.
@@ -69,6 +71,10 @@ class Candidate:
     #: one (at the loss matrix's own thresholds), in standard errors of the
     #: paired per-message differences; 0 when the configured one was not scored.
     improvement: float = 0.0
+    #: Its loss per held-out message is within one standard error of the
+    #: lowest (of the paired per-message differences): as good as the best
+    #: on this mail, as far as it can tell (``tune``'s one-standard-error rule).
+    near_best: bool = False
 
 
 #: A candidate with the loss of each held-out message at its own cutoffs
@@ -243,9 +249,37 @@ def tune(
             variant, labelled, grid, holdout=holdout, jobs=jobs, reading=reading, folds=folds, with_configured=baseline and bigrams == config.tokenizer.bigrams
         )
     base = next((at_bounds for c, _, at_bounds in scored if _changes(c, config) == 0), None)
-    results = [replace(c, improvement=paired_saving(own, base)) if base is not None and own.size == base.size else c for c, own, _ in scored]
-    results.sort(key=lambda c: _rank(c, config))
-    return results
+    with_saving = [(replace(c, improvement=paired_saving(own, base)) if base is not None and own.size == base.size else c, own) for c, own, _ in scored]
+    return one_standard_error(with_saving, config)
+
+
+def one_standard_error(scored: Sequence[tuple[Candidate, FloatArray]], config: Config) -> list[Candidate]:
+    """The candidates, the chosen one first, by the one-standard-error rule
+    (Breiman et al., *Classification and Regression Trees*, 1984): of the
+    settings whose loss per held-out message is within one standard error
+    of the lowest (paired per-message differences, ``own`` being each
+    one's losses at its own cutoffs), the one that changes fewest of the
+    configured settings, then the lowest loss. The held-out mail cannot
+    tell those apart, and the nearer the configured settings a choice stays,
+    the less it rests on what that mail happened to hold. Then the other
+    near-best ones, then the rest, each by ``_rank``."""
+    ranked = sorted(scored, key=lambda t: _rank(t[0], config))
+    best = next((own for c, own in ranked if c.in_grid), None)
+    if best is None:
+        return [c for c, _ in ranked]
+
+    def near(c: Candidate, own: FloatArray) -> bool:
+        return c.in_grid and own.size == best.size and float((own - best).mean()) <= _standard_error(own - best)
+
+    marked = [replace(c, near_best=near(c, own)) for c, own in ranked]
+    return sorted(marked, key=lambda c: (not c.near_best, _changes(c, config) if c.near_best else 0, *_rank(c, config)))
+
+
+def _standard_error(differences: FloatArray) -> float:
+    """The standard error of the mean of paired differences (0 for fewer than two)."""
+    if differences.size < 2:
+        return 0.0
+    return float(differences.std(ddof=1)) / float(np.sqrt(differences.size))
 
 
 def configured_feature_weight(m: ModelConfig) -> float:
@@ -367,8 +401,8 @@ def paired_saving(mine: FloatArray, theirs: FloatArray) -> float:
     """The mean of theirs - mine in standard errors of the paired differences
     (0 when they never differ)."""
     saved = theirs - mine
-    spread = float(saved.std(ddof=1)) if saved.size > 1 else 0.0
-    return float(saved.mean()) / (spread / np.sqrt(saved.size)) if spread > 0 else 0.0
+    error = _standard_error(saved)
+    return float(saved.mean()) / error if error > 0 else 0.0
 
 
 def _candidate(valid_y: BoolArray, raw: FloatArray, odds: FloatArray, setting: ModelConfig, config: Config, sizes: Sequence[int]) -> Scored:

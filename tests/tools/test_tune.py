@@ -326,7 +326,8 @@ def test_tune_command_writes_max_tokens(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     header, row = result.stdout.splitlines()[:2]
-    assert header.split()[6] == "keep" and row.split()[5] == "3"  # "event model" is two words
+    assert row.startswith("* ")  # the chosen one is among the near-best
+    assert header.split()[6] == "keep" and row.split()[6] == "3"  # "event model" is two words
     assert load_config(config).model.max_tokens == 3
 
 
@@ -467,7 +468,7 @@ def test_tune_command_writes_dependence_and_features(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     header, row = result.stdout.splitlines()[:2]
-    assert header.split()[7:9] == ["dep", "feat"] and row.split()[6:8] == ["aode", "0.25"]  # "event model" is two words
+    assert header.split()[7:9] == ["dep", "feat"] and row.split()[7:9] == ["aode", "0.25"]  # "event model" is two words
     assert result.stdout.splitlines()[-1] == "dependence = 'aode' scores once `spamfilter db reselect` has chosen its parents"
     written = load_config(config).model
     assert (written.dependence, written.features, written.feature_weight, written.aode_min_support) == ("aode", True, 0.25, 5)
@@ -521,15 +522,48 @@ def test_a_choice_must_beat_the_configured_settings_in_most_folds_and_lose_badly
 
 
 def test_the_saving_is_counted_in_standard_errors_of_the_paired_differences() -> None:
-    from spamfilter.tools.tuning import _improvement
+    from spamfilter.tools.tuning import paired_saving
 
     theirs = np.array([0.0, 1.0, 0.2, 10.0, 0.0, 1.0])
     mine = np.array([0.0, 0.0, 0.2, 0.0, 1.0, 1.0])
     saved = theirs - mine  # 0, 1, 0, 10, -1, 0: mean 5/3
     sd = np.sqrt((102 - 6 * (5 / 3) ** 2) / 5)  # the sample standard deviation of the differences
     assert saved.tolist() == [0.0, 1.0, 0.0, 10.0, -1.0, 0.0]
-    assert _improvement(mine, theirs) == pytest.approx((5 / 3) / (sd / np.sqrt(6)), rel=1e-12)
-    assert _improvement(mine, mine) == 0.0  # never differ: no evidence either way
+    assert paired_saving(mine, theirs) == pytest.approx((5 / 3) / (sd / np.sqrt(6)), rel=1e-12)
+    assert paired_saving(mine, mine) == 0.0  # never differ: no evidence either way
+
+
+def test_the_one_standard_error_rule_keeps_the_nearest_of_the_settings_the_mail_cannot_tell_apart() -> None:
+    from spamfilter.tools.tuning import one_standard_error
+
+    config = Config()  # multinomial-binary, alpha 0.1, tempering 0.55
+    base = folds_candidate((), ())
+
+    def cand(loss: float, **changes: object) -> Candidate:
+        return replace(base, loss_per_message=loss, **changes)  # type: ignore[arg-type]
+
+    # Ten held-out messages each; e(i) is one more unit of loss on message i.
+    # The lowest loss changes three settings. Against it, one that changes
+    # only alpha costs +1, +1, -1 on three messages (0.1 more on average,
+    # standard error 0.18: within one); one that changes tempering +2, -1,
+    # +1 (0.2 more, s.e. 0.25: within one); the configured one +2 on each
+    # of two (0.4 more, s.e. 0.27: not within one).
+    e = np.eye(10)
+    low = np.array([0.0, 1.0, 0.0, 0.2, 0.0, 2.0, 1.0, 0.0, 0.0, 0.0])
+    lowest = cand(low.mean(), event_model="multinomial", alpha=0.03, tempering=0.0)
+    alpha_only = cand(low.mean() + 0.1, alpha=0.03)
+    tempering_only = cand(low.mean() + 0.2, tempering=0.5)
+    configured = cand(low.mean() + 0.4)
+    ranked = one_standard_error(
+        [(lowest, low), (alpha_only, low + e[2] + e[3] - e[5]), (tempering_only, low + 2 * e[4] - e[6] + e[7]), (configured, low + 2 * (e[8] + e[9]))], config
+    )
+    assert [(c.alpha, c.tempering, c.near_best) for c in ranked] == [(0.03, 0.55, True), (0.1, 0.5, True), (0.03, 0.0, True), (0.1, 0.55, False)]
+    # With the configured setting within one standard error it is chosen itself.
+    ranked = one_standard_error([(lowest, low), (configured, low + e[2] + e[3] - e[5])], config)
+    assert ranked[0] == replace(configured, near_best=True)
+    # A candidate scored only as the baseline is never the choice.
+    ranked = one_standard_error([(lowest, low), (replace(configured, in_grid=False), low)], config)
+    assert ranked[0].event_model == "multinomial" and not ranked[1].near_best
 
 
 def test_tune_gives_each_candidate_its_saving_over_the_configured_setting() -> None:
