@@ -20,7 +20,7 @@ from typing import Any, Literal, get_args
 from urllib.parse import quote
 
 from spamfilter.errors import ConfigError
-from spamfilter.locations import default_config_path, default_db_url, make_private_dirs
+from spamfilter.locations import default_config_path, default_location_url, environment_db_url, make_private_dirs
 
 EventModel = Literal["bernoulli", "multinomial", "multinomial-binary"]
 EVENT_MODELS: tuple[str, ...] = get_args(EventModel)
@@ -271,10 +271,12 @@ class Config:
 
 
 def database_url(url: str | None, config: Config) -> str:
-    """The database a command opens: ``url`` (``--db``), else the config's,
-    else `default_db_url`; a plain file path (no ``://``) names a SQLite
-    file, as ``sqlite:///`` and its absolute path."""
-    chosen = url or config.store.url or default_db_url()
+    """The database a command opens: ``url`` (``--db``), else
+    ``$SPAMFILTER_DB``, else the config's ``store.url``, else
+    `default_location_url` (the command line over the environment over the
+    config file); a plain file path (no ``://``) names a SQLite file, as
+    ``sqlite:///`` and its absolute path."""
+    chosen = url or environment_db_url() or config.store.url or default_location_url()
     if "://" in chosen:
         return chosen
     # Quoted: in a URL "?" starts the options and "%" an escape.

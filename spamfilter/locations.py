@@ -23,12 +23,9 @@ def default_config_path() -> Path:
     return Path(base) / "spamfilter" / "config.toml"
 
 
-def default_db_url() -> str:
-    """``$SPAMFILTER_DB``, else `default_location_url`."""
-    explicit = os.environ.get("SPAMFILTER_DB")
-    if explicit:
-        return explicit
-    return default_location_url()
+def environment_db_url() -> str | None:
+    """``$SPAMFILTER_DB``, or None when it is unset or empty."""
+    return os.environ.get("SPAMFILTER_DB") or None
 
 
 def default_location_url() -> str:

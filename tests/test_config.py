@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from spamfilter.config import Config, DaemonConfig, DecisionConfig, ModelConfig, StoreConfig, TokenizerConfig, config_from_dict, load_config
+from spamfilter.config import Config, DaemonConfig, DecisionConfig, ModelConfig, StoreConfig, TokenizerConfig, config_from_dict, database_url, load_config
 from spamfilter.errors import ConfigError
-from spamfilter.locations import default_config_path, default_db_url
+from spamfilter.locations import default_config_path
 
 REPOSITORY_CONFIG = Path(__file__).resolve().parents[1] / "config.toml"
 
@@ -74,12 +75,18 @@ def test_default_path_is_read_when_present(tmp_path: Path, monkeypatch: pytest.M
     assert load_config() == Config(model=ModelConfig(alpha=0.5))
 
 
-def test_default_db_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_database_is_the_command_line_then_the_environment_then_the_config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SPAMFILTER_DB", raising=False)
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
-    assert default_db_url() == f"sqlite:///{tmp_path}/spamfilter/spamfilter.db"
+    configured = Config(store=replace(Config().store, url="sqlite:///configured.db"))
+    assert database_url(None, Config()) == f"sqlite:///{tmp_path}/spamfilter/spamfilter.db"
+    assert database_url(None, configured) == "sqlite:///configured.db"
+    # $SPAMFILTER_DB over the config file: scripts/quickstart sets it so as
+    # never to write into the database a user's config names.
     monkeypatch.setenv("SPAMFILTER_DB", "sqlite:///other.db")
-    assert default_db_url() == "sqlite:///other.db"
+    assert database_url(None, configured) == "sqlite:///other.db"
+    assert database_url(None, Config()) == "sqlite:///other.db"
+    assert database_url("sqlite:///given.db", configured) == "sqlite:///given.db"
 
 
 def test_invalid_toml_raises(tmp_path: Path) -> None:

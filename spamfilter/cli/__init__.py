@@ -8,6 +8,7 @@ result. Library errors become one line on stderr and an exit code from
 
 from __future__ import annotations
 
+import errno
 import importlib
 import logging
 import os
@@ -330,6 +331,11 @@ class _Group(_LazyCommands):
         except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, no traceback
             if os.environ.get("SPAMFILTER_DEBUG"):
                 raise
+            if isinstance(exc, OSError) and exc.errno in _OUTPUT_FULL:
+                # Mail sources and the database have errors of their own:
+                # what is left is the output (stdout, or a file named to
+                # write) on a full disk.
+                fail(f"cannot write the output: {exc.strerror or exc}", exitcodes.OUTPUT_ERROR)
             fail(f"internal error: {type(exc).__name__}: {exc} (set SPAMFILTER_DEBUG=1 for a traceback)", exitcodes.INTERNAL)
 
 
@@ -369,10 +375,27 @@ def _show_warnings() -> None:
         logger.setLevel(logging.WARNING)
 
 
+#: Write errors that mean the output has no room (or the device failed), not a bug.
+_OUTPUT_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO})
+
+
 def fail(message: str, code: int) -> None:
     """Print ``spamfilter: message`` on stderr, on one line, and exit with ``code``."""
     typer.echo("spamfilter: " + " ".join(line.strip() for line in message.splitlines() if line.strip()), err=True)
     raise typer.Exit(code)
+
+
+def writable_output(path: Path, option: str) -> None:
+    """Exit 64 now, before any work, if ``option``'s file ``path`` cannot be
+    written: a folder, or in a folder that does not exist or is not ours to
+    write (a run of hours is not lost to a typo in its output path)."""
+    folder = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        fail(f"{option} {path}: it is a folder; give the name of a file", exitcodes.USAGE)
+    if not folder.is_dir():
+        fail(f"{option} {path}: no such folder {folder}", exitcodes.USAGE)
+    if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        fail(f"{option} {path}: permission denied", exitcodes.USAGE)
 
 
 def delivery(ctx: typer.Context) -> Delivery:

@@ -12,7 +12,7 @@ from typing import Annotated
 import numpy as np
 import typer
 
-from spamfilter.cli import app, exitcodes, state
+from spamfilter.cli import app, exitcodes, fail, state, writable_output
 from spamfilter.cli._common import Margin, TableOrJson, index_length, jobs_or_default, progress
 from spamfilter.cli.reading import Jobs
 from spamfilter.config import ONLINE_TRAIN_MODE, TUNE_MARGIN, TrainMode
@@ -137,6 +137,9 @@ def evaluate(
     Example: spamfilter evaluate --index corpus/index --protocol online --out scores.tsv
     """
     s = state(ctx)
+    for option, path in (("--out", out), ("--roc", roc), ("--learning-curve", learning_curve)):
+        if path is not None:
+            writable_output(path, option)
     total = index_length(index)
     labelled = read_index(index)
     if protocol is Protocol.online:
@@ -148,21 +151,24 @@ def evaluate(
     else:
         stream = list(labelled)
         report, scored = run_cross_validation(s.config, stream, folds=folds, seed=seed, window=window)
-    if out is not None:
-        write_scores(out, scored)
-    if roc is not None or learning_curve is not None:
-        from spamfilter.tools import plots
-
-        y = np.array([x.is_spam for x in scored], dtype=bool)
-        odds = np.array([x.log_odds for x in scored], dtype=np.float64)
-        title = f"{Path(index).parent.name or index} ({report.protocol})"
-        if roc is not None:
-            plots.write_roc(roc, y, odds, title)
-        if learning_curve is not None:
-            plots.write_learning_curve(learning_curve, y, odds, report.two_way_threshold, title)
     if fmt is TableOrJson.json:
         typer.echo(report_json(report))
     else:
         for line in render(report):
             typer.echo(line)
+    try:
+        if out is not None:
+            write_scores(out, scored)
+        if roc is not None or learning_curve is not None:
+            from spamfilter.tools import plots
+
+            y = np.array([x.is_spam for x in scored], dtype=bool)
+            odds = np.array([x.log_odds for x in scored], dtype=np.float64)
+            title = f"{Path(index).parent.name or index} ({report.protocol})"
+            if roc is not None:
+                plots.write_roc(roc, y, odds, title)
+            if learning_curve is not None:
+                plots.write_learning_curve(learning_curve, y, odds, report.two_way_threshold, title)
+    except OSError as exc:  # checked before the run; a disk that filled since
+        fail(f"cannot write {exc.filename or 'an output file'}: {exc.strerror or exc}", exitcodes.USAGE)
     raise typer.Exit(exitcodes.DATA_ERROR if report.refused else exitcodes.OK)

@@ -10,7 +10,8 @@ that sees 75 (temporary failure) queues the message and retries.
        0  success; for `filter`: the message is spam
        1  `filter`: the message is ham
        2  `filter`: the message is unsure
-      64  usage error: unknown option, missing or bad argument
+      64  usage error: unknown option, missing or bad argument, or an
+          output file named on the command line cannot be written
       65  a message could not be read as mail (the others were processed), or
           the labelled mail cannot support the evaluation asked for, or a
           counts file for `db import` is not one
@@ -25,7 +26,8 @@ that sees 75 (temporary failure) queues the message and retries.
       73  `db check` found the stored counts inconsistent; or a stored count
           is not a count (a REAL past 2^63 - 1), which every command refuses
       74  the database cannot be opened, read or written; or training would
-          take a count past 2^62 - 1 (refused, nothing written)
+          take a count past 2^62 - 1 (refused, nothing written); or the
+          output could not be written (a full disk)
       75  the database stayed locked by another process: try again later
       76  the database schema is out of date: run `spamfilter db upgrade`
       77  the IMAP server refused the login
@@ -66,6 +68,7 @@ INTERNAL = 70
 IMAP_ERROR = 71
 STORE_INCONSISTENT = 73
 STORE_ERROR = 74
+OUTPUT_ERROR = 74
 STORE_BUSY = 75
 SCHEMA_OUT_OF_DATE = 76
 IMAP_LOGIN = 77

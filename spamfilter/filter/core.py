@@ -52,6 +52,12 @@ class Filter:
         """The log-odds bounds of the loss matrix's verdicts."""
         return self.scoring.thresholds
 
+    def log_odds_bounds(self) -> tuple[float, float]:
+        """Where the verdicts change on the model's own log-odds: ham at or
+        below the first, spam above the second (``thresholds`` act on the
+        calibrated score; these are read back through the calibration map)."""
+        return self.scoring.log_odds_bounds()
+
     @property
     def two_way_threshold(self) -> float:
         """The log-odds above which the Bayes rule says spam when there is no

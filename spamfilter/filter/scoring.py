@@ -215,6 +215,15 @@ class Scoring:
             return history
         return self._calibration[1]
 
+    def log_odds_bounds(self) -> tuple[float, float]:
+        """The thresholds, which act on the calibrated score, as raw
+        log-odds through this model's calibration map: a message is ham at
+        or below the first, spam above the second (``CalibrationMap.raw_bound``)."""
+        with self.store.begin(write=False) as reader:
+            history = self.calibration_map(reader, self.cached_model(reader).owners[0])
+        t = self.thresholds
+        return history.raw_bound(t.ham_max), history.raw_bound(t.spam_min)
+
     def record(self, tx: StoreTransaction, labels: Sequence[Label], log_odds: Sequence[float], grown: float = 1.0) -> None:
         """Add messages scored before they were learned to the owner's
         calibration history (``calibration.recorded``; ``grown``, n / N, when

@@ -243,6 +243,23 @@ class CalibrationMap:
         result: FloatArray = np.interp(np.asarray(log_odds, dtype=np.float64), _CENTRES, self.bin_log_odds)
         return result
 
+    def raw_bound(self, calibrated: float) -> float:
+        """The raw log-odds where the calibrated log-odds first exceed
+        ``calibrated``: a cutoff on the score read back as one on the
+        model's own log-odds (to draw it over them). The map is monotone
+        and linear between bin centres, so the crossing is solved on the
+        segment where it happens; beyond the centres it is flat, so a
+        bound it never exceeds is +inf and one it always exceeds -inf."""
+        values = self.bin_log_odds
+        above = np.flatnonzero(values > calibrated)
+        if above.size == 0:
+            return float("inf")
+        j = int(above[0])
+        if j == 0:
+            return float("-inf")
+        x0, x1, y0, y1 = _CENTRES[j - 1], _CENTRES[j], values[j - 1], values[j]
+        return float(x0 + (calibrated - y0) * (x1 - x0) / (y1 - y0))
+
     def probability(self, log_odds: FloatArray) -> FloatArray:
         """The calibrated P(spam) of each raw log-odds."""
         result: FloatArray = expit(self.log_odds(log_odds))

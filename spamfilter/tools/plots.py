@@ -250,14 +250,16 @@ def history_png(days: Sequence[date], spam: Sequence[int], ham: Sequence[int]) -
 
 def log_odds_histogram_png(odds: npt.NDArray[np.float64], is_spam: npt.NDArray[np.bool_] | None, thresholds: tuple[float, float] | None, title: str) -> bytes:
     """Histogram of log-odds, one colour per true class when ``is_spam`` is
-    given, with the (ham_max, spam_min) verdict bounds as dashed lines."""
+    given, with the (ham_max, spam_min) verdict bounds on the log-odds as
+    dashed lines (an infinite one is left out)."""
     plt = _pyplot()
     width, height = HISTOGRAM_SIZE
     fig, ax = plt.subplots(figsize=(width / 100, height / 100), dpi=100)
     values = np.asarray(odds, dtype=np.float64)
     low, high = (float(values.min()), float(values.max())) if values.size else (-1.0, 1.0)
-    if thresholds is not None:
-        low, high = min(low, *thresholds), max(high, *thresholds)
+    drawn = [t for t in thresholds if np.isfinite(t)] if thresholds is not None else []
+    if drawn:
+        low, high = min(low, *drawn), max(high, *drawn)
     if high - low < 1e-9:
         low, high = low - 1.0, high + 1.0
     bins = np.linspace(low, high, 51)
@@ -268,9 +270,12 @@ def log_odds_histogram_png(odds: npt.NDArray[np.float64], is_spam: npt.NDArray[n
         ax.hist(values[~y], bins=bins, color=HAM_COLOUR, alpha=0.6, label="ham")
         ax.hist(values[y], bins=bins, color=SPAM_COLOUR, alpha=0.6, label="spam")
     if thresholds is not None:
+        # A bound the calibrated score never crosses is infinite: not drawn.
         ham_max, spam_min = thresholds
-        ax.axvline(ham_max, color=HAM_COLOUR, linestyle="--", lw=1, label=f"ham at or below {ham_max:.2f}")
-        ax.axvline(spam_min, color=SPAM_COLOUR, linestyle=":", lw=1.5, label=f"spam above {spam_min:.2f}")
+        if np.isfinite(ham_max):
+            ax.axvline(ham_max, color=HAM_COLOUR, linestyle="--", lw=1, label=f"ham at or below {ham_max:.2f}")
+        if np.isfinite(spam_min):
+            ax.axvline(spam_min, color=SPAM_COLOUR, linestyle=":", lw=1.5, label=f"spam above {spam_min:.2f}")
     ax.set_xlabel("log-odds  log P(spam|x) - log P(ham|x)")
     ax.set_ylabel("messages")
     ax.set_title(title, parse_math=False)

@@ -170,7 +170,10 @@ def _tsv_rows(path: Path, lines: list[tuple[int, str]]) -> Rows:
 class ReportData:
     """Everything the page shows.
 
-    thresholds: (ham_max, spam_min), the verdict bounds on the log-odds.
+    thresholds: (ham_max, spam_min), the verdict bounds on the calibrated
+        score's logit (what the config's cutoffs say).
+    log_odds_bounds: the same bounds read back as the model's own log-odds
+        (``Filter.log_odds_bounds``), drawn over the score histogram.
     two_way_threshold: the log-odds bound of the loss matrix without an
         unsure verdict, for the error rates of a labelled scores file.
     not_trained: why there are no top words (the model lacks a class), or None.
@@ -181,6 +184,7 @@ class ReportData:
     stats: Stats
     model: ModelConfig
     thresholds: tuple[float, float]
+    log_odds_bounds: tuple[float, float]
     two_way_threshold: float
     history: tuple[TrainedDay, ...]
     spam_words: tuple[WordScore, ...]
@@ -208,6 +212,7 @@ def collect(f: Filter, *, scores: ScoreSample | None, now: datetime, n: int = 20
         stats=f.stats(),
         model=f.config.model,
         thresholds=(f.thresholds.ham_max, f.thresholds.spam_min),
+        log_odds_bounds=f.log_odds_bounds(),
         two_way_threshold=f.two_way_threshold,
         history=tuple(insight.training_history()),
         spam_words=tuple(spam_words),
@@ -288,11 +293,7 @@ def _summary(d: ReportData) -> str:
     facts = [
         ("vocabulary", f"{s.tokens} tokens"),
         ("model", f"{m.event_model}, alpha {m.alpha:g}, tempering {m.tempering:g}, min_evidence {m.min_evidence:g}"),
-        (
-            "verdicts",
-            f"ham when log-odds \u2264 {ham_max:.2f} (P(spam) \u2264 {float(expit(ham_max)):.4g}), "
-            f"spam when log-odds > {spam_min:.2f} (P(spam) > {float(expit(spam_min)):.4g}), unsure between",
-        ),
+        ("verdicts", f"ham when the calibrated score P(spam) \u2264 {float(expit(ham_max)):.4g}, spam when it is > {float(expit(spam_min)):.4g}, unsure between"),
         ("database", s.database),
     ]
     if s.user:
@@ -397,7 +398,7 @@ def _scores(d: ReportData) -> str:
         parts.append(", ".join(f"{int((v == name).sum())} {name}" for name in (Decision.SPAM, Decision.UNSURE, Decision.HAM)))
     parts.append(f"median log-odds {float(np.median(odds)):.2f}")
     out.append("<p>" + "; ".join(parts) + ".</p>")
-    png = plots.log_odds_histogram_png(odds, sample.is_spam, d.thresholds, Path(sample.path).name)
+    png = plots.log_odds_histogram_png(odds, sample.is_spam, d.log_odds_bounds, Path(sample.path).name)
     out.append(_img(png, "histogram of the log-odds, with the verdict bounds"))
     out.append("</section>")
     return "".join(out)

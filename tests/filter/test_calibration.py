@@ -205,6 +205,31 @@ def test_scores_are_read_off_the_history_and_the_verdict_decided_on_them(tmp_pat
     t = f.thresholds
     expected = ["spam" if x > t.spam_min else "ham" if x <= t.ham_max else "unsure" for x in calibrated.log_odds(odds)]
     assert [v.verdict.value for v in verdicts] == expected
+    # The same cut on the raw log-odds, where the report draws it.
+    ham_below, spam_above = f.log_odds_bounds()
+    assert [v.verdict.value for v in verdicts] == ["spam" if x > spam_above else "ham" if x <= ham_below else "unsure" for x in odds]
+    assert ham_below < spam_above
+
+
+def test_raw_bound_reads_a_cutoff_on_the_score_back_as_raw_log_odds() -> None:
+    rng = np.random.default_rng(3)
+    history = rng.integers(0, 30, size=(2, MAP_BINS)).astype(np.float64)
+    history[0] = np.sort(history[0])[::-1]  # ham mostly at low log-odds,
+    history[1] = np.sort(history[1])  # spam at high ones
+    history[0, -15:] = history[1, :15] = 0
+    m = CalibrationMap(history)
+    raw = np.linspace(-40.0, 40.0, 80_001)
+    calibrated = m.log_odds(raw)
+    for cut in (-3.0, -1.39, 0.0, 2.0, 3.89):
+        bound = m.raw_bound(cut)
+        assert calibrated.min() < cut < calibrated.max() and math.isfinite(bound)
+        assert (calibrated[raw > bound + 1e-9] > cut).all()
+        assert (calibrated[raw < bound - 1e-3] <= cut + 1e-12).all()
+    # No history: the model's own probability, bounded to [0.01, 0.99].
+    empty = CalibrationMap()
+    assert empty.raw_bound(logit(0.98)) == pytest.approx(logit(0.98), abs=1e-9)
+    assert empty.raw_bound(logit(0.995)) == math.inf  # the map never says more than 0.99
+    assert empty.raw_bound(logit(0.001)) == -math.inf  # nor less than 0.01
 
 
 def test_an_online_run_records_every_scored_message_trained_or_not(tmp_path: Path, spamassassin: list[tuple[bool, MailItem]]) -> None:

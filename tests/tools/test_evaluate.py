@@ -191,6 +191,28 @@ def test_a_missing_index_exits_66_for_evaluate_train_and_tune(tmp_path: Path) ->
         assert "Traceback" not in result.output
 
 
+@pytest.mark.parametrize("option", ["--out", "--roc", "--learning-curve"])
+def test_an_output_path_that_cannot_be_written_is_refused_before_the_run(index: Path, tmp_path: Path, option: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import spamfilter.cli.evaluate as command
+
+    ran: list[object] = []
+    monkeypatch.setattr(command, "run_online", lambda *a, **k: ran.append(a))
+    for target, why in ((tmp_path / "no-such-folder" / "x", "no such folder"), (tmp_path, "it is a folder")):
+        result = CliRunner().invoke(app, ["evaluate", "--index", str(index), option, str(target)])
+        assert result.exit_code == 64, result.output
+        assert result.stderr.startswith(f"spamfilter: {option} {target}: {why}")
+    assert ran == []  # nothing was evaluated
+
+
+def test_a_full_disk_under_the_output_is_exit_74_not_an_internal_error(index: Path) -> None:
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full")
+    with open("/dev/full", "w") as full:
+        result = subprocess.run([sys.executable, "-m", "spamfilter", "evaluate", "--index", str(index)], stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert result.returncode == 74, result.stderr
+    assert result.stderr.strip() == "spamfilter: cannot write the output: No space left on device"
+
+
 # -- what a new user met: one class, NaN, jargon ------------------------------------
 
 

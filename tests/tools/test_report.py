@@ -303,6 +303,7 @@ def hostile_report() -> str:
             stats=Stats(1, 2, 3, 2, 2, 10, 20, f"sqlite:///{HOSTILE}.db", None, "multinomial-binary", 0.1),
             model=ModelConfig(),
             thresholds=(-1.4, 3.9),
+            log_odds_bounds=(-2.0, float("inf")),
             two_way_threshold=2.3,
             history=(TrainedDay(date(2024, 4, 1), 1, 1), TrainedDay(date(2024, 4, 30), 0, 1)),
             spam_words=words,
