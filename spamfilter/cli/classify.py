@@ -53,7 +53,11 @@ def classify(
     """
     if not sources and index is None:
         raise typer.BadParameter("give at least one SRC or --index", param_hint="SRC")
-    items: Iterator[MailItem] = read_messages(sources) if sources else iter(())
+
+    def empty(source: str) -> None:
+        typer.echo(f"spamfilter: warning: no messages in {source}", err=True)
+
+    items: Iterator[MailItem] = read_messages(sources, on_empty=empty) if sources else iter(())
     if index is not None:
         indexed = (item for _, item in read_index(index))
         items = itertools.chain(items, indexed) if sources else indexed
@@ -62,11 +66,13 @@ def classify(
     # terminal the verdict lines are the progress.
     items = progress(items, "classifying", show=not sys.stdout.isatty())
     with open_filter(ctx, create=False, jobs=jobs) as f:
-        if fmt in _HEADERS:
-            typer.echo(_HEADERS[fmt])
+        headed = fmt not in _HEADERS
         for result in f.classify(items):
             if isinstance(result, Refusal):
                 refused.append(result)
-            else:
-                typer.echo(_render(result, fmt))
+                continue
+            if not headed:  # not before the model could score (an untrained one exits 69)
+                typer.echo(_HEADERS[fmt])
+                headed = True
+            typer.echo(_render(result, fmt))
     raise typer.Exit(report_refusals(refused))

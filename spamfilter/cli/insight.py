@@ -130,7 +130,7 @@ def explanation_lines(e: Explanation, *, colour: bool = False) -> list[str]:
         f"           = prior {e.prior:+.4f} + tokens {token_sum:+.4f}",
         f"model      {e.event_model}; {e.events} token events count, their evidence scaled by {e.factor:.4g}",
         f"tokens     {len([c for c in e.tokens if c.spam_count is not None])} known"
-        + (f" ({e.ignored} left out by min_evidence or max_tokens, contributing 0)" if e.ignored else "")
+        + (f" ({e.ignored} left out by min_evidence, max_tokens or header_max_tokens, contributing 0)" if e.ignored else "")
         + f", {e.unknown} never seen "
         + (f"(no evidence; weighted {e.unseen_weight:g} in the size the evidence is divided by)" if e.unseen_weight else "(ignored)"),
         "",

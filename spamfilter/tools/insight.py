@@ -77,7 +77,7 @@ class Explanation:
         n ** tempering, i.e. multiplied by ``factor`` (with ``[model]
         unseen_weight``, n grows by the weighted unseen token events of the
         body, or of the whole message with the header lines scored with it).
-    ignored: known tokens ``min_evidence`` or ``max_tokens`` leaves out (contribution 0).
+    ignored: known tokens ``min_evidence``, ``max_tokens`` or ``header_max_tokens`` leaves out (contribution 0).
     unknown: distinct tokens of the message the model has never seen.
     absent: vocabulary tokens in the absent-token term (bernoulli), else 0.
     unseen_weight: ``[model] unseen_weight``, what each unknown token event

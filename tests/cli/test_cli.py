@@ -201,6 +201,7 @@ def test_errors_exit_with_documented_codes_and_one_line(runner: CliRunner, db_ur
 def test_classify_before_training_exits_69(runner: CliRunner, empty_db_url: str, sample: Path) -> None:
     result = runner.invoke(app, ["--db", empty_db_url, "classify", str(sample / "inbox.mbox")])
     assert result.exit_code == 69
+    assert result.stdout == ""  # not even the table's header
     assert result.stderr.strip() == "spamfilter: the model needs at least one trained spam and one trained ham (it has 0 spam and 0 ham)"
 
 

@@ -189,6 +189,19 @@ def test_an_empty_folder_is_warned_about_and_nothing_found_exits_66(runner: CliR
     assert result.stderr.strip() == f"spamfilter: warning: no messages in {empty}"
 
 
+def test_classify_warns_about_an_empty_source_and_classifies_the_others(runner: CliRunner, db_url: str, tmp_path: Path, sample: Path) -> None:
+    runner.invoke(app, ["--db", db_url, "train", "--spam", str(sample / "train-spam.mbox"), "--ham", str(sample / "train-ham.mbox")])
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = runner.invoke(app, ["--db", db_url, "classify", str(empty)])
+    assert result.exit_code == 0
+    assert (result.stdout, result.stderr.strip()) == ("", f"spamfilter: warning: no messages in {empty}")
+    result = runner.invoke(app, ["--db", db_url, "classify", "--format", "tsv", str(empty), str(sample / "inbox.mbox")])
+    assert result.exit_code == 0
+    assert result.stderr.strip() == f"spamfilter: warning: no messages in {empty}"
+    assert result.stdout.splitlines()[0] == "source\tscore\tlog_odds\tverdict" and len(result.stdout.splitlines()) == 21
+
+
 def test_an_empty_index_exits_66(runner: CliRunner, db_url: str, tmp_path: Path) -> None:
     index = tmp_path / "index"
     index.write_text("")

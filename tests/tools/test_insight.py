@@ -256,7 +256,7 @@ def test_explanation_with_max_tokens_by_hand(tiny: Filter) -> None:
     assert e.log_odds == pytest.approx(math.log(3 / 4) + math.log(4.6) + math.log(1.15), rel=1e-12)
     verdict = next(iter(f.classify([body("cash money never")])))
     assert isinstance(verdict, Verdict) and verdict.log_odds == pytest.approx(e.log_odds, rel=1e-12)
-    assert "3 known (1 left out by min_evidence or max_tokens, contributing 0), 1 never seen (ignored)" in explanation_lines(e)[4]
+    assert "3 known (1 left out by min_evidence, max_tokens or header_max_tokens, contributing 0), 1 never seen (ignored)" in explanation_lines(e)[4]
 
 
 def test_bernoulli_absent_term_by_hand(tiny: Filter) -> None:
