@@ -92,7 +92,9 @@ def report_refusals(refused: Iterable[Refusal]) -> int:
     """One stderr line per refused message; the exit code the run should end with."""
     n = 0
     for r in refused:
-        typer.echo(f"spamfilter: skipped {r.source}: {r.reason}", err=True)
+        # A reason from the parser may start with the source already.
+        reason = r.reason.removeprefix(f"{r.source}: ")
+        typer.echo(f"spamfilter: skipped {r.source}: {reason}", err=True)
         n += 1
     return exitcodes.DATA_ERROR if n else exitcodes.OK
 

@@ -44,7 +44,7 @@ def stats(ctx: typer.Context, fmt: Annotated[TableOrJson, typer.Option("--format
     typer.echo(f"{'vocabulary':<18} {s.tokens:>12}")
     typer.echo(f"{'model':<18} {s.event_model}, alpha={s.alpha:g}" + (f", user {s.user}" if s.user else ""))
     if s.calibration_messages:
-        typer.echo(f"{'calibration':<18} scores read off {s.calibration_messages:,.0f} recorded messages (decayed)")
+        typer.echo(f"{'calibration':<18} scores read off {s.calibration_messages:,.0f} recorded message{'' if round(s.calibration_messages) == 1 else 's'} (decayed)")
     else:
         typer.echo(f"{'calibration':<18} no record yet: scores are the model's own, bounded to [0.01, 0.99]")
     typer.echo(f"{'database':<18} {s.database} ({size})")
@@ -183,9 +183,10 @@ def vacuum(ctx: typer.Context) -> None:
 @db_app.command(name="export")
 def export_counts(ctx: typer.Context, path: Annotated[str, typer.Argument(metavar="[FILE|-]", help="Where to write (default: - for stdout).")] = "-") -> None:
     """Write the model's counts (--user) as UTF-8 text: a header, the class
-    totals, then one line per token: token, ham_docs, spam_docs, ham_terms,
-    spam_terms, separated by tabs, sorted by token (backslash, tab and
-    newline in tokens escaped). The trained-message ledger is not written:
+    totals and the column names, then one line per token: token, ham_docs,
+    spam_docs, ham_terms, spam_terms, separated by tabs, sorted by token
+    (backslash, tab, newline and carriage return in tokens escaped, and a
+    leading #). The trained-message ledger is not written:
     imported counts cannot be forgotten message by message.
 
     Example: spamfilter db export counts.tsv
