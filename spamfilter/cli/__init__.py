@@ -457,8 +457,19 @@ def root(
     ctx.obj = AppState(config=cfg, db_url=db, config_path=config, user=user, create_dirs=create_dirs)
 
 
+def _closed_streams_to_devnull() -> None:
+    """A standard stream the caller closed (``spamfilter stats <&-``) is
+    None in Python: make it /dev/null, so the command reads an empty input
+    or writes nowhere and says so in its exit code, instead of failing on
+    the missing stream with a traceback."""
+    for name, mode in (("stdin", "r"), ("stdout", "w"), ("stderr", "w")):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, mode, encoding="utf-8"))  # noqa: SIM115 - for the process's life
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Console entry point; returns the exit code."""
+    _closed_streams_to_devnull()
     try:
         app(args=list(argv) if argv is not None else None, prog_name="spamfilter", standalone_mode=True)
     except SystemExit as exc:

@@ -175,6 +175,24 @@ def test_filter_refuses_an_empty_message_with_exit_65(runner: CliRunner, trained
     assert result.stderr.startswith("spamfilter: not filtered:")
 
 
+@pytest.mark.parametrize(("args", "closed", "code"), [(["filter"], 0, 65), (["stats"], 0, 0), (["stats"], 1, 0), (["classify", "-"], 0, 65)])
+def test_a_closed_standard_stream_is_no_traceback(trained: str, args: list[str], closed: int, code: int) -> None:
+    import os
+
+    # The caller closed stdin or stdout (`spamfilter stats <&-`): Python
+    # starts with that stream None.
+    r = subprocess.run(
+        [sys.executable, "-m", "spamfilter", "--db", trained, *args],
+        capture_output=closed != 1,
+        stderr=subprocess.PIPE if closed == 1 else None,
+        preexec_fn=lambda: os.close(closed),
+        timeout=60,
+    )  # noqa: PLW1509
+    err = r.stderr.decode()
+    assert r.returncode == code, err
+    assert "Traceback" not in err and "Error" not in err
+
+
 def test_classify_goes_on_past_an_unreadable_message_and_exits_65(runner: CliRunner, trained: str, tmp_path: Path) -> None:
     folder = tmp_path / "mail"  # apart from the database file in tmp_path
     folder.mkdir()
