@@ -82,12 +82,20 @@ def pack_ledger_entry(counts: dict[str, int], features: tuple[int, ...] = ()) ->
     return _LEDGER_V3 + ",".join(map(str, features)).encode("ascii") + b"\0" + pack_token_counts(counts)
 
 
+class DamagedEntry(ValueError):
+    """A ledger entry that none of the formats can read (a damaged row or page)."""
+
+
 def unpack_features(blob: bytes) -> tuple[int, ...]:
-    """The feature vector of a ledger entry; () for an entry without one."""
+    """The feature vector of a ledger entry; () for an entry without one.
+    Raises ``DamagedEntry``."""
     if not blob.startswith(_LEDGER_V3):
         return ()
-    head = blob[1 : blob.index(b"\0")]
-    return tuple(map(int, head.split(b",")))
+    try:
+        head = blob[1 : blob.index(b"\0")]
+        return tuple(map(int, head.split(b",")))
+    except ValueError as exc:
+        raise DamagedEntry(f"unreadable features: {exc}") from exc
 
 
 def pack_token_counts(counts: dict[str, int]) -> bytes:
@@ -162,7 +170,15 @@ def _pair_positions(zigzag: npt.NDArray[np.int64]) -> tuple[list[int], list[int]
 
 
 def unpack_token_counts(blob: bytes) -> dict[str, int]:
-    """Inverse of ``pack_token_counts``; also reads the first and third formats."""
+    """Inverse of ``pack_token_counts``; also reads the first and third
+    formats. Raises ``DamagedEntry`` for bytes none of them can read."""
+    try:
+        return _unpack_token_counts(bytes(blob))
+    except (zlib.error, UnicodeDecodeError, ValueError, struct.error, IndexError) as exc:
+        raise DamagedEntry(f"{type(exc).__name__}: {exc}") from exc
+
+
+def _unpack_token_counts(blob: bytes) -> dict[str, int]:
     if blob.startswith(_LEDGER_V3):
         blob = blob[blob.index(b"\0") + 1 :]
     if blob.startswith(_LEDGER_V4):

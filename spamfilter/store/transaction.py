@@ -3,7 +3,7 @@ the records it returns."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timezone
 from typing import Any
@@ -18,7 +18,7 @@ from spamfilter.errors import CountLimitError, StoreError, StoreInconsistent
 from spamfilter.store.backends import _CountSQL, _PgCountSQL, _SqliteCountSQL
 from spamfilter.store.imap_rows import ImapRows
 from spamfilter.store.insight_rows import InsightRows
-from spamfilter.store.ledger import pack_ledger_entry, unpack_features, unpack_token_counts
+from spamfilter.store.ledger import DamagedEntry, pack_ledger_entry, unpack_features, unpack_token_counts
 from spamfilter.store.pairs import PairTables
 from spamfilter.store.schema import _CHUNK, COUNT_COLUMNS, calibration, class_totals, doc_histogram, feature_stats, messages, tokens, untracked_totals
 from spamfilter.store.statements import _Statements
@@ -138,7 +138,10 @@ class StoreTransaction:
         for start in range(0, len(digests), _CHUNK):
             chunk = list(digests[start : start + _CHUNK])
             for d, lbl, when, blob in self.conn.execute(self.sql.take_ledger, {"own": self.owner, "keys": chunk}):
-                result.append(TrainedMessage(d, int(lbl), when, unpack_token_counts(blob), unpack_features(blob)))
+                try:
+                    result.append(TrainedMessage(d, int(lbl), when, unpack_token_counts(blob), unpack_features(blob)))
+                except DamagedEntry as exc:
+                    raise _damaged(d, exc) from exc
         return result
 
     def add_counts(self, token_list: Sequence[str], delta: TokenCounts, classes: ClassCounts) -> CountsWritten:
@@ -270,12 +273,25 @@ class StoreTransaction:
                 ]
         return found
 
-    def iter_ledger(self, chunk: int = 500) -> Iterator[tuple[int, dict[str, int]]]:
+    def iter_ledger(self, chunk: int = 500, on_damaged: Callable[[str, str], None] | None = None) -> Iterator[tuple[int, dict[str, int]]]:
         """(label, token_counts) of every message in this owner's ledger, streamed
-        in the order they were trained (ties: by digest)."""
-        query = sa.select(messages.c.label, messages.c.token_counts).where(messages.c.owner == self.owner).order_by(messages.c.trained_at, messages.c.digest)
-        for label, blob in self.conn.execute(query, execution_options={"stream_results": True, "yield_per": chunk}):
-            yield int(label), unpack_token_counts(blob)
+        in the order they were trained (ties: by digest). An entry that
+        cannot be read raises ``StoreInconsistent``, or with ``on_damaged``
+        is passed to it (digest, why) and left out."""
+        query = (
+            sa.select(messages.c.digest, messages.c.label, messages.c.token_counts)
+            .where(messages.c.owner == self.owner)
+            .order_by(messages.c.trained_at, messages.c.digest)
+        )
+        for digest, label, blob in self.conn.execute(query, execution_options={"stream_results": True, "yield_per": chunk}):
+            try:
+                counts = unpack_token_counts(blob)
+            except DamagedEntry as exc:
+                if on_damaged is None:
+                    raise _damaged(digest, exc) from exc
+                on_damaged(digest, str(exc))
+                continue
+            yield int(label), counts
 
     def bump_version(self) -> int:
         """Increase this owner's model version (a change that is not a count
@@ -481,3 +497,7 @@ def _histogram_delta(old: TokenCounts, new: TokenCounts) -> dict[tuple[int, int]
             for k, c in zip(uniq.tolist(), n.tolist()):
                 delta[(int(label), k)] = delta.get((int(label), k), 0) + sign * c
     return delta
+
+
+def _damaged(digest: str, exc: DamagedEntry) -> StoreInconsistent:
+    return StoreInconsistent(f"the ledger entry of message {digest} is damaged ({exc}): `spamfilter db check` lists every such entry")

@@ -88,7 +88,8 @@ class Maintenance:
             totals = tx.totals()
             untracked = tx.untracked().table()
             exact = not untracked.any()
-            ledger_rows, per_token = _ledger_sums(tx.iter_ledger(), per_token=exact)
+            damaged = _Findings()
+            ledger_rows, per_token = _ledger_sums(tx.iter_ledger(on_damaged=lambda d, why: damaged.add(f"message {d}: {why}")), per_token=exact)
             scan = _TokenScan(totals.messages.tolist())
             for token, hd, sd, ht, st, _ in tx.iter_tokens():
                 row = [hd, sd, ht, st]
@@ -108,6 +109,7 @@ class Maintenance:
         token_sums = np.array([[sums[2], sums[3]], [sums[0], sums[1]]], dtype=np.int64)
         plus = " + untracked" if not exact else ""
         items = [
+            damaged.item("every ledger entry can be read"),
             scan.negative.item("no count is negative"),
             scan.empty.item("every stored token is in a message"),
             scan.uneven.item("occurrences >= messages >= 1 per class"),

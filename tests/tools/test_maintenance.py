@@ -114,11 +114,12 @@ def test_check_passes_on_a_trained_store(trained_url: str) -> None:
         report = Maintenance(f.store).check()
     assert report.ok
     assert set(statuses(report).values()) == {"ok"}
-    assert len(report.items) == 10
+    assert len(report.items) == 11
 
 
 A_SPAM_TOKEN = "(SELECT token FROM tokens WHERE spam_docs > 0 ORDER BY token LIMIT 1)"
 A_HAM_ONLY_TOKEN = "(SELECT token FROM tokens WHERE ham_docs > 0 AND spam_docs = 0 ORDER BY token LIMIT 1)"
+A_MESSAGE = "(SELECT digest FROM messages ORDER BY digest LIMIT 1)"
 
 
 @pytest.mark.parametrize(
@@ -135,8 +136,12 @@ A_HAM_ONLY_TOKEN = "(SELECT token FROM tokens WHERE ham_docs > 0 AND spam_docs =
         (f"UPDATE tokens SET spam_docs = 0, ham_docs = 0 WHERE token = {A_SPAM_TOKEN}", {"every stored token is in a message", LEDGER_CHECK}),
         (f"DELETE FROM tokens WHERE token = {A_SPAM_TOKEN}", {"class totals (terms, binary_terms) = sums over the tokens", LEDGER_CHECK}),
         (f"UPDATE tokens SET ham_docs = 100000, ham_terms = 100000 WHERE token = {A_HAM_ONLY_TOKEN}", {"no token is in more messages than its class has", LEDGER_CHECK}),
+        (
+            f"UPDATE messages SET token_counts = substr(token_counts, 1, 20) WHERE digest = {A_MESSAGE}",
+            {"every ledger entry can be read", "class totals = sums over the ledger", LEDGER_CHECK},
+        ),
     ],
-    ids=["class-terms", "class-messages", "token-count", "histogram", "negative", "token-in-no-message", "token-deleted", "beyond-class"],
+    ids=["class-terms", "class-messages", "token-count", "histogram", "negative", "token-in-no-message", "token-deleted", "beyond-class", "ledger-entry"],
 )
 def test_check_reports_each_kind_of_corruption(trained_url: str, corruption: str, expected: set[str], runner: CliRunner) -> None:
     with Filter.open(Config(), trained_url) as f:
@@ -149,6 +154,27 @@ def test_check_reports_each_kind_of_corruption(trained_url: str, corruption: str
     assert result.exit_code == exitcodes.STORE_INCONSISTENT == 73
     assert "FAILED" in result.stdout
     assert "check(s) failed" in result.stderr
+
+
+def test_a_damaged_ledger_entry_is_refused_by_forget_and_mark_and_listed_by_check(
+    trained_url: str, runner: CliRunner, mail: dict[str, list[MailItem]], tmp_path: Path
+) -> None:
+    item = mail["spam"][0]
+    with Filter.open(Config(), trained_url) as f:
+        execute(f, f"UPDATE messages SET token_counts = substr(token_counts, 1, 20) WHERE digest = '{item.digest}'")
+        before = token_rows(f)
+    source = tmp_path / "m.eml"
+    source.write_bytes(item.raw)
+    for args in (["forget", str(source)], ["mark", "ham", str(source)]):
+        result = runner.invoke(app, ["--db", trained_url, *args])
+        assert result.exit_code == exitcodes.STORE_INCONSISTENT, result.output
+        assert result.stderr.startswith(f"spamfilter: the ledger entry of message {item.digest} is damaged (")
+        assert "Traceback" not in result.output
+    with Filter.open(Config(), trained_url) as f:
+        assert token_rows(f) == before  # nothing written
+    result = runner.invoke(app, ["--db", trained_url, "db", "check"])
+    assert result.exit_code == 73
+    assert f"message {item.digest}: " in result.stdout
 
 
 def test_check_exits_0_and_json_says_ok(trained_url: str, runner: CliRunner) -> None:
