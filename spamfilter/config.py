@@ -302,6 +302,10 @@ def load_config(path: Path | None = None) -> Config:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: invalid TOML: arrays or tables nested too deep") from None
     return config_from_dict(data, origin=str(path))
 
 
@@ -378,7 +382,7 @@ def _validate_model(config: Config, need: Callable[[bool, str, str, object], Non
     """The naive Bayes keys of [model] (see ``validate``)."""
     m = config.model
     need(m.event_model in EVENT_MODELS, "model.event_model", f"must be one of {', '.join(EVENT_MODELS)}", m.event_model)
-    need(math.isfinite(m.alpha) and m.alpha >= 1e-10, "model.alpha", "must be >= 1e-10", m.alpha)
+    need(math.isfinite(m.alpha) and 1e-10 <= m.alpha <= 1e6, "model.alpha", "must be between 1e-10 and 1e6", m.alpha)
     need(0.0 <= m.tempering <= 1.0, "model.tempering", "must be between 0 and 1", m.tempering)
     need(0.0 <= m.min_evidence <= 50.0, "model.min_evidence", "must be between 0 and 50", m.min_evidence)
     need(0 <= m.max_tokens <= 100_000, "model.max_tokens", "must be between 0 (every token) and 100000", m.max_tokens)
@@ -412,9 +416,9 @@ def validate(config: Config, origin: str = "config") -> None:
     m, d, t, s = config.model, config.decision, config.tokenizer, config.store
     _validate_model(config, need)
     _validate_dependence(config, need)
-    need(d.cost_ham_as_spam > 0, "decision.cost_ham_as_spam", "must be > 0", d.cost_ham_as_spam)
-    need(d.cost_spam_as_ham > 0, "decision.cost_spam_as_ham", "must be > 0", d.cost_spam_as_ham)
-    need(d.cost_unsure >= 0, "decision.cost_unsure", "must be >= 0", d.cost_unsure)
+    need(0 < d.cost_ham_as_spam < math.inf, "decision.cost_ham_as_spam", "must be > 0 and finite", d.cost_ham_as_spam)
+    need(0 < d.cost_spam_as_ham < math.inf, "decision.cost_spam_as_ham", "must be > 0 and finite", d.cost_spam_as_ham)
+    need(0 <= d.cost_unsure < math.inf, "decision.cost_unsure", "must be >= 0 and finite", d.cost_unsure)
     need((d.spam_cutoff is None) == (d.ham_cutoff is None), "decision.spam_cutoff", "and ham_cutoff must be set together", d.spam_cutoff)
     if d.spam_cutoff is not None and d.ham_cutoff is not None:
         need(0 < d.ham_cutoff <= d.spam_cutoff < 1, "decision.ham_cutoff", "must satisfy 0 < ham_cutoff <= spam_cutoff < 1", (d.ham_cutoff, d.spam_cutoff))
@@ -422,9 +426,9 @@ def validate(config: Config, origin: str = "config") -> None:
     need(1 <= t.min_word_length <= t.max_word_length, "tokenizer.min_word_length", "must be between 1 and max_word_length", t.min_word_length)
     need(t.max_word_length <= 100, "tokenizer.max_word_length", "must be <= 100", t.max_word_length)
     need(t.stemmer in STEMMERS, "tokenizer.stemmer", f"must be one of {', '.join(STEMMERS)}", t.stemmer)
-    need(s.busy_timeout >= 0, "store.busy_timeout", "must be >= 0", s.busy_timeout)
-    need(s.write_deadline >= 0, "store.write_deadline", "must be >= 0", s.write_deadline)
-    need(s.batch_size >= 1, "store.batch_size", "must be >= 1", s.batch_size)
+    need(0 <= s.busy_timeout <= 86_400, "store.busy_timeout", "must be between 0 and 86400 seconds", s.busy_timeout)
+    need(0 <= s.write_deadline <= 86_400, "store.write_deadline", "must be between 0 and 86400 seconds", s.write_deadline)
+    need(1 <= s.batch_size <= 1_000_000, "store.batch_size", "must be between 1 and 1000000", s.batch_size)
     need(0 <= config.daemon.processes <= 64, "daemon.processes", "must be between 0 and 64", config.daemon.processes)
     need(s.shared_model in SHARED_MODELS, "store.shared_model", f"must be one of {', '.join(SHARED_MODELS)}", s.shared_model)
     need(s.shared_min_messages >= 0, "store.shared_min_messages", "must be >= 0", s.shared_min_messages)

@@ -129,9 +129,10 @@ def test_wrong_type_raises(data: dict[str, Any], message: str) -> None:
         config_from_dict(data)
 
 
-@pytest.mark.parametrize("alpha", [0.0, -1.0, 1e-11, float("nan"), float("inf")])
+@pytest.mark.parametrize("alpha", [0.0, -1.0, 1e-11, float("nan"), float("inf"), 1e308])
 def test_out_of_range_alpha_raises(alpha: float) -> None:
-    with pytest.raises(ConfigError, match=r"model\.alpha must be >= 1e-10"):
+    # 1e308: every probability the same, and the log-odds NaN.
+    with pytest.raises(ConfigError, match=r"model\.alpha must be between 1e-10 and 1e6"):
         config_from_dict({"model": {"alpha": alpha}})
 
 
@@ -183,6 +184,11 @@ def test_equal_cutoffs_are_accepted() -> None:
         ({"tokenizer": {"max_word_length": 101}}, "tokenizer.max_word_length"),
         ({"store": {"batch_size": 0}}, "store.batch_size"),
         ({"store": {"busy_timeout": -1}}, "store.busy_timeout"),
+        ({"store": {"busy_timeout": float("inf")}}, "store.busy_timeout"),
+        ({"store": {"write_deadline": float("nan")}}, "store.write_deadline"),
+        ({"store": {"batch_size": 10**23}}, "store.batch_size"),
+        ({"decision": {"cost_ham_as_spam": float("inf")}}, "decision.cost_ham_as_spam"),
+        ({"decision": {"cost_unsure": float("inf")}}, "decision.cost_unsure"),
         ({"model": {"max_tokens": -1}}, "model.max_tokens"),
         ({"model": {"unseen_weight": -0.1}}, "model.unseen_weight"),
         ({"model": {"unseen_weight": 1.5}}, "model.unseen_weight"),
@@ -193,6 +199,21 @@ def test_equal_cutoffs_are_accepted() -> None:
 def test_other_out_of_range_values_raise(data: dict[str, Any], key: str) -> None:
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         config_from_dict(data)
+
+
+@pytest.mark.parametrize(
+    ("raw", "said"),
+    [
+        (b"# caf\xe9\n[model]\nalpha = 1\n", "not UTF-8"),
+        ("[model]\nalpha = 1\n".encode("utf-16"), "not UTF-8"),
+        (b"x = " + b"[" * 5000 + b"]" * 5000 + b"\n", "nested too deep"),
+    ],
+)
+def test_a_config_file_that_is_not_toml_text_is_a_config_error(tmp_path: Path, raw: bytes, said: str) -> None:
+    path = tmp_path / "c.toml"
+    path.write_bytes(raw)
+    with pytest.raises(ConfigError, match=f"invalid TOML: .*{said}"):
+        load_config(path)
 
 
 def test_error_names_the_file(tmp_path: Path) -> None:
