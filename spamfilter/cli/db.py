@@ -15,6 +15,7 @@ import typer
 
 from spamfilter.cli import app, exitcodes, fail, state
 from spamfilter.cli._common import TableOrJson, is_tty_stdin, open_filter
+from spamfilter.counts import MAX_COUNT
 from spamfilter.errors import StoreInconsistent
 from spamfilter.filter import Filter, upgrade_database
 from spamfilter.tools.counts_file import read_counts_lines
@@ -115,10 +116,16 @@ def check(ctx: typer.Context, fmt: Annotated[TableOrJson, typer.Option("--format
 @db_app.command()
 def prune(
     ctx: typer.Context,
-    min_count: Annotated[int, typer.Option("--min-count", metavar="N", min=0, help="Prune tokens in fewer than N messages (spam and ham together).")],
+    min_count: Annotated[int, typer.Option("--min-count", metavar="N", min=0, max=MAX_COUNT, help="Prune tokens in fewer than N messages (spam and ham together).")],
     older_than: Annotated[
         int,
-        typer.Option("--older-than", metavar="DAYS", min=0, help="... that were last trained DAYS or more days ago (0: any day; a token without a date counts as old)."),
+        typer.Option(
+            "--older-than",
+            metavar="DAYS",
+            min=0,
+            max=100_000,
+            help="... that were last trained DAYS or more days ago (0: any day; a token without a date counts as old).",
+        ),
     ],
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Count what would be pruned; change nothing.")] = False,
 ) -> None:

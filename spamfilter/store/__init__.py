@@ -199,11 +199,14 @@ class Store:
 
     def schema_revision(self) -> str | None:
         """The database's Alembic revision, or None for a database without one."""
-        with self.engine.connect() as conn:
-            if not sa.inspect(conn).has_table("alembic_version"):
-                return None
-            row = conn.execute(sa.text("SELECT version_num FROM alembic_version")).first()
-            return None if row is None else str(row[0])
+        try:
+            with self.engine.connect() as conn:
+                if not sa.inspect(conn).has_table("alembic_version"):
+                    return None
+                row = conn.execute(sa.text("SELECT version_num FROM alembic_version")).first()
+                return None if row is None else str(row[0])
+        except DBAPIError as exc:
+            raise _store_error(exc, f"database {self.display_url}") from None
 
     @staticmethod
     def _alembic_config() -> AlembicConfig:
@@ -235,9 +238,13 @@ class Store:
         duplicate ``pg_type`` row (PostgreSQL: two CREATE TABLE at once).
         """
         from alembic import command
+        from alembic.util import CommandError
 
         cfg = self._alembic_config()
         path = sqlite_path(self.url)
+        current = self.schema_revision()
+        if current is not None and current not in self._known_revisions():
+            raise StoreError(f"{self.display_url}: schema revision {current} is unknown to this spamfilter (newer?): not upgraded")
         try:
             if path is not None and not self._has_tables():
                 # The counts say a lot about someone's mail: owner-only file.
@@ -252,6 +259,12 @@ class Store:
                     command.upgrade(cfg, revision)
         except DBAPIError as exc:
             raise _store_error(exc, f"cannot upgrade {self.display_url}") from None
+        except self._driver_error as exc:
+            raise self._driver_failure(exc, f"cannot upgrade {self.display_url}") from None
+        except CommandError as exc:
+            raise StoreError(f"cannot upgrade {self.display_url}: {exc}") from None
+        except OSError as exc:
+            raise StoreError(f"cannot upgrade {self.display_url}: {exc.strerror or exc}") from None
 
     # -- transactions -------------------------------------------------------
 
@@ -391,6 +404,9 @@ class Store:
                     auto.exec_driver_sql("VACUUM ANALYZE tokens, class_totals, doc_histogram, messages")
         except DBAPIError as exc:
             raise _store_error(exc, f"cannot vacuum {self.display_url}") from None
+        except self._driver_error as exc:
+            # The SQLite statements run on the raw driver cursor.
+            raise self._driver_failure(exc, f"cannot vacuum {self.display_url}") from None
 
 
 def display_url(url: str) -> str:

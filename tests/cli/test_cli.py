@@ -254,6 +254,35 @@ def test_old_schema_exits_76_and_db_upgrade_fixes_it(runner: CliRunner, trained:
     assert runner.invoke(app, ["--db", trained, "db", "upgrade"]).stdout.strip() == f"schema already at revision {SCHEMA_REVISION}"
 
 
+def test_db_upgrade_and_vacuum_failures_exit_with_the_database_codes(runner: CliRunner, trained: str, tmp_path: Path) -> None:
+    import sqlite3
+
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"not a database, whatever its name says " * 40)
+    result = runner.invoke(app, ["--db", str(junk), "db", "upgrade"])
+    assert (result.exit_code, result.stderr.strip()) == (74, f"spamfilter: database sqlite:///{junk}: file is not a database")
+    path = trained.removeprefix("sqlite:///")
+    with sqlite3.connect(path) as con:
+        con.execute("UPDATE alembic_version SET version_num = '0099'")
+    result = runner.invoke(app, ["--db", trained, "db", "upgrade"])
+    assert result.exit_code == 74
+    assert "schema revision 0099 is unknown to this spamfilter (newer?): not upgraded" in result.stderr
+    with sqlite3.connect(path) as con:
+        con.execute(f"UPDATE alembic_version SET version_num = '{SCHEMA_REVISION}'")
+    config = tmp_path / "quick.toml"
+    config.write_text("[store]\nbusy_timeout = 0.2\n")
+    lock = sqlite3.connect(path, isolation_level=None)
+    try:
+        lock.execute("BEGIN EXCLUSIVE")
+        result = runner.invoke(app, ["--config", str(config), "--db", trained, "db", "vacuum"])
+    finally:
+        lock.close()
+    assert result.exit_code == 75, result.output
+    assert "Traceback" not in result.output and "internal error" not in result.output
+    result = runner.invoke(app, ["--db", trained, "db", "prune", "--min-count", str(2**70), "--older-than", "0"])
+    assert result.exit_code == 64
+
+
 def test_db_upgrade_says_when_the_file_holds_free_space_and_vacuum_returns_it(runner: CliRunner, db_url: str, tmp_path: Path) -> None:
     """Revision 0008 rebuilds the token table; the old table's pages stay
     in the file as free space until ``db vacuum``, and ``db upgrade`` says so."""
