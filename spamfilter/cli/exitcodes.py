@@ -15,7 +15,9 @@ that sees 75 (temporary failure) queues the message and retries.
       65  a message could not be read as mail (the others were processed), or
           the labelled mail cannot support the evaluation asked for, or a
           counts file for `db import` is not one
-      66  a mail source (file, folder, index) does not exist or is unreadable,
+      66  a mail source named on the command line (file, folder, index)
+          does not exist or is unreadable (a file inside a folder that cannot
+          be read is skipped, 65),
           or no source held any message (train, mark, forget), or a command
           that only reads the database found no database file
       68  the IMAP server cannot be reached (after retries), or the connection broke

@@ -70,6 +70,9 @@ class MailItem:
     # assertion messages and tracebacks.
     raw: bytes = field(repr=False)
     known_digest: str | None = field(default=None, repr=False, compare=False)
+    #: Why a file found inside a folder could not be read (its ``raw`` is
+    #: then empty): the message is refused when parsed, and the run goes on.
+    unreadable: str | None = field(default=None, repr=False, compare=False)
 
     @property
     def digest(self) -> str:
@@ -258,7 +261,7 @@ def _read_maildir(path: str) -> Iterator[MailItem]:
     for sub in ("cur", "new"):
         for entry in _list_dir(os.path.join(path, sub)):
             if entry.is_file():
-                yield MailItem(entry.path, _read_bytes(entry.path))
+                yield _item_in_folder(entry.path)
 
 
 def _is_mh_number(name: str) -> bool:
@@ -271,7 +274,7 @@ def _read_mh(path: str) -> Iterator[MailItem]:
     # deleted messages (",12") or subfolders: none is a message here.
     numbered = [e for e in _list_dir(path) if _is_mh_number(e.name) and e.is_file()]
     for entry in sorted(numbered, key=lambda e: int(e.name)):
-        yield MailItem(entry.path, _read_bytes(entry.path))
+        yield _item_in_folder(entry.path)
 
 
 def _walk(path: str) -> Iterator[MailItem]:
@@ -281,15 +284,22 @@ def _walk(path: str) -> Iterator[MailItem]:
         if entry.is_dir(follow_symlinks=False):
             yield from _read_dir(entry.path)
         elif entry.is_file():
-            yield from _read_file(entry.path)
+            try:
+                yield from _read_file(entry.path)
+            except MailSourceError as err:
+                yield MailItem(entry.path, b"", unreadable=str(err.__cause__.strerror if isinstance(err.__cause__, OSError) else err))
 
 
-def _read_bytes(path: str) -> bytes:
+def _item_in_folder(path: str) -> MailItem:
+    """One message file found in a folder. One that cannot be read (no
+    permission, or renamed by a mail client since the folder was listed)
+    is an item to refuse, not the end of the run: the folder itself was
+    readable."""
     try:
         with open(path, "rb") as f:
-            return f.read()
+            return MailItem(path, f.read())
     except OSError as err:
-        raise MailSourceError(f"cannot read mail file {path!r}: {err.strerror}") from err
+        return MailItem(path, b"", unreadable=err.strerror or str(err))
 
 
 def _starts_with_envelope(f: io.BufferedReader) -> bool:

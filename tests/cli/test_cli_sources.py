@@ -202,6 +202,37 @@ def test_classify_warns_about_an_empty_source_and_classifies_the_others(runner: 
     assert result.stdout.splitlines()[0] == "source\tscore\tlog_odds\tverdict" and len(result.stdout.splitlines()) == 21
 
 
+@pytest.mark.parametrize("layout", ["folder", "maildir", "mh"])
+def test_a_message_file_that_cannot_be_read_is_refused_and_the_run_goes_on(
+    runner: CliRunner, db_url: str, tmp_path: Path, sample: Path, monkeypatch: pytest.MonkeyPatch, layout: str
+) -> None:
+    from spamfilter.mail import sources
+
+    runner.invoke(app, ["--db", db_url, "train", "--spam", str(sample / "train-spam.mbox"), "--ham", str(sample / "train-ham.mbox")])
+    root = tmp_path / "box"
+    where = {"folder": root, "maildir": root / "cur", "mh": root}[layout]
+    where.mkdir(parents=True)
+    if layout == "maildir":
+        (root / "new").mkdir()
+        (root / "tmp").mkdir()
+    names = ["1", "2", "3"]
+    for name in names:
+        (where / name).write_bytes(b"Subject: lunch\n\nsee you at noon\n")
+    bad = str(where / "2")
+    real_open = open
+
+    def unreadable(path: object, *args: object, **kwargs: object) -> object:
+        if str(path) == bad:  # as a file without read permission, or renamed since the listing
+            raise PermissionError(13, "Permission denied", bad)
+        return real_open(path, *args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(sources, "open", unreadable, raising=False)
+    result = runner.invoke(app, ["--db", db_url, "classify", "--jobs", "1", "--format", "tsv", str(root)])
+    assert result.exit_code == exitcodes.DATA_ERROR, result.output
+    assert [line.split("\t")[0] for line in result.stdout.splitlines()[1:]] == [str(where / "1"), str(where / "3")]
+    assert result.stderr.strip() == f"spamfilter: skipped {bad}: cannot read it: Permission denied"
+
+
 def test_an_empty_index_exits_66(runner: CliRunner, db_url: str, tmp_path: Path) -> None:
     index = tmp_path / "index"
     index.write_text("")
