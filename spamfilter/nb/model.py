@@ -59,7 +59,7 @@ from spamfilter.counts import FeatureStats as FeatureStats
 from spamfilter.counts import IntArray as IntArray
 from spamfilter.counts import TokenCounts as TokenCounts
 from spamfilter.counts import Totals as Totals
-from spamfilter.errors import NotTrainedError
+from spamfilter.errors import NotTrainedError, StoreInconsistent
 from spamfilter.verdicts import HAM as HAM
 from spamfilter.verdicts import SPAM as SPAM
 from spamfilter.verdicts import UNSURE_CODE
@@ -89,6 +89,11 @@ class NBParams:
 def log_prior(stats: Totals) -> FloatArray:
     """log P(c) = log D[c] - log (D[0] + D[1]), shape (2,)."""
     messages = stats.messages.astype(np.float64)
+    if (messages < 0).any():
+        # Not an untrained model: a damaged one.
+        raise StoreInconsistent(
+            f"the model's message counts are negative ({int(messages[SPAM])} spam, {int(messages[HAM])} ham): `spamfilter db check` lists the problems"
+        )
     if messages[HAM] <= 0 or messages[SPAM] <= 0:
         raise NotTrainedError(f"the model needs at least one trained spam and one trained ham (it has {int(messages[SPAM])} spam and {int(messages[HAM])} ham)")
     result: FloatArray = np.log(messages) - np.log(messages.sum())

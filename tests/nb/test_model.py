@@ -30,7 +30,7 @@ import pytest
 import scipy.sparse as sp
 
 from spamfilter.counts import ClassCounts
-from spamfilter.errors import NotTrainedError
+from spamfilter.errors import NotTrainedError, StoreInconsistent
 from spamfilter.nb import decision, model
 from spamfilter.nb.model import HAM, SPAM, UNSURE
 
@@ -180,6 +180,13 @@ def test_not_trained_error_when_a_class_has_no_messages(messages: list[int], eve
     stats = model.Totals(ClassCounts(messages=np.array(messages), terms=STATS.terms, binary_terms=STATS.binary_terms), vocabulary_size=6, histogram=STATS.histogram)
     with pytest.raises(NotTrainedError, match="at least one trained spam and one trained ham"):
         model.estimate(event_model, token_counts(D5_COLUMNS), stats, 1.0)
+
+
+@pytest.mark.parametrize("messages", [[-5, 3], [4, -1]])
+def test_negative_message_counts_are_a_damaged_store_not_an_untrained_one(messages: list[int]) -> None:
+    stats = model.Totals(ClassCounts(messages=np.array(messages), terms=STATS.terms, binary_terms=STATS.binary_terms), vocabulary_size=6, histogram=STATS.histogram)
+    with pytest.raises(StoreInconsistent, match="negative"):
+        model.estimate("multinomial-binary", token_counts(D5_COLUMNS), stats, 1.0)
 
 
 # -- decision ------------------------------------------------------------------
