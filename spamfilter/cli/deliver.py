@@ -71,10 +71,10 @@ def filter_(
     # that a daemon answered never loads it.
     from spamfilter.answers import Refusal, Verdict
     from spamfilter.cli._common import open_filter
-    from spamfilter.mail.sources import STDIN_SOURCE, MailItem
+    from spamfilter.mail.sources import STDIN_SOURCE, delivered
 
     with open_filter(ctx, create=True, write_deadline=0.0) as f:
-        result = next(iter(f.classify([MailItem(STDIN_SOURCE, raw)])))
+        result = next(iter(f.classify([delivered(STDIN_SOURCE, raw)])))
         model_name = f.config.model.event_model
     if isinstance(result, Refusal):
         fail(f"not filtered: {result.reason}", exitcodes.DATA_ERROR)

@@ -19,6 +19,7 @@ from spamfilter.daemon.pool import FilterPool
 from spamfilter.errors import MailParseError, NotTrainedError, SpamfilterError, StoreBusyError, StoreError
 from spamfilter.filter import Filter
 from spamfilter.mail import MailItem, filter_fields, filtered_pieces
+from spamfilter.mail.sources import delivered
 from spamfilter.tools.insight import Explanation, Insight
 from spamfilter.verdicts import Decision
 
@@ -53,7 +54,7 @@ def from_pool(request: spamd.Request, raw: bytes, pool: FilterPool) -> Answer:
     that is an answer with its error code, not an internal error."""
     try:
         with pool.lease(request.user) as (owner, f):
-            item = MailItem("-", raw)
+            item = delivered("-", raw)
             if request.command == "TELL":
                 return _tell(request, item, f, owner)
             return _scored(request, raw, item, f, owner)

@@ -290,6 +290,18 @@ def _walk(path: str) -> Iterator[MailItem]:
                 yield MailItem(entry.path, b"", unreadable=str(err.__cause__.strerror if isinstance(err.__cause__, OSError) else err))
 
 
+def delivered(source: str, raw: bytes) -> MailItem:
+    """One message as a delivery agent hands it over (procmail's pipe,
+    spamc): without the mbox envelope line a local delivery may put first
+    (and with mboxrd quoting undone), as reading the same message from a
+    mailbox file gives it, so it scores, and is known by its digest, the
+    same however it came. A message that is nothing but that line is empty."""
+    if not raw.startswith(_ENVELOPE_PREFIX):
+        return MailItem(source, raw)
+    found = list(_mbox_messages(raw.splitlines(keepends=True), source, split=False))
+    return MailItem(source, found[0].raw if found else b"")
+
+
 def _item_in_folder(path: str) -> MailItem:
     """One message file found in a folder. One that cannot be read (no
     permission, or renamed by a mail client since the folder was listed)

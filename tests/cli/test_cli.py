@@ -169,6 +169,24 @@ def test_filter_passes_mail_through_unchanged_when_untrained(runner: CliRunner, 
     assert "needs at least one trained spam and one trained ham" in result.stderr
 
 
+def test_filter_scores_a_message_with_an_envelope_line_as_classify_reads_it_from_a_file(runner: CliRunner, trained: str, tmp_path: Path) -> None:
+    # procmail hands the message over with its mbox "From " line; past
+    # tokenizer.max_bytes (200,000) that line used to move the cut.
+    words = b" ".join(b"offer%d money%d" % (i, i % 97) for i in range(30_000))
+    message = b"From someone@example.org Sat Jan  1 00:00:00 2000\nSubject: cheap offer\n\n" + words + b"\n"
+    assert len(message) > 250_000
+    path = tmp_path / "one.mbox"
+    path.write_bytes(message)
+    classified = runner.invoke(app, ["--db", trained, "classify", "--format", "jsonl", str(path)])
+    filtered = runner.invoke(app, ["--db", trained, "filter", "--verdict-only"], input=message)
+    [row] = [json.loads(line) for line in classified.stdout.splitlines()]
+    verdict, score, log_odds = filtered.stdout.split()
+    assert (verdict, float(log_odds)) == (row["verdict"], pytest.approx(row["log_odds"], abs=5e-5))
+    # Nothing but the envelope line is an empty message, as for classify.
+    result = runner.invoke(app, ["--db", trained, "filter"], input=b"From someone@example.org Sat Jan  1 00:00:00 2000\n")
+    assert result.exit_code == 65
+
+
 def test_filter_refuses_an_empty_message_with_exit_65(runner: CliRunner, trained: str) -> None:
     result = runner.invoke(app, ["--db", trained, "filter"], input=b"")
     assert result.exit_code == exitcodes.DATA_ERROR == 65
