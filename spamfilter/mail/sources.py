@@ -181,6 +181,10 @@ def _check_readable(path: str) -> None:
         mode = os.stat(path).st_mode
     except OSError as err:
         raise MailSourceError(f"mail source {path!r} cannot be read: {err.strerror}") from err
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISSOCK(mode):
+        # /dev/zero never ends and a disk is not a mailbox; a pipe
+        # (`<(zcat box.gz)`) is read, and standard input is "-".
+        raise MailSourceError(f"mail source {path!r} is a device or socket, not a file, folder or pipe")
     # A folder must also be searchable (x) to list and open what is in it.
     needed = os.R_OK | os.X_OK if stat.S_ISDIR(mode) else os.R_OK
     if not os.access(path, needed):

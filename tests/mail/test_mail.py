@@ -584,3 +584,12 @@ def test_malformed_rfc2231_boundary_keeps_the_headers_and_records_a_defect() -> 
     msg = parse_message(MailItem("m", raw), max_bytes=1 << 16)
     assert msg["Subject"] == "invoice"
     assert [str(d) for d in msg.defects] == ["body left unparsed: TypeError"]
+
+
+@pytest.mark.parametrize("device", ["/dev/zero", "/dev/null"])
+def test_a_device_is_not_a_mail_source(device: str) -> None:
+    # /dev/zero would be read for ever; standard input is "-".
+    if not Path(device).exists():
+        pytest.skip(f"no {device}")
+    with pytest.raises(MailSourceError, match="is a device or socket, not a file, folder or pipe"):
+        read_messages([device])
