@@ -156,6 +156,7 @@ def evaluate(
     else:
         for line in render(report):
             typer.echo(line)
+    writing = out
     try:
         if out is not None:
             write_scores(out, scored)
@@ -166,9 +167,11 @@ def evaluate(
             odds = np.array([x.log_odds for x in scored], dtype=np.float64)
             title = f"{Path(index).parent.name or index} ({report.protocol})"
             if roc is not None:
+                writing = roc
                 plots.write_roc(roc, y, odds, title)
             if learning_curve is not None:
+                writing = learning_curve
                 plots.write_learning_curve(learning_curve, y, odds, report.two_way_threshold, title)
-    except OSError as exc:  # checked before the run; a disk that filled since
-        fail(f"cannot write {exc.filename or 'an output file'}: {exc.strerror or exc}", exitcodes.USAGE)
+    except OSError as exc:  # checked before the run: a disk that filled since
+        fail(f"cannot write {writing}: {exc.strerror or exc}", exitcodes.OUTPUT_ERROR)
     raise typer.Exit(exitcodes.DATA_ERROR if report.refused else exitcodes.OK)

@@ -20,6 +20,7 @@ A connection goes through these states:
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import socket
 import tempfile
@@ -147,13 +148,22 @@ class Connection:
         if self.spool is not None:
             try:
                 self.spool.write(data)
+                if self.got == size:
+                    self.spool.flush()  # a full disk shows here, not in the reply
             except OSError as exc:
-                self.spool_error = str(exc.strerror or exc)
-                self.spool.close()
-                self.spool = None
+                self._drop_spool(exc)
         elif self.spool_error is None and len(self.body) < self.max_size:
             self.body += data[: self.max_size - len(self.body)]
         return self.got == size
+
+    def _drop_spool(self, exc: OSError) -> None:
+        """The spool failed (no temporary directory, a full disk): say why,
+        and read the rest of the message without keeping it."""
+        self.spool_error = str(exc.strerror or exc)
+        spool, self.spool = self.spool, None
+        if spool is not None:
+            with contextlib.suppress(OSError):  # closing flushes again, and fails again
+                spool.close()
 
     def nothing_more(self) -> None:
         """Raise ``ProtocolError`` if bytes wait beyond the message: spamc
@@ -209,7 +219,8 @@ class Connection:
 
     def close(self) -> None:
         if self.spool is not None:
-            self.spool.close()
+            with contextlib.suppress(OSError):
+                self.spool.close()
             self.spool = None
         self._out.clear()
         self._out_file = None

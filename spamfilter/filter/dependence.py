@@ -179,10 +179,12 @@ def chosen_tokens(
     return parents, kids
 
 
-def _ledger(tx: StoreTransaction) -> tuple[list[dict[str, int]], list[int]]:
-    """The token counts and labels of the owner's ledger, in training order."""
+def _ledger(tx: StoreTransaction, *, skip_damaged: bool = False) -> tuple[list[dict[str, int]], list[int]]:
+    """The token counts and labels of the owner's ledger, in training order
+    (``skip_damaged``: an entry that cannot be read is left out, for ``db
+    check``, which lists those itself; else it raises)."""
     docs, labels = [], []
-    for label, counts in tx.iter_ledger():
+    for label, counts in tx.iter_ledger(on_damaged=(lambda _digest, _why: None) if skip_damaged else None):
         docs.append(counts)
         labels.append(label)
     return docs, labels
@@ -195,7 +197,7 @@ def differences(tx: StoreTransaction) -> list[str] | None:
     if not parents:
         return None
     stored = tx.pairs.all_children()
-    docs, labels = _ledger(tx)
+    docs, labels = _ledger(tx, skip_damaged=True)
     parent_rows, changes = pair_sums(parents, set(stored), docs, labels, [1] * len(docs))
     expected = {row[0]: list(row[1:]) for row in parent_rows}
     out = []

@@ -167,7 +167,10 @@ class Training:
         # Forgetting needs only the identity, not a parse: even a message the
         # current settings would refuse can be forgotten.
         for batch in batched(items, self.config.store.batch_size):
-            digests = sorted({item.digest for item in batch})
+            # A file found in a folder that could not be read has no identity.
+            refused = tuple(Refusal(item.source, f"{item.source}: cannot read it: {item.unreadable}") for item in batch if item.unreadable is not None)
+            total = total + TrainSummary(refused=refused)
+            digests = sorted({item.digest for item in batch if item.unreadable is None})
 
             def step(digests: list[str] = digests) -> int:
                 with self.write_transaction() as tx:

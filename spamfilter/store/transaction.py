@@ -500,4 +500,4 @@ def _histogram_delta(old: TokenCounts, new: TokenCounts) -> dict[tuple[int, int]
 
 
 def _damaged(digest: str, exc: DamagedEntry) -> StoreInconsistent:
-    return StoreInconsistent(f"the ledger entry of message {digest} is damaged ({exc}): `spamfilter db check` lists every such entry")
+    return StoreInconsistent(f"the ledger entry of message {digest} is damaged ({exc}): `spamfilter db check` lists such entries")

@@ -231,6 +231,10 @@ def test_a_message_file_that_cannot_be_read_is_refused_and_the_run_goes_on(
     assert result.exit_code == exitcodes.DATA_ERROR, result.output
     assert [line.split("\t")[0] for line in result.stdout.splitlines()[1:]] == [str(where / "1"), str(where / "3")]
     assert result.stderr.strip() == f"spamfilter: skipped {bad}: cannot read it: Permission denied"
+    # forget does not parse, and refuses it all the same.
+    result = runner.invoke(app, ["--db", db_url, "forget", str(root)])
+    assert result.exit_code == exitcodes.DATA_ERROR, result.output
+    assert result.stderr.strip() == f"spamfilter: skipped {bad}: cannot read it: Permission denied"
 
 
 def test_an_empty_index_exits_66(runner: CliRunner, db_url: str, tmp_path: Path) -> None:

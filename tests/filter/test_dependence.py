@@ -223,6 +223,11 @@ def test_db_check_compares_the_one_dependence_counts_with_the_ledger(tmp_path: P
             conn.execute(sa.text("UPDATE aode_pairs SET counts = :b WHERE token = :t"), {"b": rows.astype("<i4").tobytes(), "t": token})
         item = {i.name: i for i in Maintenance(f.store).check().items}["one-dependence counts = sums over the ledger's messages"]
         assert item.status == "failed" and item.problems[0].startswith(f"child {token!r}: stored")
+        # A ledger entry that cannot be read is listed, not the end of the check.
+        with f.store.engine.begin() as conn:
+            conn.execute(sa.text("UPDATE messages SET token_counts = substr(token_counts, 1, 20) WHERE digest = (SELECT min(digest) FROM messages)"))
+        items = {i.name: i for i in Maintenance(f.store).check().items}
+        assert items["every ledger entry can be read"].status == "failed"
 
 
 def _train_part(url: str, part: list[tuple[bool, bytes, str]], reselect: bool) -> None:

@@ -311,19 +311,33 @@ def test_two_daemons_on_one_postgresql_database_use_what_either_learns(tmp_path:
     assert "error" not in one.log() + two.log()
 
 
-def test_a_spool_that_cannot_be_written_answers_tempfail_and_the_daemon_goes_on(tmp_path: Path, corpus: Corpus, monkeypatch: pytest.MonkeyPatch) -> None:
-    # No usable temporary directory (a read-only or full /tmp): every
-    # process of this daemon finds its spool's file unwritable.
+@pytest.mark.parametrize("trouble", ["no temporary directory", "a full disk"])
+def test_a_spool_that_cannot_be_written_answers_tempfail_and_the_daemon_goes_on(tmp_path: Path, corpus: Corpus, monkeypatch: pytest.MonkeyPatch, trouble: str) -> None:
+    # No usable temporary directory (a read-only /tmp), or one that fills up
+    # while the message is spooled (a file size limit of 100,000 bytes
+    # stands in for the full disk: the spool goes to disk past 64 KiB).
     site = tmp_path / "site"
     site.mkdir()
-    (site / "sitecustomize.py").write_text(f"import tempfile\ntempfile.tempdir = {str(tmp_path / 'no-such-dir')!r}\n")
+    if trouble == "no temporary directory":
+        setup = f"import tempfile\ntempfile.tempdir = {str(tmp_path / 'no-such-dir')!r}\n"
+    else:
+        setup = "import resource\nresource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))\n"
+    (site / "sitecustomize.py").write_text(setup)
     monkeypatch.setenv("PYTHONPATH", str(site))
     url, config = _fresh(tmp_path, corpus)
     d = Daemon(tmp_path / "log", url, config, "--listen", "127.0.0.1:0", "--max-size", "1000", "--processes", "1")
     big = b"Subject: big\r\n\r\n" + b"z" * 200_000  # past the spool's memory part
     try:
         for _ in range(3):
-            answer = d.raw(_request("PROCESS", big))
+            # In small pieces, so that the spool's buffer holds some of it
+            # when the disk fills (closing it then fails too).
+            request = _request("PROCESS", big)
+            with spamd.connect(d.address, HANG) as sock:
+                for at in range(0, len(request), 1000):
+                    sock.sendall(request[at : at + 1000])
+                    time.sleep(0.0005)
+                sock.shutdown(socket.SHUT_WR)
+                answer = _read_all(sock)
             assert answer.startswith(b"SPAMD/1.5 75 EX_TEMPFAIL could not spool the message"), answer[:200]
         # Still serving, and a message it can hold in memory is scanned.
         assert d.raw(_request("CHECK", MESSAGE)).startswith(b"SPAMD/1.5 0 EX_OK")

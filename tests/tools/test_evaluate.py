@@ -211,6 +211,9 @@ def test_a_full_disk_under_the_output_is_exit_74_not_an_internal_error(index: Pa
         result = subprocess.run([sys.executable, "-m", "spamfilter", "evaluate", "--index", str(index)], stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
     assert result.returncode == 74, result.stderr
     assert result.stderr.strip() == "spamfilter: cannot write the output: No space left on device"
+    result = subprocess.run([sys.executable, "-m", "spamfilter", "evaluate", "--index", str(index), "--out", "/dev/full"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 74, result.stderr
+    assert result.stderr.strip() == "spamfilter: cannot write /dev/full: No space left on device"
 
 
 # -- what a new user met: one class, NaN, jargon ------------------------------------
