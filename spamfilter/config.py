@@ -487,7 +487,7 @@ def update_config_file(path: Path, changes: dict[tuple[str, str], object]) -> No
         end = next((i for i in range(start + 1, len(lines)) if lines[i].strip().startswith("[")), len(lines))
         for i in range(start + 1, end):
             if lines[i].split("=", 1)[0].strip() == key and not lines[i].lstrip().startswith("#"):
-                lines[i] = rendered
+                lines[i] = rendered + _inline_comment(lines[i])
                 break
         else:
             lines.insert(end if end == len(lines) else end - (1 if not lines[end - 1].strip() else 0), rendered)
@@ -500,6 +500,22 @@ def update_config_file(path: Path, changes: dict[tuple[str, str], object]) -> No
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
+
+
+def _inline_comment(line: str) -> str:
+    """The comment after a ``key = value`` line's value, with the space
+    before it ("   # laplace"), or "": the first "#" after which what
+    precedes it parses as a TOML value (a "#" inside a string does not)."""
+    rest = line.partition("=")[2]
+    for at, char in enumerate(rest):
+        if char != "#":
+            continue
+        try:
+            tomllib.loads("v = " + rest[:at])
+        except tomllib.TOMLDecodeError:
+            continue
+        return rest[len(rest[:at].rstrip()) :]
+    return ""
 
 
 def _toml_value(value: object) -> str:

@@ -113,6 +113,13 @@ def test_update_config_file_keeps_comments_and_validates(tmp_path: Path) -> None
     assert load_config(path).model.alpha == 0.03  # the bad value was not written
 
 
+def test_update_config_file_keeps_a_changed_lines_own_comment(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text('[model]\nalpha = 1.0   # laplace\n\n[store]\nurl = "sqlite:////tmp/a#b.db"  # mine, "#" in it\n')
+    update_config_file(path, {("model", "alpha"): 0.03, ("store", "url"): "sqlite:////tmp/c.db"})
+    assert path.read_text() == '[model]\nalpha = 0.03   # laplace\n\n[store]\nurl = "sqlite:////tmp/c.db"  # mine, "#" in it\n'
+
+
 def test_tune_command_writes_the_best_settings(tmp_path: Path) -> None:
     # Every held-out message of the trap is unsure at the best setting (20 >= MIN_COSTLY).
     index = write_index(tmp_path, trap_stream())
