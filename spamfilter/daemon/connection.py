@@ -160,10 +160,15 @@ class Connection:
         """The spool failed (no temporary directory, a full disk): say why,
         and read the rest of the message without keeping it."""
         self.spool_error = str(exc.strerror or exc)
-        spool, self.spool = self.spool, None
-        if spool is not None:
-            with contextlib.suppress(OSError):  # closing flushes again, and fails again
-                spool.close()
+        self._close_spool()
+
+    def _close_spool(self) -> None:
+        """Close and forget the spool; closing flushes it, which fails again
+        on the disk that failed its write."""
+        if self.spool is not None:
+            with contextlib.suppress(OSError):
+                self.spool.close()
+            self.spool = None
 
     def nothing_more(self) -> None:
         """Raise ``ProtocolError`` if bytes wait beyond the message: spamc
@@ -218,10 +223,7 @@ class Connection:
             pass
 
     def close(self) -> None:
-        if self.spool is not None:
-            with contextlib.suppress(OSError):
-                self.spool.close()
-            self.spool = None
+        self._close_spool()
         self._out.clear()
         self._out_file = None
         try:

@@ -168,7 +168,7 @@ class Training:
         # current settings would refuse can be forgotten.
         for batch in batched(items, self.config.store.batch_size):
             # A file found in a folder that could not be read has no identity.
-            refused = tuple(Refusal(item.source, f"{item.source}: cannot read it: {item.unreadable}") for item in batch if item.unreadable is not None)
+            refused = tuple(Refusal(item.source, item.unreadable_reason) for item in batch if item.unreadable_reason is not None)
             total = total + TrainSummary(refused=refused)
             digests = sorted({item.digest for item in batch if item.unreadable is None})
 

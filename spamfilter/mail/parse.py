@@ -57,8 +57,8 @@ class NestingTooDeepDefect(email.errors.MessageDefect):
 def _refuse_non_mail(item: MailItem) -> None:
     """Raise ``MailParseError`` for an empty message, or one without a
     header block whose first bytes are mostly control bytes."""
-    if item.unreadable is not None:
-        raise MailParseError(f"{item.source}: cannot read it: {item.unreadable}")
+    if item.unreadable_reason is not None:
+        raise MailParseError(item.unreadable_reason)
     raw = item.raw
     # isspace() stops at the first non-space byte, unlike strip(), which would
     # copy a whole multi-megabyte message just to test it.

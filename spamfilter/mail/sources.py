@@ -75,6 +75,12 @@ class MailItem:
     unreadable: str | None = field(default=None, repr=False, compare=False)
 
     @property
+    def unreadable_reason(self) -> str | None:
+        """Why the message is refused unread ("<source>: cannot read it:
+        <why>"), or None for a message that was read."""
+        return None if self.unreadable is None else f"{self.source}: cannot read it: {self.unreadable}"
+
+    @property
     def digest(self) -> str:
         """The message's identity, ``digest_bytes(self.raw)``."""
         return self.known_digest if self.known_digest is not None else digest_bytes(self.raw)
