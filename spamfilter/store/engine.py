@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
+from urllib.parse import quote
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -96,13 +97,15 @@ def _make_engine(url: str, busy_timeout: float, create: bool = True, create_dirs
         except (ImportError, SQLAlchemyError) as exc:
             raise StoreError(f"cannot use database {parsed.render_as_string(hide_password=True)}: {_driver_message(exc)}") from None
     path = sqlite_path(url)
+    parsed = _sqlite_uri_options(parsed)
+    read_only = parsed.query.get("mode") == "ro" or parsed.query.get("immutable") == "1"
     created: list[Path] = []
     if path is None:
         engine = sa.create_engine(parsed, poolclass=StaticPool, connect_args={"check_same_thread": False})
     else:
         if not path.exists():
-            created = _create_sqlite_file(path, create, create_dirs)
-        else:
+            created = _create_sqlite_file(path, create and not read_only, create_dirs)
+        elif not read_only:
             _sidecars_follow(path)
         engine = sa.create_engine(parsed, connect_args={"timeout": busy_timeout})
 
@@ -113,7 +116,7 @@ def _make_engine(url: str, busy_timeout: float, create: bool = True, create_dirs
         dbapi_conn.isolation_level = None
         cursor = dbapi_conn.cursor()
         cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
-        if path is not None:
+        if path is not None and not read_only:
             cursor.execute("PRAGMA journal_mode = WAL")
             # WAL + NORMAL: a commit is atomic and survives a killed process;
             # only a power cut can lose the last commits, never half of one.
@@ -126,6 +129,30 @@ def _make_engine(url: str, busy_timeout: float, create: bool = True, create_dirs
         conn.exec_driver_sql(f"BEGIN {mode}")
 
     return engine, tuple(created)
+
+
+#: The options of a SQLite URL (``sqlite:///mail.db?mode=ro``): SQLite's
+#: own URI parameters, which the driver reads only from a URI filename.
+_SQLITE_URI_OPTIONS = frozenset({"mode", "immutable", "nolock", "cache", "vfs"})
+
+
+def _sqlite_uri_options(parsed: sa.engine.URL) -> sa.engine.URL:
+    """``parsed`` with its SQLite options passed to SQLite: ``?mode=ro`` and
+    the other URI parameters need ``uri=true`` beside them, without which
+    the driver ignores them (a store asked for read-only would be written).
+    An option SQLite does not know is refused, not ignored."""
+    options = {key for key in parsed.query if key != "uri"}
+    unknown = sorted(options - _SQLITE_URI_OPTIONS)
+    if unknown:
+        known = ", ".join(sorted(_SQLITE_URI_OPTIONS))
+        raise StoreError(f"SQLite URL option {unknown[0]!r} is not one SQLite reads ({known})")
+    if not options:
+        return parsed
+    if parsed.database in (None, "", ":memory:"):
+        raise StoreError(f"SQLite URL option {sorted(options)[0]!r} needs a database file")
+    # SQLite reads the options only from a URI filename ("file:" and the
+    # path, percent-encoded where a URI needs it).
+    return parsed.set(database="file:" + quote(parsed.database)).update_query_dict({"uri": "true"})
 
 
 #: PostgreSQL SQLSTATEs of a transaction that lost a race and can simply be

@@ -116,6 +116,35 @@ def test_reopening_a_database_keeps_it(db_url: str) -> None:
         assert dump(second) == before
 
 
+def test_a_read_only_sqlite_url_reads_and_refuses_to_write(tmp_path: Path) -> None:
+    # SQLite's own URI options, "?mode=ro" here, reach SQLite: the driver
+    # ignores them without uri=true, and this store would be written.
+    folder = tmp_path / "odd?name#1"
+    folder.mkdir()
+    path = folder / "mail.db"
+    url = f"sqlite:///{str(path).replace('?', '%3F').replace('#', '%23')}"
+    with Store.open(url) as store:
+        add(store, ["spam"], np.array([[0, 1, 0, 2]]), np.array([[0, 1], [0, 2], [0, 1]]))
+        before = dump(store)
+    assert path.exists()
+    with Store.open(url + "?mode=ro") as ro:
+        assert dump(ro) == before
+        with pytest.raises(StoreError, match="readonly"):
+            add(ro, ["ham"], np.array([[1, 0, 1, 0]]))
+    with Store.open(url) as store:
+        assert dump(store) == before
+    assert sorted(p.name for p in folder.iterdir() if not p.name.startswith("mail.db")) == []
+    with pytest.raises(StoreError, match="no such database"):
+        Store.open(f"sqlite:///{tmp_path / 'missing.db'}?mode=ro")
+    assert not (tmp_path / "missing.db").exists()
+
+
+def test_a_sqlite_url_option_that_sqlite_does_not_read_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="'moed' is not one SQLite reads"):
+        Store.open(f"sqlite:///{tmp_path / 'mail.db'}?moed=ro")
+    assert not (tmp_path / "mail.db").exists()
+
+
 def test_unknown_revision_raises_store_error(db_url: str) -> None:
     with Store.open(db_url) as store:
         with store.engine.begin() as conn:
