@@ -45,11 +45,22 @@ class Delivery:
         self._raw: bytes | None = None
         self._written = False
 
+    #: The most of a message held in memory. A longer one (a stream that
+    #: never ends, such as /dev/zero, included) is not filtered: `read`
+    #: stops there and `pass_through` copies the rest in pieces.
+    limit = 64 << 20
+
     def read(self) -> bytes:
-        """The whole message (read once)."""
+        """The message (read once), or its first `limit` + 1 bytes when it
+        is longer than `limit` (see `complete`)."""
         if self._raw is None:
-            self._raw = self._source.read()
+            self._raw = self._source.read(self.limit + 1)
         return self._raw
+
+    @property
+    def complete(self) -> bool:
+        """Whether `read` holds the whole message."""
+        return self._raw is not None and len(self._raw) <= self.limit
 
     def write(self, pieces: Iterable[bytes | memoryview]) -> None:
         """Deliver the filtered message (or the verdict line)."""

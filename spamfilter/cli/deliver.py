@@ -53,6 +53,8 @@ def filter_(
         fail("filter reads a message on standard input", exitcodes.USAGE)
     message = delivery(ctx)
     raw = message.read()
+    if not message.complete:
+        fail(f"not filtered: the message is larger than {message.limit >> 20} MiB", exitcodes.DATA_ERROR)
     remote = _ask_server(connect, raw, state(ctx).user) if connect else _ask_own_daemon(ctx, raw)
     if remote is not None:
         # The daemon is asked for its verdict only (CHECK): the message

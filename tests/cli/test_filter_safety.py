@@ -93,6 +93,22 @@ def test_filter_pass_through_streams_a_message_it_never_read(tmp_path: Path) -> 
     assert out == big
 
 
+@pytest.mark.parametrize("verdict_only", [False, True])
+def test_filter_passes_a_message_over_its_memory_limit_through_unfiltered(tmp_path: Path, verdict_only: bool) -> None:
+    # Only the first `Delivery.limit` bytes are held (1 MiB here, 64 MiB in
+    # the product): a longer message, or a stream that never ends, is
+    # copied through in pieces, unfiltered, and the exit says so.
+    big = b"Subject: big\nX-Spam-Flag: YES\n\n" + b"0123456789abcdef\n" * 200_000  # 3.4 MB
+    code = "import sys; from spamfilter.cli import Delivery, main; Delivery.limit = 1 << 20; sys.exit(main())"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPAMFILTER_")} | {"SPAMFILTER_DB": f"sqlite:///{tmp_path / 'tokens.db'}", "HOME": str(tmp_path)}
+    args = ["filter", "--verdict-only"] if verdict_only else ["filter"]
+    proc = subprocess.run([sys.executable, "-c", code, *args], input=big, capture_output=True, env=env, cwd=tmp_path, timeout=120, check=False)
+    assert proc.returncode == exitcodes.DATA_ERROR == 65
+    assert proc.stdout == (b"" if verdict_only else big)
+    assert proc.stderr.decode() == "spamfilter: not filtered: the message is larger than 1 MiB\n"
+    assert not (tmp_path / "tokens.db").exists()
+
+
 def test_other_commands_and_verdict_only_write_nothing_on_errors(tmp_path: Path) -> None:
     config = tmp_path / "config.toml"
     config.write_text("[model]\nalpha = -1\n")
