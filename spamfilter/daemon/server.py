@@ -25,7 +25,12 @@ How the work is split, so that no client can hold up another:
   time is answered ``EX_TEMPFAIL``, and scoring never waits behind it
   (SQLite in WAL mode lets readers read while another process writes).
 - ``prefork`` runs this whole server in one process per core on a shared
-  listening socket.
+  listening socket. A forked process takes a new connection only while one
+  of its scoring threads is free, and one at a time: connections then wait
+  in the kernel's backlog, which every process takes from, rather than in
+  the queue of a process that is busy while another is idle (measured:
+  the p99 of 8 concurrent clients 12% lower; docs/benchmarks.md, "Under
+  load").
 
 Nothing a client sends can stop the server: a protocol error gets an error
 reply (``SPAMD/1.5 76 EX_PROTOCOL ...``), then the connection is shut down
@@ -135,6 +140,9 @@ class Server:
         self._scoring: queue.SimpleQueue[Connection | None] = queue.SimpleQueue()
         self._learning: queue.SimpleQueue[Connection | None] = queue.SimpleQueue()
         self._done: queue.SimpleQueue[tuple[Connection, Answer]] = queue.SimpleQueue()
+        #: Requests handed to the scoring threads and not answered yet
+        #: (read and written by the event loop only).
+        self._scoring_now = 0
 
     # -- lifetime -----------------------------------------------------------
 
@@ -146,7 +154,10 @@ class Server:
         try:
             self.sockets.listeners, self.address = listen.bind_all(o.address, o.socket_mode, o.socket_group, o.allowed_ips)
             for listener in self.sockets.listeners:
-                listener.listen(128)
+                # Connections wait here while every process is busy (forked
+                # ones take one only when they can score it): room for a
+                # burst. The kernel caps it at net.core.somaxconn.
+                listener.listen(1024)
         except OSError as exc:
             raise ConfigError(f"cannot listen on {o.address}: {exc.strerror or exc}") from None
         return self.address
@@ -229,10 +240,10 @@ class Server:
             if self._reload.is_set():
                 self._reload.clear()
                 self._reread_config()
-            self.sockets.watch_listener(now, draining_until is None)
+            self.sockets.watch_listener(now, draining_until is None and self._has_room(parent))
             for key, mask in self.sockets.sel.select(self.sockets.wait(now)):
                 if key.data is LISTENER:
-                    self._accept(key.fileobj, time.monotonic())  # type: ignore[arg-type]
+                    self._accept(key.fileobj, time.monotonic(), most=1 if parent is not None else 64)  # type: ignore[arg-type]
                 elif key.data is WAKE:
                     self.sockets.woken()
                 elif key.data is PARENT:
@@ -242,11 +253,18 @@ class Server:
             self._answered(time.monotonic())
             self.sockets.expire(time.monotonic())
 
+    def _has_room(self, parent: int | None) -> bool:
+        """Whether to take new connections now: always in a process of its
+        own; a forked one (``parent``) only while a scoring thread is free,
+        so a connection that would wait here is taken by a process that can
+        answer it at once (see the module docstring)."""
+        return parent is None or self._scoring_now < self.options.workers
+
     def _reread_config(self) -> None:
         reload_config((self.pool, self.writers), self._load_config, logger)
 
-    def _accept(self, listener: socket.socket, now: float, *, drain: bool = False) -> None:
-        for sock, peer in self.sockets.accept(listener, now, drain=drain):
+    def _accept(self, listener: socket.socket, now: float, *, drain: bool = False, most: int = 64) -> None:
+        for sock, peer in self.sockets.accept(listener, now, drain=drain, most=most):
             self._admit(sock, peer, now)
 
     def _accept_backlog(self, now: float) -> None:
@@ -353,7 +371,11 @@ class Server:
         else:
             conn.state = State.WORK
             self.sockets.watch(conn, 0)
-            (self._learning if r.command == "TELL" else self._scoring).put(conn)
+            if r.command == "TELL":
+                self._learning.put(conn)
+            else:
+                self._scoring_now += 1
+                self._scoring.put(conn)
 
     def _answer(self, conn: Connection, answer: Answer, now: float, *, spool: bool = False) -> None:
         """Send ``answer`` to a request; its log line once it is out."""
@@ -388,6 +410,8 @@ class Server:
                 conn, answer = self._done.get_nowait()
             except queue.Empty:
                 return
+            if conn.request is not None and conn.request.command != "TELL":
+                self._scoring_now -= 1
             if conn in self.sockets.conns:
                 self._answer(conn, answer, now)
 

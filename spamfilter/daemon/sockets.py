@@ -115,11 +115,11 @@ class Sockets:
                 self.sel.unregister(listener)
         self._listening = want
 
-    def accept(self, listener: socket.socket, now: float, *, drain: bool = False) -> list[tuple[socket.socket, object]]:
-        """The connections waiting on ``listener`` (up to 64), making room
-        for each unless ``drain``."""
+    def accept(self, listener: socket.socket, now: float, *, drain: bool = False, most: int = 64) -> list[tuple[socket.socket, object]]:
+        """The connections waiting on ``listener`` (up to ``most``), making
+        room for each unless ``drain``."""
         accepted: list[tuple[socket.socket, object]] = []
-        for _ in range(64):
+        for _ in range(most):
             if not drain and len(self.conns) + len(accepted) >= self.max_connections and not self._make_room(now):
                 break
             try:

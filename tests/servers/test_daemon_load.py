@@ -22,6 +22,9 @@ import pytest
 
 from spamfilter import spamd
 from spamfilter.config import load_config
+from spamfilter.daemon import replies
+from spamfilter.daemon.pool import FilterPool
+from spamfilter.daemon.server import ServeOptions, Server
 from spamfilter.filter import Filter
 from spamfilter.mail import MailItem, filter_fields, with_filter_headers
 from spamfilter.verdicts import Decision
@@ -240,6 +243,48 @@ def test_two_processes_share_the_socket_and_what_either_learns(tmp_path: Path, c
         workers = _children(d.proc.pid)
         assert d.stop() == 0
     assert not any(_alive(p) for p in workers)
+
+
+def test_a_forked_process_takes_no_connection_while_its_scoring_threads_are_busy(tmp_path: Path, corpus: Corpus, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Run as one of `serve --processes N` (a parent pipe), with one scoring
+    # thread held busy: the next client waits in the backlog, where another
+    # process could take it, not in this process's queue; it is taken and
+    # answered as soon as the thread is free.
+    url, config = _fresh(tmp_path, corpus)
+    free = threading.Event()
+    score = replies.from_pool
+
+    def held(request: spamd.Request, body: bytes, pool: FilterPool) -> replies.Answer:
+        free.wait(HANG)
+        return score(request, body, pool)
+
+    monkeypatch.setattr(replies, "from_pool", held)
+    server = Server(ServeOptions(spamd.Address(host="127.0.0.1", port=0), workers=1), FilterPool(load_config(config), url, None))
+    address = server.bind()
+    parent_end, parent_keeps = os.pipe()
+    serving = threading.Thread(target=server.serve, kwargs={"parent": parent_end, "announce": False})
+    serving.start()
+    clients = []
+    try:
+        for _ in range(2):
+            clients.append(socket.create_connection((address.host, address.port), timeout=HANG))
+            clients[-1].sendall(_request("CHECK", MESSAGE))
+            if len(clients) == 1:
+                _wait_for("the first request is being scored", lambda: server._scoring_now == 1)
+        time.sleep(0.5)  # time enough to take the second, were it taken
+        assert len(server.sockets.conns) == 1
+        free.set()
+        answers = [_read_all(c) for c in clients]
+        assert all(a.startswith(b"SPAMD/1.5 0 EX_OK") and b"Spam: " in a for a in answers), answers
+        assert server._scoring_now == 0
+    finally:
+        free.set()
+        for c in clients:
+            c.close()
+        os.close(parent_keeps)  # the "parent" is gone: the server stops
+        serving.join(HANG)
+        os.close(parent_end)
+    assert not serving.is_alive()
 
 
 def test_workers_end_when_their_parent_is_killed(tmp_path: Path, corpus: Corpus) -> None:
