@@ -11,8 +11,10 @@ from __future__ import annotations
 import ipaddress
 import math
 import os
+import re
+import stat
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
 from pathlib import Path
@@ -476,11 +478,65 @@ def is_loopback(host: str) -> bool:
 def update_config_file(path: Path, changes: dict[tuple[str, str], object]) -> None:
     """Set ``[section] key = value`` in a TOML config file, keeping its
     comments and other lines; creates the file (and its folder) if missing.
-    The result is validated before it replaces the old file."""
-    lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+    The result is validated before it replaces the old file. A link is
+    followed (the file it names is changed), and the file keeps its mode
+    (a new one is 0600). Raises ``ConfigError``."""
+    path = _config_target(path)
+    text = _with_changes(path, path.read_text(encoding="utf-8") if path.exists() else "", changes)
+    try:
+        make_private_dirs(path.parent)
+        mode = stat.S_IMODE(path.stat().st_mode) if path.exists() else 0o600
+        tmp = path.with_name(path.name + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise ConfigError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def check_config_writable(path: Path, keys: Sequence[tuple[str, str]]) -> None:
+    """Raise ``ConfigError`` now if `update_config_file` could not set these
+    keys in ``path``: the file or its folder is not writable, or its layout
+    (dotted keys, inline tables) is not one the line editor can change. Each
+    key is rewritten with the value it has, which must leave every setting
+    as it is."""
+    path = _config_target(path)
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if path.exists() and not path.is_file():
+        raise ConfigError(f"cannot write {path}: not a regular file")
+    if (path.exists() and not os.access(path, os.W_OK)) or not os.access(folder, os.W_OK | os.X_OK):
+        raise ConfigError(f"cannot write {path}: permission denied")
+    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    try:
+        before = config_from_dict(tomllib.loads(text), origin=str(path))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    current = {(section, key): getattr(getattr(before, section), key) for section, key in keys}
+    same = {k: v for k, v in current.items() if v is not None}
+    after = config_from_dict(tomllib.loads(_with_changes(path, text, same)), origin=str(path))
+    if after != before:
+        raise ConfigError(f"{path}: its layout cannot be edited line by line; write the settings as `key = value` lines under [section] headers")
+
+
+def _config_target(path: Path) -> Path:
+    """The file a config path names: a link's target, followed."""
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
+
+
+_SECTION_RE = re.compile(r"\s*\[\s*([A-Za-z0-9_-]+)\s*\]\s*(?:#.*)?")
+
+
+def _with_changes(path: Path, text: str, changes: dict[tuple[str, str], object]) -> str:
+    """``text`` with each ``[section] key`` set, validated. Raises
+    ``ConfigError``."""
+    lines = text.splitlines()
     for (section, key), value in changes.items():
         rendered = f"{key} = {_toml_value(value)}"
-        start = next((i for i, line in enumerate(lines) if line.strip() == f"[{section}]"), None)
+        start = next((i for i, line in enumerate(lines) if (m := _SECTION_RE.fullmatch(line)) and m.group(1) == section), None)
         if start is None:
             lines += ["", f"[{section}]", rendered]
             continue
@@ -491,15 +547,12 @@ def update_config_file(path: Path, changes: dict[tuple[str, str], object]) -> No
                 break
         else:
             lines.insert(end if end == len(lines) else end - (1 if not lines[end - 1].strip() else 0), rendered)
-    text = "\n".join(lines) + "\n"
+    new = "\n".join(lines) + "\n"
     try:
-        config_from_dict(tomllib.loads(text), origin=str(path))
+        config_from_dict(tomllib.loads(new), origin=str(path))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: would become invalid TOML: {exc}") from None
-    make_private_dirs(path.parent)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    return new
 
 
 def _inline_comment(line: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import stat
 import sys
 import tempfile
 from dataclasses import asdict
@@ -212,6 +213,14 @@ def export_counts(ctx: typer.Context, path: Annotated[str, typer.Argument(metava
             typer.echo(f"exported {n} tokens of {_whose(f.store.owner)}", err=True)
             return
         target = Path(path)
+        if _written_in_place(target):
+            try:
+                with open(target, "w", encoding="utf-8", newline="\n") as fh:
+                    n = Maintenance(f.store).export_counts(fh)
+            except OSError as exc:
+                fail(f"cannot write {path}: {exc.strerror or exc}", exitcodes.OUTPUT_ERROR)
+            typer.echo(f"exported {n} tokens of {_whose(f.store.owner)} to {path}", err=True)
+            return
         try:
             # A new file of a name no one else can have chosen (O_EXCL, so a
             # link planted in the folder is never followed), owner-only (the
@@ -231,6 +240,18 @@ def export_counts(ctx: typer.Context, path: Annotated[str, typer.Argument(metava
             Path(part).unlink(missing_ok=True)
             raise
     typer.echo(f"exported {n} tokens of {_whose(f.store.owner)} to {path}")
+
+
+def _written_in_place(path: Path) -> bool:
+    """Whether ``path`` is something that exists and is neither a file nor
+    a folder (a FIFO, a device, /dev/stdout's link to one): written to as it
+    is, never replaced by a file renamed over it (which would remove the
+    device node, run as root)."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
 
 
 @db_app.command(name="import")

@@ -11,7 +11,7 @@ import typer
 from spamfilter.cli import app, state
 from spamfilter.cli._common import TableOrJson, index_length, jobs_or_default, progress
 from spamfilter.cli.reading import Jobs
-from spamfilter.config import DEPENDENCES, EVENT_MODELS, update_config_file
+from spamfilter.config import DEPENDENCES, EVENT_MODELS, check_config_writable, update_config_file
 from spamfilter.locations import default_config_path
 from spamfilter.mail import read_index
 from spamfilter.tools import tuning
@@ -26,9 +26,11 @@ def tune(
         int, typer.Option("--folds", min=1, max=20, help="Consecutive blocks the held-out share is cut into, each scored by a model of all the mail before it.")
     ] = 4,
     models: Annotated[list[str] | None, typer.Option("--model", metavar="M", help="Event model to try (repeatable; default all).")] = None,
-    alphas: Annotated[list[float] | None, typer.Option("--alpha", metavar="A", help="Smoothing strength to try (repeatable).")] = None,
-    temperings: Annotated[list[float] | None, typer.Option("--tempering", metavar="T", help="Tempering exponent to try (repeatable).")] = None,
-    min_evidences: Annotated[list[float] | None, typer.Option("--min-evidence", metavar="E", help="Minimum token evidence (nats) to try (repeatable).")] = None,
+    alphas: Annotated[list[float] | None, typer.Option("--alpha", metavar="A", min=1e-10, max=1e6, help="Smoothing strength to try (repeatable).")] = None,
+    temperings: Annotated[list[float] | None, typer.Option("--tempering", metavar="T", min=0.0, max=1.0, help="Tempering exponent to try (repeatable).")] = None,
+    min_evidences: Annotated[
+        list[float] | None, typer.Option("--min-evidence", metavar="E", min=0.0, max=50.0, help="Minimum token evidence (nats) to try (repeatable).")
+    ] = None,
     max_tokens: Annotated[
         list[int] | None,
         typer.Option(
@@ -97,6 +99,10 @@ def tune(
     for d in dependences or []:
         if d not in DEPENDENCES:
             raise typer.BadParameter(f"{d!r} is not one of {', '.join(DEPENDENCES)}", param_hint="--dependence")
+    path = s.config_path or default_config_path()
+    if write:
+        # Before the run, not after it: the file must take the settings.
+        check_config_writable(path, tuning.written_keys())
     total = index_length(index)
     stream = list(read_index(index))
     grid = tuning.Grid(
@@ -130,8 +136,8 @@ def tune(
     if write:
         tuning.require_separation(best, holdout)
         tuning.require_improvement(best, configured)
-        path = s.config_path or default_config_path()
         update_config_file(path, tuning.written_settings(best))
-        typer.echo(f"wrote the best settings to {path}")
+        # On stderr with --format json: stdout holds one JSON document.
+        typer.echo(f"wrote the best settings to {path}", err=fmt is TableOrJson.json)
         if best.dependence != "none" and best.dependence != s.config.model.dependence:
-            typer.echo(f"dependence = {best.dependence!r} scores once `spamfilter db reselect` has chosen its parents")
+            typer.echo(f"dependence = {best.dependence!r} scores once `spamfilter db reselect` has chosen its parents", err=fmt is TableOrJson.json)

@@ -217,6 +217,15 @@ def written_settings(best: Candidate) -> dict[tuple[str, str], object]:
     }
 
 
+def written_keys() -> list[tuple[str, str]]:
+    """Every (section, key) ``written_settings`` may store."""
+    return [("model", k) for k in ("event_model", "alpha", "tempering", "min_evidence", "max_tokens", "dependence", "features", "feature_weight", "unseen_weight")] + [
+        ("tokenizer", "bigrams"),
+        ("decision", "ham_cutoff"),
+        ("decision", "spam_cutoff"),
+    ]
+
+
 def configured_candidate(candidates: Sequence[Candidate], config: Config) -> Candidate | None:
     """The candidate with exactly the configured settings, if one was tried."""
     for c in candidates:

@@ -46,6 +46,25 @@ def test_export_never_writes_through_a_link_at_the_temporary_or_at_file(sample_d
     assert (tmp_path / "out.tsv.part").is_symlink()
 
 
+def test_export_to_a_fifo_or_a_device_writes_into_it_and_never_replaces_it(sample_db: str, tmp_path: Path) -> None:
+    # A file renamed over FILE would have removed a device node (run as
+    # root, `db export /dev/full` did) or the /dev/stdout link.
+    reference = tmp_path / "counts.tsv"
+    assert CliRunner().invoke(app, ["--db", sample_db, "db", "export", str(reference)]).exit_code == 0
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    reader = subprocess.Popen(["cat", str(fifo)], stdout=subprocess.PIPE)
+    try:
+        result = CliRunner().invoke(app, ["--db", sample_db, "db", "export", str(fifo)])
+        out, _ = reader.communicate(timeout=60)
+    finally:
+        reader.kill()
+    assert result.exit_code == 0, result.output
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+    assert out == reference.read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["counts.tsv", "pipe"]
+
+
 def test_export_into_a_missing_folder_is_a_usage_error(sample_db: str, tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["--db", sample_db, "db", "export", str(tmp_path / "no" / "out.tsv")])
     assert result.exit_code == exitcodes.USAGE

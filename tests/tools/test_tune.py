@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import stat
 import tomllib
 from dataclasses import replace
 from pathlib import Path
@@ -14,7 +15,7 @@ from scipy.special import log_expit
 from typer.testing import CliRunner
 
 from spamfilter.cli import app
-from spamfilter.config import Config, DecisionConfig, ModelConfig, StoreConfig, TokenizerConfig, load_config, update_config_file
+from spamfilter.config import Config, DecisionConfig, ModelConfig, StoreConfig, TokenizerConfig, check_config_writable, load_config, update_config_file
 from spamfilter.errors import ConfigError, EvaluationError
 from spamfilter.filter import Filter
 from spamfilter.mail import MailItem
@@ -23,7 +24,7 @@ from spamfilter.nb.calibration import calibrated_in_order
 from spamfilter.nb.decision import best_cutoffs, thresholds_from_loss
 from spamfilter.tools.evaluation import roc_area
 from spamfilter.tools.maintenance import Maintenance
-from spamfilter.tools.tuning import MIN_COSTLY, Candidate, Grid, tune, written_settings
+from spamfilter.tools.tuning import MIN_COSTLY, Candidate, Grid, tune, written_keys, written_settings
 
 LETTERS = "bcdfghjklmnpqrstvwxz"
 
@@ -156,12 +157,50 @@ def test_tune_command_writes_the_best_settings(tmp_path: Path) -> None:
         ],
     )
     assert result.exit_code == 0, result.output
-    best = json.loads(result.stdout.splitlines()[0])["best"]
+    best = json.loads(result.stdout)["best"]  # stdout is one JSON document
     assert (best["event_model"], best["alpha"], best["tempering"]) == ("multinomial-binary", 1.0, 0.0)
     written = load_config(config)
     assert (written.model.alpha, written.model.tempering) == (1.0, 0.0)
     assert written.decision.ham_cutoff is not None and written.decision.spam_cutoff is not None
-    assert result.stdout.splitlines()[-1] == f"wrote the best settings to {config}"
+    assert result.stderr.splitlines()[-1] == f"wrote the best settings to {config}"
+
+
+def test_update_config_file_finds_headers_with_spaces_or_comments_follows_links_and_keeps_the_mode(tmp_path: Path) -> None:
+    real = tmp_path / "real.toml"
+    real.write_text("[ model ]  # my settings\nalpha = 0.1\n")
+    real.chmod(0o600)
+    link = tmp_path / "config.toml"
+    link.symlink_to(real)
+    check_config_writable(link, written_keys())
+    update_config_file(link, {("model", "alpha"): 0.03})
+    assert link.is_symlink()
+    assert real.read_text() == "[ model ]  # my settings\nalpha = 0.03\n"
+    assert stat.S_IMODE(real.stat().st_mode) == 0o600
+    fresh = tmp_path / "new" / "config.toml"
+    update_config_file(fresh, {("model", "alpha"): 0.5})
+    assert stat.S_IMODE(fresh.stat().st_mode) == 0o600
+    assert load_config(fresh).model.alpha == 0.5
+
+
+@pytest.mark.parametrize("layout", ["model.alpha = 0.1\n", "model = { alpha = 0.1 }\n"], ids=["dotted-keys", "inline-table"])
+def test_a_config_the_line_editor_cannot_change_is_refused_before_the_run(tmp_path: Path, layout: str) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text(layout)
+    assert load_config(config).model.alpha == 0.1
+    with pytest.raises(ConfigError, match="cannot be edited line by line|invalid TOML"):
+        check_config_writable(config, written_keys())
+    index = write_index(tmp_path, trap_stream())
+    result = CliRunner().invoke(app, ["--config", str(config), "tune", "--index", str(index), "--write"])
+    assert result.exit_code == 78
+    assert result.stdout == ""  # refused before the run: no table
+    assert config.read_text() == layout
+
+
+@pytest.mark.parametrize(("option", "value"), [("--alpha", "0"), ("--alpha", "nan"), ("--tempering", "1.2"), ("--min-evidence", "-1")])
+def test_tune_refuses_values_the_config_would_refuse(tmp_path: Path, option: str, value: str) -> None:
+    index = write_index(tmp_path, trap_stream())
+    result = CliRunner().invoke(app, ["--db", f"sqlite:///{tmp_path / 'db'}", "tune", "--index", str(index), option, value])
+    assert result.exit_code == 64, result.output
 
 
 def test_tune_tries_the_tokenizer_both_ways_when_asked() -> None:
