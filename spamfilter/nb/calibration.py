@@ -42,6 +42,11 @@ TAIL = 0.01
 #: The reliability table's bin edges in P(spam): finer at the ends, where
 #: nearly every message of a spam filter lands.
 EDGES = (0.0, 0.001, 0.01, 0.1, 0.3, 0.5, 0.7, 0.9, 0.99, 0.999, 1.0)
+#: How far (relatively) a probability may miss an edge and still count as
+#: on it: the score's bound, logit 0.99, comes back from expit as
+#: 0.010000000000000002, which a user reads as 0.01 and expects in the
+#: "<= 0.01" tail.
+_ON_EDGE = 1e-9
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +94,7 @@ def log_loss(is_spam: BoolArray, log_odds: FloatArray) -> float:
 def reliability(is_spam: BoolArray, probability: FloatArray, edges: tuple[float, ...] = EDGES) -> tuple[ReliabilityBin, ...]:
     """The messages binned by P(spam) on ``edges``; empty bins are kept (0 messages)."""
     y = np.asarray(is_spam, dtype=bool)
-    which = np.clip(np.searchsorted(np.asarray(edges), probability, side="left") - 1, 0, len(edges) - 2)
+    which = np.clip(np.searchsorted(np.asarray(edges) * (1.0 + _ON_EDGE), probability, side="left") - 1, 0, len(edges) - 2)
     out = []
     for b in range(len(edges) - 1):
         inside = which == b
@@ -106,7 +111,7 @@ def calibration(is_spam: BoolArray, log_odds: FloatArray) -> Calibration:
     bins = reliability(y, p)
     n = max(y.size, 1)
     ece = sum(b.messages * abs(b.mean_probability - b.spam / b.messages) for b in bins if b.messages) / n
-    low, high = p <= TAIL, p >= 1.0 - TAIL
+    low, high = p <= TAIL * (1.0 + _ON_EDGE), p >= (1.0 - TAIL) * (1.0 - _ON_EDGE)
     n_spam, n_ham = int(y.sum()), int((~y).sum())
 
     def pct(part: int, whole: int) -> float:

@@ -47,6 +47,18 @@ def test_tails_count_what_they_hold_and_each_class_share() -> None:
     assert c.brier == pytest.approx(float(np.mean((p - y) ** 2)), rel=1e-9)
 
 
+def test_a_score_at_the_bound_counts_in_its_tail_and_bin() -> None:
+    # The score's bound comes back from expit as 0.010000000000000002 (and
+    # its mirror): printed 0.01, so in the "<= 0.01" tail and its bin.
+    bound = np.array([-PRIOR_BOUND, PRIOR_BOUND])
+    assert expit(-PRIOR_BOUND) > 0.01
+    c = calibration(np.array([True, False]), bound)
+    assert (c.low_tail, c.high_tail) == (1, 1)
+    assert (c.low_tail_spam_pct, c.high_tail_ham_pct) == (100.0, 100.0)
+    counts = [(b.low, b.high, b.messages) for b in reliability(np.array([True, False]), expit(bound)) if b.messages]
+    assert counts == [(0.001, 0.01, 1), (0.9, 0.99, 1)]
+
+
 def test_reliability_bins_cover_every_message_once_and_ece_weighs_them() -> None:
     rng = np.random.default_rng(3)
     p = rng.uniform(size=500)
