@@ -18,6 +18,7 @@ parent does, however the parent ends (`_end_with_parent`).
 from __future__ import annotations
 
 import os
+import signal
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -180,8 +181,13 @@ def _end_with_parent(read_end: int, write_end: int) -> None:
     waiting for good, adopted by init. The parent keeps the write end of a
     pipe of its own; a worker closes its inherited copy, and a thread blocks
     reading the other end until the parent's copy closes with the parent.
+
+    Ctrl-C reaches every process of the terminal's group: a worker ignores
+    it (it printed a traceback of its own), and the parent, which stops
+    the run and says so, shuts the pool down.
     """
     os.close(write_end)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     def wait() -> None:
         try:

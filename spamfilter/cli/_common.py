@@ -128,8 +128,12 @@ def is_tty_stdin() -> bool:
 
 def index_length(path: str) -> int | None:
     """Messages in a TREC index (its non-blank lines), for the progress bar;
-    None if it cannot be read (reading it properly reports the error)."""
+    None if it cannot be read (reading it properly reports the error) or is
+    not a regular file (a pipe read here would be empty to the run; a
+    device may never end)."""
     try:
+        if not os.path.isfile(path):
+            return None
         with open(path, "rb") as fh:
             return sum(1 for line in fh if line.strip())
     except OSError:

@@ -181,6 +181,17 @@ def read_index(index_path: str) -> Iterator[tuple[bool, MailItem]]:
     return _iter_index(entries)
 
 
+def _is_device(path: str) -> bool:
+    """Whether ``path`` is a character or block device or a socket (which
+    never end, like /dev/zero, or hold no mail); False if it cannot be
+    looked at (opening it then says why)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISSOCK(mode)
+
+
 def _check_readable(path: str) -> None:
     """Raise MailSourceError unless `path` exists and can be read."""
     try:
@@ -425,8 +436,10 @@ def _load_index(index_path: str) -> list[tuple[bool, str]]:
     entries: list[tuple[bool, str]] = []
     folder = os.path.dirname(index_path)
     try:
+        if _is_device(index_path):
+            raise MailSourceError(f"index {index_path!r} is a device or socket, not a file or pipe")
         with open(index_path, "rb") as f:
-            lines = f.read().splitlines()
+            lines = f.read().removeprefix(b"\xef\xbb\xbf").splitlines()  # a UTF-8 byte-order mark is no part of a label
     except OSError as err:
         raise MailSourceError(f"cannot read index {index_path!r}: {err.strerror}") from err
     for lineno, line in enumerate(lines, start=1):

@@ -178,3 +178,47 @@ def test_workers_end_when_train_is_killed(tmp_path: Path, corpora_dir: Path) -> 
         for pid in workers:
             if running(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_ctrl_c_stops_a_run_with_workers_in_one_line_and_no_traceback(tmp_path: Path, corpora_dir: Path) -> None:
+    """Ctrl-C goes to the terminal's whole process group: the readers each
+    printed a KeyboardInterrupt traceback beside the run's own one line."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    corpus = corpora_dir / "spamassassin"
+    command = [
+        sys.executable,
+        "-m",
+        "spamfilter",
+        "--db",
+        f"sqlite:///{tmp_path / 'model.db'}",
+        "train",
+        "--jobs",
+        "2",
+        "--spam",
+        str(corpus / "spam"),
+        "--ham",
+        str(corpus / "easy_ham"),
+    ]
+    run = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        workers: list[int] = []
+        while len(workers) < 2 and run.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+            workers = children_of(run.pid)
+        assert len(workers) == 2, "the workers never started"
+        time.sleep(0.5)  # the workers are reading
+        os.killpg(run.pid, signal.SIGINT)  # as the terminal sends it
+        _, err = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait()
+    assert run.returncode == 130
+    assert err.decode().strip().splitlines()[-1] == "spamfilter: interrupted"
+    assert "Traceback" not in err.decode()

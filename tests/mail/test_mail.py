@@ -360,6 +360,14 @@ def test_read_index_missing_index_raises_mail_source_error(tmp_path: Path) -> No
         read_index(str(tmp_path / "no-index"))
 
 
+def test_read_index_skips_a_byte_order_mark_and_refuses_a_device(tmp_path: Path) -> None:
+    write(tmp_path / "m", b"Subject: x\n\n")
+    index = write(tmp_path / "index", b"\xef\xbb\xbfham m\nspam m\n")
+    assert [is_spam for is_spam, _ in read_index(str(index))] == [False, True]
+    with pytest.raises(MailSourceError, match="is a device or socket"):
+        read_index("/dev/zero")  # read whole, it never ended
+
+
 # --- digest -------------------------------------------------------------------------
 
 
