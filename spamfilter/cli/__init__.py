@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import errno
 import importlib
+import io
 import logging
 import os
-import shutil
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -66,7 +66,7 @@ class Delivery:
         """Deliver the filtered message (or the verdict line)."""
         self._written = True
         for piece in pieces:
-            self._sink.write(piece)
+            _write_all(self._sink, piece)
         self._sink.flush()
 
     def pass_through(self) -> None:
@@ -77,15 +77,28 @@ class Delivery:
         self._written = True
         try:
             if self._raw is not None:
-                self._sink.write(self._raw)
+                _write_all(self._sink, self._raw)
             elif self._source.isatty():
                 return
-            shutil.copyfileobj(self._source, self._sink)
+            while chunk := self._source.read(1 << 16):
+                _write_all(self._sink, chunk)
             self._sink.flush()
         except (OSError, ValueError):
             # stdout or stdin is gone (closed pipe): the exit code still
             # tells the MTA that nothing was delivered.
             pass
+
+
+def _write_all(sink: BinaryIO, data: bytes | memoryview) -> None:
+    """Write all of ``data``: a raw file (stdout with PYTHONUNBUFFERED set)
+    may take only part of it (a file at its size limit, a signal), which
+    a lone ``write`` would leave unwritten without a word."""
+    view = memoryview(data).cast("B")
+    while view:
+        n = sink.write(view)
+        if n is None:  # a non-blocking descriptor that is full
+            raise BlockingIOError(errno.EAGAIN, "the output would block")
+        view = view[n:]
 
 
 def _runs_filter(group: TyperGroup, argv: Sequence[str]) -> bool:
@@ -387,7 +400,7 @@ def _show_warnings() -> None:
 
 
 #: Write errors that mean the output has no room (or the device failed), not a bug.
-_OUTPUT_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO})
+_OUTPUT_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EBADF})
 
 
 def fail(message: str, code: int) -> None:
@@ -468,25 +481,82 @@ def root(
     ctx.obj = AppState(config=cfg, db_url=db, config_path=config, user=user, create_dirs=create_dirs)
 
 
-def _closed_streams_to_devnull() -> None:
-    """A standard stream the caller closed (``spamfilter stats <&-``) is
-    None in Python: make it /dev/null, so the command reads an empty input
-    or writes nowhere and says so in its exit code, instead of failing on
-    the missing stream with a traceback."""
-    for name, mode in (("stdin", "r"), ("stdout", "w"), ("stderr", "w")):
+class _ClosedOutput(io.RawIOBase):
+    """Standard output that the caller closed (``spamfilter stats >&-``):
+    every write fails, so the command says in its exit code that its output
+    went nowhere."""
+
+    #: Once the failure is reported, what is left is dropped.
+    discarding = False
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        if self.discarding:
+            return len(data)
+        raise OSError(errno.EBADF, "standard output is closed")
+
+
+def _usable_streams() -> None:
+    """Standard streams a command can rely on, set up before it runs.
+
+    - A stream the caller closed is None in Python, and failing on it gave a
+      traceback: stdin and stderr become /dev/null (an empty input; no
+      messages), stdout `_ClosedOutput`.
+    - With PYTHONUNBUFFERED set (or ``-u``), stdout writes to the raw file,
+      whose write may take only part of what it is given, and Python's text
+      layer drops the rest without a word: it gets a buffer, which writes
+      everything or raises (then exit 74)."""
+    for name, mode in (("stdin", "r"), ("stderr", "w")):
         if getattr(sys, name) is None:
             setattr(sys, name, open(os.devnull, mode, encoding="utf-8"))  # noqa: SIM115 - for the process's life
+    if sys.stdout is None:
+        sys.stdout = io.TextIOWrapper(io.BufferedWriter(_ClosedOutput()), encoding="utf-8")
+        return
+    raw = getattr(sys.stdout, "buffer", None)
+    if isinstance(raw, io.RawIOBase) and isinstance(sys.stdout, io.TextIOWrapper):
+        text = sys.stdout
+        encoding, errors = text.encoding, text.errors
+        text.detach()  # the raw file stays open, now under a buffer
+        sys.stdout = io.TextIOWrapper(io.BufferedWriter(raw), encoding=encoding, errors=errors, line_buffering=True)
+
+
+def _flushed(code: int) -> int:
+    """``code``, or 74 when what stdout still holds cannot be written (a
+    full disk, a closed stdout): Python's own flush at exit would turn that
+    into exit 120 and a message about an ignored exception."""
+    try:
+        sys.stdout.flush()
+    except OSError as exc:
+        # What is left goes nowhere, so the flush at exit succeeds.
+        raw = getattr(getattr(sys.stdout, "buffer", None), "raw", None)
+        if isinstance(raw, _ClosedOutput):
+            raw.discarding = True
+        else:
+            try:
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            except (OSError, ValueError):
+                pass
+        try:
+            sys.stdout.flush()
+        except (OSError, ValueError):
+            pass
+        if code < exitcodes.USAGE:
+            typer.echo(f"spamfilter: cannot write the output: {exc.strerror or exc}", err=True)
+            return exitcodes.OUTPUT_ERROR
+    return code
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Console entry point; returns the exit code."""
-    _closed_streams_to_devnull()
+    _usable_streams()
     try:
         app(args=list(argv) if argv is not None else None, prog_name="spamfilter", standalone_mode=True)
     except SystemExit as exc:
         code = exc.code
-        return code if isinstance(code, int) else (0 if code is None else 1)
-    return 0
+        return _flushed(code if isinstance(code, int) else (0 if code is None else 1))
+    return _flushed(0)
 
 
 if __name__ == "__main__":

@@ -11,10 +11,13 @@ import email
 import email.policy
 import os
 import re
+import resource
 import shutil
+import signal
 import subprocess
 import sys
 import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -107,6 +110,72 @@ def test_filter_passes_a_message_over_its_memory_limit_through_unfiltered(tmp_pa
     assert proc.stdout == (b"" if verdict_only else big)
     assert proc.stderr.decode() == "spamfilter: not filtered: the message is larger than 1 MiB\n"
     assert not (tmp_path / "tokens.db").exists()
+
+
+def _limited_output(limit: int) -> Callable[[], None]:
+    """For Popen: files this process writes stop at ``limit`` bytes, and
+    writing past it fails (EFBIG) instead of killing it (SIGXFSZ)."""
+
+    def setup() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return setup
+
+
+@pytest.mark.parametrize("unbuffered", ["1", ""], ids=["PYTHONUNBUFFERED", "buffered"])
+def test_filter_output_cut_short_by_a_file_size_limit_exits_74(tmp_path: Path, unbuffered: str) -> None:
+    # With PYTHONUNBUFFERED stdout is the raw file: a write that took part
+    # of the message was taken for all of it, and filter exited 2.
+    big = MESSAGE + b"filler words in the body\n" * 12_000  # 300 KB
+    spamfilter(tmp_path, "train", "--spam", "-", stdin=b"Subject: pills\n\ncheap pills\n")
+    spamfilter(tmp_path, "train", "--ham", "-", stdin=b"Subject: lunch\n\nlunch at noon\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPAMFILTER_", "PYTHONUNBUFFERED"))} | {
+        "SPAMFILTER_DB": f"sqlite:///{tmp_path / 'tokens.db'}",
+        "HOME": str(tmp_path),
+    }
+    if unbuffered:
+        env["PYTHONUNBUFFERED"] = unbuffered
+    with open(tmp_path / "out.eml", "wb") as out:
+        proc = subprocess.run(
+            [sys.executable, "-c", "import sys; from spamfilter.cli import main; sys.exit(main())", "filter"],
+            input=big,
+            stdout=out,
+            stderr=subprocess.PIPE,
+            env=env,
+            cwd=tmp_path,
+            timeout=120,
+            check=False,
+            preexec_fn=_limited_output(100_000),
+        )
+    assert proc.returncode == exitcodes.OUTPUT_ERROR == 74, proc.stderr
+    assert (tmp_path / "out.eml").stat().st_size == 100_000
+    assert proc.stderr.decode().endswith("spamfilter: cannot write the output: File too large\n")
+
+
+@pytest.mark.parametrize("args", [["stats"], ["filter"], ["filter", "--verdict-only"]])
+def test_output_that_cannot_be_written_exits_74_with_one_line(tmp_path: Path, args: list[str]) -> None:
+    # A closed stdout, and a full disk: Python's own flush at exit made
+    # that exit 120 with an "Exception ignored" message, or exit 0.
+    spamfilter(tmp_path, "train", "--spam", "-", stdin=b"Subject: pills\n\ncheap pills\n")
+    spamfilter(tmp_path, "train", "--ham", "-", stdin=b"Subject: lunch\n\nlunch at noon\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPAMFILTER_")} | {"SPAMFILTER_DB": f"sqlite:///{tmp_path / 'tokens.db'}", "HOME": str(tmp_path)}
+    command = [sys.executable, "-c", "import sys; from spamfilter.cli import main; sys.exit(main())", *args]
+    outputs = ["closed"] + (["/dev/full"] if Path("/dev/full").is_char_device() else [])
+    for output in outputs:
+        with open(output if output != "closed" else os.devnull, "wb") as sink:
+            proc = subprocess.run(
+                command,
+                input=MESSAGE,
+                stdout=subprocess.DEVNULL if output == "closed" else sink,
+                stderr=subprocess.PIPE,
+                env=env,
+                timeout=120,
+                check=False,
+                preexec_fn=(lambda: os.close(1)) if output == "closed" else None,
+            )
+        assert proc.returncode == exitcodes.OUTPUT_ERROR == 74, (output, proc.stderr)
+        assert proc.stderr.decode().count("\n") == 1 and "spamfilter: cannot write the output" in proc.stderr.decode(), proc.stderr
 
 
 def test_other_commands_and_verdict_only_write_nothing_on_errors(tmp_path: Path) -> None:
