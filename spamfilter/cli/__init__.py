@@ -418,7 +418,9 @@ def writable_output(path: Path, option: str) -> None:
         fail(f"{option} {path}: it is a folder; give the name of a file", exitcodes.USAGE)
     if not folder.is_dir():
         fail(f"{option} {path}: no such folder {folder}", exitcodes.USAGE)
-    if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+    # A file that exists is written in place: its own permission counts,
+    # not its folder's (/dev/null, a file in a read-only folder).
+    if not (os.access(path, os.W_OK) if path.exists() else os.access(folder, os.W_OK | os.X_OK)):
         fail(f"{option} {path}: permission denied", exitcodes.USAGE)
 
 

@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from spamfilter.cli import app, exitcodes, fail
+from spamfilter.cli import app, exitcodes, fail, writable_output
 from spamfilter.cli._common import TableOrJson, is_tty_stdin, open_filter
 from spamfilter.mail import STDIN_SOURCE, read_messages
 from spamfilter.tools.insight import Explanation, Insight, WordScore
@@ -49,7 +49,9 @@ def _paint(text: str, contribution: float, colour: bool) -> str:
 
 
 def _cannot_write(path: Path, exc: OSError) -> None:
-    fail(f"cannot write {path}: {exc.strerror}", exitcodes.USAGE)
+    """The output file failed after the work (its path was checked before
+    it): 74, as for a full disk."""
+    fail(f"cannot write {path}: {exc.strerror or exc}", exitcodes.OUTPUT_ERROR)
 
 
 def render_words(words: list[WordScore], fmt: WordsFormat) -> list[str]:
@@ -88,6 +90,8 @@ def top_words(
     Example: spamfilter top-words --n 20 --class ham --format jsonl
     """
     is_spam = cls is WordClass.spam
+    if plot is not None:
+        writable_output(plot, "--plot")
     with open_filter(ctx, create=False) as f:
         insight = Insight(f)
         words = insight.top_words(n, spam=is_spam, min_count=min_count)
@@ -206,6 +210,7 @@ def report(
 
     Example: spamfilter report --out report.html --scores scores.tsv
     """
+    writable_output(out, "--out")
     sample = read_scores(scores) if scores is not None else None
     with open_filter(ctx, create=False) as f:
         data = collect(f, scores=sample, now=datetime.now(timezone.utc), n=n, min_count=min_count)

@@ -255,7 +255,9 @@ def log_odds_histogram_png(odds: npt.NDArray[np.float64], is_spam: npt.NDArray[n
     plt = _pyplot()
     width, height = HISTOGRAM_SIZE
     fig, ax = plt.subplots(figsize=(width / 100, height / 100), dpi=100)
-    values = np.asarray(odds, dtype=np.float64)
+    # Drawn within +-1e6 nats: the span of +-1e308 overflows, and beyond a
+    # million nats 50 bins tell nothing apart anyway.
+    values = np.clip(np.asarray(odds, dtype=np.float64), -1e6, 1e6)
     low, high = (float(values.min()), float(values.max())) if values.size else (-1.0, 1.0)
     drawn = [t for t in thresholds if np.isfinite(t)] if thresholds is not None else []
     if drawn:

@@ -142,6 +142,12 @@ def test_report_of_classify_jsonl_has_a_histogram_but_no_roc(sample_db: str, sam
     assert "the scores file has no true labels" in " ".join(page.text)
 
 
+def test_a_histogram_of_log_odds_at_the_ends_of_the_floats_is_drawn() -> None:
+    # Their span overflowed: "bins must increase monotonically" (exit 70).
+    png = plots.log_odds_histogram_png(np.array([-1e308, 0.0, 1e308]), np.array([False, True, True]), (-2.0, 3.0), "extremes")
+    assert png.startswith(b"\x89PNG") and struct.unpack(">II", png[16:24]) == (900, 400)
+
+
 def test_an_untrained_database_still_gets_a_report(empty_db_url: str, tmp_path: Path) -> None:
     out = tmp_path / "report.html"
     code, _ = run_report(["--db", empty_db_url, "report", "--out", str(out)])
@@ -190,8 +196,15 @@ def test_report_option_errors_are_usage_errors(sample_db: str, tmp_path: Path) -
     missing = runner.invoke(app, ["--db", sample_db, "report", "--out", str(tmp_path / "r.html"), "--scores", str(tmp_path / "none")])
     assert missing.exit_code == exitcodes.USAGE
     unwritable = runner.invoke(app, ["--db", sample_db, "report", "--out", str(tmp_path / "no" / "dir" / "r.html")])
-    assert unwritable.exit_code == exitcodes.USAGE and "cannot write" in unwritable.stderr
+    assert unwritable.exit_code == exitcodes.USAGE and "no such folder" in unwritable.stderr
     assert "Traceback" not in missing.output + unwritable.output
+    # The path is checked before the work: the table is not printed first.
+    plot = runner.invoke(app, ["--db", sample_db, "top-words", "--plot", str(tmp_path / "no" / "top.png")])
+    assert plot.exit_code == exitcodes.USAGE and plot.stdout == ""
+    if Path("/dev/full").is_char_device():
+        full = runner.invoke(app, ["--db", sample_db, "report", "--out", "/dev/full"])
+        assert full.exit_code == exitcodes.OUTPUT_ERROR == 74, full.output
+        assert full.stderr == "spamfilter: cannot write /dev/full: No space left on device\n"
 
 
 # -- message features -------------------------------------------------------------
