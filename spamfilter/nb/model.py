@@ -136,7 +136,10 @@ def token_log_likelihood(event_model: str, counts: TokenCounts, stats: Totals, a
     else:
         raise ValueError(f"unknown event model {event_model!r}")
     v = float(stats.vocabulary_size)
-    multinomial: FloatArray = np.log(n_jc + alpha) - np.log(n_c.astype(np.float64) + alpha * v)[:, None]
+    # A model of messages without a single token (v = 0, no terms) has a
+    # log(0) here, over no columns at all: nothing to warn about.
+    with np.errstate(divide="ignore"):
+        multinomial: FloatArray = np.log(n_jc + alpha) - np.log(n_c.astype(np.float64) + alpha * v)[:, None]
     return multinomial
 
 

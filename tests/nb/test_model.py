@@ -23,6 +23,7 @@ Histogram of message counts (k, tokens with count k), k = 0 included:
 from __future__ import annotations
 
 import math
+import warnings
 from fractions import Fraction as F
 
 import numpy as np
@@ -187,6 +188,18 @@ def test_negative_message_counts_are_a_damaged_store_not_an_untrained_one(messag
     stats = model.Totals(ClassCounts(messages=np.array(messages), terms=STATS.terms, binary_terms=STATS.binary_terms), vocabulary_size=6, histogram=STATS.histogram)
     with pytest.raises(StoreInconsistent, match="negative"):
         model.estimate("multinomial-binary", token_counts(D5_COLUMNS), stats, 1.0)
+
+
+@pytest.mark.parametrize("event_model", ["multinomial", "multinomial-binary"])
+def test_a_model_of_messages_without_tokens_estimates_without_a_warning(event_model: str) -> None:
+    # `db import` of totals and no token lines, or a prune of every token.
+    stats = model.Totals(
+        ClassCounts(messages=np.array([1, 1]), terms=np.array([0, 0]), binary_terms=np.array([0, 0])), vocabulary_size=0, histogram=(np.zeros((0, 2)), np.zeros((0, 2)))
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        params = model.estimate(event_model, token_counts([]), stats, 1.0)
+    assert params.weight.shape == (2, 0) and np.all(np.isfinite(params.log_prior))
 
 
 # -- decision ------------------------------------------------------------------
