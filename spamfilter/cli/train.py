@@ -13,7 +13,9 @@ from spamfilter.cli import app
 from spamfilter.cli._common import Margin, describe, index_length, open_filter, progress, report_refusals
 from spamfilter.cli.reading import SOURCES_HELP, Jobs, SourceTally
 from spamfilter.config import TUNE_MARGIN, TrainMode
+from spamfilter.errors import MailSourceError
 from spamfilter.mail import MailItem, read_index, read_messages
+from spamfilter.mail.sources import STDIN_SOURCE
 
 #: The options of `train` that take every value up to the next option.
 _MANY_VALUED = ("--spam", "--ham")
@@ -59,6 +61,8 @@ class _SpreadCommand(TyperCommand):
 
 def _labelled(spam: list[str], ham: list[str], tally: SourceTally) -> Iterator[tuple[bool, MailItem]]:
     # Open every source first so a typo fails before any training happens.
+    if STDIN_SOURCE in spam and STDIN_SOURCE in ham:
+        raise MailSourceError("standard input ('-') can be read only once; give it for --spam or for --ham")
     spam_items = read_messages(spam, on_empty=tally.empty.append) if spam else iter(())
     ham_items = read_messages(ham, on_empty=tally.empty.append) if ham else iter(())
     yield from ((True, item) for item in spam_items)

@@ -52,6 +52,15 @@ def test_train_from_an_mbox_on_stdin_trains_every_message(runner: CliRunner, db_
     assert result.stdout.strip() == "trained 0 spam, 0 ham; 60 already trained"
 
 
+def test_stdin_for_both_labels_is_refused_before_training(runner: CliRunner, db_url: str, sample: Path) -> None:
+    # It trained the whole of stdin as spam and called the empty rest a ham.
+    result = runner.invoke(app, ["--db", db_url, "train", "--spam", "-", "--ham", "-"], input=mbox_of(sample / "train-spam.mbox", 5))
+    assert result.exit_code == exitcodes.NO_INPUT == 66
+    assert result.stderr == "spamfilter: standard input ('-') can be read only once; give it for --spam or for --ham\n"
+    stats = runner.invoke(app, ["--db", db_url, "stats", "--format", "json"])
+    assert stats.exit_code == exitcodes.NO_INPUT or json.loads(stats.stdout)["spam_messages"] == 0, stats.output
+
+
 def test_classify_an_mbox_on_stdin_gives_a_verdict_per_message(runner: CliRunner, sample_db: str, sample: Path) -> None:
     box = mbox_of(sample / "inbox.mbox", 20)
     result = runner.invoke(app, ["--db", sample_db, "classify", "--format", "jsonl", "-"], input=box)
