@@ -13,7 +13,7 @@ import numpy as np
 import typer
 
 from spamfilter.cli import app, exitcodes, fail, state, writable_output
-from spamfilter.cli._common import Margin, TableOrJson, index_length, jobs_or_default, progress
+from spamfilter.cli._common import Margin, TableOrJson, index_length, jobs_or_default, progress, report_refusals
 from spamfilter.cli.reading import Jobs
 from spamfilter.config import ONLINE_TRAIN_MODE, TUNE_MARGIN, TrainMode
 from spamfilter.mail import read_index
@@ -151,6 +151,7 @@ def evaluate(
     else:
         stream = list(labelled)
         report, scored = run_cross_validation(s.config, stream, folds=folds, seed=seed, window=window)
+    report_refusals(report.unreadable)
     if fmt is TableOrJson.json:
         typer.echo(report_json(report))
     else:
@@ -174,4 +175,4 @@ def evaluate(
                 plots.write_learning_curve(learning_curve, y, odds, report.two_way_threshold, title)
     except OSError as exc:  # checked before the run: a disk that filled since
         fail(f"cannot write {writing}: {exc.strerror or exc}", exitcodes.OUTPUT_ERROR)
-    raise typer.Exit(exitcodes.DATA_ERROR if report.refused else exitcodes.OK)
+    raise typer.Exit(exitcodes.DATA_ERROR if report.unreadable else exitcodes.OK)

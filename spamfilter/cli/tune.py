@@ -8,8 +8,9 @@ from typing import Annotated
 
 import typer
 
-from spamfilter.cli import app, state
-from spamfilter.cli._common import TableOrJson, index_length, jobs_or_default, progress
+from spamfilter.answers import Refusal
+from spamfilter.cli import app, exitcodes, state
+from spamfilter.cli._common import TableOrJson, index_length, jobs_or_default, progress, report_refusals
 from spamfilter.cli.reading import Jobs
 from spamfilter.config import DEPENDENCES, EVENT_MODELS, check_config_writable, update_config_file
 from spamfilter.locations import default_config_path
@@ -116,9 +117,19 @@ def tune(
         unseen_weights=unseen_weights or None,
         bigram_options=[s.config.tokenizer.bigrams, not s.config.tokenizer.bigrams] if try_bigrams else None,
     )
+    refused: list[Refusal] = []
     candidates = tuning.tune(
-        s.config, stream, grid, holdout=holdout, jobs=jobs_or_default(jobs), reading=lambda labelled: progress(labelled, "reading", total), folds=folds, baseline=True
+        s.config,
+        stream,
+        grid,
+        holdout=holdout,
+        jobs=jobs_or_default(jobs),
+        reading=lambda labelled: progress(labelled, "reading", total),
+        folds=folds,
+        baseline=True,
+        refused=refused,
     )
+    report_refusals(refused)
     configured = tuning.configured_candidate(candidates, s.config)
     candidates = [c for c in candidates if c.in_grid]
     best = candidates[0]
@@ -141,3 +152,6 @@ def tune(
         typer.echo(f"wrote the best settings to {path}", err=fmt is TableOrJson.json)
         if best.dependence != "none" and best.dependence != s.config.model.dependence:
             typer.echo(f"dependence = {best.dependence!r} scores once `spamfilter db reselect` has chosen its parents", err=fmt is TableOrJson.json)
+    if refused:
+        # Tuned on the others, as train trains the others.
+        raise typer.Exit(exitcodes.DATA_ERROR)

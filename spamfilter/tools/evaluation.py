@@ -193,6 +193,10 @@ class EvalReport:
     learned: str = ""
     calibration: Calibration | None = None
     raw_log_loss: float = float("nan")
+    #: the messages that did not read as mail, each with why (``refused``
+    #: counts those of the judged mail; with ``--protocol split`` these also
+    #: hold the training head's)
+    unreadable: tuple[Refusal, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,7 +276,8 @@ def run_online(
     label; with ``jobs`` > 1 the next messages are read on other cores
     meanwhile (same results)."""
     scored: list[Scored] = []
-    refused = trained = 0
+    unreadable: list[Refusal] = []
+    trained = 0
     classify_seconds = train_seconds = 0.0
     with fresh_filter(config, url, jobs=jobs) as f:
         two_way = f.two_way_threshold
@@ -284,11 +289,18 @@ def run_online(
                 r = step.result
                 scored.append(Scored(r.source, step.is_spam, r.score, r.log_odds, r.verdict))
             else:
-                refused += 1
+                unreadable.append(step.result)
     report = summarise(
-        "online", scored, refused=refused, trained=trained, two_way_threshold=two_way, classify_seconds=classify_seconds, train_seconds=train_seconds, window=window
+        "online",
+        scored,
+        refused=len(unreadable),
+        trained=trained,
+        two_way_threshold=two_way,
+        classify_seconds=classify_seconds,
+        train_seconds=train_seconds,
+        window=window,
     )
-    return replace(report, learned=LEARNED[TrainMode(train_mode)].format(margin=margin)), scored
+    return replace(report, learned=LEARNED[TrainMode(train_mode)].format(margin=margin), unreadable=tuple(unreadable)), scored
 
 
 #: ``EvalReport.learned`` of an online run, per train mode.
@@ -331,18 +343,18 @@ def run_split(
     _need_both_classes(n_spam, len(test) - n_spam)
     run = _train_then_classify(config, train, [item for _, item in test], jobs)
     scored = [Scored(v.source, is_spam, v.score, v.log_odds, v.verdict) for (is_spam, _), v in zip(test, run.verdicts) if isinstance(v, Verdict)]
-    refused = len(run.summary.refused) + len(run.verdicts) - len(scored)
+    test_unreadable = [v for v in run.verdicts if isinstance(v, Refusal)]
     report = summarise(
         f"split {head}",
         scored,
-        refused=refused,
+        refused=len(test_unreadable),
         trained=run.summary.trained_ham + run.summary.trained_spam,
         two_way_threshold=run.two_way,
         classify_seconds=run.classify_seconds,
         train_seconds=run.train_seconds,
         window=window,
     )
-    return replace(report, learned=f"the first {head} messages, then none"), scored
+    return replace(report, learned=f"the first {head} messages, then none", unreadable=(*run.summary.refused, *test_unreadable)), scored
 
 
 def stratified_folds(is_spam: Sequence[bool], k: int, seed: int) -> list[int]:
@@ -368,7 +380,8 @@ def run_cross_validation(
     _need_both_classes(n_spam, len(labelled) - n_spam)
     assignment = stratified_folds([s for s, _ in labelled], folds, seed)
     results: dict[int, Scored] = {}
-    refused = trained = 0
+    unreadable: list[Refusal] = []
+    trained = 0
     classify_seconds = train_seconds = 0.0
     two_way = 0.0
     for fold in range(folds):
@@ -383,12 +396,19 @@ def run_cross_validation(
             if isinstance(v, Verdict):
                 results[i] = Scored(v.source, is_spam, v.score, v.log_odds, v.verdict)
             else:
-                refused += 1
+                unreadable.append(v)
     scored = [results[i] for i in sorted(results)]
     report = summarise(
-        f"cv{folds}", scored, refused=refused, trained=trained, two_way_threshold=two_way, classify_seconds=classify_seconds, train_seconds=train_seconds, window=window
+        f"cv{folds}",
+        scored,
+        refused=len(unreadable),
+        trained=trained,
+        two_way_threshold=two_way,
+        classify_seconds=classify_seconds,
+        train_seconds=train_seconds,
+        window=window,
     )
-    return report, scored
+    return replace(report, unreadable=tuple(unreadable)), scored
 
 
 # -- tuning -------------------------------------------------------------------

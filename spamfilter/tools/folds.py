@@ -14,6 +14,7 @@ import numpy.typing as npt
 import scipy.sparse as sp
 
 from spamfilter.analysis import Analysed, Analyser, analyse_labelled
+from spamfilter.answers import Refusal
 from spamfilter.config import Config, ModelConfig
 from spamfilter.counts import FeatureStats, IntArray
 from spamfilter.errors import EvaluationError
@@ -58,7 +59,15 @@ class Fold:
 
 
 def time_ordered_folds(
-    config: Config, labelled: Sequence[tuple[bool, MailItem]], holdout: float, folds: int, jobs: int, reading: Reading | None, *, unseen: bool = False
+    config: Config,
+    labelled: Sequence[tuple[bool, MailItem]],
+    holdout: float,
+    folds: int,
+    jobs: int,
+    reading: Reading | None,
+    *,
+    unseen: bool = False,
+    refused: list[Refusal] | None = None,
 ) -> list[Fold]:
     """Read the stream once and cut it into ``folds`` time-ordered
     validation blocks that together hold its last ``holdout`` share, each
@@ -66,8 +75,9 @@ def time_ordered_folds(
     each block is later mail to the model that scores it). The heads need
     spam and ham, and so do the blocks together. With ``unseen`` each block
     also counts its tokens its head never had (``Fold.valid_unseen_terms``),
-    for settings with ``[model] unseen_weight``."""
-    docs, labels, vectors = _read(config, labelled, jobs, reading)
+    for settings with ``[model] unseen_weight``. A message that does not
+    read as mail is left out, and added to ``refused``."""
+    docs, labels, vectors = _read(config, labelled, jobs, reading, refused)
     y = np.array(labels, dtype=bool)
     n_valid = max(1, int(round(len(docs) * holdout)))
     start = len(docs) - n_valid
@@ -113,7 +123,7 @@ def _unseen(docs: Sequence[dict[str, int]], vocabulary: Vocabulary) -> tuple[Flo
 
 
 def _read(
-    config: Config, labelled: Sequence[tuple[bool, MailItem]], jobs: int, reading: Reading | None
+    config: Config, labelled: Sequence[tuple[bool, MailItem]], jobs: int, reading: Reading | None, refused: list[Refusal] | None = None
 ) -> tuple[list[dict[str, int]], list[bool], list[tuple[int, ...]]]:
     """The token counts, labels and feature vectors of the messages that
     read as mail, read on ``jobs`` processes through ``reading``."""
@@ -127,6 +137,8 @@ def _read(
             docs.append(result.counts)
             labels.append(is_spam)
             vectors.append(result.features)
+        elif refused is not None:
+            refused.append(result)
     return docs, labels, vectors
 
 

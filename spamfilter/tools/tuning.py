@@ -22,6 +22,7 @@ from typing import NamedTuple, cast
 import numpy as np
 from scipy.special import log_expit
 
+from spamfilter.answers import Refusal
 from spamfilter.config import Config, Dependence, EventModel, ModelConfig, counts_occurrences
 from spamfilter.errors import EvaluationError
 from spamfilter.mail import MailItem
@@ -244,18 +245,28 @@ def tune(
     reading: Reading | None = None,
     folds: int = 1,
     baseline: bool = False,
+    refused: list[Refusal] | None = None,
 ) -> list[Candidate]:
     """``tune_settings`` for each tokenizer setting in ``grid.bigram_options``
     (default: the configured one), all candidates ranked together; the mail
     is read on ``jobs`` processes, through ``reading`` (e.g. a progress
     bar) each time. With ``baseline`` the configured settings are scored
     too when the grid leaves them out, as a candidate with ``in_grid``
-    False (``configured_candidate`` finds it)."""
+    False (``configured_candidate`` finds it). The messages that do not
+    read as mail are left out and added to ``refused``, once each."""
     scored: list[Scored] = []
     for bigrams in grid.bigram_options or (config.tokenizer.bigrams,):
         variant = replace(config, tokenizer=replace(config.tokenizer, bigrams=bigrams))
         scored += tune_settings(
-            variant, labelled, grid, holdout=holdout, jobs=jobs, reading=reading, folds=folds, with_configured=baseline and bigrams == config.tokenizer.bigrams
+            variant,
+            labelled,
+            grid,
+            holdout=holdout,
+            jobs=jobs,
+            reading=reading,
+            folds=folds,
+            with_configured=baseline and bigrams == config.tokenizer.bigrams,
+            refused=refused if not scored else None,
         )
     base = next((at_bounds for c, _, at_bounds in scored if _changes(c, config) == 0), None)
     with_saving = [(replace(c, improvement=paired_saving(own, base)) if base is not None and own.size == base.size else c, own) for c, own, _ in scored]
@@ -337,6 +348,7 @@ def tune_settings(
     reading: Reading | None = None,
     folds: int = 1,
     with_configured: bool = False,
+    refused: list[Refusal] | None = None,
 ) -> list[Scored]:
     """Try every setting of ``grid`` (``Grid.models``) with the configured
     tokenizer: train on the head of the stream, score its last ``holdout``
@@ -359,7 +371,7 @@ def tune_settings(
         models.append(configured)
     if len(models) == int(extra):
         raise EvaluationError('no setting to try: dependence "spode" or "aode" needs the event model "multinomial-binary", no merged shared model and unseen_weight 0')
-    splits = time_ordered_folds(config, labelled, holdout, folds, jobs, reading, unseen=any(m.unseen_weight for m in models))
+    splits = time_ordered_folds(config, labelled, holdout, folds, jobs, reading, unseen=any(m.unseen_weight for m in models), refused=refused)
     scores: dict[ModelConfig, list[FloatArray]] = {}
     for s in splits:
         for setting, odds in _setting_odds(s, config, models):

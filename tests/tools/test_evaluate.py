@@ -13,7 +13,7 @@ from scipy.special import expit
 from typer.testing import CliRunner
 
 from spamfilter.answers import Verdict
-from spamfilter.cli import app
+from spamfilter.cli import app, exitcodes
 from spamfilter.config import Config
 from spamfilter.errors import NotTrainedError
 from spamfilter.filter import Filter
@@ -319,3 +319,39 @@ def test_windowed_roca_in_the_table_and_json_with_out_rows_in_index_order(index:
 def test_the_default_window_is_a_fifth_of_a_short_stream(index: Path) -> None:
     report = json.loads(CliRunner().invoke(app, ["evaluate", "--index", str(index), "--format", "json"]).stdout)
     assert [(w["start"], w["end"]) for w in report["windows"]] == [(0, 12), (12, 24), (24, 36), (36, 48), (48, 60)]
+
+
+@pytest.mark.parametrize("protocol", ["online", "split", "cv"])
+def test_an_unreadable_message_is_named_counted_where_it_was_and_exits_65(index: Path, tmp_path: Path, protocol: str) -> None:
+    # An empty file second in the stream: in the training head of a split,
+    # so not one of the mail it judged; it was counted there, and nothing
+    # on stderr said which file it was.
+    empty = index.parent / "msgs" / "empty.eml"
+    empty.write_bytes(b"")
+    lines = [f"{label} {index.parent / path}" for label, path in (line.split(" ", 1) for line in index.read_text().splitlines())]
+    with_empty = tmp_path / "index"
+    with_empty.write_text("\n".join([lines[0], "spam " + str(empty), *lines[1:]]) + "\n")
+    args = ["--db", f"sqlite:///{tmp_path / 'db'}", "evaluate", "--index", str(with_empty), "--protocol", protocol, "--format", "json"]
+    if protocol == "cv":
+        args += ["--folds", "3"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == exitcodes.DATA_ERROR == 65, result.output
+    assert f"spamfilter: skipped {empty}: empty message\n" in result.stderr
+    report = json.loads(result.stdout)
+    assert [u["source"] for u in report["unreadable"]] == [str(empty)]
+    judged = 61 - 61 // 2 if protocol == "split" else 60  # the split judges the later half
+    assert report["messages"] == judged + (0 if protocol == "split" else 1)
+    assert report["refused"] == (0 if protocol == "split" else 1)
+
+
+def test_tune_names_an_unreadable_message_and_exits_65(index: Path, tmp_path: Path) -> None:
+    empty = index.parent / "msgs" / "empty-tune.eml"
+    empty.write_bytes(b"")
+    with_empty = tmp_path / "index"
+    lines = [f"{label} {index.parent / path}" for label, path in (line.split(" ", 1) for line in index.read_text().splitlines())]
+    with_empty.write_text("\n".join(lines) + f"\nham {empty}\n")
+    result = CliRunner().invoke(
+        app, ["--db", f"sqlite:///{tmp_path / 'db'}", "tune", "--index", str(with_empty), "--model", "multinomial-binary", "--alpha", "0.1", "--min-evidence", "0"]
+    )
+    assert result.exit_code == exitcodes.DATA_ERROR == 65, result.output
+    assert result.stderr.count(f"spamfilter: skipped {empty}: empty message\n") == 1  # read for each tokenizer setting, named once
