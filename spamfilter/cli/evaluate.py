@@ -128,7 +128,7 @@ def evaluate(
 ) -> None:
     """Measure the filter on a labelled index, TREC spam-track style, starting
     from an empty model in a temporary in-memory database (the --db database
-    only if given explicitly). Ranks by log-odds: 1-ROCA%, spam misclassified
+    only if given explicitly, online or split; cv refuses it). Ranks by log-odds: 1-ROCA%, spam misclassified
     at 0.1% ham misclassified, lam%, error rates, throughput, and 1-ROCA% per
     window of --window messages in stream order, so drift over a long stream
     shows. The stream must hold spam and ham (exit 65 otherwise). --out rows
@@ -137,6 +137,8 @@ def evaluate(
     Example: spamfilter evaluate --index corpus/index --protocol online --out scores.tsv
     """
     s = state(ctx)
+    if s.db_url is not None and protocol is Protocol.cv:
+        fail("--db: cross-validation trains a model per fold in memory; it cannot use one database", exitcodes.USAGE)
     for option, path in (("--out", out), ("--roc", roc), ("--learning-curve", learning_curve)):
         if path is not None:
             writable_output(path, option)
@@ -147,7 +149,7 @@ def evaluate(
             s.config, progress(labelled, "evaluating", total), train_mode=train_mode, margin=margin, url=s.db_url, jobs=jobs_or_default(jobs), window=window
         )
     elif protocol is Protocol.train_once:
-        report, scored = run_split(s.config, list(labelled), head=head, jobs=jobs_or_default(jobs), window=window)
+        report, scored = run_split(s.config, list(labelled), head=head, jobs=jobs_or_default(jobs), window=window, url=s.db_url)
     else:
         stream = list(labelled)
         report, scored = run_cross_validation(s.config, stream, folds=folds, seed=seed, window=window)

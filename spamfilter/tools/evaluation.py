@@ -318,9 +318,10 @@ class _TrainedOnce:
     classify_seconds: float
 
 
-def _train_then_classify(config: Config, train: Sequence[tuple[bool, MailItem]], test: Sequence[MailItem], jobs: int = 1) -> _TrainedOnce:
-    """Train a fresh in-memory model on ``train``, classify ``test``, and time both."""
-    with fresh_filter(config, jobs=jobs) as f:
+def _train_then_classify(config: Config, train: Sequence[tuple[bool, MailItem]], test: Sequence[MailItem], jobs: int = 1, url: str | None = None) -> _TrainedOnce:
+    """Train a fresh model (in memory, or in the database at ``url``) on
+    ``train``, classify ``test``, and time both."""
+    with fresh_filter(config, url, jobs=jobs) as f:
         started = time.perf_counter()
         summary = f.train(train)
         trained = time.perf_counter()
@@ -329,9 +330,10 @@ def _train_then_classify(config: Config, train: Sequence[tuple[bool, MailItem]],
 
 
 def run_split(
-    config: Config, labelled: Sequence[tuple[bool, MailItem]], *, head: int | None = None, jobs: int = 1, window: int | None = None
+    config: Config, labelled: Sequence[tuple[bool, MailItem]], *, head: int | None = None, jobs: int = 1, window: int | None = None, url: str | None = None
 ) -> tuple[EvalReport, list[Scored]]:
-    """Train once, classify later: train a fresh in-memory model on the first
+    """Train once, classify later: train a fresh model (in memory, or in the
+    database at ``url``) on the first
     ``head`` messages of the stream (default: the first half) as
     ``spamfilter train`` does, then classify the rest without learning from
     them, as a model trained once is used on the mail that arrives after."""
@@ -341,7 +343,7 @@ def run_split(
     train, test = labelled[:head], labelled[head:]
     n_spam = sum(1 for s, _ in test if s)
     _need_both_classes(n_spam, len(test) - n_spam)
-    run = _train_then_classify(config, train, [item for _, item in test], jobs)
+    run = _train_then_classify(config, train, [item for _, item in test], jobs, url)
     scored = [Scored(v.source, is_spam, v.score, v.log_odds, v.verdict) for (is_spam, _), v in zip(test, run.verdicts) if isinstance(v, Verdict)]
     test_unreadable = [v for v in run.verdicts if isinstance(v, Refusal)]
     report = summarise(

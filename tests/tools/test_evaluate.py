@@ -331,7 +331,7 @@ def test_an_unreadable_message_is_named_counted_where_it_was_and_exits_65(index:
     lines = [f"{label} {index.parent / path}" for label, path in (line.split(" ", 1) for line in index.read_text().splitlines())]
     with_empty = tmp_path / "index"
     with_empty.write_text("\n".join([lines[0], "spam " + str(empty), *lines[1:]]) + "\n")
-    args = ["--db", f"sqlite:///{tmp_path / 'db'}", "evaluate", "--index", str(with_empty), "--protocol", protocol, "--format", "json"]
+    args = ["evaluate", "--index", str(with_empty), "--protocol", protocol, "--format", "json"]
     if protocol == "cv":
         args += ["--folds", "3"]
     result = CliRunner().invoke(app, args)
@@ -355,3 +355,14 @@ def test_tune_names_an_unreadable_message_and_exits_65(index: Path, tmp_path: Pa
     )
     assert result.exit_code == exitcodes.DATA_ERROR == 65, result.output
     assert result.stderr.count(f"spamfilter: skipped {empty}: empty message\n") == 1  # read for each tokenizer setting, named once
+
+
+def test_split_trains_into_an_explicit_db_and_cv_refuses_one(index: Path, tmp_path: Path) -> None:
+    db = tmp_path / "split.db"
+    split = CliRunner().invoke(app, ["--db", f"sqlite:///{db}", "evaluate", "--index", str(index), "--protocol", "split", "--format", "json"])
+    assert split.exit_code == 0, split.output
+    stats = CliRunner().invoke(app, ["--db", f"sqlite:///{db}", "stats", "--format", "json"])
+    assert (json.loads(stats.stdout)["spam_messages"], json.loads(stats.stdout)["ham_messages"]) == (15, 15)  # the first half: the run's own head
+    cv = CliRunner().invoke(app, ["--db", f"sqlite:///{tmp_path / 'cv.db'}", "evaluate", "--index", str(index), "--protocol", "cv", "--folds", "3"])
+    assert cv.exit_code == exitcodes.USAGE and "cross-validation" in cv.stderr
+    assert not (tmp_path / "cv.db").exists()
