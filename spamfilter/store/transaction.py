@@ -181,6 +181,10 @@ class StoreTransaction:
                 written = self.counts_sql.add_totals(self.owner, label, values)
                 if any(type(v) is not int or v > MAX_COUNT for v in written):
                     raise _past_limit(f"the {Label(label).decision} class totals")
+                if min(written) < 0:
+                    raise StoreInconsistent(
+                        f"the {Label(label).decision} class totals would go negative: the database is damaged (`spamfilter db check` lists the problems)"
+                    )
         return CountsWritten(token_list, new, self.counts_sql.bump_version(self.owner), classes, histogram)
 
     def feature_stats(self, width: int, owner: str | None = None) -> FeatureStats:
@@ -415,7 +419,7 @@ class StoreTransaction:
         if last_seen_by is not None:
             condition = condition & (tokens.c.last_seen.is_(None) | (tokens.c.last_seen <= last_seen_by))
         sums = [sa.func.coalesce(sa.func.sum(tokens.c[name]), 0) for name in COUNT_COLUMNS]
-        row = self.conn.execute(sa.select(sa.func.count(), *sums).where(condition)).one()
+        row = _whole([self.conn.execute(sa.select(sa.func.count(), *sums).where(condition)).one()], "tokens", start=0)[0]
         removed = int(row[0])
         hd, sd, ht, st = (int(x) for x in row[1:])
         taken = ClassCounts(np.zeros(2, dtype=np.int64), np.array([ht, st], dtype=np.int64), np.array([hd, sd], dtype=np.int64))
@@ -424,7 +428,7 @@ class StoreTransaction:
         hist_delta: dict[tuple[int, int], int] = {}
         for label, name in ((HAM, "ham_docs"), (SPAM, "spam_docs")):
             column = tokens.c[name]
-            for k, n in self.conn.execute(sa.select(column, sa.func.count()).where(condition).group_by(column)):
+            for k, n in _whole(list(self.conn.execute(sa.select(column, sa.func.count()).where(condition).group_by(column))), "tokens", start=0):
                 hist_delta[(int(label), int(k))] = -int(n)
         self.conn.execute(sa.delete(tokens).where(condition))
         self._add_histogram(hist_delta)

@@ -177,6 +177,28 @@ def test_a_damaged_ledger_entry_is_refused_by_forget_and_mark_and_listed_by_chec
     assert f"message {item.digest}: " in result.stdout
 
 
+def test_a_count_that_is_text_stops_prune_and_a_forget_that_would_make_totals_negative(
+    trained_url: str, runner: CliRunner, mail: dict[str, list[MailItem]], tmp_path: Path
+) -> None:
+    # A count edited into text: prune failed with an internal error (70),
+    # and forget took the class totals below zero and exited 0.
+    item = mail["spam"][0]
+    source = tmp_path / "m.eml"
+    source.write_bytes(item.raw)
+    with Filter.open(Config(), trained_url) as f:
+        execute(f, "UPDATE class_totals SET terms = 'x' WHERE label = 1")
+        before = token_rows(f)
+    forget = runner.invoke(app, ["--db", trained_url, "forget", str(source)])
+    assert forget.exit_code == exitcodes.STORE_INCONSISTENT == 73, forget.output
+    assert forget.stderr == "spamfilter: the spam class totals would go negative: the database is damaged (`spamfilter db check` lists the problems)\n"
+    with Filter.open(Config(), trained_url) as f:
+        assert token_rows(f) == before  # nothing written
+        execute(f, "UPDATE tokens SET spam_docs = 'abc' WHERE token = (SELECT min(token) FROM tokens WHERE spam_docs = 1)")
+    prune = runner.invoke(app, ["--db", trained_url, "db", "prune", "--min-count", "2", "--older-than", "0"])
+    assert prune.exit_code == exitcodes.STORE_INCONSISTENT, prune.output
+    assert "where a count belongs: the database is damaged" in prune.stderr
+
+
 def test_check_exits_0_and_json_says_ok(trained_url: str, runner: CliRunner) -> None:
     result = runner.invoke(app, ["--db", trained_url, "db", "check", "--format", "json"])
     assert result.exit_code == 0, result.output
