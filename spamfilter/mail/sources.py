@@ -277,8 +277,9 @@ def _dir_kind(path: str) -> _DirKind:
 def _read_maildir(path: str) -> Iterator[MailItem]:
     # tmp holds deliveries in progress, so it is never read. Each Maildir file
     # is one message by definition, so a file starting with "From " is not
-    # split; its bytes stay as stored (the parser and digest_bytes both
-    # ignore a leading envelope line).
+    # split; it is read as a delivered message (`delivered`: the envelope
+    # line removed, mboxrd quoting undone), so it has the digest it has in
+    # the mbox it was copied from, or as a file of its own.
     for sub in ("cur", "new"):
         for entry in _list_dir(os.path.join(path, sub)):
             if entry.is_file():
@@ -324,13 +325,14 @@ def delivered(source: str, raw: bytes) -> MailItem:
 
 
 def _item_in_folder(path: str) -> MailItem:
-    """One message file found in a folder. One that cannot be read (no
+    """One message file found in a Maildir or MH folder, read as `delivered`
+    (an envelope line and its quoting undone). One that cannot be read (no
     permission, or renamed by a mail client since the folder was listed)
     is an item to refuse, not the end of the run: the folder itself was
     readable."""
     try:
         with open(path, "rb") as f:
-            return MailItem(path, f.read())
+            return delivered(path, f.read())
     except OSError as err:
         return MailItem(path, b"", unreadable=err.strerror or str(err))
 

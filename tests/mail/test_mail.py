@@ -177,13 +177,14 @@ def test_maildir_reads_cur_then_new_sorted_by_name_and_skips_tmp_and_dotfiles(tm
     write(md / "cur" / "1600000000.z.host:2,S", b"Subject: cur z\n\n")
     write(md / "cur" / ".hidden", b"Subject: hidden\n\n")
     write(md / "tmp" / "1700000003.c.host", b"Subject: in delivery\n\n")
-    # A file starting with an envelope line is still one Maildir message.
+    # A file starting with an envelope line is still one Maildir message,
+    # read as the same message in an mbox reads.
     write(md / "cur" / "1600000001.y.host:2,", b"From a@x Mon Jan  1 00:00:00 2024\nSubject: y\n\n")
 
     items = list(read_messages([str(md)]))
 
     assert sources(items, md) == ["cur/1600000000.z.host:2,S", "cur/1600000001.y.host:2,", "new/1700000001.a.host", "new/1700000002.b.host"]
-    assert items[1].raw == b"From a@x Mon Jan  1 00:00:00 2024\nSubject: y\n\n"
+    assert items[1].raw == b"Subject: y\n" == next(iter(read_messages([str(md / "cur" / "1600000001.y.host:2,")]))).raw
 
 
 def test_mh_folder_is_read_in_numeric_order(tmp_path: Path) -> None:
@@ -366,6 +367,20 @@ def test_read_index_skips_a_byte_order_mark_and_refuses_a_device(tmp_path: Path)
     assert [is_spam for is_spam, _ in read_index(str(index))] == [False, True]
     with pytest.raises(MailSourceError, match="is a device or socket"):
         read_index("/dev/zero")  # read whole, it never ended
+
+
+def test_a_message_with_an_envelope_line_has_one_digest_in_a_file_a_maildir_and_an_mh_folder(tmp_path: Path) -> None:
+    # Maildir and MH files kept the envelope's ">From " quoting, so the same
+    # message trained twice, once from each.
+    raw = b"From someone@example.com Mon Jan  1 00:00:00 2024\nFrom: x@example.com\nSubject: env\n\nHello\n>From the start\nbye\n"
+    plain = write(tmp_path / "plain" / "e.eml", raw)
+    write(tmp_path / "md" / "cur" / "1.host:2,S", raw)
+    (tmp_path / "md" / "new").mkdir()
+    (tmp_path / "md" / "tmp").mkdir()
+    write(tmp_path / "mh" / "1", raw)
+    items = [next(iter(read_messages([str(p)]))) for p in (plain, tmp_path / "md", tmp_path / "mh")]
+    assert {item.raw for item in items} == {b"From: x@example.com\nSubject: env\n\nHello\nFrom the start\nbye\n"}
+    assert len({item.digest for item in items}) == 1
 
 
 # --- digest -------------------------------------------------------------------------
