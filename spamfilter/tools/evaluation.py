@@ -343,6 +343,11 @@ def run_split(
     train, test = labelled[:head], labelled[head:]
     n_spam = sum(1 for s, _ in test if s)
     _need_both_classes(n_spam, len(test) - n_spam)
+    head_spam = sum(1 for s, _ in train if s)
+    if not 0 < head_spam < len(train):
+        raise EvaluationError(
+            f"the first {head} messages, the ones trained on, hold {head_spam} spam and {len(train) - head_spam} ham: a model needs both (--head moves the split)"
+        )
     run = _train_then_classify(config, train, [item for _, item in test], jobs, url)
     scored = [Scored(v.source, is_spam, v.score, v.log_odds, v.verdict) for (is_spam, _), v in zip(test, run.verdicts) if isinstance(v, Verdict)]
     test_unreadable = [v for v in run.verdicts if isinstance(v, Refusal)]
@@ -380,6 +385,8 @@ def run_cross_validation(
     the held-out fold, pool the held-out scores of all folds."""
     n_spam = sum(1 for s, _ in labelled if s)
     _need_both_classes(n_spam, len(labelled) - n_spam)
+    if min(n_spam, len(labelled) - n_spam) < 2:
+        raise EvaluationError(f"the stream has {n_spam} spam and {len(labelled) - n_spam} ham: cross-validation needs two of each, so that every fold trains on both")
     assignment = stratified_folds([s for s, _ in labelled], folds, seed)
     results: dict[int, Scored] = {}
     unreadable: list[Refusal] = []

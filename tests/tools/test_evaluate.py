@@ -366,3 +366,19 @@ def test_split_trains_into_an_explicit_db_and_cv_refuses_one(index: Path, tmp_pa
     cv = CliRunner().invoke(app, ["--db", f"sqlite:///{tmp_path / 'cv.db'}", "evaluate", "--index", str(index), "--protocol", "cv", "--folds", "3"])
     assert cv.exit_code == exitcodes.USAGE and "cross-validation" in cv.stderr
     assert not (tmp_path / "cv.db").exists()
+
+
+def test_a_split_whose_head_lacks_a_class_and_cv_with_one_of_a_class_are_refused_with_65(index: Path, tmp_path: Path) -> None:
+    # They exited 69, "the model needs at least one trained spam and one
+    # trained ham", without a word about --head or the folds.
+    lines = [f"{label} {index.parent / path}" for label, path in (line.split(" ", 1) for line in index.read_text().splitlines())]
+    ordered = tmp_path / "spam-first"
+    ordered.write_text("\n".join(sorted(lines, key=lambda line: not line.startswith("spam"))) + "\n")  # 30 spam, then 30 ham
+    split = CliRunner().invoke(app, ["evaluate", "--index", str(ordered), "--protocol", "split", "--head", "20"])
+    assert split.exit_code == exitcodes.DATA_ERROR == 65
+    assert split.stderr == "spamfilter: the first 20 messages, the ones trained on, hold 20 spam and 0 ham: a model needs both (--head moves the split)\n"
+    one_spam = tmp_path / "one-spam"
+    one_spam.write_text("\n".join([next(line for line in lines if line.startswith("spam")), *(line for line in lines if line.startswith("ham"))]) + "\n")
+    cv = CliRunner().invoke(app, ["evaluate", "--index", str(one_spam), "--protocol", "cv", "--folds", "3"])
+    assert cv.exit_code == 65
+    assert "cross-validation needs two of each" in cv.stderr
