@@ -155,14 +155,15 @@ def _tsv_rows(path: Path, lines: list[tuple[int, str]]) -> Rows:
             if "score" in at:
                 scores.append(float(fields[at["score"]]))
             if "gold" in at:
-                label = fields[at["gold"]]
+                # In any case, as an index's labels are read.
+                label = fields[at["gold"]].lower()
                 if label not in (Decision.SPAM, Decision.HAM):
-                    raise ValueError
+                    raise ScoresFileError(f"{path}, line {n}: gold label {fields[at['gold']]!r} is neither spam nor ham")
                 gold.append(label == Decision.SPAM)
             if "verdict" in at and fields[at["verdict"]] in _VERDICTS:
                 verdicts.append(fields[at["verdict"]])
         except ValueError:
-            raise ScoresFileError(f"{path}, line {n}: expected {len(header)} tab-separated fields as in the header") from None
+            raise ScoresFileError(f"{path}, line {n}: expected {len(header)} tab-separated fields as in the header, a number for each of log_odds and score") from None
     return odds, gold if "gold" in at else None, verdicts if len(verdicts) == len(odds) else None, scores
 
 

@@ -23,6 +23,7 @@ from spamfilter.answers import Stats, Verdict
 from spamfilter.cli import app, exitcodes
 from spamfilter.cli.evaluate import write_scores
 from spamfilter.config import Config, ModelConfig
+from spamfilter.errors import ScoresFileError
 from spamfilter.filter import Filter
 from spamfilter.mail import read_messages
 from spamfilter.nb.calibration import calibration
@@ -170,6 +171,12 @@ def test_read_scores_reads_classify_and_evaluate_outputs(tmp_path: Path) -> None
     classify_tsv = tmp_path / "c.tsv"
     classify_tsv.write_text("source\tscore\tlog_odds\tverdict\na\t0.5\t0.000000\tunsure\n")
     assert read_scores(classify_tsv).is_spam is None
+    # Labels in any case, as an index's.
+    tsv.write_text("source\tgold\tscore\tlog_odds\tverdict\na\tSPAM\t1.0\t3.5\tspam\nb\tHam\t0.0\t-7\tham\n")
+    assert read_scores(tsv).is_spam.tolist() == [True, False]  # type: ignore[union-attr]
+    tsv.write_text("source\tgold\tscore\tlog_odds\tverdict\na\tmaybe\t1.0\t3.5\tspam\n")
+    with pytest.raises(ScoresFileError, match="line 2: gold label 'maybe' is neither spam nor ham"):
+        read_scores(tsv)
 
 
 @pytest.mark.parametrize(
