@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timezone
+from decimal import Decimal
 from typing import Any
 
 import numpy as np
@@ -419,7 +420,10 @@ class StoreTransaction:
         if last_seen_by is not None:
             condition = condition & (tokens.c.last_seen.is_(None) | (tokens.c.last_seen <= last_seen_by))
         sums = [sa.func.coalesce(sa.func.sum(tokens.c[name]), 0) for name in COUNT_COLUMNS]
-        row = _whole([self.conn.execute(sa.select(sa.func.count(), *sums).where(condition)).one()], "tokens", start=0)[0]
+        # PostgreSQL sums bigints as numeric (a Decimal); SQLite's sum of a
+        # column holding text is a REAL, which _whole refuses.
+        found = self.conn.execute(sa.select(sa.func.count(), *sums).where(condition)).one()
+        row = _whole([[int(x) if isinstance(x, Decimal) and x == x.to_integral_value() else x for x in found]], "tokens", start=0)[0]
         removed = int(row[0])
         hd, sd, ht, st = (int(x) for x in row[1:])
         taken = ClassCounts(np.zeros(2, dtype=np.int64), np.array([ht, st], dtype=np.int64), np.array([hd, sd], dtype=np.int64))
