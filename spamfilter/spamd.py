@@ -215,6 +215,15 @@ def verdict_headers(verdict: Decision, score: float, log_odds: float, threshold:
     ] + ([("Model", model)] if model else [])
 
 
+def before_1_3(version: str) -> bool:
+    """Whether a client speaks the protocol before 1.3 (Exim's ``spam``
+    condition sends ``SPAMC/1.2``): it reads a reply's ``Spam`` line only
+    as the first header, with nothing after it but the empty line, and the
+    body until the connection closes (spamd answers it so)."""
+    major, _, minor = version.partition(".")
+    return (int(major), int(minor)) < (1, 3)
+
+
 def body_start(raw: bytes) -> int | None:
     """Where spamc takes a message's body to begin when it puts a HEADERS
     reply back together: after the first CRLF CRLF or LF LF; None if neither."""

@@ -77,6 +77,9 @@ def _scored(request: spamd.Request, raw: bytes, item: MailItem, f: Filter, owner
             raise MailParseError(result.reason)
         verdict = result
     headers = spamd.verdict_headers(verdict.verdict, verdict.score, verdict.log_odds, f.thresholds.spam_min, spamd.model_id(f.store.url, f.store.owner))
+    old_client = spamd.before_1_3(request.version)
+    if old_client:
+        headers = headers[:1]  # the Spam line alone, as spamd answers SPAMC/1.2
     if request.command == "CHECK":
         return Answer([spamd.reply_head(spamd.EX_OK, headers)], verdict.verdict, verdict.log_odds, owner)
     pieces: Pieces
@@ -92,7 +95,9 @@ def _scored(request: spamd.Request, raw: bytes, item: MailItem, f: Filter, owner
     else:
         raise AssertionError(request.command)
     length = sum(len(p) for p in pieces)
-    head = spamd.reply_head(spamd.EX_OK, [("Content-length", str(length)), *headers])
+    # Before 1.3 the body runs to the end of the connection, which closes
+    # after a reply.
+    head = spamd.reply_head(spamd.EX_OK, headers if old_client else [("Content-length", str(length)), *headers])
     return Answer([head, *pieces], verdict.verdict, verdict.log_odds, owner)
 
 

@@ -242,6 +242,24 @@ def test_spamc_report_and_symbols(daemon: Daemon, trained: tuple[str, Path], cor
     assert daemon.spamc("-K", message=b"").stdout.startswith(b"SPAMD/1.5 0")
 
 
+def test_a_spamc_1_2_report_reads_as_exim_reads_it(
+    daemon: Daemon, trained: tuple[str, Path], corpus: tuple[list[tuple[bool, MailItem]], list[tuple[bool, MailItem]]]
+) -> None:
+    # Exim's spam condition sends REPORT SPAMC/1.2 and takes a reply only
+    # in one of two shapes (its spam.c sscanf patterns); with Content-length
+    # first and more headers after Spam, it read none and deferred the mail.
+    item = corpus[1][0][1]
+    [v] = _classify(trained, [item])
+    reply = daemon.raw(f"REPORT SPAMC/1.2\r\nUser: nobody\r\nContent-length: {len(item.raw)}\r\n\r\n".encode() + item.raw)
+    m = re.match(rb"SPAMD/\S{1,7} 0 EX_OK\r\nSpam: \S+ ; (-?[0-9.]+) / (-?[0-9.]+)\r\n\r\n", reply)
+    assert m is not None, reply[:200]
+    assert (float(m.group(1)), float(m.group(2))) == (round(_spamd_score(v), 4), round(_threshold(trained), 4))
+    assert reply[m.end() :].startswith(f"spamfilter verdict: {v.verdict}\n".encode())
+    # 1.3 and later keep the Content-length and the other headers.
+    newer = daemon.raw(f"REPORT SPAMC/1.5\r\nContent-length: {len(item.raw)}\r\n\r\n".encode() + item.raw)
+    assert newer.startswith(b"SPAMD/1.5 0 EX_OK\r\nContent-length: ") and b"\r\nVerdict: " in newer
+
+
 @pytest.mark.corpus
 def test_spamc_tell_learns_relearns_and_forgets_in_the_users_model(
     daemon: Daemon, trained: tuple[str, Path], corpus: tuple[list[tuple[bool, MailItem]], list[tuple[bool, MailItem]]]
