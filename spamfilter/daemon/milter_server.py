@@ -159,7 +159,6 @@ class MilterServer:
         self._networks = listen.allowed_networks(options.allowed_ips)
         self._stopping = threading.Event()
         self._reloading = threading.Event()
-        self._wake = threading.Event()
         self._work = threading.Semaphore(options.workers)
         self._slots = threading.BoundedSemaphore(options.max_connections)
         self._connections: dict[int, _Connection] = {}
@@ -197,12 +196,10 @@ class MilterServer:
         """Stop (SIGTERM): ``serve`` returns once the messages in flight are
         answered. `reload` (SIGHUP): read the configuration again; on an
         error the old one stays. Both are safe to call from a signal handler."""
-        for event in (self._stopping, self._wake):
-            event.set()
+        self._stopping.set()
 
     def reload(self) -> None:
-        for event in (self._reloading, self._wake):
-            event.set()
+        self._reloading.set()
 
     def announce(self, processes: int = 1) -> None:
         """The start-up line: where, which models, what is refused."""
@@ -235,9 +232,12 @@ class MilterServer:
         accepting = threading.Thread(target=listener.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
         accepting.start()
         try:
+            # Polled, not waited on: stop and reload run in signal handlers
+            # on this thread, and an Event this thread waits on holds a
+            # lock that their set() would wait for forever (a SIGTERM that
+            # came at that moment left the milter running).
             while not self._stopping.is_set():
-                self._wake.wait()
-                self._wake.clear()
+                time.sleep(0.2)
                 if self._reloading.is_set():
                     self._reloading.clear()
                     self._reread_config()
