@@ -102,6 +102,9 @@ class Request:
     user: the ``User`` header, or None.
     message_class: "spam" or "ham" (TELL's ``Message-class``), or None.
     set_local, remove_local: TELL's ``Set: local`` / ``Remove: local``.
+    unusable_user: a ``User`` that is no user name this server can give a
+        model (``EXAMPLE\\alice``, a space, a non-ASCII letter), or None.
+        Only per-user mode refuses it; a one-model server has no use for it.
     """
 
     command: str
@@ -111,6 +114,7 @@ class Request:
     message_class: str | None = None
     set_local: bool = False
     remove_local: bool = False
+    unusable_user: str | None = None
 
 
 def _targets(value: str, header: str) -> set[str]:
@@ -125,10 +129,9 @@ def parse_head(head: bytes) -> Request:
     by CRLF (a bare LF is accepted too). Raises ``ProtocolError``."""
     if len(head) > MAX_HEAD:
         raise ProtocolError(f"request head over {MAX_HEAD} bytes")
-    try:
-        text = head.decode("ascii")
-    except UnicodeDecodeError:
-        raise ProtocolError("request head is not ASCII") from None
+    # Latin-1 reads any byte: a header value that is not ASCII (a User
+    # with an accent) is judged where it is used, not by the whole head.
+    text = head.decode("latin-1")
     lines = text.replace("\r\n", "\n").split("\n")
     if len(lines) - 1 > MAX_HEADERS:
         raise ProtocolError("too many headers")
@@ -137,7 +140,7 @@ def parse_head(head: bytes) -> Request:
         raise ProtocolError("bad request line (expected COMMAND SPAMC/1.x)")
     command, version = m.groups()
     length: int | None = None
-    user = message_class = None
+    user = message_class = unusable = None
     set_to: set[str] = set()
     remove_from: set[str] = set()
     seen: set[str] = set()
@@ -155,9 +158,10 @@ def parse_head(head: bytes) -> Request:
                 raise ProtocolError("Content-length is not a number")
             length = int(value)
         elif name == "user":
-            if not _USER_RE.fullmatch(value):
-                raise ProtocolError("User is not a user name")
-            user = value
+            if _USER_RE.fullmatch(value):
+                user = value
+            else:
+                unusable = value
         elif name == "message-class":
             if value.lower() not in ("spam", "ham"):
                 raise ProtocolError("Message-class must be spam or ham")
@@ -173,7 +177,7 @@ def parse_head(head: bytes) -> Request:
         raise ProtocolError("Content-length is required")
     if "local" in set_to and message_class is None:
         raise ProtocolError("Set: local needs a Message-class")
-    return Request(command, version, length, user, message_class, "local" in set_to, "local" in remove_from)
+    return Request(command, version, length, user, message_class, "local" in set_to, "local" in remove_from, unusable)
 
 
 def reply_head(code: int, headers: Iterable[tuple[str, str]] = (), *, text: str = "") -> bytes:

@@ -52,6 +52,10 @@ def from_pool(request: spamd.Request, raw: bytes, pool: FilterPool) -> Answer:
     """The answer of the model ``pool`` gives ``request`` to the message
     ``raw``. Opening that model can fail too (a busy or damaged database):
     that is an answer with its error code, not an internal error."""
+    if request.unusable_user is not None and pool.per_user:
+        # A one-model server scores whatever User is named; this one would
+        # have to choose a model by it.
+        return error(spamd.EX_PROTOCOL, "User is not a user name", why=f"not scanned: User {request.unusable_user!r} is not a user name")
     try:
         with pool.lease(request.user) as (owner, f):
             item = delivered("-", raw)

@@ -666,7 +666,7 @@ def test_broken_requests_get_protocol_errors_and_the_daemon_keeps_answering(daem
         b"CHECK SPAMC/1.5\r\n\r\n" + body: b"SPAMD/1.5 76 EX_PROTOCOL Content-length is required",
         b"FROB SPAMC/1.5\r\nContent-length: 1\r\n\r\nx": b"SPAMD/1.5 76 EX_PROTOCOL bad request line",
         b"GET / HTTP/1.0\r\n\r\n": b"SPAMD/1.5 76 EX_PROTOCOL bad request line",
-        b"\xff\xfe\x00garbage\r\n\r\n": b"SPAMD/1.5 76 EX_PROTOCOL request head is not ASCII",
+        b"\xff\xfe\x00garbage\r\n\r\n": b"SPAMD/1.5 76 EX_PROTOCOL bad request line",
         b"CHECK SPAMC/1.5\r\nContent-length: ten\r\n\r\n": b"SPAMD/1.5 76 EX_PROTOCOL Content-length is not a number",
         b"CHECK SPAMC/1.5\r\nno colon\r\n\r\n": b"SPAMD/1.5 76 EX_PROTOCOL header not in",
         b"CHECK SPAMC/1.5\r\nUser: ../etc\r\nContent-length: 1\r\n\r\nx": b"SPAMD/1.5 76 EX_PROTOCOL User is not a user name",
@@ -685,6 +685,33 @@ def test_broken_requests_get_protocol_errors_and_the_daemon_keeps_answering(daem
     assert daemon.raw(b"PING SPAMC/1.2\r\n") == b"SPAMD/1.5 0 PONG\r\n"  # before 1.5: no empty line
     assert daemon.raw(b"SKIP SPAMC/1.5\r\n\r\n") == b""
     assert daemon.proc.poll() is None
+
+
+def test_a_one_model_daemon_scores_whatever_user_spamc_names(
+    tmp_path: Path, trained: tuple[str, Path], corpus: tuple[list[tuple[bool, MailItem]], list[tuple[bool, MailItem]]]
+) -> None:
+    # A winbind or LDAP name was a protocol error, so that mail went through
+    # unscanned (spamc prints 0/0 and exits 0); per-user mode still refuses it.
+    item = corpus[1][0][1]
+    [v] = _classify(trained, [item])
+    expected = _check_line(v, _threshold(trained))
+    d = Daemon(tmp_path / "serve.log", *trained, "--listen", "127.0.0.1:0")
+    try:
+        for user in ("EXAMPLE\\alice", "alice smith", "élève", "x" * 80):
+            assert d.spamc("-u", user, "-c", message=item.raw).stdout.decode() == expected, user
+        assert "protocol error" not in d.log()
+    finally:
+        assert d.stop() == 0
+    accent = "CHECK SPAMC/1.5\r\nUser: élève\r\nContent-length: 1\r\n\r\nx".encode()
+    assert daemon_reply_in_per_user_mode(tmp_path, trained, accent).startswith(b"SPAMD/1.5 76 EX_PROTOCOL User is not a user name")
+
+
+def daemon_reply_in_per_user_mode(tmp_path: Path, trained: tuple[str, Path], request: bytes) -> bytes:
+    d = Daemon(tmp_path / "per-user.log", *trained, "--listen", "127.0.0.1:0", "--per-user")
+    try:
+        return d.raw(request)
+    finally:
+        assert d.stop() == 0
 
 
 def test_oversized_messages_come_back_unscanned(daemon: Daemon) -> None:
