@@ -148,15 +148,19 @@ def error_code(exc: SpamfilterError) -> int:
 
 def _header_part(pieces: Sequence[bytes | memoryview], raw: bytes) -> Pieces:
     """The filtered message up to where spamc will append the body of
-    ``raw`` (HEADERS): ``pieces`` minus that body, which filtering never
-    changes. Without a body (no empty line) the whole message."""
+    ``raw`` (HEADERS): ``pieces`` minus that body. Without a body (no
+    empty line) the whole message. Where filtering removed a field from the
+    body (a CRLF message; `filtered_pieces`), only the filtered header block
+    goes back: spamc appends the body it has, so sending the filtered one
+    too would give the body twice."""
     start = spamd.body_start(raw)
     if start is None:
         return list(pieces)
     whole = b"".join(pieces)
     body = memoryview(raw)[start:]
     if whole[len(whole) - len(body) :] != body:
-        return [whole]
+        own = spamd.body_start(whole)
+        return [whole if own is None else memoryview(whole)[:own]]
     return [memoryview(whole)[: len(whole) - len(body)]]
 
 

@@ -225,6 +225,18 @@ def test_spamc_process_and_headers_write_what_filter_writes(
     assert cli.stdout == daemon.spamc(message=item.raw).stdout
 
 
+def test_spamc_headers_gives_the_body_once_when_filtering_dropped_a_field_from_it(daemon: Daemon) -> None:
+    # In a CRLF message a field at the start of a body line is dropped (a
+    # CRLF parser may read it as a header); HEADERS sent the whole filtered
+    # message, and spamc appended its own copy of the body after it.
+    raw = b"From: a@example.org\r\nSubject: x\r\n\r\nX-Spam-Flag: YES\r\nhello body\r\n"
+    out = daemon.spamc("--headers", message=raw).stdout
+    assert out.count(b"hello body") == 1
+    head, _, body = out.partition(b"\r\n\r\n")
+    assert body == b"X-Spam-Flag: YES\r\nhello body\r\n"  # spamc's own body: HEADERS cannot change it
+    assert b"X-Spam-Status: " in head and b"Subject: x" in head
+
+
 @pytest.mark.corpus
 def test_spamc_report_and_symbols(daemon: Daemon, trained: tuple[str, Path], corpus: tuple[list[tuple[bool, MailItem]], list[tuple[bool, MailItem]]]) -> None:
     items = [item for _, item in corpus[1][:2]]
