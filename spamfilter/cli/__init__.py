@@ -13,7 +13,9 @@ import importlib
 import io
 import logging
 import os
+import signal
 import sys
+import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -101,10 +103,9 @@ def _write_all(sink: BinaryIO, data: bytes | memoryview) -> None:
         view = view[n:]
 
 
-def _runs_filter(group: TyperGroup, argv: Sequence[str]) -> bool:
-    """Whether ``argv`` runs ``filter`` in its mail-writing mode: the first
-    argument that is neither a root option nor its value names ``filter``,
-    and neither ``--verdict-only`` nor ``--help`` follows."""
+def _command_at(group: TyperGroup, argv: Sequence[str]) -> int:
+    """Where in ``argv`` the command is named: the first argument that is
+    neither a root option nor its value (``len(argv)`` if none is)."""
     takes_value = {name for param in group.params if isinstance(param, TyperOption) and not param.is_flag and not param.count for name in param.opts}
     i = 0
     while i < len(argv):
@@ -115,6 +116,14 @@ def _runs_filter(group: TyperGroup, argv: Sequence[str]) -> bool:
         if not arg.startswith("-"):
             break
         i += 2 if arg in takes_value else 1
+    return min(i, len(argv))
+
+
+def _runs_filter(group: TyperGroup, argv: Sequence[str]) -> bool:
+    """Whether ``argv`` runs ``filter`` in its mail-writing mode: the
+    command is ``filter``, and neither ``--verdict-only`` nor ``--help``
+    follows."""
+    i = _command_at(group, argv)
     if i >= len(argv) or argv[i] != "filter":
         return False
     return not any(arg in ("--verdict-only", "--help") for arg in argv[i + 1 :])
@@ -302,6 +311,12 @@ class _Group(_LazyCommands):
     def main(self, args: Sequence[str] | None = None, *pos: Any, **kwargs: Any) -> Any:
         argv = list(args) if args is not None else sys.argv[1:]
         self.delivery = Delivery(sys.stdin.buffer, sys.stdout.buffer, pass_through=_runs_filter(self, argv))
+        i = _command_at(self, argv)
+        if i < len(argv) and argv[i] in ("serve", "milter") and threading.current_thread() is threading.main_thread():
+            # A reload asked for while a daemon starts (a log rotation)
+            # would end it, SIGHUP's default: ignored until the daemon
+            # installs its own handlers.
+            signal.signal(signal.SIGHUP, signal.SIG_IGN)
         try:
             result = super().main(argv, *pos, **kwargs)
         except BaseException:

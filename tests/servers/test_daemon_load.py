@@ -287,6 +287,52 @@ def test_a_forked_process_takes_no_connection_while_its_scoring_threads_are_busy
     assert not serving.is_alive()
 
 
+def _ignores_sighup(pid: int) -> bool:
+    """Whether process ``pid`` has SIGHUP ignored (its SigIgn mask)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    mask = next(int(line.split()[1], 16) for line in status.splitlines() if line.startswith("SigIgn:"))
+    return bool(mask & (1 << (signal.SIGHUP - 1)))
+
+
+def test_a_sighup_while_the_daemon_starts_does_not_end_it(tmp_path: Path, corpus: Corpus) -> None:
+    # SIGHUP's default action ended serve (exit 129) when a reload was asked
+    # for in the second before it had its handlers.
+    url, config = _fresh(tmp_path, corpus)
+    sock = tmp_path / "s.sock"
+    log = tmp_path / "serve.log"
+    cmd = [sys.executable, "-m", "spamfilter", "--db", url, "--config", str(config), "serve", "--socket", str(sock), "--processes", "1"]
+    with open(log, "wb") as err:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        _wait_for("the command line was read", lambda: _ignores_sighup(proc.pid) or proc.poll() is not None)
+        hups = 0
+        while "listening on" not in log.read_text() and proc.poll() is None:
+            proc.send_signal(signal.SIGHUP)
+            hups += 1
+            time.sleep(0.02)
+        assert proc.poll() is None, log.read_text()
+        assert hups > 0
+        assert b"PONG" in _raw_unix(sock, b"PING SPAMC/1.5\r\n\r\n")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(HANG) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _raw_unix(path: Path, data: bytes) -> bytes:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(HANG)
+        s.connect(str(path))
+        s.sendall(data)
+        s.shutdown(socket.SHUT_WR)
+        return _read_all(s)
+
+
 def test_workers_end_when_their_parent_is_killed(tmp_path: Path, corpus: Corpus) -> None:
     url, config = _fresh(tmp_path, corpus)
     d = Daemon(tmp_path / "log", url, config, "--listen", "127.0.0.1:0", "--processes", "2")
