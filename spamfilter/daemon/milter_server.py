@@ -359,7 +359,7 @@ class MilterServer:
         owner = self.pool.owner(user)
         if message.oversize:
             unscanned = milter.edits(message, [], agreed) + [milter.packet(milter.CONTINUE)]
-            return _Answer(unscanned, "accept", owner, "unscanned")
+            return _Answer(unscanned, "accept", owner, "unscanned", why=f"not scanned: over --max-size {self.options.max_size} bytes")
         try:
             with self._work, self.pool.lease(user) as (owner, f):
                 result = next(iter(f.classify([MailItem("-", message.raw(agreed.leading_space))])))

@@ -365,9 +365,12 @@ class Server:
             why = f"not scanned: the spool could not take the message ({conn.spool_error})"
             self._answer(conn, replies.error(spamd.EX_TEMPFAIL, "could not spool the message, not scanned", why=why), now)
         elif conn.oversized and r.command == "PROCESS":
-            self._answer(conn, Answer([spamd.reply_head(spamd.EX_OK, [("Content-length", str(conn.size))])], "unscanned"), now, spool=True)
+            why = f"not scanned: {conn.size} bytes, over --max-size {self.options.max_size}"
+            self._answer(conn, Answer([spamd.reply_head(spamd.EX_OK, [("Content-length", str(conn.size))])], "unscanned", why=why), now, spool=True)
         elif conn.oversized:
-            self._answer(conn, replies.unscanned(r, conn.size, self.options.max_size, bytes(conn.body)), now)
+            answer = replies.unscanned(r, conn.size, self.options.max_size, bytes(conn.body))
+            answer.why = f"not scanned: {conn.size} bytes, over --max-size {self.options.max_size}"
+            self._answer(conn, answer, now)
         else:
             conn.state = State.WORK
             self.sockets.watch(conn, 0)

@@ -733,6 +733,8 @@ def test_oversized_messages_come_back_unscanned(daemon: Daemon) -> None:
     assert head == b"SPAMD/1.5 0 EX_OK\r\nContent-length: %d" % len(big)
     assert rest == big
     assert daemon.spamc("-s", "2000000", message=big).stdout == big
+    assert daemon.logged(f"verdict=unscanned log_odds=- bytes={len(big)}", 1)
+    assert re.search(rf"warning: PROCESS .*verdict=unscanned .*; not scanned: {len(big)} bytes, over --max-size 1000000\n", daemon.log())
     headers = daemon.raw(b"HEADERS SPAMC/1.5\r\nContent-length: %d\r\n\r\n" % len(big) + big)
     assert headers == b"SPAMD/1.5 0 EX_OK\r\nContent-length: 16\r\n\r\nSubject: big\r\n\r\n"
     # 100 MB for CHECK: read and dropped, never held.
