@@ -324,7 +324,12 @@ class Server:
             self._reply(conn, [spamd.reply_head(exc.code, text=str(exc))], now)
 
     def _lost(self, conn: Connection, exc: OSError) -> None:
-        if conn.state is not State.LINGER:
+        if conn.state is State.SEND and conn.outcome and conn.request is not None:
+            # Answered, and what was done is logged: a TELL whose client
+            # left before the reply was learned all the same.
+            conn.why = "; ".join(filter(None, [conn.why, f"the reply was not taken: {exc.strerror or exc}"]))
+            self._log(conn, time.monotonic())
+        elif conn.state is not State.LINGER:
             logger.warning("%s: connection lost: %s", conn.who, exc.strerror or exc)
         self.sockets.drop(conn)
 
@@ -417,6 +422,12 @@ class Server:
                 self._scoring_now -= 1
             if conn in self.sockets.conns:
                 self._answer(conn, answer, now)
+            elif conn.request is not None:
+                # What was done is logged even so: a TELL the client did not
+                # wait for was learned all the same.
+                conn.outcome, conn.log_odds, conn.owner = answer.outcome, answer.log_odds, answer.owner or self.pool.owner(conn.request.user)
+                conn.why = "; ".join(filter(None, [answer.why, "the client left before the reply"]))
+                self._log(conn, now)
 
     # -- the threads --------------------------------------------------------
 

@@ -11,6 +11,7 @@ import os
 import signal
 import socket
 import sqlite3
+import struct
 import subprocess
 import sys
 import threading
@@ -331,6 +332,25 @@ def _raw_unix(path: Path, data: bytes) -> bytes:
         s.sendall(data)
         s.shutdown(socket.SHUT_WR)
         return _read_all(s)
+
+
+def test_a_tell_whose_client_left_at_once_is_learned_and_logged(tmp_path: Path, corpus: Corpus) -> None:
+    # It was learned with only "connection lost" in the log; the docs say
+    # the log tells whether learning happened.
+    url, config = _fresh(tmp_path, corpus)
+    d = Daemon(tmp_path / "log", url, config, "--listen", "127.0.0.1:0", "--allow-tell", "--processes", "1")
+    try:
+        message = corpus[1][5][1].raw
+        with socket.create_connection((d.address.host, d.address.port), timeout=HANG) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close with a reset
+            s.sendall(_tell(message, "ham"))
+        assert d.logged("TELL user=(default) verdict=learned=ham", 1) == 1
+        line = next(line for line in d.log().splitlines() if "TELL user=(default)" in line)
+        assert "learned=ham" in line
+        with Filter.open(load_config(config), url) as f:
+            assert f.stats().ham_messages == 21
+    finally:
+        assert d.stop() == 0
 
 
 def test_workers_end_when_their_parent_is_killed(tmp_path: Path, corpus: Corpus) -> None:
