@@ -24,6 +24,7 @@ import contextlib
 import enum
 import socket
 import tempfile
+import time
 from collections import deque
 from collections.abc import Sequence
 from typing import IO
@@ -53,7 +54,8 @@ class Connection:
     sock: the client's socket, non-blocking. who: its address, for the log.
     started: when it was accepted; active: when a byte last came or went;
     deadline: when the loop gives up on it (the request must be whole by
-    ``started + timeout``; a reply is given ``timeout`` to go out).
+    ``started + timeout``; a reply may go out slowly, but not stand still
+    for ``timeout``: a large PROCESS reply to a slow reader is not cut).
     """
 
     def __init__(self, sock: socket.socket, who: str, now: float, timeout: float, max_size: int) -> None:
@@ -208,6 +210,8 @@ class Connection:
                 n = self.sock.send(self._out[0])
             except (BlockingIOError, InterruptedError):
                 return False
+            if n:
+                self.deadline = time.monotonic() + self.timeout
             if n < len(self._out[0]):
                 self._out[0] = self._out[0][n:]
                 return False

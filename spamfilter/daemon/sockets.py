@@ -193,8 +193,9 @@ class Sockets:
                 conn.deadline = min(conn.deadline, now + grace)
 
     def expire(self, now: float) -> None:
-        """Close the connections past their deadline (a request or a reply
-        that did not move in ``timeout`` seconds; a lingering one at its end)."""
+        """Close the connections past their deadline (a request not whole
+        ``timeout`` seconds after the connection came, a reply that did not
+        move in ``timeout`` seconds; a lingering one at its end)."""
         for conn in [c for c in self.conns if c.state is not State.WORK and now >= c.deadline]:
             if conn.idle_at_stop and conn.silent:
                 logger.info("%s: closed at the stop: no request came", conn.who)

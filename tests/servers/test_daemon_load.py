@@ -353,6 +353,30 @@ def test_a_tell_whose_client_left_at_once_is_learned_and_logged(tmp_path: Path, 
         assert d.stop() == 0
 
 
+def test_a_large_reply_read_slowly_is_not_cut_at_the_timeout(tmp_path: Path, corpus: Corpus) -> None:
+    # The reply had --timeout seconds in all: a client reading an oversized
+    # PROCESS reply steadily got 4.9 of 7.1 MB. It may not stand still that
+    # long, but it may take longer in all.
+    url, config = _fresh(tmp_path, corpus)
+    d = Daemon(tmp_path / "log", url, config, "--listen", "127.0.0.1:0", "--timeout", "1", "--max-size", "1000", "--processes", "1")
+    try:
+        big = b"Subject: big\r\n\r\n" + b"0123456789abcdef" * 750_000  # 12 MB, not scanned: returned as it came
+        with socket.create_connection((d.address.host, d.address.port), timeout=HANG) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+            s.sendall(b"PROCESS SPAMC/1.5\r\nContent-length: %d\r\n\r\n" % len(big) + big)
+            reply = bytearray()
+            started = time.monotonic()
+            while chunk := s.recv(65536):
+                reply += chunk
+                time.sleep(0.02)  # about 3 MB/s: 4 s in all, well past --timeout beyond the socket buffers
+            took = time.monotonic() - started
+        head, _, body = bytes(reply).partition(b"\r\n\r\n")
+        assert body == big, (len(body), took)
+        assert "reply not taken" not in d.log()
+    finally:
+        assert d.stop() == 0
+
+
 def test_workers_end_when_their_parent_is_killed(tmp_path: Path, corpus: Corpus) -> None:
     url, config = _fresh(tmp_path, corpus)
     d = Daemon(tmp_path / "log", url, config, "--listen", "127.0.0.1:0", "--processes", "2")
