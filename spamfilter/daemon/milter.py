@@ -280,7 +280,10 @@ class Session:
             self.message = None
             self.closed = code == QUIT
             if code == QUIT_NC:
-                self.agreed = None
+                # The session ends and the MTA's next one (CONNECT) follows
+                # on this connection, as libmilter has it, under the options
+                # already agreed: no second negotiation.
+                self.macros = {}
             return []
         return self._message_command(code, data)
 

@@ -264,6 +264,20 @@ def test_per_user_mode_scores_with_the_recipients_model(tmp_path: Path, trained:
     assert re.findall(r"message id=- user=(\S+) verdict=(?:spam|ham|unsure) ", m.log()) == ["carol", "dave"]
 
 
+def test_a_session_after_quit_nc_goes_on_under_the_same_negotiation() -> None:
+    # QUIT_NC ("quit, a new connection follows") then CONNECT on the same
+    # connection, as libmilter takes it: it was "command C before the
+    # negotiation", and the connection was closed.
+    session = milter.Session(1 << 20, lambda *_: [milter.packet(milter.CONTINUE)])
+    [offer] = session.feed(milter.OPTNEG, struct.pack(">III", 6, 0x1FF, 0x1FFFFF))
+    assert offer[4:5] == milter.OPTNEG
+    session.feed(milter.MACRO, b"Cj\0mx.example\0")
+    assert session.feed(milter.QUIT_NC, b"") == []
+    assert not session.closed and session.agreed is not None and session.macros == {}
+    [reply] = session.feed(milter.CONNECT, b"client.example\0" + b"4" + struct.pack(">H", 25) + b"192.0.2.1\0")
+    assert reply[4:5] == milter.CONTINUE
+
+
 def test_the_user_is_the_local_part_all_recipients_share() -> None:
     assert milter.recipient_user(["<Carol@example.test>"]) == "carol"
     assert milter.recipient_user(["<carol@example.test>", "<CAROL@other.test>"]) == "carol"
