@@ -192,6 +192,20 @@ def _is_device(path: str) -> bool:
     return stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISSOCK(mode)
 
 
+def _is_device_stream(stream: BinaryIO) -> bool:
+    """Whether ``stream`` reads a character or block device other than a
+    terminal or /dev/null (False for a pipe, a file, or a stream with no
+    descriptor)."""
+    try:
+        fd = stream.fileno()
+        st = os.fstat(fd)
+        if not (stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)) or os.isatty(fd):
+            return False
+        return st.st_rdev != os.stat(os.devnull).st_rdev  # /dev/null ends at once: an empty input
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def _check_readable(path: str) -> None:
     """Raise MailSourceError unless `path` exists and can be read."""
     try:
@@ -223,6 +237,10 @@ def _iter_source(path: str, stdin: BinaryIO | None) -> Iterator[MailItem]:
         # Looked up here, not as a default argument, so tests and callers
         # that replace sys.stdin are honoured.
         stream = sys.stdin.buffer if stdin is None else stdin
+        if _is_device_stream(stream):
+            # `spamfilter classify - < /dev/zero` read for ever; a terminal
+            # is a device too, and the commands say so before reading.
+            raise MailSourceError("standard input is a device, not a message or a mailbox")
         try:
             # A pipe cannot be rewound, so the first line is read and
             # put back in front (sa-learn --mbox and bogofilter -M split

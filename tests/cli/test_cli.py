@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -211,6 +212,18 @@ def test_a_closed_standard_stream_is_no_traceback(trained: str, args: list[str],
     assert "Traceback" not in err and "Error" not in err
     if closed == 1:  # its output went nowhere, and it says so
         assert err == "spamfilter: cannot write the output: standard output is closed\n"
+
+
+@pytest.mark.parametrize("args", [["classify", "-"], ["train", "--spam", "-"], ["forget", "-"]])
+def test_a_device_on_stdin_is_refused_and_dev_null_is_an_empty_input(trained: str, args: list[str]) -> None:
+    # `classify - < /dev/zero` read for ever into memory.
+    with open("/dev/zero", "rb") as zero:
+        r = subprocess.run([sys.executable, "-m", "spamfilter", "--db", trained, *args], stdin=zero, capture_output=True, timeout=60)
+    assert r.returncode == exitcodes.NO_INPUT == 66
+    assert r.stderr.decode() == "spamfilter: standard input is a device, not a message or a mailbox\n"
+    with open(os.devnull, "rb") as null:
+        r = subprocess.run([sys.executable, "-m", "spamfilter", "--db", trained, *args], stdin=null, capture_output=True, timeout=60)
+    assert b"is a device" not in r.stderr and r.returncode != exitcodes.INTERNAL, r.stderr  # read as an empty input
 
 
 def test_classify_goes_on_past_an_unreadable_message_and_exits_65(runner: CliRunner, trained: str, tmp_path: Path) -> None:
