@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import nullcontext
 from dataclasses import replace
 
 from spamfilter.answers import Refusal, Verdict
@@ -455,6 +456,26 @@ def run_account(
     """
     password = account_password(account)
     summary = RunSummary(limit_left=limit)
+    # One run per account at a time (cron runs that overlap, a --loop
+    # left running): two moved the same spam to the spam folder twice.
+    # A second one ends at once with StoreBusyError; a dry run changes
+    # nothing and takes no lock.
+    with nullcontext() if dry_run else spamfilter.store.exclusive(f"an imap run of account {account.name!r}"):
+        return _passes(spamfilter, account, password, summary, dry_run=dry_run, on_event=on_event, sleep=sleep, use_move=use_move)
+
+
+def _passes(
+    spamfilter: Filter,
+    account: ImapAccount,
+    password: str,
+    summary: RunSummary,
+    *,
+    dry_run: bool,
+    on_event: EventSink | None,
+    sleep: Callable[[float], None],
+    use_move: bool,
+) -> RunSummary:
+    """`run_account`'s passes: one, or more after network errors."""
     attempt = 0
     while True:
         try:

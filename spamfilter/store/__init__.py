@@ -48,6 +48,9 @@ zero for tokens that are gone (``add_counts_clipped``).
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -61,7 +64,7 @@ if TYPE_CHECKING:
     from alembic.config import Config as AlembicConfig
 
 from spamfilter.counts import Totals
-from spamfilter.errors import SchemaOutOfDate, StoreError
+from spamfilter.errors import SchemaOutOfDate, StoreBusyError, StoreError
 from spamfilter.store.engine import _make_engine, _make_owner_only, _store_error, sqlite_path
 from spamfilter.store.imap_rows import ImapRecord
 from spamfilter.store.ledger import pack_token_counts, unpack_token_counts
@@ -337,6 +340,44 @@ class Store:
         except self._driver_error as exc:
             raise self._driver_failure(exc, f"cannot checkpoint {self.display_url}") from None
         return int(busy) == 0
+
+    @contextmanager
+    def exclusive(self, name: str) -> Iterator[None]:
+        """Hold the lock of ``name`` (what runs, in words) on this database for the block, or
+        raise ``StoreBusyError`` at once if another process holds it (one
+        ``imap run`` per account: two at once moved the same messages
+        twice). SQLite: an advisory lock on a file beside the database
+        (``DB.lock-<sha>``, owner-only); PostgreSQL: a session advisory
+        lock, so runs on other hosts are kept apart too. An in-memory
+        database is one process's alone: nothing to lock."""
+        key = hashlib.sha256(f"spamfilter:{name}".encode()).digest()
+        path = sqlite_path(self.url)
+        if self.engine.dialect.name == "postgresql":
+            number = int.from_bytes(key[:8], "big", signed=True)
+            with self.engine.connect() as conn:
+                if not conn.execute(sa.text("SELECT pg_try_advisory_lock(:k)"), {"k": number}).scalar():
+                    raise StoreBusyError(f"{name} is already running in another process ({self.display_url})")
+                try:
+                    yield
+                finally:
+                    conn.execute(sa.text("SELECT pg_advisory_unlock(:k)"), {"k": number})
+            return
+        if path is None:
+            yield
+            return
+        lock = path.with_name(f"{path.name}.lock-{key[:6].hex()}")
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise StoreError(f"cannot lock {name}: {lock}: {exc.strerror or exc}") from None
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise StoreBusyError(f"{name} is already running in another process ({self.display_url})") from None
+            yield
+        finally:
+            os.close(fd)  # the lock goes with the descriptor
 
     @contextmanager
     def snapshot(self) -> Iterator[StoreTransaction]:

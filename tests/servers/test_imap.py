@@ -27,6 +27,7 @@ from spamfilter.filter import Filter
 from spamfilter.imap.summary import RunSummary
 from spamfilter.imap.sync import run_account
 from spamfilter.mail import digest_bytes
+from spamfilter.store import Store
 
 pytestmark = pytest.mark.corpus
 
@@ -372,6 +373,23 @@ def test_wrong_password_and_unreachable_server_are_clear_errors(dovecot_server: 
     assert "connection refused" in done.stderr and "gave up after 2 attempts" in done.stderr
     assert time.monotonic() - started >= 1.0  # one backoff pause
     assert "Traceback" not in done.stderr
+
+
+def test_a_second_run_of_an_account_while_one_runs_is_refused_at_once(dovecot_server: Dovecot, tmp_path: Path) -> None:
+    # Two runs at once (cron runs that overlap) moved the same spam twice:
+    # 29 of 800 messages ended up in Junk two times.
+    user = dovecot_server.add_user()
+    config = write_config(tmp_path / "c.toml", dovecot_server, user)
+    db = f"sqlite:///{tmp_path / 'sf.db'}"
+    with Store.open(db) as store, store.exclusive("an imap run of account 'test'"):
+        done = subprocess.run(spamfilter_cmd(config, db), env=env_with(user.password), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 75, done.stderr
+    assert "an imap run of account 'test' is already running in another process" in done.stderr
+    assert "Traceback" not in done.stderr
+    dry = subprocess.run([*spamfilter_cmd(config, db), "--dry-run"], env=env_with(user.password), capture_output=True, text=True, timeout=60)
+    assert dry.returncode == 0, dry.stderr  # a dry run takes no lock
+    with Store.open(db) as store, store.exclusive("an imap run of account 'test'"):
+        pass  # and the lock was let go
 
 
 def test_plain_text_to_a_remote_host_is_refused() -> None:

@@ -19,7 +19,7 @@ from alembic.config import Config as AlembicConfig
 from alembic.script import ScriptDirectory
 
 from spamfilter.counts import ClassCounts, TokenCounts
-from spamfilter.errors import SchemaOutOfDate, StoreError
+from spamfilter.errors import SchemaOutOfDate, StoreBusyError, StoreError
 from spamfilter.mail import MailItem, parse_message
 from spamfilter.store import SCHEMA_REVISION, Store, pack_token_counts, sqlite_path, unpack_token_counts
 from spamfilter.tokenizer import Tokenizer
@@ -137,6 +137,20 @@ def test_a_read_only_sqlite_url_reads_and_refuses_to_write(tmp_path: Path) -> No
     with pytest.raises(StoreError, match="no such database"):
         Store.open(f"sqlite:///{tmp_path / 'missing.db'}?mode=ro")
     assert not (tmp_path / "missing.db").exists()
+
+
+def test_exclusive_refuses_a_second_holder_at_once_until_the_first_lets_go(any_db_url: str) -> None:
+    # One `imap run` per account: a second one, from another connection (a
+    # process, or another MX host on PostgreSQL), is refused, not queued.
+    with Store.open(any_db_url) as first, Store.open(any_db_url) as second:
+        with first.exclusive("an imap run of account 'a'"):
+            with pytest.raises(StoreBusyError, match="an imap run of account 'a' is already running in another process"):
+                with second.exclusive("an imap run of account 'a'"):
+                    pass
+            with second.exclusive("an imap run of account 'b'"):  # another name: its own lock
+                pass
+        with second.exclusive("an imap run of account 'a'"):
+            pass
 
 
 def test_a_sqlite_url_option_that_sqlite_does_not_read_is_refused(tmp_path: Path) -> None:
