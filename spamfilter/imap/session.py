@@ -225,14 +225,35 @@ class ImapSession:
             return None
         self._copyuid()  # drop any stale answer
         if use_move and self.has("MOVE"):
-            self._call(f"MOVE to {folder}", self.client.move, list(uids), folder)
-            return self._copyuid()
+            uids = self._present_after(f"MOVE to {folder}", self.client.move, uids, folder)
+            return self._copyuid() if uids else None
         if not self.has("UIDPLUS"):
             raise ImapError(f'{self.account.host}: the server has neither MOVE nor UIDPLUS, so messages cannot be moved safely; set spam_action = "keyword"')
-        self._call(f"COPY to {folder}", self.client.copy, list(uids), folder)
+        uids = self._present_after(f"COPY to {folder}", self.client.copy, uids, folder)
+        if not uids:
+            return None
         moved = self._copyuid()
         self.expunge(uids)
         return moved
+
+    def _present_after(self, what: str, fn: Any, uids: Sequence[int], folder: str) -> list[int]:
+        """Run a MOVE or COPY of ``uids``; when the server refuses it because
+        some of them were expunged meanwhile by another client (``NO
+        [EXPUNGEISSUED]``, RFC 5530: nothing was done), run it again for
+        those still there. The UIDs it was done for."""
+        try:
+            self._call(what, fn, list(uids), folder)
+            return list(uids)
+        except ImapError as exc:
+            if "EXPUNGEISSUED" not in str(exc).upper():
+                raise
+        self._call("NOOP", self.client.noop)  # take the server's news of the expunges
+        present = self._call("UID SEARCH", self.client.search, ["UID", ",".join(map(str, uids))])
+        still = [u for u in uids if u in {int(p) for p in present}]
+        if still:
+            self._copyuid()
+            self._call(what, fn, still, folder)
+        return still
 
     def expunge(self, uids: Sequence[int]) -> None:
         """Flag ``\\Deleted`` and UID EXPUNGE exactly these messages."""

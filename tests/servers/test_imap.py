@@ -24,6 +24,7 @@ from dovecot import Dovecot, ImapUser, dovecot_server  # noqa: F401
 from spamfilter.config import Config, ImapAccount, config_from_dict
 from spamfilter.errors import ConfigError, ImapAuthError, ImapUnavailable
 from spamfilter.filter import Filter
+from spamfilter.imap.session import ImapSession
 from spamfilter.imap.summary import RunSummary
 from spamfilter.imap.sync import run_account
 from spamfilter.mail import digest_bytes
@@ -390,6 +391,30 @@ def test_a_second_run_of_an_account_while_one_runs_is_refused_at_once(dovecot_se
     assert dry.returncode == 0, dry.stderr  # a dry run takes no lock
     with Store.open(db) as store, store.exclusive("an imap run of account 'test'"):
         pass  # and the lock was let go
+
+
+@pytest.mark.parametrize("use_move", [True, False], ids=["MOVE", "COPY-and-expunge"])
+def test_a_move_of_messages_another_client_expunged_meanwhile_moves_the_rest(dovecot_server: Dovecot, use_move: bool) -> None:
+    # Another client expunged one of them after this session had seen it:
+    # the server refused the whole MOVE (NO [EXPUNGEISSUED]) and the run
+    # stopped with 71.
+    user = dovecot_server.add_user()
+    dovecot_server.append(user, "INBOX", [f"Subject: m{i}\r\nMessage-ID: <m{i}@example.test>\r\n\r\nbody {i}\r\n".encode() for i in range(4)])
+    dovecot_server.append(user, "Junk", [])
+    account = account_config(dovecot_server, user).imap[0]
+    with ImapSession.connect(account, user.password) as session:
+        session.select("INBOX")
+        uids = session.uids()
+        assert len(uids) == 4
+        with dovecot_server.client(user, "INBOX") as other:
+            other.delete_messages([uids[1]])
+            other.expunge()
+        session.move(uids, "Junk", use_move=use_move)
+    with dovecot_server.client(user, "Junk") as junk:
+        subjects = sorted(m[b"ENVELOPE"].subject for m in junk.fetch(junk.search("ALL"), ["ENVELOPE"]).values())
+    assert subjects == [b"m0", b"m2", b"m3"]
+    with dovecot_server.client(user, "INBOX") as inbox:
+        assert inbox.search("ALL") == []
 
 
 def test_plain_text_to_a_remote_host_is_refused() -> None:
