@@ -4,9 +4,15 @@ and refusals, in the same order, as reading it in one."""
 from __future__ import annotations
 
 import multiprocessing
+import os
 import re
+import signal
+import subprocess
+import sys
+import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -86,10 +92,6 @@ def test_classify_command_output_is_the_same_for_any_jobs(tmp_path: Path, corpor
 
 
 def test_a_worker_that_dies_ends_the_run_with_an_error_not_a_hang(stream: list[tuple[bool, MailItem]], monkeypatch: pytest.MonkeyPatch) -> None:
-    import os
-    import signal
-    import time
-
     from spamfilter.errors import WorkerLost
 
     items = [item for _, item in stream]
@@ -133,15 +135,9 @@ def running(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-def test_workers_end_when_train_is_killed(tmp_path: Path, corpora_dir: Path) -> None:
-    """A train killed with SIGKILL left its two readers (70-80 MB each)
-    running for good, adopted by init."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-
+def train_with_two_readers(tmp_path: Path, corpora_dir: Path, **popen: Any) -> tuple[subprocess.Popen[bytes], list[int]]:
+    """``spamfilter train --jobs 2`` on spamassassin in a new process, once
+    its two reader processes have started: the process and their pids."""
     corpus = corpora_dir / "spamassassin"
     command = [
         sys.executable,
@@ -157,14 +153,24 @@ def test_workers_end_when_train_is_killed(tmp_path: Path, corpora_dir: Path) -> 
         "--ham",
         str(corpus / "easy_ham"),
     ]
-    train = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    train = subprocess.Popen(command, stdout=subprocess.DEVNULL, **popen)
     workers: list[int] = []
+    deadline = time.monotonic() + 120
+    while len(workers) < 2 and train.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+        workers = children_of(train.pid)
+    if len(workers) != 2:
+        train.kill()
+        train.wait()
+        raise AssertionError("the workers never started")
+    return train, workers
+
+
+def test_workers_end_when_train_is_killed(tmp_path: Path, corpora_dir: Path) -> None:
+    """A train killed with SIGKILL left its two readers (70-80 MB each)
+    running for good, adopted by init."""
+    train, workers = train_with_two_readers(tmp_path, corpora_dir, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 120
-        while len(workers) < 2 and train.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.2)
-            workers = children_of(train.pid)
-        assert len(workers) == 2, "the workers never started"
         train.send_signal(signal.SIGKILL)
         train.wait(timeout=30)
         deadline = time.monotonic() + 30  # a bound only against waiting for good
@@ -183,35 +189,8 @@ def test_workers_end_when_train_is_killed(tmp_path: Path, corpora_dir: Path) -> 
 def test_ctrl_c_stops_a_run_with_workers_in_one_line_and_no_traceback(tmp_path: Path, corpora_dir: Path) -> None:
     """Ctrl-C goes to the terminal's whole process group: the readers each
     printed a KeyboardInterrupt traceback beside the run's own one line."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    corpus = corpora_dir / "spamassassin"
-    command = [
-        sys.executable,
-        "-m",
-        "spamfilter",
-        "--db",
-        f"sqlite:///{tmp_path / 'model.db'}",
-        "train",
-        "--jobs",
-        "2",
-        "--spam",
-        str(corpus / "spam"),
-        "--ham",
-        str(corpus / "easy_ham"),
-    ]
-    run = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    run, _ = train_with_two_readers(tmp_path, corpora_dir, stderr=subprocess.PIPE, start_new_session=True)
     try:
-        deadline = time.monotonic() + 120
-        workers: list[int] = []
-        while len(workers) < 2 and run.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.2)
-            workers = children_of(run.pid)
-        assert len(workers) == 2, "the workers never started"
         time.sleep(0.5)  # the workers are reading
         os.killpg(run.pid, signal.SIGINT)  # as the terminal sends it
         _, err = run.communicate(timeout=60)
