@@ -211,11 +211,21 @@ class Scored:
 
 
 def summarise(
-    protocol: str, scored: list[Scored], *, refused: int, trained: int, two_way_threshold: float, classify_seconds: float, train_seconds: float, window: int | None = None
+    protocol: str,
+    scored: list[Scored],
+    *,
+    unreadable: Sequence[Refusal],
+    trained: int,
+    two_way_threshold: float,
+    classify_seconds: float,
+    train_seconds: float,
+    window: int | None = None,
 ) -> EvalReport:
-    """Metrics of a finished run; ``two_way_threshold`` is in log-odds,
-    ``window`` the messages per window of the windowed 1-ROCA (default:
-    ``default_window`` of the judged messages).
+    """Metrics of a finished run; ``unreadable`` the judged messages that
+    did not read as mail (counted in ``messages`` and ``refused``),
+    ``two_way_threshold`` is in log-odds, ``window`` the messages per window
+    of the windowed 1-ROCA (default: ``default_window`` of the judged
+    messages).
 
     Raises ``EvaluationError`` unless the judged messages hold both spam and
     ham: the ROC area, sm at 0.1% hm and lam are undefined for one class, and
@@ -231,10 +241,10 @@ def summarise(
     sm = 100.0 * spam_errors / n_spam if n_spam else 0.0
     return EvalReport(
         protocol=protocol,
-        messages=len(scored) + refused,
+        messages=len(scored) + len(unreadable),
         spam=int(y.sum()),
         ham=int((~y).sum()),
-        refused=refused,
+        refused=len(unreadable),
         trained=trained,
         one_minus_roca=100.0 * (1.0 - roc_area(y, odds)),
         sm_at_hm01=sm_at_hm(y, odds, 0.1),
@@ -248,6 +258,7 @@ def summarise(
         windows=tuple(windowed_roca(y, odds, window or default_window(len(scored)))),
         calibration=calibration(y, score_log_odds(np.array([s.score for s in scored], dtype=np.float64))),
         raw_log_loss=log_loss(y, odds),
+        unreadable=tuple(unreadable),
     )
 
 
@@ -291,16 +302,9 @@ def run_online(
             else:
                 unreadable.append(step.result)
     report = summarise(
-        "online",
-        scored,
-        refused=len(unreadable),
-        trained=trained,
-        two_way_threshold=two_way,
-        classify_seconds=classify_seconds,
-        train_seconds=train_seconds,
-        window=window,
+        "online", scored, unreadable=unreadable, trained=trained, two_way_threshold=two_way, classify_seconds=classify_seconds, train_seconds=train_seconds, window=window
     )
-    return replace(report, learned=LEARNED[TrainMode(train_mode)].format(margin=margin), unreadable=tuple(unreadable)), scored
+    return replace(report, learned=LEARNED[TrainMode(train_mode)].format(margin=margin)), scored
 
 
 #: ``EvalReport.learned`` of an online run, per train mode.
@@ -354,14 +358,16 @@ def run_split(
     report = summarise(
         f"split {head}",
         scored,
-        refused=len(test_unreadable),
+        unreadable=test_unreadable,
         trained=run.summary.trained_ham + run.summary.trained_spam,
         two_way_threshold=run.two_way,
         classify_seconds=run.classify_seconds,
         train_seconds=run.train_seconds,
         window=window,
     )
-    return replace(report, learned=f"the first {head} messages, then none", unreadable=(*run.summary.refused, *test_unreadable)), scored
+    # The training head's unreadable messages are named too, but not
+    # counted among the mail the run judged.
+    return replace(report, learned=f"the first {head} messages, then none", unreadable=(*run.summary.refused, *report.unreadable)), scored
 
 
 def stratified_folds(is_spam: Sequence[bool], k: int, seed: int) -> list[int]:
@@ -410,14 +416,14 @@ def run_cross_validation(
     report = summarise(
         f"cv{folds}",
         scored,
-        refused=len(unreadable),
+        unreadable=unreadable,
         trained=trained,
         two_way_threshold=two_way,
         classify_seconds=classify_seconds,
         train_seconds=train_seconds,
         window=window,
     )
-    return replace(report, unreadable=tuple(unreadable)), scored
+    return report, scored
 
 
 # -- tuning -------------------------------------------------------------------
