@@ -482,7 +482,7 @@ def update_config_file(path: Path, changes: dict[tuple[str, str], object]) -> No
     followed (the file it names is changed), and the file keeps its mode
     (a new one is 0600). Raises ``ConfigError``."""
     path = _config_target(path)
-    text = _with_changes(path, path.read_text(encoding="utf-8") if path.exists() else "", changes)
+    text, _ = _with_changes(path, path.read_text(encoding="utf-8") if path.exists() else "", changes)
     try:
         make_private_dirs(path.parent)
         mode = stat.S_IMODE(path.stat().st_mode) if path.exists() else 0o600
@@ -517,7 +517,7 @@ def check_config_writable(path: Path, keys: Sequence[tuple[str, str]]) -> None:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
     current = {(section, key): getattr(getattr(before, section), key) for section, key in keys}
     same = {k: v for k, v in current.items() if v is not None}
-    after = config_from_dict(tomllib.loads(_with_changes(path, text, same)), origin=str(path))
+    _, after = _with_changes(path, text, same)
     if after != before:
         raise ConfigError(f"{path}: its layout cannot be edited line by line; write the settings as `key = value` lines under [section] headers")
 
@@ -530,9 +530,9 @@ def _config_target(path: Path) -> Path:
 _SECTION_RE = re.compile(r"\s*\[\s*([A-Za-z0-9_-]+)\s*\]\s*(?:#.*)?")
 
 
-def _with_changes(path: Path, text: str, changes: dict[tuple[str, str], object]) -> str:
-    """``text`` with each ``[section] key`` set, validated. Raises
-    ``ConfigError``."""
+def _with_changes(path: Path, text: str, changes: dict[tuple[str, str], object]) -> tuple[str, Config]:
+    """``text`` with each ``[section] key`` set, and the configuration it
+    gives (so it is validated). Raises ``ConfigError``."""
     lines = text.splitlines()
     for (section, key), value in changes.items():
         rendered = f"{key} = {_toml_value(value)}"
@@ -549,10 +549,9 @@ def _with_changes(path: Path, text: str, changes: dict[tuple[str, str], object])
             lines.insert(end if end == len(lines) else end - (1 if not lines[end - 1].strip() else 0), rendered)
     new = "\n".join(lines) + "\n"
     try:
-        config_from_dict(tomllib.loads(new), origin=str(path))
+        return new, config_from_dict(tomllib.loads(new), origin=str(path))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: would become invalid TOML: {exc}") from None
-    return new
 
 
 def _inline_comment(line: str) -> str:

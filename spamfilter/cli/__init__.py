@@ -119,11 +119,10 @@ def _command_at(group: TyperGroup, argv: Sequence[str]) -> int:
     return min(i, len(argv))
 
 
-def _runs_filter(group: TyperGroup, argv: Sequence[str]) -> bool:
-    """Whether ``argv`` runs ``filter`` in its mail-writing mode: the
-    command is ``filter``, and neither ``--verdict-only`` nor ``--help``
-    follows."""
-    i = _command_at(group, argv)
+def _runs_filter(argv: Sequence[str], i: int) -> bool:
+    """Whether ``argv``, its command at ``i`` (`_command_at`), runs
+    ``filter`` in its mail-writing mode: neither ``--verdict-only`` nor
+    ``--help`` follows."""
     if i >= len(argv) or argv[i] != "filter":
         return False
     return not any(arg in ("--verdict-only", "--help") for arg in argv[i + 1 :])
@@ -310,8 +309,8 @@ class _Group(_LazyCommands):
 
     def main(self, args: Sequence[str] | None = None, *pos: Any, **kwargs: Any) -> Any:
         argv = list(args) if args is not None else sys.argv[1:]
-        self.delivery = Delivery(sys.stdin.buffer, sys.stdout.buffer, pass_through=_runs_filter(self, argv))
         i = _command_at(self, argv)
+        self.delivery = Delivery(sys.stdin.buffer, sys.stdout.buffer, pass_through=_runs_filter(argv, i))
         if i < len(argv) and argv[i] in ("serve", "milter") and threading.current_thread() is threading.main_thread():
             # A reload asked for while a daemon starts (a log rotation)
             # would end it, SIGHUP's default: ignored until the daemon

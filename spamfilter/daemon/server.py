@@ -369,13 +369,13 @@ class Server:
         elif conn.spool_error is not None:
             why = f"not scanned: the spool could not take the message ({conn.spool_error})"
             self._answer(conn, replies.error(spamd.EX_TEMPFAIL, "could not spool the message, not scanned", why=why), now)
-        elif conn.oversized and r.command == "PROCESS":
-            why = f"not scanned: {conn.size} bytes, over --max-size {self.options.max_size}"
-            self._answer(conn, Answer([spamd.reply_head(spamd.EX_OK, [("Content-length", str(conn.size))])], "unscanned", why=why), now, spool=True)
         elif conn.oversized:
-            answer = replies.unscanned(r, conn.size, self.options.max_size, bytes(conn.body))
+            if r.command == "PROCESS":  # given back from the spool
+                answer = Answer([spamd.reply_head(spamd.EX_OK, [("Content-length", str(conn.size))])], "unscanned")
+            else:
+                answer = replies.unscanned(r, conn.size, self.options.max_size, bytes(conn.body))
             answer.why = f"not scanned: {conn.size} bytes, over --max-size {self.options.max_size}"
-            self._answer(conn, answer, now)
+            self._answer(conn, answer, now, spool=r.command == "PROCESS")
         else:
             conn.state = State.WORK
             self.sockets.watch(conn, 0)
@@ -387,10 +387,15 @@ class Server:
 
     def _answer(self, conn: Connection, answer: Answer, now: float, *, spool: bool = False) -> None:
         """Send ``answer`` to a request; its log line once it is out."""
+        self._record(conn, answer)
+        self._reply(conn, answer.pieces, now, spool=spool)
+
+    def _record(self, conn: Connection, answer: Answer) -> None:
+        """What the request's log line says: ``answer``'s outcome, whose
+        model, and why (if it was not scanned or learned)."""
         assert conn.request is not None
         conn.outcome, conn.log_odds, conn.why = answer.outcome, answer.log_odds, answer.why
         conn.owner = answer.owner or self.pool.owner(conn.request.user)
-        self._reply(conn, answer.pieces, now, spool=spool)
 
     def _reply(self, conn: Connection, pieces: replies.Pieces, now: float, *, spool: bool = False) -> None:
         conn.reply(pieces, now, then_spool=spool)
@@ -425,8 +430,8 @@ class Server:
             elif conn.request is not None:
                 # What was done is logged even so: a TELL the client did not
                 # wait for was learned all the same.
-                conn.outcome, conn.log_odds, conn.owner = answer.outcome, answer.log_odds, answer.owner or self.pool.owner(conn.request.user)
-                conn.why = "; ".join(filter(None, [answer.why, "the client left before the reply"]))
+                self._record(conn, answer)
+                conn.why = "; ".join(filter(None, [conn.why, "the client left before the reply"]))
                 self._log(conn, now)
 
     # -- the threads --------------------------------------------------------

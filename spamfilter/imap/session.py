@@ -248,8 +248,8 @@ class ImapSession:
             if "EXPUNGEISSUED" not in str(exc).upper():
                 raise
         self._call("NOOP", self.client.noop)  # take the server's news of the expunges
-        present = self._call("UID SEARCH", self.client.search, ["UID", ",".join(map(str, uids))])
-        still = [u for u in uids if u in {int(p) for p in present}]
+        present = {int(p) for p in self._call("UID SEARCH", self.client.search, ["UID", ",".join(map(str, uids))])}
+        still = [u for u in uids if u in present]
         if still:
             self._copyuid()
             self._call(what, fn, still, folder)

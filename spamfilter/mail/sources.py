@@ -181,15 +181,19 @@ def read_index(index_path: str) -> Iterator[tuple[bool, MailItem]]:
     return _iter_index(entries)
 
 
+def _is_device_mode(mode: int) -> bool:
+    """Whether a file of ``mode`` is a character or block device or a socket
+    (which never end, like /dev/zero, or hold no mail)."""
+    return stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISSOCK(mode)
+
+
 def _is_device(path: str) -> bool:
-    """Whether ``path`` is a character or block device or a socket (which
-    never end, like /dev/zero, or hold no mail); False if it cannot be
-    looked at (opening it then says why)."""
+    """`_is_device_mode` of ``path``; False if it cannot be looked at
+    (opening it then says why)."""
     try:
-        mode = os.stat(path).st_mode
+        return _is_device_mode(os.stat(path).st_mode)
     except OSError:
         return False
-    return stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISSOCK(mode)
 
 
 def _is_device_stream(stream: BinaryIO) -> bool:
@@ -212,7 +216,7 @@ def _check_readable(path: str) -> None:
         mode = os.stat(path).st_mode
     except OSError as err:
         raise MailSourceError(f"mail source {path!r} cannot be read: {err.strerror}") from err
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISSOCK(mode):
+    if _is_device_mode(mode):
         # /dev/zero never ends and a disk is not a mailbox; a pipe
         # (`<(zcat box.gz)`) is read, and standard input is "-".
         raise MailSourceError(f"mail source {path!r} is a device or socket, not a file, folder or pipe")

@@ -352,11 +352,12 @@ class Store:
         database is one process's alone: nothing to lock."""
         key = hashlib.sha256(f"spamfilter:{name}".encode()).digest()
         path = sqlite_path(self.url)
+        busy = f"{name} is already running in another process ({self.display_url})"
         if self.engine.dialect.name == "postgresql":
             number = int.from_bytes(key[:8], "big", signed=True)
             with self.engine.connect() as conn:
                 if not conn.execute(sa.text("SELECT pg_try_advisory_lock(:k)"), {"k": number}).scalar():
-                    raise StoreBusyError(f"{name} is already running in another process ({self.display_url})")
+                    raise StoreBusyError(busy)
                 try:
                     yield
                 finally:
@@ -374,7 +375,7 @@ class Store:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                raise StoreBusyError(f"{name} is already running in another process ({self.display_url})") from None
+                raise StoreBusyError(busy) from None
             yield
         finally:
             os.close(fd)  # the lock goes with the descriptor
