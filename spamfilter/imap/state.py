@@ -51,8 +51,8 @@ class ImapState:
             tx.imap.put_records(self.account, records)
             tx.imap.add_uids(self.account, folder, handled)
 
-    def handled(self, folder: str, uidvalidity: int) -> dict[int, str]:
-        """UID -> digest of the messages handled in ``folder``; none when its
+    def handled(self, folder: str, uidvalidity: int) -> dict[int, str] | None:
+        """UID -> digest of the messages handled in ``folder``; None when its
         UIDVALIDITY is not the recorded one (a new folder, or one the server
         renumbered: every message is new again, and its digest finds what is
         known of it), which is then recorded."""
@@ -60,7 +60,7 @@ class ImapState:
             if tx.imap.uidvalidity(self.account, folder) != uidvalidity:
                 if not self.dry_run:
                     tx.imap.set_uidvalidity(self.account, folder, uidvalidity)
-                return {}
+                return None
             return {u: d for u, (d, _) in tx.imap.uids(self.account, folder).items()}
 
     def forget_uids(self, folder: str, uids: Sequence[int]) -> None:

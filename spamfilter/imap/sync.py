@@ -84,11 +84,16 @@ class ImapRun:
         """Select ``folder``, finish the moves out of it that a broken run
         left pending, and yield its unhandled messages in chunks."""
         validity = session.select(folder, readonly=self.dry_run)
-        handled = self.state.handled(folder, validity)
+        known = self.state.handled(folder, validity)
         uids = session.uids()
         present = set(uids)
-        self.state.forget_uids(folder, [u for u in handled if u not in present])
-        handled = {u: d for u, d in handled.items() if u in present}
+        if known is None:
+            # Renumbered (or new): no UID recorded here means anything, so
+            # the messages a broken run was moving out are found by digest.
+            handled = self._pending_here(session, folder, uids)
+        else:
+            self.state.forget_uids(folder, [u for u in known if u not in present])
+            handled = {u: d for u, d in known.items() if u in present}
         self._finish_pending(session, folder, handled)
         new = [u for u in uids if u not in handled]
         self._event("scanned", folder, 0, str(len(new)))
@@ -96,6 +101,18 @@ class ImapRun:
             self.summary.seen += len(chunk)
             self._event("fetched", folder, 0, str(len(chunk)))
             yield chunk
+
+    def _pending_here(self, session: ImapSession, folder: str, uids: Sequence[int]) -> dict[int, str]:
+        """UID -> digest of the messages of a renumbered ``folder`` that a
+        broken run was moving out (their pending records name this folder):
+        read from the server, since the UIDs recorded for them are void.
+        Without such records (nearly always) nothing is read."""
+        if self.dry_run:
+            return {}
+        pending = {r.digest for r in self.state.pending(folder)}
+        if not pending:
+            return {}
+        return {m.uid: d for chunk in self._fetch(session, uids) for m in chunk if (d := digest_bytes(m.raw)) in pending}
 
     def _finish_pending(self, session: ImapSession, folder: str, handled: dict[int, str]) -> None:
         """Moves out of ``folder`` recorded as started but not as done (the run

@@ -664,3 +664,35 @@ def test_a_move_asked_for_by_a_keyword_is_finished_after_a_break(dovecot_server:
     with Filter.open(config, db) as f, f.store.begin(write=False) as tx:
         assert tx.trained_labels([digest_bytes(raw)]) == {digest_bytes(raw): 1}
         assert not tx.imap.pending("test", "INBOX")
+
+
+def test_moves_a_broken_run_left_pending_survive_a_renumbered_folder(dovecot_server: Dovecot, sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    user = setup_mailbox(dovecot_server, sample)
+    config = account_config(dovecot_server, user)
+    db = f"sqlite:///{tmp_path / 'sf.db'}"
+    from spamfilter.imap import session as imap_module
+
+    def lost(self: object, *args: object, **kwargs: object) -> object:
+        raise ImapUnavailable("connection lost (injected)")
+
+    # Every move breaks off: the run ends with its moves out of the inbox pending.
+    with monkeypatch.context() as m:
+        m.setattr(imap_module.ImapSession, "move", lost)
+        with pytest.raises(ImapUnavailable):
+            run(config, db, monkeypatch, user)
+    with Filter.open(config, db) as f, f.store.begin(write=False) as tx:
+        pending = {r.digest for r in tx.imap.pending("test", "INBOX")}
+    assert pending
+    # Then the server renumbers the inbox: the recorded UIDs mean nothing.
+    for name in os.listdir(user.maildir):
+        if name.startswith("dovecot-uidlist") or name.startswith("dovecot.index"):
+            os.remove(user.maildir / name)
+    summary = run(config, db, monkeypatch, user)
+    # The pending messages are moved, not taken for mail the user moved back.
+    assert summary.trained_ham == 0 and summary.classified == len(sample.inbox) - 20  # the first chunk was classified before
+    junk, inbox = digests(dovecot_server, user, "Junk"), digests(dovecot_server, user, "INBOX")
+    assert pending <= set(junk) and not pending & set(inbox)
+    assert max(junk.values()) == max(inbox.values()) == 1 and sum(junk.values()) + sum(inbox.values()) == len(sample.inbox)
+    with Filter.open(config, db) as f, f.store.begin(write=False) as tx:
+        assert not tx.imap.pending("test", "INBOX")
+        assert set(tx.trained_labels(sorted(pending)).values()) <= {1}
