@@ -454,7 +454,9 @@ def validate(config: Config, origin: str = "config") -> None:
         need(bool(a.spam_folder), f"{key}.spam_folder", "must be set", a.spam_folder)
         watched = [*a.classify_folders, a.spam_folder, a.unsure_folder, a.train_spam_folder, a.train_ham_folder]
         watched = [f for f in watched if f]
-        need(len(set(watched)) == len(watched), f"{key}", "folders must all differ", watched)
+        # IMAP's INBOX is one folder however it is spelt (RFC 3501, 5.1).
+        same = ["INBOX" if f.upper() == "INBOX" else f for f in watched]
+        need(len(set(same)) == len(same), f"{key}", "folders must all differ (INBOX in any case is one folder)", watched)
         need(a.trained_action in TRAINED_ACTIONS, f"{key}.trained_action", f"must be one of {', '.join(TRAINED_ACTIONS)}", a.trained_action)
         need(a.spam_action in SPAM_ACTIONS, f"{key}.spam_action", f"must be one of {', '.join(SPAM_ACTIONS)}", a.spam_action)
         need(1 <= a.chunk_size <= 10_000, f"{key}.chunk_size", "must be between 1 and 10000", a.chunk_size)

@@ -102,7 +102,8 @@ def run(
     """
     s = state(ctx)
     acct = s.config.imap_account(account)
-    with open_filter(ctx, create=True) as f:
+    # A dry run writes nothing, so it does not create the database either.
+    with open_filter(ctx, create=not dry_run) as f:
         while True:
             display = _Display(verbose, dry_run)
             try:

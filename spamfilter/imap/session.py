@@ -83,6 +83,8 @@ class ImapSession:
         self.account = account
         self.folder: str | None = None
         self.readonly = False
+        #: The flags the selected folder keeps (PERMANENTFLAGS; None: all).
+        self.permanent: frozenset[str] | None = None
 
     @classmethod
     def connect(cls, account: ImapAccount, password: str) -> ImapSession:
@@ -128,6 +130,9 @@ class ImapSession:
         bytes) at once."""
         try:
             return fn(*args, **kwargs)
+        except imaplib.IMAP4.readonly:
+            # A subclass of abort, but the server answered: not a network error to retry.
+            raise ImapError(f"{self.account.host}: {what}: the folder is read-only for {self.account.username!r} (imap run writes to it: flags, moves)") from None
         except (OSError, imaplib.IMAP4.abort, ssl.SSLError) as exc:
             raise ImapUnavailable(f"{self.account.host}: {what}: connection lost: {_reason(exc)}") from None
         except (IMAPClientError, imaplib.IMAP4.error) as exc:
@@ -154,6 +159,8 @@ class ImapSession:
         """Select ``folder`` (EXAMINE when ``readonly``); its UIDVALIDITY."""
         info = self._call(f"SELECT {folder}", self.client.select_folder, folder, readonly=readonly)
         self.folder, self.readonly = folder, readonly
+        kept = info.get(b"PERMANENTFLAGS")
+        self.permanent = None if kept is None else frozenset(_decode(f).lower() for f in kept)
         if b"UIDVALIDITY" not in info:
             raise ImapError(f"{self.account.host}: SELECT {folder}: the server gave no UIDVALIDITY")
         return int(info[b"UIDVALIDITY"])
@@ -207,6 +214,13 @@ class ImapSession:
         """Add and remove keywords (flags) on messages of the selected folder."""
         if not uids:
             return
+        lost = [k for k in (*add, *remove) if self.permanent is not None and "\\*" not in self.permanent and k.lower() not in self.permanent]
+        if lost:
+            # The server would take the STORE and keep nothing (Dovecot does
+            # so for a user without the ACL right to write flags).
+            raise ImapError(
+                f"{self.account.host}: {self.folder}: the server does not keep the keyword {lost[0]} here (not in its PERMANENTFLAGS: may this user write flags?)"
+            )
         if add:
             self._call("STORE +FLAGS", self.client.add_flags, list(uids), list(add), silent=True)
         if remove:
@@ -317,6 +331,6 @@ def _reason(exc: BaseException) -> str:
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror
     text = str(exc.args[0]) if exc.args else type(exc).__name__
-    if text.startswith("b'") or text.startswith('b"'):
+    if len(text) > 2 and text[:2] in ("b'", 'b"') and text[-1] == text[1]:
         text = text[2:-1]
     return text or type(exc).__name__

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from spamfilter.verdicts import Decision
@@ -14,7 +15,9 @@ class Event:
     """One thing a run did (or, in a dry run, would do) to one message.
 
     kind: "classified", "moved", "flagged", "trained", "refused" or
-    "created" for what was done to a message or folder; "scanned" (detail:
+    "created" for what was done to a message or folder; "kept" for a
+    message left as it was, since the user had marked it ``$NotJunk``
+    before the run saw it; "scanned" (detail:
     how many new messages the folder has) and "fetched" (detail: how many
     came in one chunk) for progress.
     """
@@ -43,6 +46,15 @@ class RunSummary:
     created: list[str] = field(default_factory=list)
     #: --limit: how many more messages this run may classify (None: no limit).
     limit_left: int | None = None
+    #: (folder, UIDVALIDITY, UID) of the messages counted in ``seen``: a
+    #: pass broken off and started again reads some of them twice.
+    counted: set[tuple[str, int, int]] = field(default_factory=set, repr=False)
+
+    def see(self, folder: str, uidvalidity: int, uids: Iterable[int]) -> None:
+        """Count these messages of ``folder`` as seen, once each."""
+        before = len(self.counted)
+        self.counted.update((folder, uidvalidity, u) for u in uids)
+        self.seen += len(self.counted) - before
 
     def add_verdict(self, verdict: Decision) -> None:
         """Count one message given ``verdict``."""

@@ -98,7 +98,7 @@ class ImapRun:
         new = [u for u in uids if u not in handled]
         self._event("scanned", folder, 0, str(len(new)))
         for chunk in session.fetch(new, chunk_size=self.account.chunk_size, chunk_bytes=self.account.chunk_bytes):
-            self.summary.seen += len(chunk)
+            self.summary.see(folder, validity, (m.uid for m in chunk))
             self._event("fetched", folder, 0, str(len(chunk)))
             yield chunk
 
@@ -160,9 +160,9 @@ class ImapRun:
             return
         for uid in uids:
             self._event("flagged", folder, uid, " ".join([*(f"+{k}" for k in add), *(f"-{k}" for k in remove)]))
-        self.summary.flagged += len(uids)
         if not self.dry_run:
             session.set_keywords(uids, add, remove)
+        self.summary.flagged += len(uids)
 
     def _move(self, session: ImapSession, folder: str, moves: Sequence[tuple[Fetched, ImapRecord]], *, redo: bool = False) -> None:
         """Move messages of the selected ``folder`` to their records' folders:
@@ -181,14 +181,13 @@ class ImapRun:
             uids = [m.uid for m, _ in messages]
             for uid in uids:
                 self._event("moved", folder, uid, f"to {target}")
-            self.summary.moved += len(uids)
-            if self.dry_run:
-                continue
-            if redo and not self._atomic_moves(session):
-                uids = self._not_yet_copied(session, folder, target, messages)
-            moved = session.move(uids, target, use_move=self.use_move)
-            if moved is not None:
-                arrivals.append(Arrival(target, moved.uidvalidity, _arrived(moved, messages)))
+            if not self.dry_run:
+                if redo and not self._atomic_moves(session):
+                    uids = self._not_yet_copied(session, folder, target, messages)
+                moved = session.move(uids, target, use_move=self.use_move)
+                if moved is not None:
+                    arrivals.append(Arrival(target, moved.uidvalidity, _arrived(moved, messages)))
+            self.summary.moved += len(messages)
         self.state.moves_done(folder, [_done(r) for _, r in moves], [m.uid for m, _ in moves], arrivals)
 
     def _atomic_moves(self, session: ImapSession) -> bool:
@@ -221,14 +220,18 @@ class ImapRun:
         a = self.account
         folders = [a.spam_folder, a.unsure_folder, a.train_spam_folder, a.train_ham_folder, *a.classify_folders]
         exists = {folder: session.exists(folder) for folder in filter(None, folders)}
+        # "report" creates no folder; only trained spam filed (trained_action
+        # = "move") needs the spam folder there.
+        creating = set(exists) if a.spam_action != "report" else {a.spam_folder} & set(exists) if a.trained_action == "move" else set()
         for folder, there in exists.items():
-            if not there:
+            if not there and folder in creating:
                 self.summary.created.append(folder)
                 self._event("created", folder, 0, "folder")
                 if not self.dry_run:
                     session.ensure_folder(folder)
-        # In a dry run a folder that does not exist yet holds nothing to read.
-        usable = {folder for folder, there in exists.items() if there or not self.dry_run}
+        # A folder that does not exist yet (a dry run, or one "report" does
+        # not create) holds nothing to read.
+        usable = {folder for folder, there in exists.items() if there or (folder in creating and not self.dry_run)}
         for folder, is_spam in ((a.train_spam_folder, True), (a.train_ham_folder, False)):
             if folder in usable:
                 self._training_folder(session, folder, is_spam)
@@ -354,17 +357,20 @@ class ImapRun:
         junk: list[int] = []
         for m, d, result in zip(messages, digests, results):
             if isinstance(result, Refusal):
-                self.summary.errors += 1
                 self._event("refused", folder, m.uid, result.reason)
                 handled.append((m.uid, d))
                 continue
             assert isinstance(result, Verdict)
             label = result.verdict.code
-            self.summary.add_verdict(result.verdict)
             self._event("classified", folder, m.uid, f"{result.verdict} (log-odds {result.log_odds:+.2f})")
             target = folder
-            if label == model.SPAM and a.spam_action != "report":
-                junk.append(m.uid)
+            if _said_not_junk(m):
+                # Marked "not junk" before the filter saw it (a mail client
+                # between two runs): the user's word stands; it stays as it is.
+                self._event("kept", folder, m.uid, f"{NOT_JUNK} set by the user")
+            elif label == model.SPAM and a.spam_action != "report":
+                if JUNK.lower() not in {f.lower() for f in m.flags}:
+                    junk.append(m.uid)
                 if a.spam_action == "move":
                     target = a.spam_folder
             elif label == model.UNSURE and a.unsure_folder and a.spam_action == "move":
@@ -378,6 +384,12 @@ class ImapRun:
         # Keywords first: a message that reaches the spam folder carries $Junk.
         self._keywords(session, folder, junk, [JUNK], [])
         self.state.commit(folder, stay, handled)
+        # Counted once recorded: a pass broken off before this classifies these again.
+        for result in results:
+            if isinstance(result, Verdict):
+                self.summary.add_verdict(result.verdict)
+            else:
+                self.summary.errors += 1
         self._move(session, folder, moves)
 
     def _keyword_feedback(self, session: ImapSession, folder: str) -> None:
@@ -427,6 +439,10 @@ _NOT_JUNK_BIT = 2
 def _arrived(moved: Moved, moves: Sequence[tuple[Fetched, ImapRecord]]) -> list[tuple[int, str]]:
     """(new UID, digest) of the moved messages whose new UID the server told."""
     return [(moved.uids[m.uid], r.digest) for m, r in moves if m.uid in moved.uids]
+
+
+def _said_not_junk(message: Fetched) -> bool:
+    return NOT_JUNK.lower() in {f.lower() for f in message.flags}
 
 
 def _needs_training(record: ImapRecord | None, label: int) -> bool:

@@ -423,6 +423,13 @@ def test_plain_text_to_a_remote_host_is_refused() -> None:
     config_from_dict({"imap": {"x": {"host": "127.0.0.1", "security": "none", "username": "u", "password_env": "P"}}})
 
 
+def test_inbox_in_any_case_is_one_folder() -> None:
+    account = {"host": "127.0.0.1", "security": "none", "username": "u", "password_env": "P", "classify_folders": ["INBOX"]}
+    with pytest.raises(ConfigError, match="folders must all differ"):
+        config_from_dict({"imap": {"x": {**account, "train_ham_folder": "Inbox"}}})
+    config_from_dict({"imap": {"x": {**account, "train_ham_folder": "INBOX/Ham"}}})
+
+
 def test_library_errors(dovecot_server: Dovecot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     user = dovecot_server.add_user()
     config = account_config(dovecot_server, user)
@@ -696,3 +703,61 @@ def test_moves_a_broken_run_left_pending_survive_a_renumbered_folder(dovecot_ser
     with Filter.open(config, db) as f, f.store.begin(write=False) as tx:
         assert not tx.imap.pending("test", "INBOX")
         assert set(tx.trained_labels(sorted(pending)).values()) <= {1}
+
+
+def test_a_dry_run_creates_no_database(dovecot_server: Dovecot, tmp_path: Path) -> None:
+    user = dovecot_server.add_user()
+    config = write_config(tmp_path / "c.toml", dovecot_server, user)
+    done = subprocess.run(spamfilter_cmd(config, str(tmp_path / "new.db"), "--dry-run"), env=env_with(user.password), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 66, done.stderr
+    assert "no such database" in done.stderr and "Traceback" not in done.stderr
+    assert list(tmp_path.iterdir()) == [tmp_path / "c.toml"]
+
+
+def test_keyword_and_report_modes_respect_what_the_user_set(dovecot_server: Dovecot, sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    user = dovecot_server.add_user()
+    dovecot_server.append(user, "Train/Spam", sample.train_spam)
+    dovecot_server.append(user, "Train/Ham", sample.train_ham)
+    spam = sample.inbox_spam
+    dovecot_server.append(user, "INBOX", spam[:8])
+    dovecot_server.append(user, "INBOX", spam[8:12], flags=["$Junk"])
+    dovecot_server.append(user, "INBOX", spam[12:16], flags=["$NotJunk"])
+    db = f"sqlite:///{tmp_path / 'sf.db'}"
+    # "report" changes nothing on the server: no folder created, no flag set.
+    report = run(account_config(dovecot_server, user, spam_action="report"), db, monkeypatch, user)
+    assert report.spam >= 12 and report.created == [] and report.flagged == 0
+    with dovecot_server.client(user) as c:
+        assert not c.folder_exists("Junk")
+    # "keyword" flags the spam that lacks $Junk, and leaves what the user marked $NotJunk alone.
+    user2 = dovecot_server.add_user()
+    for folder, messages in (("Train/Spam", sample.train_spam), ("Train/Ham", sample.train_ham), ("INBOX", spam[:8])):
+        dovecot_server.append(user2, folder, messages)
+    dovecot_server.append(user2, "INBOX", spam[8:12], flags=["$Junk"])
+    dovecot_server.append(user2, "INBOX", spam[12:16], flags=["$NotJunk"])
+    events: list[object] = []
+    summary = run(account_config(dovecot_server, user2, spam_action="keyword"), tmp_path_db(tmp_path, "kw"), monkeypatch, user2, on_event=events.append)
+    flags = {digest_bytes(raw): set(fl) for _, raw, fl in dovecot_server.folder_messages(user2, "INBOX")}
+    caught = [d for d in map(digest_bytes, spam[:8]) if b"$Junk" in flags[d]]
+    assert len(caught) >= 6 and summary.flagged == len(caught)  # the four already flagged are not counted
+    assert all(flags[digest_bytes(m)] & {b"$Junk", b"$NotJunk"} == {b"$NotJunk"} for m in spam[12:16])
+    assert sum(getattr(e, "kind", "") == "kept" for e in events) == 4
+
+
+def tmp_path_db(tmp_path: Path, name: str) -> str:
+    return f"sqlite:///{tmp_path / f'{name}.db'}"
+
+
+@pytest.mark.parametrize("broken", ["set_keywords", "move", "fetch"])
+def test_a_pass_broken_off_and_retried_counts_each_message_once(
+    dovecot_server: Dovecot, sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, broken: str
+) -> None:
+    def counts(s: RunSummary) -> tuple[int, ...]:
+        return (s.seen, s.classified, s.spam, s.ham, s.unsure, s.moved, s.flagged, s.trained_spam, s.trained_ham, s.errors)
+
+    clean_user = setup_mailbox(dovecot_server, sample)
+    clean = run(account_config(dovecot_server, clean_user), tmp_path_db(tmp_path, "clean"), monkeypatch, clean_user)
+    user = setup_mailbox(dovecot_server, sample)
+    calls = _drop_once(monkeypatch, broken)
+    summary = run(account_config(dovecot_server, user, retries=2), tmp_path_db(tmp_path, "broken"), monkeypatch, user, sleep=lambda s: None)
+    assert summary.retries == 1 and len(calls) >= 2
+    assert counts(summary) == counts(clean)

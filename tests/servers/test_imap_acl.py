@@ -1,0 +1,99 @@
+"""``imap run`` on folders the user may not fully write: a Dovecot with ACLs.
+
+Dovecot's ACL plugin (``dovecot-acl`` files in the Maildir) takes rights
+away from the owner: without ``w`` the server keeps no keyword a client
+stores (and says OK); without ``s`` and ``w`` the folder cannot be
+selected read-write at all. Either must stop the run with a clear error,
+not be taken for a lost connection or reported as done.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from dovecot import DOVECOT_BINARY, Dovecot, ImapUser
+from test_imap import PASSWORD_ENV, account_config, run
+
+from spamfilter.errors import ImapError, ImapUnavailable
+from spamfilter.filter import Filter
+from spamfilter.mail import MailItem
+
+pytestmark = pytest.mark.corpus
+
+ACL = """
+mail_plugins = $mail_plugins acl
+protocol imap {
+  mail_plugins = $mail_plugins imap_acl
+}
+plugin {
+  acl = vfile
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def acl_server() -> Iterator[Dovecot]:
+    if not DOVECOT_BINARY.is_file():
+        if os.environ.get("CI"):
+            pytest.fail("dovecot-imapd is not installed")
+        pytest.skip("dovecot-imapd is not installed")
+    with Dovecot.start(extra_config=ACL) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def mail(corpora_dir: Path) -> tuple[list[bytes], list[bytes]]:
+    root = corpora_dir / "spamassassin"
+    rows = [line.split() for line in (root / "index").read_text().splitlines() if line.strip()]
+    random.Random(3).shuffle(rows)
+    spam = [(root / p).read_bytes() for label, p in rows if label == "spam"][:60]
+    ham = [(root / p).read_bytes() for label, p in rows if label == "ham"][:60]
+    return spam, ham
+
+
+def _user(server: Dovecot, mail: tuple[list[bytes], list[bytes]], rights: str) -> ImapUser:
+    spam, ham = mail
+    user = server.add_user()
+    server.append(user, "INBOX", spam[50:] + ham[50:])
+    server.append(user, "Junk", [])
+    acl = user.maildir / "dovecot-acl"  # the INBOX's rights: the Maildir's root
+    acl.write_text(f"owner {rights}\n")
+    os.chown(acl, server.mail_uid, server.mail_gid)
+    return user
+
+
+def _trained(config: object, db: str, mail: tuple[list[bytes], list[bytes]]) -> None:
+    spam, ham = mail
+    with Filter.open(config, db) as f:  # type: ignore[arg-type]
+        f.train([(True, MailItem(f"s{i}", m)) for i, m in enumerate(spam[:50])] + [(False, MailItem(f"h{i}", m)) for i, m in enumerate(ham[:50])])
+
+
+def test_a_read_only_inbox_is_a_clear_error_not_a_lost_connection(
+    acl_server: Dovecot, mail: tuple[list[bytes], list[bytes]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    user = _user(acl_server, mail, "lr")
+    config = account_config(acl_server, user, train_spam_folder="", train_ham_folder="", retries=3)
+    db = f"sqlite:///{tmp_path / 'sf.db'}"
+    _trained(config, db, mail)
+    pauses: list[float] = []
+    with pytest.raises(ImapError, match="read-only") as info:
+        run(config, db, monkeypatch, user, sleep=pauses.append)
+    assert not isinstance(info.value, ImapUnavailable) and pauses == []  # not retried
+    assert "INBOX" in str(info.value) and "b'" not in str(info.value)
+
+
+def test_keywords_the_server_would_not_keep_are_an_error_not_done(
+    acl_server: Dovecot, mail: tuple[list[bytes], list[bytes]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    user = _user(acl_server, mail, "lrs")  # may select and set \Seen, not write keywords
+    config = account_config(acl_server, user, train_spam_folder="", train_ham_folder="", spam_action="keyword")
+    db = f"sqlite:///{tmp_path / 'sf.db'}"
+    _trained(config, db, mail)
+    monkeypatch.setenv(PASSWORD_ENV, user.password)
+    with pytest.raises(ImapError, match=r"does not keep the keyword \$Junk"):
+        run(config, db, monkeypatch, user)
+    assert not any(b"$Junk" in flags for _, _, flags in acl_server.folder_messages(user, "INBOX"))
