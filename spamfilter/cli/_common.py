@@ -6,6 +6,7 @@ import os
 import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from enum import Enum
 from typing import Annotated, TypeVar
 
@@ -40,22 +41,25 @@ Margin = Annotated[
 ]
 
 
-#: The --connect option of the commands that can ask ``spamfilter serve``
-#: instead of opening the database themselves.
-
-
 @contextmanager
-def open_filter(ctx: typer.Context, *, create: bool, jobs: int | None = 1, write_deadline: float | None = None) -> Iterator[Filter]:
+def open_filter(ctx: typer.Context, *, create: bool, jobs: int | None = 1, write_deadline: float | None = None, within: float | None = None) -> Iterator[Filter]:
     """The filter on the database chosen by --db / config / default.
 
     ``create``: whether the command may create a SQLite database that does
     not exist (commands that only read say no: exit 66); its folder only
     with --create-dirs or at the default location. Long runs read mail on
     ``jobs`` processes (None: one per core); ``write_deadline``: see
-    ``Filter.open``."""
+    ``Filter.open``; ``within``: seconds the command has left, which bound
+    how long it waits for a database another process holds locked (the
+    store's ``busy_timeout`` and ``write_deadline``)."""
     s = state(ctx)
     jobs = jobs_or_default(jobs)
-    with Filter.open(s.config, s.db_url, s.user, create=create, create_dirs=s.create_dirs, jobs=jobs, write_deadline=write_deadline) as f:
+    config = s.config
+    if within is not None:
+        bounded = replace(config.store, busy_timeout=min(config.store.busy_timeout, within), write_deadline=min(config.store.write_deadline, within))
+        config = replace(config, store=bounded)
+        write_deadline = bounded.write_deadline if write_deadline is None else min(write_deadline, within)
+    with Filter.open(config, s.db_url, s.user, create=create, create_dirs=s.create_dirs, jobs=jobs, write_deadline=write_deadline) as f:
         yield f
 
 

@@ -9,7 +9,8 @@ message, contrib/dovecot/)."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from enum import Enum
 from typing import Annotated
 
@@ -20,6 +21,9 @@ from spamfilter.cli.reading import SOURCES_HELP, Jobs, SourceTally
 from spamfilter.errors import ProtocolError
 from spamfilter.mail.sources import MailItem, read_messages
 from spamfilter.spamd import parse_address, tell_remote
+
+#: Seconds a TELL waits for the daemon without --timeout.
+TELL_TIMEOUT = 30.0
 
 
 class Label(str, Enum):
@@ -34,6 +38,16 @@ def mark(
     sources: Annotated[list[str], typer.Argument(metavar="SRC...", help=SOURCES_HELP)],
     jobs: Jobs = None,
     connect: Connect = None,
+    timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--timeout",
+            metavar="SECONDS",
+            min=0.0,
+            help="Give up after SECONDS (exit 75, saying why): the daemon gets half of what is left, a database locked by another process the rest.",
+        ),
+    ] = None,
+    one_message: Annotated[bool, typer.Option("--one-message", help="- is one message, even one that starts with a `From ` line (a mail server's pipe).")] = False,
 ) -> None:
     """Feedback: file messages under LABEL, undoing an earlier opposite label.
 
@@ -46,26 +60,34 @@ def mark(
     Example: spamfilter mark ham false-positive.eml
     """
     is_spam = label is Label.spam
+    deadline = None if timeout is None else time.monotonic() + timeout
+
+    def left() -> float | None:
+        return None if deadline is None else max(deadline - time.monotonic(), 0.0)
+
     tally = SourceTally()
-    items = tally.count(read_messages(sources, on_empty=tally.empty.append))
-    rest = _tell_server(connect, label, items, state(ctx).user) if connect else items
+    items = tally.count(read_messages(sources, on_empty=tally.empty.append, stdin_is_one=one_message))
+    rest = _tell_server(connect, label, items, state(ctx).user, left) if connect else items
     if rest is None:
         tally.check()
         raise typer.Exit(exitcodes.OK)
     # Only now the filter: a run the daemon answered never loads it.
     from spamfilter.cli._common import describe, open_filter, progress, report_refusals
 
-    with open_filter(ctx, create=True, jobs=jobs) as f:
+    with open_filter(ctx, create=True, jobs=jobs, within=left()) as f:
         summary = f.mark(progress(((is_spam, item) for item in rest), "marking"))
     tally.check()
     typer.echo(describe(summary))
     raise typer.Exit(report_refusals(summary.refused) or exitcodes.OK)
 
 
-def _tell_server(address: str, label: Label, items: Iterator[MailItem], user: str | None) -> Iterator[MailItem] | None:
+def _tell_server(address: str, label: Label, items: Iterator[MailItem], user: str | None, left: Callable[[], float | None]) -> Iterator[MailItem] | None:
     """TELL the daemon at ``address`` each message of ``items`` and print
     what it learned; None when it learned them all, else the messages from
-    the first it did not learn on (see `_in_process`)."""
+    the first it did not learn on (see `_in_process`). ``left()``: seconds
+    the command has left (None: no bound); each TELL may wait half of them
+    (at most the client's usual 30 s), so a daemon that hangs leaves time to
+    learn in-process."""
     try:
         where = parse_address(address)
     except ProtocolError as exc:
@@ -74,7 +96,9 @@ def _tell_server(address: str, label: Label, items: Iterator[MailItem], user: st
     rest = None
     for item in items:
         try:
-            if tell_remote(where, item.raw, is_spam=label is Label.spam, user=user):
+            budget = left()
+            wait = TELL_TIMEOUT if budget is None else min(TELL_TIMEOUT, budget / 2)
+            if tell_remote(where, item.raw, is_spam=label is Label.spam, user=user, timeout=max(wait, 0.001)):
                 learned += 1
             else:
                 known += 1

@@ -86,7 +86,9 @@ class MailItem:
         return self.known_digest if self.known_digest is not None else digest_bytes(self.raw)
 
 
-def read_messages(paths: Sequence[str], *, stdin: BinaryIO | None = None, on_empty: Callable[[str], None] | None = None) -> Iterator[MailItem]:
+def read_messages(
+    paths: Sequence[str], *, stdin: BinaryIO | None = None, on_empty: Callable[[str], None] | None = None, stdin_is_one: bool = False
+) -> Iterator[MailItem]:
     """Yield every message found in `paths`, one at a time, in a stable order.
 
     All paths are checked before anything is read, so a mistyped path fails
@@ -106,6 +108,10 @@ def read_messages(paths: Sequence[str], *, stdin: BinaryIO | None = None, on_emp
     on_empty : callable, optional
         Called with each path that turned out to hold no message (an empty
         folder or file), once its reading is over, so a caller can warn.
+    stdin_is_one : bool
+        ``-`` is one message even when its first line is an envelope line
+        (what a mail server's pipe gives: one message, which may begin with
+        ``From `` and hold more such lines in its body).
 
     Returns
     -------
@@ -132,7 +138,7 @@ def read_messages(paths: Sequence[str], *, stdin: BinaryIO | None = None, on_emp
     for path in paths:
         if path != STDIN_SOURCE:
             _check_readable(path)
-    return _iter_sources(list(paths), stdin, on_empty)
+    return _iter_sources(list(paths), stdin, on_empty, stdin_is_one)
 
 
 def read_index(index_path: str) -> Iterator[tuple[bool, MailItem]]:
@@ -226,17 +232,17 @@ def _check_readable(path: str) -> None:
         raise MailSourceError(f"mail source {path!r} cannot be read: permission denied")
 
 
-def _iter_sources(paths: list[str], stdin: BinaryIO | None, on_empty: Callable[[str], None] | None) -> Iterator[MailItem]:
+def _iter_sources(paths: list[str], stdin: BinaryIO | None, on_empty: Callable[[str], None] | None, stdin_is_one: bool) -> Iterator[MailItem]:
     for path in paths:
         found = False
-        for item in _iter_source(path, stdin):
+        for item in _iter_source(path, stdin, stdin_is_one):
             found = True
             yield item
         if not found and on_empty is not None:
             on_empty(path)
 
 
-def _iter_source(path: str, stdin: BinaryIO | None) -> Iterator[MailItem]:
+def _iter_source(path: str, stdin: BinaryIO | None, stdin_is_one: bool = False) -> Iterator[MailItem]:
     if path == STDIN_SOURCE:
         # Looked up here, not as a default argument, so tests and callers
         # that replace sys.stdin are honoured.
@@ -250,7 +256,7 @@ def _iter_source(path: str, stdin: BinaryIO | None) -> Iterator[MailItem]:
             # put back in front (sa-learn --mbox and bogofilter -M split
             # stdin; here the envelope line alone says so).
             first = stream.readline()
-            if first.startswith(_ENVELOPE_PREFIX):
+            if first.startswith(_ENVELOPE_PREFIX) and not stdin_is_one:
                 yield from _mbox_messages(itertools.chain([first], stream), STDIN_SOURCE, split=True)
             else:
                 yield MailItem(STDIN_SOURCE, first + stream.read())

@@ -103,7 +103,13 @@ def _make_engine(url: str, busy_timeout: float, create: bool = True, create_dirs
     if path is None:
         engine = sa.create_engine(parsed, poolclass=StaticPool, connect_args={"check_same_thread": False})
     else:
-        if not path.exists():
+        try:
+            there = path.exists()
+        except PermissionError:
+            # A folder on the way this user may not enter (Path.exists
+            # raises for that, not only for a missing file).
+            raise StoreError(f"database {path}: permission denied (a folder of its path cannot be entered by this user)") from None
+        if not there:
             created = _create_sqlite_file(path, create and not read_only, create_dirs)
         elif not read_only:
             _sidecars_follow(path)

@@ -78,6 +78,17 @@ def test_mark_and_forget_read_an_mbox_on_stdin(runner: CliRunner, db_url: str, s
     assert runner.invoke(app, ["--db", db_url, "forget", "-"], input=box).stdout.strip() == "forgot 5"
 
 
+def test_mark_one_message_takes_stdin_whole_even_after_a_from_line(runner: CliRunner, db_url: str, sample: Path) -> None:
+    # What a mail server's pipe gives: one message, which may begin with an
+    # envelope line and hold more "From " lines in its body.
+    box = mbox_of(sample / "train-spam.mbox", 3)
+    assert box.startswith(b"From ") and box.count(b"\nFrom ") == 2
+    whole = runner.invoke(app, ["--db", db_url, "mark", "--one-message", "spam", "-"], input=box)
+    assert whole.exit_code == 0, whole.output
+    assert whole.stdout.strip() == "trained 1 spam, 0 ham"
+    assert runner.invoke(app, ["--db", db_url, "mark", "--one-message", "spam", "-"], input=box).stdout.strip() == "trained 0 spam, 0 ham; 1 already trained"
+
+
 def test_help_says_stdin_may_be_an_mbox(runner: CliRunner) -> None:
     for command in (["train"], ["classify"], ["forget"], ["mark"]):
         text = " ".join(runner.invoke(app, [*command, "--help"]).stdout.split())

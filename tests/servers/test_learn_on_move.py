@@ -18,6 +18,7 @@ from __future__ import annotations
 import email
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import sysconfig
@@ -295,3 +296,37 @@ def test_a_learner_that_hangs_is_stopped_and_the_move_stands(sieve: Sieve, sampl
     assert "Terminated with non-zero exit code 124" in log  # timeout's
     assert "failed to execute to program `spamfilter-learn'" in log
     assert model.as_expected()
+
+
+def test_a_locked_database_is_given_up_before_the_timeout_saying_why(sieve: Sieve, sample_db: str, tmp_path: Path, inbox: list[bytes]) -> None:
+    # Another process writes for longer than the move may wait: mark gives
+    # up on its own (TIMEOUT - 3 s) and says why in Dovecot's log, instead
+    # of being killed silently by timeout (exit 124).
+    model = sieve.model(sample_db, tmp_path)
+    sieve.configure(model, timeout=7)
+    holder = sqlite3.connect(model.url.removeprefix("sqlite:///"), isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        start = sieve.log_size()
+        user = sieve.user()
+        sieve.move_into_junk(user, inbox[9])
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert _in_folder(sieve, user, "Junk") == [(inbox[9], ())]
+    log = sieve.log_from(start)
+    assert "the database stayed locked by another process" in log
+    assert "exit code 124" not in log
+    assert model.as_expected()  # not learned, and nothing half-written
+
+
+def test_a_message_that_starts_with_a_from_line_is_learned_as_one(sieve: Sieve, sample_db: str, tmp_path: Path, inbox: list[bytes], log_start: int) -> None:
+    # It was split as an mbox: one move learned three spam.
+    head, _, body = inbox[10].partition(b"\n\n")
+    message = b"From someone@example.org Thu Jan  1 00:00:00 2026\n" + head + b"\n\nFrom the desk of the editor\n\nFrom now on, read this.\n" + body
+    model = sieve.model(sample_db, tmp_path)
+    sieve.configure(model)
+    user = sieve.user()
+    sieve.move_into_junk(user, message)
+    model.expect(SPAM, message)  # one message, as the expected model learns it
+    model.wait_as_expected()

@@ -83,3 +83,34 @@ def test_without_a_daemon_the_command_learns_and_a_repeat_is_success(twins: Twin
     assert "learning in-process" in result.stderr
     twins.expect(SPAM, message)
     assert twins.as_expected()
+
+
+def test_with_a_timeout_a_daemon_that_hangs_leaves_time_to_learn_in_process(twins: TwinModels, message: bytes) -> None:
+    # A daemon that accepts and never answers: each TELL waited 30 s, longer
+    # than the learn-on-move pipe lives, so nothing was ever learned.
+    with socket.socket() as hung:
+        hung.bind(("127.0.0.1", 0))
+        hung.listen()
+        address = f"127.0.0.1:{hung.getsockname()[1]}"
+        options = ["--db", twins.url, "--config", str(twins.config)]
+        result = CliRunner().invoke(app, [*options, "mark", "--connect", address, "--timeout", "4", "spam", "-"], input=message)
+    assert result.exit_code == 0, result.output
+    assert result.stderr == f"spamfilter: server {address}: timed out; learning in-process\n"
+    assert result.stdout == "trained 1 spam, 0 ham\n"
+    twins.expect(SPAM, message)
+    assert twins.as_expected()
+
+
+def test_with_a_timeout_a_locked_database_is_given_up_saying_so(twins: TwinModels, message: bytes) -> None:
+    import sqlite3
+
+    holder = sqlite3.connect(twins.url.removeprefix("sqlite:///"), isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # another process writing for longer than the pipe may wait
+    try:
+        result = CliRunner().invoke(app, ["--db", twins.url, "--config", str(twins.config), "mark", "--timeout", "2", "spam", "-"], input=message)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert result.exit_code == 75, result.output
+    assert "stayed locked by another process" in result.stderr
+    assert twins.as_expected()  # nothing learned, nothing half-written

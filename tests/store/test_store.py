@@ -449,3 +449,26 @@ def test_a_text_date_written_by_a_process_of_the_old_code_still_reads(tmp_path: 
     with store.begin(write=False) as tx:
         assert [(t, when) for t, *_, when in tx.iter_tokens()] == [("new", date(2026, 11, 27)), ("old", date(2026, 11, 26))]
     store.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="becoming another user needs root")
+def test_a_database_behind_a_folder_the_user_cannot_enter_is_a_store_error(tmp_path: Path) -> None:
+    # As the mail user of a learn-on-move pipe: Path.exists raised
+    # PermissionError, and mark exited 70 with "internal error".
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    pid = os.fork()
+    if pid == 0:  # the child becomes nobody and tries
+        code = 4
+        try:
+            os.setgid(65534)
+            os.setuid(65534)
+            Store.open(f"sqlite:///{private / 'x.db'}")
+            code = 3
+        except StoreError as exc:
+            code = 0 if "permission denied" in str(exc) else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert not (private / "x.db").exists()
