@@ -130,6 +130,7 @@ class ImapRun:
         finished = [_done(r) for r in pending if r.digest not in here]
         if finished:
             self.state.commit(folder, finished)
+            self.summary.moved += len(finished)  # gone from here: the broken pass moved them
         if again:
             messages = [m for chunk in self._fetch(session, sorted(again)) for m in chunk]
             self._move(session, folder, [(m, again[m.uid]) for m in messages], redo=True)
@@ -283,6 +284,7 @@ class ImapRun:
                     # the source folder, whose pass finishes the move.
                     if r.pending and atomic:
                         updates.append(_done(r))
+                        self.summary.moved += 1  # by a pass that broke off before it heard so
                 elif not learn:
                     continue
                 elif r is not None and r.label == model.SPAM and r.origin != "filter":

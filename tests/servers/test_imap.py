@@ -761,3 +761,13 @@ def test_a_pass_broken_off_and_retried_counts_each_message_once(
     summary = run(account_config(dovecot_server, user, retries=2), tmp_path_db(tmp_path, "broken"), monkeypatch, user, sleep=lambda s: None)
     assert summary.retries == 1 and len(calls) >= 2
     assert counts(summary) == counts(clean)
+
+
+def test_moves_a_broken_pass_made_without_hearing_so_are_counted(dovecot_server: Dovecot, sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    clean_user = setup_mailbox(dovecot_server, sample)
+    clean = run(account_config(dovecot_server, clean_user), tmp_path_db(tmp_path, "clean"), monkeypatch, clean_user)
+    user = setup_mailbox(dovecot_server, sample)
+    _drop_once(monkeypatch, "move", when="after")  # the server moved them; the answer was lost
+    summary = run(account_config(dovecot_server, user, retries=2), tmp_path_db(tmp_path, "broken"), monkeypatch, user, sleep=lambda s: None)
+    assert summary.retries == 1
+    assert (summary.moved, summary.classified, summary.spam) == (clean.moved, clean.classified, clean.spam)
