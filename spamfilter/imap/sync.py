@@ -512,15 +512,26 @@ def _passes(
 ) -> RunSummary:
     """`run_account`'s passes: one, or more after network errors."""
     attempt = 0
+    first: ImapUnavailable | None = None
     while True:
         try:
             with ImapSession.connect(account, password) as session:
                 run = ImapRun(spamfilter, account, summary, dry_run=dry_run, on_event=on_event, use_move=use_move)
                 return run.run(session)
         except ImapUnavailable as exc:
+            first = first or exc
             if attempt >= account.retries:
                 tries = "1 attempt" if attempt == 0 else f"{attempt + 1} attempts"
-                raise ImapUnavailable(f"{exc} (gave up after {tries})") from None
+                why = str(exc) if first is exc else f"{first}; then {exc}"
+                raise ImapUnavailable(f"{why} (gave up after {tries}{_so_far(summary)})") from None
             sleep(2.0**attempt)
             attempt += 1
             summary.retries += 1
+
+
+def _so_far(summary: RunSummary) -> str:
+    """What a run that gives up had done (it is recorded, and the next run goes on from there)."""
+    trained = summary.trained_spam + summary.trained_ham
+    if not (summary.classified or summary.moved or trained):
+        return ""
+    return f"; done and recorded before: {summary.classified} classified, {summary.moved} moved, {trained} trained"

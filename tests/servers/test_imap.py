@@ -771,3 +771,18 @@ def test_moves_a_broken_pass_made_without_hearing_so_are_counted(dovecot_server:
     summary = run(account_config(dovecot_server, user, retries=2), tmp_path_db(tmp_path, "broken"), monkeypatch, user, sleep=lambda s: None)
     assert summary.retries == 1
     assert (summary.moved, summary.classified, summary.spam) == (clean.moved, clean.classified, clean.spam)
+
+
+def test_a_run_that_gives_up_says_what_broke_first_and_what_it_had_done(dovecot_server: Dovecot, sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from spamfilter.imap import session as imap_module
+
+    def lost(self: object, *args: object, **kwargs: object) -> object:
+        raise ImapUnavailable("connection lost (injected)")
+
+    user = setup_mailbox(dovecot_server, sample)
+    monkeypatch.setattr(imap_module.ImapSession, "move", lost)
+    with pytest.raises(ImapUnavailable) as info:
+        run(account_config(dovecot_server, user, retries=1), tmp_path_db(tmp_path, "sf"), monkeypatch, user, sleep=lambda s: None)
+    text = str(info.value)
+    assert text.startswith("connection lost (injected)") and "gave up after 2 attempts" in text
+    assert "done and recorded before: " in text and f"{len(sample.train_spam) + len(sample.train_ham)} trained" in text
