@@ -26,7 +26,10 @@ def milter(
     socket_group: SocketGroup = "",
     allowed_ips: AllowedIps = "",
     reject_above: Annotated[
-        float | None, typer.Option("--reject-above", metavar="LOGODDS", help="Refuse (550 5.7.1) a message whose log-odds are above this, instead of marking it.")
+        float | None,
+        typer.Option(
+            "--reject-above", metavar="LOGODDS", help="Refuse (550 5.7.1) a spam whose log-odds are above this, instead of marking it (unsure mail is never refused)."
+        ),
     ] = None,
     on_error: Annotated[
         OnError, typer.Option("--on-error", help="What the MTA is told when a message cannot be scored: accept it unscanned, or tempfail it.")

@@ -6,7 +6,7 @@ MTA is told to add ``X-Spam-Status`` and ``X-Spam-Score`` (and
 ``X-Spam-Flag: YES`` for spam), the same fields with the same values as
 ``spamfilter filter`` writes, and to delete every field of those names
 that came with the message, so a sender cannot forge a verdict. With
-``reject_above`` a message whose log-odds are above it is refused at SMTP
+``reject_above`` a spam whose log-odds are above it is refused at SMTP
 time instead (``550 5.7.1``), so the sending server, not the recipient,
 holds it.
 
@@ -35,6 +35,7 @@ SIGHUP (`reload`) reads the configuration again.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import socket
 import socketserver
@@ -51,6 +52,7 @@ from spamfilter.daemon import listen, milter
 from spamfilter.daemon.pool import FilterPool, reload_config
 from spamfilter.errors import ConfigError, ProtocolError, SpamfilterError
 from spamfilter.mail import MailItem, filter_fields
+from spamfilter.verdicts import Decision
 
 logger = logging.getLogger("spamfilter.milter")
 
@@ -71,8 +73,9 @@ class MilterOptions:
     timeout: seconds the MTA may stay silent on a connection.
     allowed_ips: MTA networks allowed over TCP; empty means loopback only,
         and then the milter must listen on a loopback address.
-    reject_above: refuse (550) a message whose log-odds are above this;
-        None: never refuse, only mark.
+    reject_above: refuse (550) a spam whose log-odds are above this (a
+        finite number; unsure and ham are never refused); None: never
+        refuse, only mark.
     on_error: what the MTA is told when scoring fails: accept the message
         unscanned, or tempfail it.
     """
@@ -153,6 +156,8 @@ class MilterServer:
     def __init__(self, options: MilterOptions, pool: FilterPool, load_config: Callable[[], Config] | None = None) -> None:
         if options.workers < 1 or options.max_connections < 1 or options.max_size < 1 or options.timeout <= 0:
             raise ConfigError("workers, max connections, max size and timeout must be positive")
+        if options.reject_above is not None and not math.isfinite(options.reject_above):
+            raise ConfigError(f"--reject-above must be a finite log-odds, not {options.reject_above}")
         self.options = options
         self.pool = pool
         self._load_config = load_config
@@ -361,7 +366,7 @@ class MilterServer:
             unscanned = milter.edits(message, [], agreed) + [milter.packet(milter.CONTINUE)]
             return _Answer(unscanned, "accept", owner, "unscanned", why=f"not scanned: over --max-size {self.options.max_size} bytes")
         try:
-            with self._work, self.pool.lease(user) as (owner, f):
+            with self._work, self.pool.lease(user, create=False) as (owner, f):
                 result = next(iter(f.classify([MailItem("-", message.raw(agreed.leading_space))])))
                 event_model = f.config.model.event_model
         except SpamfilterError as exc:
@@ -373,7 +378,9 @@ class MilterServer:
 
     def _verdict_answer(self, message: milter.Message, agreed: milter.Negotiated, owner: str, v: Verdict, event_model: str) -> _Answer:
         limit = self.options.reject_above
-        if limit is not None and v.log_odds > limit:
+        # Only spam is refused: a limit set below the spam cutoff does not
+        # turn unsure mail into "refused as spam".
+        if limit is not None and v.verdict is Decision.SPAM and v.log_odds > limit:
             text = f"{_REJECT_CODE[1]} Message refused as spam (log-odds {v.log_odds:+.1f} above {limit:+.1f})"
             return _Answer([milter.reply_code(_REJECT_CODE[0], text)], "reject", owner, v.verdict, v.log_odds)
         fields = filter_fields(v.verdict, v.score, v.log_odds, event_model)

@@ -148,7 +148,15 @@ class FilterPool:
             stats = f.stats()
         finally:
             f.close()
-        if self.per_user or (stats.spam_messages and stats.ham_messages):
+        if self.per_user:
+            if self._config.store.shared_model == "none":
+                # Each user's own model or nothing: new users' mail goes unscanned.
+                return (
+                    'per-user mode with store.shared_model = "none": mail for a user without a trained model of their own is'
+                    ' passed back unscanned (shared_model = "fallback" scores it with the shared model)'
+                )
+            return None
+        if stats.spam_messages and stats.ham_messages:
             return None
         return (
             f"the model has {stats.spam_messages} spam and {stats.ham_messages} ham trained: every message is passed back"

@@ -57,7 +57,9 @@ def from_pool(request: spamd.Request, raw: bytes, pool: FilterPool) -> Answer:
         # have to choose a model by it.
         return error(spamd.EX_PROTOCOL, "User is not a user name", why=f"not scanned: User {request.unusable_user!r} is not a user name")
     try:
-        with pool.lease(request.user) as (owner, f):
+        # Only learning makes a database that does not exist: scoring on a
+        # mistyped --db would make an empty one and answer from it.
+        with pool.lease(request.user, create=request.command == "TELL") as (owner, f):
             item = delivered("-", raw)
             if request.command == "TELL":
                 return _tell(request, item, f, owner)

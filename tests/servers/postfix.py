@@ -82,9 +82,10 @@ def free_port() -> int:
 
 class Postfix:
     """A running private Postfix. ``smtpd`` maps each SMTP port to the
-    milter (``inet:HOST:PORT``) its smtpd uses; ``users`` get a Maildir."""
+    milter (``inet:HOST:PORT``) its smtpd uses; ``users`` get a Maildir;
+    ``header_checks``: the text of a regexp header_checks table."""
 
-    def __init__(self, smtpd: dict[int, str], users: list[str], hang: float) -> None:
+    def __init__(self, smtpd: dict[int, str], users: list[str], hang: float, header_checks: str = "") -> None:
         assert POSTFIX is not None
         self.hang = hang
         self.root = Path(tempfile.mkdtemp(prefix="spamfilter-postfix-"))
@@ -95,7 +96,12 @@ class Postfix:
         os.chown(self.root / "data", pwd.getpwnam("postfix").pw_uid, -1)
         os.chown(self.root / "mail", _MAIL_ID, _MAIL_ID)
         boxes = ", ".join(f"{u}@example.test={u}/" for u in users)
-        (self.root / "etc" / "main.cf").write_text(_MAIN_CF.format(root=self.root, boxes=boxes, uid=_MAIL_ID))
+        main = _MAIN_CF.format(root=self.root, boxes=boxes, uid=_MAIL_ID)
+        if header_checks:
+            # A regexp table, as docs/integration.md shows it.
+            (self.root / "etc" / "header_checks").write_text(header_checks)
+            main += f"header_checks = regexp:{self.root}/etc/header_checks\n"
+        (self.root / "etc" / "main.cf").write_text(main)
         listeners = "".join(f"127.0.0.1:{port} inet n - n - - smtpd -o smtpd_milters={m}\n" for port, m in smtpd.items())
         (self.root / "etc" / "master.cf").write_text(listeners + _SERVICES)
         self.ports = list(smtpd)

@@ -548,11 +548,13 @@ def test_per_user_mode_scores_with_the_user_headers_model_and_warns_of_a_user_wi
     finally:
         assert d.stop() == 0
     lines = d.log().splitlines()
-    assert lines[0].startswith(f"spamfilter serve: listening on {d.address} with per-user models: ")
-    assert '(shared_model = "none"); the default model when it names none' in lines[0]
-    assert lines[0].endswith("; TELL refused (--allow-tell to accept)")
+    # Said at start: a user without a model of their own goes unscanned.
+    assert lines[0].startswith('spamfilter serve: warning: per-user mode with store.shared_model = "none": mail for a user without')
+    assert lines[1].startswith(f"spamfilter serve: listening on {d.address} with per-user models: ")
+    assert '(shared_model = "none"); the default model when it names none' in lines[1]
+    assert lines[1].endswith("; TELL refused (--allow-tell to accept)")
     assert sum(line.startswith("spamfilter serve: CHECK user=erin verdict=") for line in lines) == 6
-    warnings = [line for line in lines if line.startswith("spamfilter serve: warning: ")]
+    warnings = [line for line in lines[1:] if line.startswith("spamfilter serve: warning: ")]
     assert len(warnings) == 2
     user = _spamc_user()
     for line, command in zip(warnings, ["CHECK", "PROCESS"]):

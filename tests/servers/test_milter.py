@@ -217,13 +217,50 @@ def test_miltertest_reject_above_gives_a_550_for_spam_only(tmp_path: Path, train
     for v, s in zip(verdicts, seen):
         # miltertest shows a reply code's letter, not its text: the Postfix
         # test below reads the 550 5.7.1 the sender gets.
-        if v.log_odds > 10:
+        if v.verdict == "spam" and v.log_odds > 10:
             assert (s.reply, s.status) == ("replycode", "-")
         else:
             assert (s.reply, s.status) == ("continue", expected_fields(v)["X-Spam-Status"])
-    rejected = sum(v.log_odds > 10 for v in verdicts)
+    rejected = sum(v.verdict == "spam" and v.log_odds > 10 for v in verdicts)
     assert 0 < rejected < len(items)
     assert m.log().count("action=reject") == rejected
+
+
+@needs_miltertest
+@pytest.mark.corpus
+def test_a_limit_below_the_spam_cutoff_still_refuses_only_spam(tmp_path: Path, trained: tuple[str, Path], corpus: Corpus, start_milter: type[Milter]) -> None:
+    items = [item for _, item in corpus[1][:40] if split_message(item.raw) is not None]
+    verdicts = _classify(trained, items)
+    m = start_milter(*trained, "--reject-above", "-1000")
+    seen = run_miltertest(tmp_path, m.port, [("<user@example.test>", *parts) for item in items if (parts := split_message(item.raw)) is not None])
+    assert {v.verdict for v in verdicts} >= {"spam", "ham"}
+    for v, s in zip(verdicts, seen):
+        assert s.reply == ("replycode" if v.verdict == "spam" else "continue"), v
+
+
+def test_a_reject_limit_that_is_not_a_number_is_refused(tmp_path: Path, trained: tuple[str, Path]) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "spamfilter", "--db", trained[0], "--config", str(trained[1]), "milter", "--listen", "127.0.0.1:0", "--reject-above", "nan"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 78, done.stderr
+    assert "--reject-above must be a finite log-odds" in done.stderr and "Traceback" not in done.stderr
+
+
+@needs_miltertest
+def test_a_database_that_does_not_exist_is_not_made_by_scoring(tmp_path: Path, start_milter: type[Milter]) -> None:
+    missing = tmp_path / "typo.db"
+    m = start_milter(f"sqlite:///{missing}", _write_config(tmp_path / "c.toml"), "--on-error", "tempfail")
+    [s] = run_miltertest(tmp_path, m.port, [("<user@example.test>", TINY, b"see you at noon\r\n")])
+    assert s.reply == "tempfail"
+    assert "no such database" in m.log() and not missing.exists()
+
+
+def test_per_user_mode_without_a_shared_fallback_says_so_at_start(tmp_path: Path, trained: tuple[str, Path], start_milter: type[Milter]) -> None:
+    m = start_milter(trained[0], _write_config(tmp_path / "c.toml", '[store]\nshared_model = "none"\n'), "--per-user")
+    assert re.search(r"warning: per-user mode with store.shared_model = \"none\": mail for a user without a trained model of their own is passed back unscanned", m.log())
 
 
 TINY = [(b"From", b" a@example.org"), (b"Subject", b" lunch")] + FORGED
@@ -426,6 +463,38 @@ def test_postfix_delivers_with_the_fields_and_rejects_spam_above_the_limit(tmp_p
         assert msg.get_all("X-Spam-Flag") == (["YES"] if n == spam else None)
     assert message_from_bytes(passed).get_all("X-Spam-Status") == [expected_fields(verdicts[ham])["X-Spam-Status"]]
     assert "action=reject" in rejecting.log() and "action=reject" not in marking.log()
+
+
+#: The header_checks table docs/integration.md shows: a sender's verdict
+#: fields go even when the milter is not there to remove them.
+FORGED_FIELDS_OUT = "/^X-Spam-(Flag|Status|Score):/ IGNORE\n"
+
+
+@needs_postfix
+@pytest.mark.corpus
+def test_with_the_documented_header_checks_no_forged_verdict_passes_a_milter_that_is_down(
+    tmp_path: Path, trained: tuple[str, Path], corpus: Corpus, start_milter: type[Milter]
+) -> None:
+    items = [sent for _, item in corpus[1] if (sent := _as_sent(item)) is not None]
+    [verdict] = _classify(trained, items[:1])
+    up = start_milter(*trained)
+    up_port, down_port = free_port(), free_port()
+    # milter_default_action = accept: a milter that does not answer lets mail through.
+    postfix = Postfix({up_port: up.socket, down_port: f"inet:127.0.0.1:{free_port()}"}, ["alice", "bob"], HANG, header_checks=FORGED_FIELDS_OUT)
+    try:
+        forged = b"X-Spam-Flag: YES\nX-Spam-Status: No, forged\nx-spam-score: -99\n"
+        with smtplib.SMTP("127.0.0.1", up_port, timeout=HANG) as smtp:
+            smtp.sendmail("sender@example.org", ["alice@example.test"], forged + items[0].raw)
+        with smtplib.SMTP("127.0.0.1", down_port, timeout=HANG) as smtp:
+            smtp.sendmail("sender@example.org", ["bob@example.test"], forged + items[0].raw)
+        [scanned] = postfix.delivered("alice", 1)
+        [unscanned] = postfix.delivered("bob", 1)
+    finally:
+        postfix.stop()
+    want = expected_fields(verdict)
+    msg = message_from_bytes(scanned)  # the milter's own fields are kept
+    assert msg.get_all("X-Spam-Status") == [want["X-Spam-Status"]] and msg.get_all("X-Spam-Score") == [want["X-Spam-Score"]]
+    assert not any(name.lower().startswith("x-spam-") for name in message_from_bytes(unscanned).keys())
 
 
 def test_two_processes_serve_one_socket_and_end_with_their_parent(tmp_path: Path, trained: tuple[str, Path]) -> None:
