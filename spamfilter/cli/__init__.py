@@ -494,6 +494,9 @@ def root(
         cfg = load_config(config)
     except SpamfilterError as exc:
         fail(str(exc), exitcodes.for_error(exc))
+    if user is not None and not (len(user) <= 200 and user.isprintable()):
+        # As store.user is checked: a longer name broke PostgreSQL's indexes.
+        fail("--user: a model name is at most 200 printable characters", exitcodes.USAGE)
     ctx.obj = AppState(config=cfg, db_url=db, config_path=config, user=user, create_dirs=create_dirs)
 
 

@@ -65,7 +65,7 @@ if TYPE_CHECKING:
 
 from spamfilter.counts import Totals
 from spamfilter.errors import SchemaOutOfDate, StoreBusyError, StoreError
-from spamfilter.store.engine import _make_engine, _make_owner_only, _store_error, sqlite_path
+from spamfilter.store.engine import _make_engine, _make_owner_only, _store_error, display_url, sqlite_path
 from spamfilter.store.imap_rows import ImapRecord
 from spamfilter.store.ledger import pack_token_counts, unpack_token_counts
 from spamfilter.store.schema import COUNT_COLUMNS, SCHEMA_REVISION, class_totals, metadata, model_versions
@@ -449,12 +449,3 @@ class Store:
         except self._driver_error as exc:
             # The SQLite statements run on the raw driver cursor.
             raise self._driver_failure(exc, f"cannot vacuum {self.display_url}") from None
-
-
-def display_url(url: str) -> str:
-    """``url`` with any password hidden, for messages and logs (as given
-    when it is no URL: opening it says so)."""
-    try:
-        return sa.engine.make_url(url).render_as_string(hide_password=True)
-    except sa.exc.ArgumentError:
-        return url

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import stat
 from pathlib import Path
 from urllib.parse import quote
@@ -85,17 +86,22 @@ def _make_engine(url: str, busy_timeout: float, create: bool = True, create_dirs
     folders of a new SQLite file (outermost first) and the file."""
     try:
         parsed = sa.engine.make_url(url)
-    except sa.exc.ArgumentError:
-        raise StoreError(f"not a database URL: {url!r}") from None
+    except (sa.exc.ArgumentError, ValueError):  # ValueError: a port that is not a number
+        raise StoreError(f"not a database URL: {display_url(url)!r}") from None
     if parsed.get_backend_name() != "sqlite":
         connect_args: dict[str, object] = {}
         if parsed.get_backend_name() == "postgresql":
-            # The busy timeout bounds lock waits here too (then 55P03).
-            connect_args["options"] = f"-c lock_timeout={int(busy_timeout * 1000)}"
+            # The busy timeout bounds lock waits here too (then 55P03). It
+            # goes first among the URL's own options (or $PGOPTIONS, which
+            # an explicit value would replace), so a lock_timeout there wins.
+            given = parsed.query.get("options", os.environ.get("PGOPTIONS", ""))
+            given = " ".join(given) if isinstance(given, tuple) else given
+            connect_args["options"] = f"-c lock_timeout={int(busy_timeout * 1000)} {given}".strip()
+            parsed = parsed.difference_update_query(["options"])
         try:
             return sa.create_engine(parsed, pool_pre_ping=True, connect_args=connect_args), ()
         except (ImportError, SQLAlchemyError) as exc:
-            raise StoreError(f"cannot use database {parsed.render_as_string(hide_password=True)}: {_driver_message(exc)}") from None
+            raise StoreError(f"cannot use database {display_url(url)}: {_driver_message(exc)}") from None
     path = sqlite_path(url)
     parsed = _sqlite_uri_options(parsed)
     read_only = parsed.query.get("mode") == "ro" or parsed.query.get("immutable") == "1"
@@ -181,8 +187,24 @@ def _store_error(exc: DBAPIError, what: str) -> StoreError:
     sqlstate = getattr(exc.orig, "sqlstate", None)
     if sqlstate in _RETRYABLE_SQLSTATES:
         return StoreConflict(f"{what}: lost a race with another process ({text})")
+    if sqlstate == "3D000" or (sqlstate is None and 'database "' in text and "does not exist" in text):
+        # As a missing SQLite file is (exit 66): the server has no such database.
+        return NoSuchDatabase(f"{what}: no such database ({text})")
     if sqlstate == "55P03":
         return StoreBusyError(f"{what}: a lock stayed held by another process past the busy timeout ({text})")
     if isinstance(exc, OperationalError) and "locked" in text:
         return StoreBusyError(f"{what}: the database stayed locked by another process ({text})")
     return StoreError(f"{what}: {text}")
+
+
+def display_url(url: str) -> str:
+    """``url`` with any password hidden, for messages and logs (as given
+    when it is no URL: opening it says so)."""
+    try:
+        parsed = sa.engine.make_url(url)
+    except (sa.exc.ArgumentError, ValueError):
+        # Not parsed (a bad port): hide what looks like a password all the same.
+        return re.sub(r"(password=)[^&]*", r"\1***", re.sub(r"(://[^/:@]*:)[^/@]*@", r"\1***@", url))
+    if "password" in parsed.query:  # libpq takes ?password= too
+        parsed = parsed.update_query_dict({"password": "***"})
+    return parsed.render_as_string(hide_password=True)

@@ -66,6 +66,14 @@ def test_db_takes_a_plain_file_path_as_that_sqlite_file(runner: CliRunner, tmp_p
     assert (s["spam_messages"], s["ham_messages"]) == (60, 60)
 
 
+def test_a_user_name_is_checked_as_store_user_is(runner: CliRunner, db_url: str, sample: Path) -> None:
+    for bad in ("x" * 201, "alice\nbob"):
+        result = runner.invoke(app, ["--db", db_url, "--user", bad, "stats"])
+        assert result.exit_code == exitcodes.USAGE, result.output
+        assert "--user: a model name is at most 200 printable characters" in result.stderr
+    assert runner.invoke(app, ["--db", db_url, "--user", "x" * 200, "train", "--spam", str(sample / "train-spam.mbox")]).exit_code == 0
+
+
 def test_training_twice_is_a_no_op(runner: CliRunner, trained: str, sample: Path) -> None:
     before = stats(runner, trained)
     result = runner.invoke(app, ["--db", trained, "train", "--spam", str(sample / "train-spam.mbox")])

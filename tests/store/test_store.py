@@ -19,7 +19,7 @@ from alembic.config import Config as AlembicConfig
 from alembic.script import ScriptDirectory
 
 from spamfilter.counts import ClassCounts, TokenCounts
-from spamfilter.errors import SchemaOutOfDate, StoreBusyError, StoreError
+from spamfilter.errors import NoSuchDatabase, SchemaOutOfDate, StoreBusyError, StoreError
 from spamfilter.mail import MailItem, parse_message
 from spamfilter.store import SCHEMA_REVISION, Store, pack_token_counts, sqlite_path, unpack_token_counts
 from spamfilter.tokenizer import Tokenizer
@@ -472,3 +472,36 @@ def test_a_database_behind_a_folder_the_user_cannot_enter_is_a_store_error(tmp_p
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert not (private / "x.db").exists()
+
+
+def test_the_urls_own_options_reach_postgresql_beside_the_lock_timeout(fresh_postgres_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A search_path in ?options= was dropped: the tables went to public.
+    admin = sa.create_engine(fresh_postgres_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text("CREATE SCHEMA sf"))
+    url = f"{fresh_postgres_url}?options=-csearch_path%3Dsf"
+    with Store.open(url, busy_timeout=7) as store, store.engine.connect() as conn:
+        assert conn.execute(sa.text("SHOW search_path")).scalar() == "sf"
+        assert conn.execute(sa.text("SHOW lock_timeout")).scalar() == "7s"
+    with admin.connect() as conn:
+        tables = set(conn.execute(sa.text("SELECT table_schema || '.' || table_name FROM information_schema.tables WHERE table_name = 'tokens'")).scalars())
+    admin.dispose()
+    assert tables == {"sf.tokens"}
+    monkeypatch.setenv("PGOPTIONS", "-c statement_timeout=12345")  # read when the URL names none
+    with Store.open(fresh_postgres_url) as store, store.engine.connect() as conn:
+        assert conn.execute(sa.text("SHOW statement_timeout")).scalar() == "12345ms"
+    # A database the server does not have is what a missing SQLite file is (exit 66).
+    missing = sa.engine.make_url(fresh_postgres_url).set(database="spamfilter_no_such_database").render_as_string(hide_password=False)
+    with pytest.raises(NoSuchDatabase, match="no such database"):
+        Store.open(missing)
+
+
+def test_urls_are_shown_without_their_password_and_a_bad_one_is_a_store_error() -> None:
+    from spamfilter.store import display_url
+
+    assert "s3cret" not in display_url("postgresql+psycopg://u:s3cret@db.example.org/x")
+    shown = display_url("postgresql+psycopg:///x?host=127.0.0.1&user=u&password=s3cret")
+    assert "s3cret" not in shown and "password=" in shown
+    with pytest.raises(StoreError, match="not a database URL") as info:
+        Store.open("postgresql+psycopg://u:s3cret@127.0.0.1:54x32/db")
+    assert "s3cret" not in str(info.value)
