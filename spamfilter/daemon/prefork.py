@@ -64,6 +64,7 @@ def serve(server: Forkable, processes: int) -> int:
         server.owns_socket = False
         server.label = f" worker={index}"
         _handle_signals(server)
+        _signals_ready()
         server.serve(parent=parent, announce=False)
         return 0
 
@@ -119,16 +120,30 @@ def _supervise(count: int, work: Callable[[int, int], int], started: Callable[[]
     return status
 
 
+#: The signals a worker answers; held back from a new worker until it has
+#: its own handlers (``_signals_ready``).
+_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
+
+
+def _signals_ready() -> None:
+    """A worker has its handlers: let the signals held since its fork in."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)
+
+
 def _fork(index: int, work: Callable[[int, int], int], read_end: int, write_end: int) -> int:
+    """Fork a worker running ``work``. Its signals are held from before the
+    fork until ``work`` has installed its handlers and calls
+    ``_signals_ready``: a SIGHUP (the default action ends a process) sent
+    in between reached the parent's handlers or killed the new worker."""
     sys.stderr.flush()
+    signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
     pid = os.fork()
     if pid:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)
         return pid
     code = 70
     try:
         os.close(write_end)
-        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            signal.signal(signum, signal.SIG_DFL)
         code = work(index, read_end)
     except BaseException:  # noqa: BLE001 - a worker must end here, whatever happened
         logger.exception("worker %d failed", index)

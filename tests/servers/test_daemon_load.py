@@ -508,3 +508,26 @@ def test_a_stop_does_not_wait_the_timeout_for_a_client_that_sent_nothing(tmp_pat
     log = d.log()
     assert "closed at the stop: no request came" in log
     assert "request not complete" not in log
+
+
+def test_a_signal_sent_before_a_new_worker_has_its_handlers_waits_for_them() -> None:
+    # A SIGHUP (a reload) in the moment after a fork killed the new worker:
+    # its default action ends a process.
+    from spamfilter.daemon import prefork
+
+    def work(index: int, parent: int) -> int:
+        os.kill(os.getpid(), signal.SIGHUP)  # before its handlers, as a reload might come
+        got: list[int] = []
+        signal.signal(signal.SIGHUP, lambda *_: got.append(1))
+        prefork._signals_ready()
+        return 0 if got == [1] else 3
+
+    read_end, write_end = os.pipe()
+    try:
+        pid = prefork._fork(0, work, read_end, write_end)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert not signal.pthread_sigmask(signal.SIG_BLOCK, set()) & {signal.SIGHUP, signal.SIGTERM, signal.SIGINT}  # the parent's are not held
