@@ -107,6 +107,17 @@ class StoreConfig:
     shared_model: SharedModel = "none"
     shared_min_messages: int = 20
 
+    def within(self, seconds: float) -> StoreConfig:
+        """These settings with every wait for another process's lock
+        (``busy_timeout``, ``write_deadline``) bounded by ``seconds``."""
+        return replace(self, busy_timeout=min(self.busy_timeout, seconds), write_deadline=min(self.write_deadline, seconds))
+
+
+def valid_model_name(name: str) -> bool:
+    """Whether ``name`` may name a user's model (``store.user``, ``--user``):
+    at most 200 printable characters (longer ones outgrow PostgreSQL's index rows)."""
+    return len(name) <= 200 and name.isprintable()
+
 
 @dataclass(frozen=True, slots=True)
 class ModelConfig:
@@ -440,7 +451,7 @@ def validate(config: Config, origin: str = "config") -> None:
         '"merge" needs a multinomial event model (the Bernoulli absent-token sum cannot be merged)',
         s.shared_model,
     )
-    need(len(s.user) <= 200 and s.user.isprintable(), "store.user", "must be printable, at most 200 characters", s.user)
+    need(valid_model_name(s.user), "store.user", "must be printable, at most 200 characters", s.user)
     for a in config.imap:
         key = f"imap.{a.name}"
         need(bool(a.host), f"{key}.host", "must be set", a.host)

@@ -27,7 +27,7 @@ from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from spamfilter import __version__
 from spamfilter.cli import exitcodes
-from spamfilter.config import Config, load_config
+from spamfilter.config import Config, load_config, valid_model_name
 from spamfilter.errors import SpamfilterError
 
 
@@ -494,8 +494,7 @@ def root(
         cfg = load_config(config)
     except SpamfilterError as exc:
         fail(str(exc), exitcodes.for_error(exc))
-    if user is not None and not (len(user) <= 200 and user.isprintable()):
-        # As store.user is checked: a longer name broke PostgreSQL's indexes.
+    if user is not None and not valid_model_name(user):
         fail("--user: a model name is at most 200 printable characters", exitcodes.USAGE)
     ctx.obj = AppState(config=cfg, db_url=db, config_path=config, user=user, create_dirs=create_dirs)
 

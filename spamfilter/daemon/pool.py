@@ -101,9 +101,7 @@ class FilterPool:
     def _open(self, config: Config, owner: str, *, create: bool = True) -> Filter:
         if self._writes_within is None:
             return Filter.open(config, self._db_url, owner, create=create)
-        s = config.store
-        bound = replace(s, busy_timeout=min(s.busy_timeout, self._writes_within), write_deadline=min(s.write_deadline, self._writes_within))
-        return Filter.open(replace(config, store=bound), self._db_url, owner, create=create)
+        return Filter.open(replace(config, store=config.store.within(self._writes_within)), self._db_url, owner, create=create)
 
     @property
     def per_user(self) -> bool:
@@ -140,7 +138,10 @@ class FilterPool:
             f = Filter.open(self._config, self._db_url, self.owner(None), create=False)
         except NoSuchDatabase as exc:
             path = sqlite_path(url)
-            if path is not None and not path.parent.is_dir() and url != default_location_url():
+            if path is None:
+                # A server's database: `spamfilter train` cannot make one either.
+                raise
+            if not path.parent.is_dir() and url != default_location_url():
                 # The daemon does not make folders: every request would fail.
                 raise StoreError(f"{exc}, and its folder does not exist (`spamfilter --create-dirs train` makes both)") from None
             return f"{exc}: every message is passed back unscanned until `spamfilter train` trains the model"

@@ -18,6 +18,7 @@ sees the pipe between them close and stops the same way.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
@@ -60,15 +61,18 @@ def serve(server: Forkable, processes: int) -> int:
         server.serve()
         return 0
 
-    def work(index: int, parent: int) -> int:
-        server.owns_socket = False
-        server.label = f" worker={index}"
-        _handle_signals(server)
-        _signals_ready()
-        server.serve(parent=parent, announce=False)
-        return 0
+    return _supervise(processes, functools.partial(_work, server), lambda: server.announce(processes), server.close_listener)
 
-    return _supervise(processes, work, lambda: server.announce(processes), server.close_listener)
+
+def _work(server: Forkable, index: int, parent: int) -> int:
+    """A forked worker: its signals' handlers first (the signals sent
+    since the fork are held until then), then serve."""
+    server.owns_socket = False
+    server.label = f" worker={index}"
+    _handle_signals(server)
+    _signals_ready()
+    server.serve(parent=parent, announce=False)
+    return 0
 
 
 def _handle_signals(server: Forkable) -> None:
@@ -135,11 +139,15 @@ def _fork(index: int, work: Callable[[int, int], int], read_end: int, write_end:
     fork until ``work`` has installed its handlers and calls
     ``_signals_ready``: a SIGHUP (the default action ends a process) sent
     in between reached the parent's handlers or killed the new worker."""
+    parent = os.getpid()
     sys.stderr.flush()
-    signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
-    pid = os.fork()
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
+    try:
+        pid = os.fork()
+    finally:
+        if os.getpid() == parent:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
     if pid:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)
         return pid
     code = 70
     try:

@@ -210,17 +210,17 @@ class ImapSession:
 
     # -- changing -----------------------------------------------------------
 
+    def keeps(self, keyword: str) -> bool:
+        """Whether the selected folder keeps ``keyword`` (its PERMANENTFLAGS
+        name it or allow new ones, ``\\*``). A server takes a STORE of one
+        it does not keep and says OK: Dovecot for a user without the ACL
+        right to write flags; servers without custom keywords."""
+        return self.permanent is None or "\\*" in self.permanent or keyword.lower() in self.permanent
+
     def set_keywords(self, uids: Sequence[int], add: Sequence[str] = (), remove: Sequence[str] = ()) -> None:
         """Add and remove keywords (flags) on messages of the selected folder."""
         if not uids:
             return
-        lost = [k for k in (*add, *remove) if self.permanent is not None and "\\*" not in self.permanent and k.lower() not in self.permanent]
-        if lost:
-            # The server would take the STORE and keep nothing (Dovecot does
-            # so for a user without the ACL right to write flags).
-            raise ImapError(
-                f"{self.account.host}: {self.folder}: the server does not keep the keyword {lost[0]} here (not in its PERMANENTFLAGS: may this user write flags?)"
-            )
         if add:
             self._call("STORE +FLAGS", self.client.add_flags, list(uids), list(add), silent=True)
         if remove:

@@ -55,13 +55,19 @@ class ImapState:
         """UID -> digest of the messages handled in ``folder``; None when its
         UIDVALIDITY is not the recorded one (a new folder, or one the server
         renumbered: every message is new again, and its digest finds what is
-        known of it), which is then recorded."""
-        with self._store.begin(write=not self.dry_run) as tx:
+        known of it). ``renumbered`` records the new one, once the moves a
+        broken run left pending there are finished."""
+        with self._store.begin(write=False) as tx:
             if tx.imap.uidvalidity(self.account, folder) != uidvalidity:
-                if not self.dry_run:
-                    tx.imap.set_uidvalidity(self.account, folder, uidvalidity)
                 return None
             return {u: d for u, (d, _) in tx.imap.uids(self.account, folder).items()}
+
+    def renumbered(self, folder: str, uidvalidity: int) -> None:
+        """Record ``folder``'s new UIDVALIDITY, dropping the UIDs recorded under the old one."""
+        if self.dry_run:
+            return
+        with self._store.begin() as tx:
+            tx.imap.set_uidvalidity(self.account, folder, uidvalidity)
 
     def forget_uids(self, folder: str, uids: Sequence[int]) -> None:
         """Drop UIDs that are no longer in ``folder``."""

@@ -17,7 +17,8 @@ class Event:
     kind: "classified", "moved", "flagged", "trained", "refused" or
     "created" for what was done to a message or folder; "kept" for a
     message left as it was, since the user had marked it ``$NotJunk``
-    before the run saw it; "scanned" (detail:
+    before the run saw it; "skipped" for keywords a folder would not keep,
+    left out of a change; "scanned" (detail:
     how many new messages the folder has) and "fetched" (detail: how many
     came in one chunk) for progress.
     """
@@ -46,15 +47,16 @@ class RunSummary:
     created: list[str] = field(default_factory=list)
     #: --limit: how many more messages this run may classify (None: no limit).
     limit_left: int | None = None
-    #: (folder, UIDVALIDITY, UID) of the messages counted in ``seen``: a
-    #: pass broken off and started again reads some of them twice.
-    counted: set[tuple[str, int, int]] = field(default_factory=set, repr=False)
+    #: The UIDs counted in ``seen``, per (folder, UIDVALIDITY): a pass
+    #: broken off and started again reads some of them twice.
+    counted: dict[tuple[str, int], set[int]] = field(default_factory=dict, repr=False)
 
     def see(self, folder: str, uidvalidity: int, uids: Iterable[int]) -> None:
         """Count these messages of ``folder`` as seen, once each."""
-        before = len(self.counted)
-        self.counted.update((folder, uidvalidity, u) for u in uids)
-        self.seen += len(self.counted) - before
+        known = self.counted.setdefault((folder, uidvalidity), set())
+        before = len(known)
+        known.update(uids)
+        self.seen += len(known) - before
 
     def add_verdict(self, verdict: Decision) -> None:
         """Count one message given ``verdict``."""

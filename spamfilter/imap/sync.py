@@ -45,7 +45,7 @@ from dataclasses import replace
 
 from spamfilter.answers import Refusal, Verdict
 from spamfilter.config import ImapAccount
-from spamfilter.errors import ImapUnavailable, NotTrainedError
+from spamfilter.errors import ImapError, ImapUnavailable, NotTrainedError
 from spamfilter.filter import Filter
 from spamfilter.imap.session import JUNK, NOT_JUNK, Fetched, ImapSession, Moved, account_password
 from spamfilter.imap.state import Arrival, ImapRecord, ImapState
@@ -89,12 +89,16 @@ class ImapRun:
         present = set(uids)
         if known is None:
             # Renumbered (or new): no UID recorded here means anything, so
-            # the messages a broken run was moving out are found by digest.
+            # the messages a broken run was moving out are found by digest;
+            # the new UIDVALIDITY is recorded only once their moves are
+            # finished, so a pass broken off meanwhile looks for them again.
             handled = self._pending_here(session, folder, uids)
+            self._finish_pending(session, folder, handled)
+            self.state.renumbered(folder, validity)
         else:
             self.state.forget_uids(folder, [u for u in known if u not in present])
             handled = {u: d for u, d in known.items() if u in present}
-        self._finish_pending(session, folder, handled)
+            self._finish_pending(session, folder, handled)
         new = [u for u in uids if u not in handled]
         self._event("scanned", folder, 0, str(len(new)))
         for chunk in session.fetch(new, chunk_size=self.account.chunk_size, chunk_bytes=self.account.chunk_bytes):
@@ -157,8 +161,21 @@ class ImapRun:
             self._event("refused", folder, 0, f"{refusal.source}: {refusal.reason}")
 
     def _keywords(self, session: ImapSession, folder: str, uids: Sequence[int], add: Sequence[str], remove: Sequence[str]) -> None:
+        """Add and remove keywords; one the folder would not keep is left
+        out, or, where keywords are the action (``spam_action =
+        "keyword"``), stops the run: reported as set, it would not be."""
         if not uids:
             return
+        lost = [k for k in add if not self.dry_run and not session.keeps(k)]
+        if lost:
+            if self.account.spam_action == "keyword":
+                raise ImapError(
+                    f"{self.account.host}: {folder}: the server does not keep the keyword {lost[0]} here (not in its PERMANENTFLAGS: may this user write flags?)"
+                )
+            self._event("skipped", folder, 0, f"{' '.join(lost)}: the server keeps no such keyword here")
+            add = [k for k in add if k not in lost]
+            if not add and not remove:
+                return
         for uid in uids:
             self._event("flagged", folder, uid, " ".join([*(f"+{k}" for k in add), *(f"-{k}" for k in remove)]))
         if not self.dry_run:
@@ -188,8 +205,10 @@ class ImapRun:
                 moved = session.move(uids, target, use_move=self.use_move)
                 if moved is not None:
                     arrivals.append(Arrival(target, moved.uidvalidity, _arrived(moved, messages)))
-            self.summary.moved += len(messages)
         self.state.moves_done(folder, [_done(r) for _, r in moves], [m.uid for m, _ in moves], arrivals)
+        # Counted where a move is recorded done: a pass that breaks off
+        # before this leaves them to the next pass, which counts them there.
+        self.summary.moved += len(moves)
 
     def _atomic_moves(self, session: ImapSession) -> bool:
         """Whether moves are RFC 6851 MOVEs: a message is then never in both folders."""
@@ -221,9 +240,7 @@ class ImapRun:
         a = self.account
         folders = [a.spam_folder, a.unsure_folder, a.train_spam_folder, a.train_ham_folder, *a.classify_folders]
         exists = {folder: session.exists(folder) for folder in filter(None, folders)}
-        # "report" creates no folder; only trained spam filed (trained_action
-        # = "move") needs the spam folder there.
-        creating = set(exists) if a.spam_action != "report" else {a.spam_folder} & set(exists) if a.trained_action == "move" else set()
+        creating = _folders_to_create(a, {folder for folder, there in exists.items() if not there})
         for folder, there in exists.items():
             if not there and folder in creating:
                 self.summary.created.append(folder)
@@ -275,6 +292,7 @@ class ImapRun:
             records = self.state.records(digests)
             by_user: list[Fetched] = []
             updates: list[ImapRecord] = []
+            arrived = 0
             for m, d in zip(chunk, digests):
                 r = records.get(d)
                 if r is not None and r.folder == folder:
@@ -284,7 +302,7 @@ class ImapRun:
                     # the source folder, whose pass finishes the move.
                     if r.pending and atomic:
                         updates.append(_done(r))
-                        self.summary.moved += 1  # by a pass that broke off before it heard so
+                        arrived += 1
                 elif not learn:
                     continue
                 elif r is not None and r.label == model.SPAM and r.origin != "filter":
@@ -296,6 +314,7 @@ class ImapRun:
             self._train(True, folder, by_user, f"moved to {folder}", [digest_of[m.uid] for m in by_user])
             self._keywords(session, folder, [m.uid for m in by_user], [JUNK], [NOT_JUNK])
             self.state.commit(folder, updates, list(zip([m.uid for m in chunk], digests)))
+            self.summary.moved += arrived  # by a pass that broke off before it heard so
 
     def _classify_folder(self, session: ImapSession, folder: str) -> None:
         a = self.account
@@ -366,12 +385,12 @@ class ImapRun:
             label = result.verdict.code
             self._event("classified", folder, m.uid, f"{result.verdict} (log-odds {result.log_odds:+.2f})")
             target = folder
-            if _said_not_junk(m):
+            if _has_keyword(m, NOT_JUNK):
                 # Marked "not junk" before the filter saw it (a mail client
                 # between two runs): the user's word stands; it stays as it is.
                 self._event("kept", folder, m.uid, f"{NOT_JUNK} set by the user")
             elif label == model.SPAM and a.spam_action != "report":
-                if JUNK.lower() not in {f.lower() for f in m.flags}:
+                if not _has_keyword(m, JUNK):
                     junk.append(m.uid)
                 if a.spam_action == "move":
                     target = a.spam_folder
@@ -443,8 +462,19 @@ def _arrived(moved: Moved, moves: Sequence[tuple[Fetched, ImapRecord]]) -> list[
     return [(moved.uids[m.uid], r.digest) for m, r in moves if m.uid in moved.uids]
 
 
-def _said_not_junk(message: Fetched) -> bool:
-    return NOT_JUNK.lower() in {f.lower() for f in message.flags}
+def _has_keyword(message: Fetched, keyword: str) -> bool:
+    """Whether ``message`` carries ``keyword`` (in any case, as IMAP compares them)."""
+    return keyword.lower() in {f.lower() for f in message.flags}
+
+
+def _folders_to_create(account: ImapAccount, missing: set[str]) -> set[str]:
+    """Which of the ``missing`` folders a run creates: all of them, but with
+    ``spam_action = "report"`` none (it changes nothing on the server),
+    except the spam folder that trained spam is filed in (``trained_action
+    = "move"``, which report leaves as it is)."""
+    if account.spam_action != "report":
+        return missing
+    return {account.spam_folder} & missing if account.trained_action == "move" else set()
 
 
 def _needs_training(record: ImapRecord | None, label: int) -> bool:
@@ -523,7 +553,7 @@ def _passes(
             if attempt >= account.retries:
                 tries = "1 attempt" if attempt == 0 else f"{attempt + 1} attempts"
                 why = str(exc) if first is exc else f"{first}; then {exc}"
-                raise ImapUnavailable(f"{why} (gave up after {tries}{_so_far(summary)})") from None
+                raise ImapUnavailable(f"{why} (gave up after {tries}{'' if dry_run else _so_far(summary)})") from None
             sleep(2.0**attempt)
             attempt += 1
             summary.retries += 1

@@ -96,7 +96,8 @@ def _make_engine(url: str, busy_timeout: float, create: bool = True, create_dirs
             # an explicit value would replace), so a lock_timeout there wins.
             given = parsed.query.get("options", os.environ.get("PGOPTIONS", ""))
             given = " ".join(given) if isinstance(given, tuple) else given
-            connect_args["options"] = f"-c lock_timeout={int(busy_timeout * 1000)} {given}".strip()
+            # At least 1 ms: lock_timeout = 0 would mean wait for ever.
+            connect_args["options"] = f"-c lock_timeout={max(1, int(busy_timeout * 1000))} {given}".strip()
             parsed = parsed.difference_update_query(["options"])
         try:
             return sa.create_engine(parsed, pool_pre_ping=True, connect_args=connect_args), ()
@@ -204,7 +205,7 @@ def display_url(url: str) -> str:
         parsed = sa.engine.make_url(url)
     except (sa.exc.ArgumentError, ValueError):
         # Not parsed (a bad port): hide what looks like a password all the same.
-        return re.sub(r"(password=)[^&]*", r"\1***", re.sub(r"(://[^/:@]*:)[^/@]*@", r"\1***@", url))
+        return re.sub(r"(password=)[^&]*", r"\1***", re.sub(r"(://[^:/]*:)[^@]*@", r"\1***@", url))
     if "password" in parsed.query:  # libpq takes ?password= too
         parsed = parsed.update_query_dict({"password": "***"})
     return parsed.render_as_string(hide_password=True)

@@ -7,6 +7,7 @@ loopback only, every wait bounded."""
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import socket
@@ -515,16 +516,33 @@ def test_a_signal_sent_before_a_new_worker_has_its_handlers_waits_for_them() -> 
     # its default action ends a process.
     from spamfilter.daemon import prefork
 
-    def work(index: int, parent: int) -> int:
-        os.kill(os.getpid(), signal.SIGHUP)  # before its handlers, as a reload might come
-        got: list[int] = []
-        signal.signal(signal.SIGHUP, lambda *_: got.append(1))
-        prefork._signals_ready()
-        return 0 if got == [1] else 3
+    class Worker:
+        label = ""
+        reloads = 0
+
+        @property
+        def owns_socket(self) -> bool:
+            return False
+
+        @owns_socket.setter
+        def owns_socket(self, value: bool) -> None:
+            os.kill(os.getpid(), signal.SIGHUP)  # the first thing the worker does: no handler yet
+
+        def reload(self) -> None:
+            self.reloads += 1
+
+        def stop(self) -> None:
+            pass
+
+        def serve(self, *, parent: int | None = None, announce: bool = True) -> None:
+            deadline = time.monotonic() + 30
+            while not self.reloads and time.monotonic() < deadline:
+                time.sleep(0.01)
+            os._exit(0 if self.reloads == 1 else 3)
 
     read_end, write_end = os.pipe()
     try:
-        pid = prefork._fork(0, work, read_end, write_end)
+        pid = prefork._fork(0, functools.partial(prefork._work, Worker()), read_end, write_end)
         _, status = os.waitpid(pid, 0)
     finally:
         os.close(read_end)

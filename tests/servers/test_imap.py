@@ -15,7 +15,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -621,7 +621,12 @@ def _drop_once(monkeypatch: pytest.MonkeyPatch, method: str, when: object = None
     failure at that point), after the real call when ``when == "after"``."""
     from spamfilter.imap import session as imap_module
 
-    original = getattr(imap_module.ImapSession, method)
+    return _drop_once_on(monkeypatch, imap_module.ImapSession, method, when)
+
+
+def _drop_once_on(monkeypatch: pytest.MonkeyPatch, owner: type, method: str, when: object = None) -> list[int]:
+    """``_drop_once`` for a method of any class."""
+    original = getattr(owner, method)
     calls: list[int] = []
 
     def failing(self: object, *args: object, **kwargs: object) -> object:
@@ -632,7 +637,7 @@ def _drop_once(monkeypatch: pytest.MonkeyPatch, method: str, when: object = None
             raise ImapUnavailable("connection lost (injected)")
         return original(self, *args, **kwargs)
 
-    monkeypatch.setattr(imap_module.ImapSession, method, failing)
+    monkeypatch.setattr(owner, method, failing)
     return calls
 
 
@@ -673,9 +678,12 @@ def test_a_move_asked_for_by_a_keyword_is_finished_after_a_break(dovecot_server:
         assert not tx.imap.pending("test", "INBOX")
 
 
-def test_moves_a_broken_run_left_pending_survive_a_renumbered_folder(dovecot_server: Dovecot, sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("again", [False, True], ids=["once", "broken-while-looking"])
+def test_moves_a_broken_run_left_pending_survive_a_renumbered_folder(
+    dovecot_server: Dovecot, sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, again: bool
+) -> None:
     user = setup_mailbox(dovecot_server, sample)
-    config = account_config(dovecot_server, user)
+    config = account_config(dovecot_server, user, retries=1)
     db = f"sqlite:///{tmp_path / 'sf.db'}"
     from spamfilter.imap import session as imap_module
 
@@ -694,7 +702,14 @@ def test_moves_a_broken_run_left_pending_survive_a_renumbered_folder(dovecot_ser
     for name in os.listdir(user.maildir):
         if name.startswith("dovecot-uidlist") or name.startswith("dovecot.index"):
             os.remove(user.maildir / name)
-    summary = run(config, db, monkeypatch, user)
+    if again:
+        # The connection breaks while the pass looks for them: the pass after
+        # must still know the folder was renumbered.
+        from spamfilter.imap import sync as sync_module
+
+        _drop_once_on(monkeypatch, sync_module.ImapRun, "_pending_here")
+    summary = run(config, db, monkeypatch, user, sleep=lambda s: None)
+    assert summary.retries == int(again)
     # The pending messages are moved, not taken for mail the user moved back.
     assert summary.trained_ham == 0 and summary.classified == len(sample.inbox) - 20  # the first chunk was classified before
     junk, inbox = digests(dovecot_server, user, "Junk"), digests(dovecot_server, user, "INBOX")
@@ -770,6 +785,8 @@ def test_moves_a_broken_pass_made_without_hearing_so_are_counted(dovecot_server:
     _drop_once(monkeypatch, "move", when="after")  # the server moved them; the answer was lost
     summary = run(account_config(dovecot_server, user, retries=2), tmp_path_db(tmp_path, "broken"), monkeypatch, user, sleep=lambda s: None)
     assert summary.retries == 1
+    # (seen is higher: the pass after reads the moved messages in Junk, under
+    # UIDs the lost answer would have told it.)
     assert (summary.moved, summary.classified, summary.spam) == (clean.moved, clean.classified, clean.spam)
 
 
@@ -786,3 +803,34 @@ def test_a_run_that_gives_up_says_what_broke_first_and_what_it_had_done(dovecot_
     text = str(info.value)
     assert text.startswith("connection lost (injected)") and "gave up after 2 attempts" in text
     assert "done and recorded before: " in text and f"{len(sample.train_spam) + len(sample.train_ham)} trained" in text
+
+
+def test_moves_to_two_folders_broken_between_them_are_counted_once(dovecot_server: Dovecot, sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from spamfilter.imap import session as imap_module
+
+    clean_user = setup_mailbox(dovecot_server, sample)
+    clean = run(account_config(dovecot_server, clean_user, unsure_folder="Unsure"), tmp_path_db(tmp_path, "clean"), monkeypatch, clean_user)
+    user = setup_mailbox(dovecot_server, sample)
+    original = imap_module.ImapSession.move
+    targets: list[str] = []
+
+    def second_target_breaks(self: imap_module.ImapSession, uids: list[int], target: str, **kwargs: object) -> object:
+        targets.append(target)
+        if len(set(targets)) == 2 and targets.count(target) == 1:
+            raise ImapUnavailable("connection lost (injected)")
+        return original(self, uids, target, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(imap_module.ImapSession, "move", second_target_breaks)
+    summary = run(account_config(dovecot_server, user, unsure_folder="Unsure", retries=1), tmp_path_db(tmp_path, "broken"), monkeypatch, user, sleep=lambda s: None)
+    assert summary.retries == 1 and len(set(targets)) == 2
+    assert clean.unsure > 0 and summary.moved == clean.moved
+
+
+def test_report_creates_only_the_spam_folder_that_filed_training_mail_needs() -> None:
+    from spamfilter.imap.sync import _folders_to_create
+
+    missing = {"Junk", "Unsure", "Train/Spam"}
+    account = ImapAccount(name="x", host="127.0.0.1", security="none", username="u", password_env="P", unsure_folder="Unsure")
+    assert _folders_to_create(account, missing) == missing
+    assert _folders_to_create(replace(account, spam_action="report"), missing) == set()
+    assert _folders_to_create(replace(account, spam_action="report", trained_action="move"), missing) == {"Junk"}

@@ -97,3 +97,18 @@ def test_keywords_the_server_would_not_keep_are_an_error_not_done(
     with pytest.raises(ImapError, match=r"does not keep the keyword \$Junk"):
         run(config, db, monkeypatch, user)
     assert not any(b"$Junk" in flags for _, _, flags in acl_server.folder_messages(user, "INBOX"))
+
+
+def test_moves_go_on_where_the_folder_keeps_no_keywords(
+    acl_server: Dovecot, mail: tuple[list[bytes], list[bytes]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As on a server without custom keywords: $Junk is left out, the spam still moved.
+    user = _user(acl_server, mail, "lrstei")  # everything but writing flags
+    config = account_config(acl_server, user, train_spam_folder="", train_ham_folder="")
+    db = f"sqlite:///{tmp_path / 'sf.db'}"
+    _trained(config, db, mail)
+    events: list[object] = []
+    summary = run(config, db, monkeypatch, user, on_event=events.append)
+    assert summary.moved == summary.spam > 0 and summary.flagged == 0
+    assert len(acl_server.folder_messages(user, "Junk")) == summary.spam
+    assert any(getattr(e, "kind", "") == "skipped" and "$Junk" in getattr(e, "detail", "") for e in events)

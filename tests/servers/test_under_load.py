@@ -246,3 +246,13 @@ def test_postgresql_permission_error_is_one_line(postgres_url: str) -> None:
             conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)'))
             conn.execute(sa.text(f'DROP ROLE IF EXISTS "{role}"'))
         admin.dispose()
+
+
+def test_a_daemon_refuses_to_start_on_a_postgresql_database_that_does_not_exist(postgres_url: str) -> None:
+    # It started, warning "until spamfilter train trains the model", but
+    # train cannot make a server's database: every message went unscanned.
+    missing = sa.engine.make_url(postgres_url).set(database="spamfilter_no_such_database").render_as_string(hide_password=False)
+    for command in (["serve", "--listen", "127.0.0.1:0"], ["milter", "--listen", "127.0.0.1:0"]):
+        done = subprocess.run(spamfilter(missing, *command), capture_output=True, text=True, timeout=HANG_GUARD)
+        assert done.returncode == exitcodes.NO_INPUT, done.stderr
+        assert "no such database" in done.stderr and "Traceback" not in done.stderr
