@@ -41,7 +41,8 @@ own ``-s``: PROCESS gives the message back unchanged (without a ``Spam``
 line; it is spooled to a temporary file, at most ``spool_limit`` bytes for
 all connections at once, beyond which such a request gets
 ``EX_TEMPFAIL``), HEADERS its header block, the other commands an
-``EX_TOOBIG`` reply.
+``EX_TOOBIG`` reply. A TELL the daemon accepts is learned up to
+``TELL_MAX_SIZE`` (64 MiB) whatever ``max_size`` says.
 
 SIGTERM (``stop``): the connections waiting in the listen backlog are
 accepted too, the socket is closed, and every accepted request is answered
@@ -81,6 +82,9 @@ logger = logging.getLogger("spamfilter.daemon")
 
 #: Seconds a client that has sent nothing is still given once the server stops.
 STOP_GRACE = 2.0
+#: Bytes of a TELL (with --allow-tell) taken whatever --max-size says: as
+#: many as `spamfilter filter` holds of a message.
+TELL_MAX_SIZE = 64 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -343,6 +347,10 @@ class Server:
         if r.command == "SKIP":
             self.sockets.drop(conn)
             return
+        if r.command == "TELL" and self.options.allow_tell:
+            # Learning is no scan to spare: large spam is learned through
+            # the daemon too, where only the daemon may write the model.
+            conn.max_size = max(conn.max_size, TELL_MAX_SIZE)
         if conn.oversized and r.command == "PROCESS":
             if self.sockets.spooled + conn.size > self.options.spool_limit:
                 why = f"not scanned: {self.sockets.spooled} bytes spooled already, the limit is {self.options.spool_limit}"

@@ -114,3 +114,18 @@ def test_with_a_timeout_a_locked_database_is_given_up_saying_so(twins: TwinModel
     assert result.exit_code == 75, result.output
     assert "stayed locked by another process" in result.stderr
     assert twins.as_expected()  # nothing learned, nothing half-written
+
+
+def test_the_daemon_learns_a_message_over_its_max_size(twins: TwinModels, tmp_path: Path, message: bytes) -> None:
+    # Refused as too big, it was left to the command, which cannot write
+    # where only the daemon may: large spam was never learned.
+    big = message + b"\n" + b"word " * 40_000
+    daemon = Daemon(tmp_path / "serve.log", twins.url, twins.config, "--listen", "127.0.0.1:0", "--allow-tell", "--max-size", "100000")
+    try:
+        result = CliRunner().invoke(app, ["--db", str(tmp_path / "elsewhere.db"), "mark", "--connect", str(daemon.address), "spam", "-"], input=big)
+        assert (result.exit_code, result.stdout, result.stderr) == (0, f"server {daemon.address}: learned 1 spam\n", "")
+        twins.expect(SPAM, big)
+        twins.wait_as_expected()
+    finally:
+        assert daemon.stop() == 0
+    assert not (tmp_path / "elsewhere.db").exists()
