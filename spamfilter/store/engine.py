@@ -91,14 +91,7 @@ def _make_engine(url: str, busy_timeout: float, create: bool = True, create_dirs
     if parsed.get_backend_name() != "sqlite":
         connect_args: dict[str, object] = {}
         if parsed.get_backend_name() == "postgresql":
-            # The busy timeout bounds lock waits here too (then 55P03). It
-            # goes first among the URL's own options (or $PGOPTIONS, which
-            # an explicit value would replace), so a lock_timeout there wins.
-            given = parsed.query.get("options", os.environ.get("PGOPTIONS", ""))
-            given = " ".join(given) if isinstance(given, tuple) else given
-            # At least 1 ms: lock_timeout = 0 would mean wait for ever.
-            connect_args["options"] = f"-c lock_timeout={max(1, int(busy_timeout * 1000))} {given}".strip()
-            parsed = parsed.difference_update_query(["options"])
+            parsed, connect_args["options"] = _postgresql_options(parsed, busy_timeout)
         try:
             return sa.create_engine(parsed, pool_pre_ping=True, connect_args=connect_args), ()
         except (ImportError, SQLAlchemyError) as exc:
@@ -196,6 +189,17 @@ def _store_error(exc: DBAPIError, what: str) -> StoreError:
     if isinstance(exc, OperationalError) and "locked" in text:
         return StoreBusyError(f"{what}: the database stayed locked by another process ({text})")
     return StoreError(f"{what}: {text}")
+
+
+def _postgresql_options(parsed: sa.engine.URL, busy_timeout: float) -> tuple[sa.engine.URL, str]:
+    """The URL without its ``options``, and the options to connect with:
+    the busy timeout as ``lock_timeout`` (lock waits then end in 55P03),
+    first among the URL's own options (or ``$PGOPTIONS``, which an explicit
+    value would replace), so a lock_timeout there wins."""
+    given = parsed.query.get("options", os.environ.get("PGOPTIONS", ""))
+    given = " ".join(given) if isinstance(given, tuple) else given
+    # At least 1 ms: lock_timeout = 0 would mean wait for ever.
+    return parsed.difference_update_query(["options"]), f"-c lock_timeout={max(1, int(busy_timeout * 1000))} {given}".strip()
 
 
 def display_url(url: str) -> str:

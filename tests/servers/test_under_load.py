@@ -42,7 +42,8 @@ def spamfilter(db: str, *args: str, config: Path | None = None) -> list[str]:
 def _open_at_once(url: str, barrier: multiprocessing.synchronize.Barrier, results: multiprocessing.queues.Queue[tuple[int, str]]) -> None:
     barrier.wait()
     try:
-        with Store.open(url, busy_timeout=2.0) as store:
+        # Each waits its turn at the schema's lock (10 s: the machine may be busy).
+        with Store.open(url, busy_timeout=10.0) as store:
             results.put((exitcodes.OK, str(store.schema_revision())))
     except SpamfilterError as exc:
         results.put((exitcodes.for_error(exc), str(exc)))
