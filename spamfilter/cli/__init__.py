@@ -467,13 +467,16 @@ def root(
         typer.Option(
             "--db",
             metavar="URL|FILE",
-            help="Database URL, or the path of a SQLite file (default: $SPAMFILTER_DB, store.url in the config, or a SQLite file in ~/.local/share/spamfilter).",
+            help="Database URL, or the path of a SQLite file (default: $SPAMFILTER_DB, store.url in the config, or a SQLite file in $XDG_DATA_HOME/spamfilter, ~/.local/share/spamfilter when that is unset).",
         ),
     ] = None,
     # Text, made a Path here: Typer checks a Path option with pydantic,
     # which a delivery filter would import for this one option.
     config_file: Annotated[
-        str | None, typer.Option("--config", metavar="FILE", help="Config file (default: $SPAMFILTER_CONFIG or ~/.config/spamfilter/config.toml).")
+        str | None,
+        typer.Option(
+            "--config", metavar="FILE", help="Config file (default: $SPAMFILTER_CONFIG or $XDG_CONFIG_HOME/spamfilter/config.toml, ~/.config/... when that is unset)."
+        ),
     ] = None,
     user: Annotated[
         str | None,

@@ -121,9 +121,9 @@ class FilterPool:
         model = f"the model of user {default}" if default else "the default model"
         if self.per_user:
             shared = self._config.store.shared_model
-            mode = f'per-user models: the model of the User a request names (shared_model = "{shared}"); {model} when it names none'
+            mode = f'per-user models: the model of the user a request names (shared_model = "{shared}"); {model} when it names none'
         else:
-            mode = f"one model for every request, whatever User it names: {model}"
+            mode = f"one model for every request, whatever user it names: {model}"
         return f"{mode}; database {display_url(database_url(self._db_url, self._config))}"
 
     def readiness(self) -> str | None:

@@ -439,7 +439,7 @@ def test_serve_without_options_scores_whatever_user_spamc_names_with_the_default
         assert d.stop() == 0
     log = d.log()
     assert log.splitlines()[0] == (
-        f"spamfilter serve: listening on {d.address} with one model for every request, whatever User it names: "
+        f"spamfilter serve: listening on {d.address} with one model for every request, whatever user it names: "
         f"the default model; database {url}{_PROCESSES}; TELL refused (--allow-tell to accept)"
     )
     assert log.count("CHECK user=(default) verdict=") == 21
@@ -574,7 +574,7 @@ def test_one_model_option_overrides_the_config_under_its_old_name_too(tmp_path: 
         finally:
             assert d.stop() == 0
         first = d.log().splitlines()[0]
-        assert " with one model for every request, whatever User it names: the default model; " in first, option
+        assert " with one model for every request, whatever user it names: the default model; " in first, option
         assert first.endswith("; TELL accepted"), option
         assert "CHECK user=(default) verdict=" in d.log()
 
