@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.table import Column
 
 from spamfilter.cli import app, exitcodes, state
 from spamfilter.cli._common import TableOrJson, open_filter
@@ -34,11 +35,13 @@ class _Display:
         self.tasks: dict[str, TaskID] = {}
         if console.is_terminal:
             self.bar = Progress(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("{task.fields[counts]}"),
+                TextColumn("{task.description}", table_column=Column(no_wrap=True)),
+                BarColumn(bar_width=20),
+                MofNCompleteColumn(table_column=Column(no_wrap=True)),
                 TimeElapsedColumn(),
+                # Last, and the one cut short on a narrow terminal (the
+                # folder, bar, counts and time take about 60 columns).
+                TextColumn("{task.fields[counts]}", table_column=Column(no_wrap=True, overflow="ellipsis", max_width=max(10, console.width - 60))),
                 console=console,
                 transient=True,
             )
@@ -55,7 +58,9 @@ class _Display:
             return
         if event.kind == "scanned":
             task = self.tasks.get(event.folder)
-            if task is None:
+            if task is None and event.detail == "0":
+                pass  # nothing new there: no empty bar
+            elif task is None:
                 self.tasks[event.folder] = self.bar.add_task(event.folder, total=int(event.detail), counts="")
             else:
                 self.bar.update(task, total=int(event.detail), completed=0)

@@ -297,3 +297,30 @@ def test_help_has_no_framework_artefacts(runner: CliRunner) -> None:
     assert usage == "Usage: root forget [OPTIONS] SRC..."
     usage = runner.invoke(app, ["mark", "--help"]).stdout.splitlines()[0]
     assert usage == "Usage: root mark [OPTIONS] spam|ham SRC..."
+
+
+def test_imap_progress_keeps_the_counts_whole_on_80_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from rich.console import Console
+
+    import spamfilter.cli.imap as imap_cli
+    from spamfilter.imap.summary import Event
+
+    monkeypatch.setattr(imap_cli, "Console", lambda stderr=True: Console(file=io.StringIO(), width=80, force_terminal=True, color_system=None))
+    display = imap_cli._Display(verbose=False, dry_run=False)
+    try:
+        display(Event("scanned", "INBOX", 0, "3000", False))
+        display(Event("scanned", "Junk", 0, "0", False))  # nothing new there
+        display(Event("fetched", "INBOX", 0, "2500", False))
+        for kind in ("classified", "moved", "flagged", "trained", "refused"):
+            for uid in range(1, 801):
+                display(Event(kind, "INBOX", uid, "", False))
+        assert display.bar is not None
+        out = Console(file=io.StringIO(), width=80, color_system=None)
+        out.print(display.bar.make_tasks_table(display.bar.tasks))
+        lines = out.file.getvalue().splitlines()  # type: ignore[attr-defined]
+    finally:
+        display.stop()
+    assert len(lines) == 1 and "2500/3000" in lines[0] and lines[0].startswith("INBOX ")
+    assert all(len(line) <= 80 for line in lines)
