@@ -35,6 +35,12 @@ class StoreBusyError(StoreError):
     """The token database stayed locked by another process past the timeout."""
 
 
+class StoreDisconnected(StoreBusyError):
+    """The connection to the database server was lost (a restart, an
+    administrator ending it); the transaction was not committed and runs
+    again on a new connection."""
+
+
 class StoreConflict(StoreBusyError):
     """A transaction lost a race with another process (deadlock, serialization
     failure, the same message inserted twice); running it again will succeed."""

@@ -301,7 +301,8 @@ class Store:
 
     def _driver_failure(self, exc: Exception, what: str) -> StoreError:
         """The error for one the raw driver cursors raised (SQLAlchemy does not wrap those)."""
-        wrapped = DBAPIError.instance(None, None, exc, self._driver_error)
+        disconnect = self.engine.dialect.is_disconnect(exc, None, None)  # type: ignore[arg-type]
+        wrapped = DBAPIError.instance(None, None, exc, self._driver_error, connection_invalidated=disconnect)
         assert isinstance(wrapped, DBAPIError)
         return _store_error(wrapped, what)
 

@@ -14,7 +14,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
 from sqlalchemy.pool import StaticPool
 
-from spamfilter.errors import NoSuchDatabase, StoreBusyError, StoreConflict, StoreError
+from spamfilter.errors import NoSuchDatabase, StoreBusyError, StoreConflict, StoreDisconnected, StoreError
 from spamfilter.locations import make_private_dirs
 
 
@@ -181,6 +181,10 @@ def _store_error(exc: DBAPIError, what: str) -> StoreError:
     sqlstate = getattr(exc.orig, "sqlstate", None)
     if sqlstate in _RETRYABLE_SQLSTATES:
         return StoreConflict(f"{what}: lost a race with another process ({text})")
+    if exc.connection_invalidated:
+        # SQLAlchemy saw a disconnect and dropped the connection from its
+        # pool: the next attempt gets a new one.
+        return StoreDisconnected(f"{what}: the connection to the server was lost ({text})")
     if sqlstate == "3D000" or (sqlstate is None and 'database "' in text and "does not exist" in text):
         # As a missing SQLite file is (exit 66): the server has no such database.
         return NoSuchDatabase(f"{what}: no such database ({text})")

@@ -257,3 +257,70 @@ def test_a_daemon_refuses_to_start_on_a_postgresql_database_that_does_not_exist(
         done = subprocess.run(spamfilter(missing, *command), capture_output=True, text=True, timeout=HANG_GUARD)
         assert done.returncode == exitcodes.NO_INPUT, done.stderr
         assert "no such database" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.corpus
+def test_a_train_whose_postgresql_connection_is_ended_goes_on_with_a_new_one(fresh_postgres_url: str, corpora_dir: Path, tmp_path: Path) -> None:
+    # A server restart (here: the administrator ending the connection) made
+    # a long train exit 74; the batch in flight rolls back and runs again.
+    import json
+    import time
+
+    root = corpora_dir / "spamassassin"
+    lines = (root / "index").read_text().splitlines()[:300]
+    index = tmp_path / "index"
+    index.write_text("".join(f"{label} {root / path}\n" for label, path in (line.split() for line in lines)))
+    config = tmp_path / "c.toml"
+    config.write_text("[store]\nbatch_size = 20\n")
+    admin = sa.create_engine(fresh_postgres_url, isolation_level="AUTOCOMMIT")
+    locker = sa.create_engine(fresh_postgres_url)
+    train = subprocess.Popen(
+        spamfilter(fresh_postgres_url, "train", "--index", str(index), "--jobs", "1", config=config), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    ended = 0
+    try:
+        deadline = time.monotonic() + HANG_GUARD
+
+        def trained() -> int:
+            with admin.connect() as conn:
+                return (
+                    int(conn.execute(sa.text("SELECT coalesce(sum(messages), 0) FROM class_totals")).scalar() or 0) if sa.inspect(conn).has_table("class_totals") else 0
+                )
+
+        while trained() == 0 and train.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        # Hold the totals so the next batch waits inside its transaction,
+        # then end the connection it waits on, as a restart would.
+        with locker.connect() as hold, hold.begin():
+            hold.execute(sa.text("LOCK TABLE class_totals IN ACCESS EXCLUSIVE MODE"))
+            mine = hold.execute(sa.text("SELECT pg_backend_pid()")).scalar()
+            while not ended and train.poll() is None and time.monotonic() < deadline:
+                with admin.connect() as conn:
+                    ended = int(
+                        conn.execute(
+                            sa.text(
+                                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = current_database()"
+                                " AND wait_event_type = 'Lock' AND pid <> :mine"
+                            ),
+                            {"mine": mine},
+                        ).scalar()
+                        or 0
+                    )
+                time.sleep(0.02)
+        out, err = train.communicate(timeout=HANG_GUARD)
+    finally:
+        if train.poll() is None:
+            train.kill()
+        admin.dispose()
+        locker.dispose()
+    assert ended == 1, "the run ended before its connection could be"
+    assert train.returncode == 0, err
+    assert "the connection to the server was lost" in err and "trying again" in err
+    clean = f"sqlite:///{tmp_path / 'clean.db'}"
+    assert subprocess.run(spamfilter(clean, "train", "--index", str(index), "--jobs", "1", config=config), capture_output=True, timeout=HANG_GUARD).returncode == 0
+    stats = [
+        json.loads(subprocess.run(spamfilter(url, "stats", "--format", "json"), capture_output=True, text=True, timeout=HANG_GUARD).stdout)
+        for url in (fresh_postgres_url, clean)
+    ]
+    assert [(s["spam_messages"], s["ham_messages"], s["tokens"]) for s in stats][0] == [(s["spam_messages"], s["ham_messages"], s["tokens"]) for s in stats][1]
+    assert subprocess.run(spamfilter(fresh_postgres_url, "db", "check"), capture_output=True, timeout=HANG_GUARD).returncode == 0
