@@ -259,8 +259,9 @@ def import_counts(
     ctx: typer.Context,
     path: Annotated[str, typer.Argument(metavar="FILE|-", help="A file written by `db export`, or - for stdin.")],
     replace: Annotated[
-        bool | None, typer.Option("--replace/--add", help="Replace the model (tokens, totals and ledger), or add the counts to it; needed when the model is not empty.")
-    ] = None,
+        bool, typer.Option("--replace", help="Replace the model (tokens, totals and ledger); this or --add is needed when the model is not empty.")
+    ] = False,
+    add: Annotated[bool, typer.Option("--add", help="Add the counts to the model.")] = False,
 ) -> None:
     """Read counts written by `db export` into the model (--user), in one
     transaction. Each line is checked before its counts are written (a bad
@@ -271,11 +272,13 @@ def import_counts(
 
     Example: spamfilter --db sqlite:///new.db db import --replace counts.tsv
     """
+    if replace and add:
+        fail("db import: give --replace or --add, not both", exitcodes.USAGE)
     if path == "-" and is_tty_stdin():
         fail("db import - reads the counts from standard input, which is a terminal: pipe them in or give a file", exitcodes.USAGE)
     with open_filter(ctx, create=True) as f:
         try:
-            result = _import_into(f, path, replace)
+            result = _import_into(f, path, True if replace else False if add else None)
         except BaseException:
             # A failed import into a new path leaves no empty database behind.
             f.store.remove_if_unused()

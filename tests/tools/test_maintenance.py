@@ -594,6 +594,13 @@ def test_import_refuses_what_a_backend_cannot_hold_at_its_line_and_changes_nothi
         assert export_text(f) == before
 
 
+def test_import_takes_replace_or_add_not_both(runner: CliRunner, db_url: str, tmp_path: Path) -> None:
+    counts = tmp_path / "counts.tsv"
+    counts.write_text(HAND_MADE)
+    result = runner.invoke(app, ["--db", db_url, "db", "import", "--replace", "--add", str(counts)])
+    assert result.exit_code == exitcodes.USAGE and "give --replace or --add, not both" in result.stderr
+
+
 def test_adding_counts_that_would_overflow_the_totals_is_refused(db_url: str) -> None:
     nearly_full = HAND_MADE.replace("spam_messages=3", f"spam_messages={MAX_COUNT - 1}")
     with Filter.open(Config(), db_url) as f:
