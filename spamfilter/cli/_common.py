@@ -56,9 +56,8 @@ def open_filter(ctx: typer.Context, *, create: bool, jobs: int | None = 1, write
     jobs = jobs_or_default(jobs)
     config = s.config
     if within is not None:
-        bounded = config.store.within(within)
-        config = replace(config, store=bounded)
-        write_deadline = bounded.write_deadline if write_deadline is None else min(write_deadline, within)
+        config = replace(config, store=config.store.within(within))
+        write_deadline = None if write_deadline is None else min(write_deadline, within)
     with Filter.open(config, s.db_url, s.user, create=create, create_dirs=s.create_dirs, jobs=jobs, write_deadline=write_deadline) as f:
         yield f
 

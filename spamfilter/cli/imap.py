@@ -58,12 +58,10 @@ class _Display:
             return
         if event.kind == "scanned":
             task = self.tasks.get(event.folder)
-            if task is None and event.detail == "0":
-                pass  # nothing new there: no empty bar
-            elif task is None:
-                self.tasks[event.folder] = self.bar.add_task(event.folder, total=int(event.detail), counts="")
-            else:
+            if task is not None:
                 self.bar.update(task, total=int(event.detail), completed=0)
+            elif event.detail != "0":  # a folder with nothing new gets no empty bar
+                self.tasks[event.folder] = self.bar.add_task(event.folder, total=int(event.detail), counts="")
         elif event.kind == "fetched" and event.folder in self.tasks:
             self.bar.advance(self.tasks[event.folder], int(event.detail))
         counts = ", ".join(f"{n} {kind}" for kind, n in sorted(self.counts.items()))

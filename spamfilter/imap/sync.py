@@ -241,8 +241,8 @@ class ImapRun:
         folders = [a.spam_folder, a.unsure_folder, a.train_spam_folder, a.train_ham_folder, *a.classify_folders]
         exists = {folder: session.exists(folder) for folder in filter(None, folders)}
         creating = _folders_to_create(a, {folder for folder, there in exists.items() if not there})
-        for folder, there in exists.items():
-            if not there and folder in creating:
+        for folder in exists:
+            if folder in creating:
                 self.summary.created.append(folder)
                 self._event("created", folder, 0, "folder")
                 if not self.dry_run:

@@ -202,18 +202,23 @@ def test_miltertest_verdicts_equal_classifys_and_forged_flags_go(tmp_path: Path,
     assert len(re.findall(r"^spamfilter milter: message id=\S+ user=\(default\) verdict=", m.log(), re.M)) == len(messages)
 
 
+def _sent_with_limit(
+    tmp_path: Path, trained: tuple[str, Path], corpus: Corpus, start_milter: type[Milter], count: int, limit: str
+) -> tuple[list[Verdict], list[Seen], Milter]:
+    """The first ``count`` later messages that split into header and body,
+    sent through miltertest to a milter with ``--reject-above limit``:
+    ``classify``'s verdicts, what miltertest saw, and the milter."""
+    items = [item for _, item in corpus[1][:count] if split_message(item.raw) is not None]
+    verdicts = _classify(trained, items)
+    m = start_milter(*trained, "--reject-above", limit)
+    seen = run_miltertest(tmp_path, m.port, [("<user@example.test>", *parts) for item in items if (parts := split_message(item.raw)) is not None])
+    return verdicts, seen, m
+
+
 @needs_miltertest
 @pytest.mark.corpus
 def test_miltertest_reject_above_gives_a_550_for_spam_only(tmp_path: Path, trained: tuple[str, Path], corpus: Corpus, start_milter: type[Milter]) -> None:
-    items = [item for _, item in corpus[1][:20] if split_message(item.raw) is not None]
-    verdicts = _classify(trained, items)
-    m = start_milter(*trained, "--reject-above", "10")
-    messages = []
-    for item in items:
-        parts = split_message(item.raw)
-        assert parts is not None
-        messages.append(("<user@example.test>", *parts))
-    seen = run_miltertest(tmp_path, m.port, messages)
+    verdicts, seen, m = _sent_with_limit(tmp_path, trained, corpus, start_milter, 20, "10")
     for v, s in zip(verdicts, seen):
         # miltertest shows a reply code's letter, not its text: the Postfix
         # test below reads the 550 5.7.1 the sender gets.
@@ -222,17 +227,14 @@ def test_miltertest_reject_above_gives_a_550_for_spam_only(tmp_path: Path, train
         else:
             assert (s.reply, s.status) == ("continue", expected_fields(v)["X-Spam-Status"])
     rejected = sum(v.verdict == "spam" and v.log_odds > 10 for v in verdicts)
-    assert 0 < rejected < len(items)
+    assert 0 < rejected < len(verdicts)
     assert m.log().count("action=reject") == rejected
 
 
 @needs_miltertest
 @pytest.mark.corpus
 def test_a_limit_below_the_spam_cutoff_still_refuses_only_spam(tmp_path: Path, trained: tuple[str, Path], corpus: Corpus, start_milter: type[Milter]) -> None:
-    items = [item for _, item in corpus[1][:40] if split_message(item.raw) is not None]
-    verdicts = _classify(trained, items)
-    m = start_milter(*trained, "--reject-above", "-1000")
-    seen = run_miltertest(tmp_path, m.port, [("<user@example.test>", *parts) for item in items if (parts := split_message(item.raw)) is not None])
+    verdicts, seen, _ = _sent_with_limit(tmp_path, trained, corpus, start_milter, 40, "-1000")
     assert {v.verdict for v in verdicts} >= {"spam", "ham"}
     for v, s in zip(verdicts, seen):
         assert s.reply == ("replycode" if v.verdict == "spam" else "continue"), v
