@@ -36,6 +36,10 @@ class Filter:
         self.config = config
         self.tokenizer = Tokenizer(config.tokenizer)
         self.analyser = Analyser(config.tokenizer, config.tokenizer.max_bytes, self.tokenizer)
+        #: What ``train`` and ``mark`` read with: it also packs each message's
+        #: ledger entry, on the reading processes (online learning, which
+        #: trains a few of the messages it reads, packs only those).
+        self.trainer = Analyser(config.tokenizer, config.tokenizer.max_bytes, self.tokenizer, ledger=True)
         #: What ``classify`` reads with: the message features only when a setting scores them
         #: (training always keeps their sums, so ``[model] features`` can be switched on later).
         self.reader = Analyser(config.tokenizer, config.tokenizer.max_bytes, self.tokenizer, features=config.model.features)
@@ -111,9 +115,9 @@ class Filter:
         """The message's tokens; raises ``MailParseError`` if it is not mail."""
         return self.analyser.tokens(item)
 
-    def _read_labelled(self, labelled: Iterable[tuple[bool, MailItem]]) -> Iterator[tuple[Label, Analysed | Refusal]]:
+    def _read_labelled(self, labelled: Iterable[tuple[bool, MailItem]], analyser: Analyser | None = None) -> Iterator[tuple[Label, Analysed | Refusal]]:
         """Each (is_spam, message) read on ``self.jobs`` processes, in order."""
-        for is_spam, result in analyse_labelled(self.analyser, labelled, self.jobs, self.config.store.batch_size):
+        for is_spam, result in analyse_labelled(analyser or self.analyser, labelled, self.jobs, self.config.store.batch_size):
             yield Label.of(is_spam), result
 
     # -- training -----------------------------------------------------------
@@ -126,7 +130,7 @@ class Filter:
         ``learn_online`` would train it; the others count as ``skipped``.
         """
         if TrainMode(train_mode) is TrainMode.teft:
-            return self.training.train(self._read_labelled(labelled), relabel=False)
+            return self.training.train(self._read_labelled(labelled, self.trainer), relabel=False)
         total = TrainSummary()
         for step, summary in online.learn(self.training, self._read_labelled(labelled), TrainMode(train_mode), margin):
             total = total + summary
@@ -139,7 +143,7 @@ class Filter:
     def mark(self, labelled: Iterable[tuple[bool, MailItem]]) -> TrainSummary:
         """User feedback: make each message trained as (is_spam), moving it out
         of the other class if it was trained there."""
-        return self.training.train(self._read_labelled(labelled), relabel=True)
+        return self.training.train(self._read_labelled(labelled, self.trainer), relabel=True)
 
     def forget(self, items: Iterable[MailItem]) -> TrainSummary:
         """Untrain messages: subtract exactly the counts their training added."""

@@ -113,7 +113,7 @@ class Training:
         written = self.apply(tx, delta)
         if totals is not None and written is not None and totals.messages.all():
             self._record_from_write(tx, new, written, delta, totals)
-        tx.record_messages([(d, label, a.counts, a.features) for d, (label, a) in add.items()])
+        tx.record_messages([(d, label, a.counts, a.features, a.entry) for d, (label, a) in add.items()])
         # With the batch in the ledger: a new choice of parents counts it.
         dependence.reselect_if_due(tx, self.config.model)
         new_labels = [label for d, (label, _) in add.items() if d not in moving]

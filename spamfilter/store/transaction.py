@@ -123,12 +123,18 @@ class StoreTransaction:
 
     # -- writes -------------------------------------------------------------
 
-    def record_messages(self, rows: Sequence[tuple[str, int, dict[str, int], tuple[int, ...]]], when: datetime | None = None) -> None:
-        """Add (digest, label, token_counts, features) rows to the ledger."""
+    def record_messages(self, rows: Sequence[tuple[str, int, dict[str, int], tuple[int, ...], bytes | None]], when: datetime | None = None) -> None:
+        """Add (digest, label, token_counts, features, entry) rows to the
+        ledger; ``entry``, when not None, is ``pack_ledger_entry`` of the
+        counts and features, packed already (by the processes that read
+        the mail)."""
         if not rows:
             return
         when = when or datetime.now(timezone.utc)
-        values = [{"owner": self.owner, "digest": d, "label": lbl, "trained_at": when, "token_counts": pack_ledger_entry(c, f)} for d, lbl, c, f in rows]
+        values = [
+            {"owner": self.owner, "digest": d, "label": lbl, "trained_at": when, "token_counts": pack_ledger_entry(c, f) if entry is None else entry}
+            for d, lbl, c, f, entry in rows
+        ]
         self.conn.execute(self.sql.record, values)
 
     def take_messages(self, digests: Sequence[str]) -> list[TrainedMessage]:

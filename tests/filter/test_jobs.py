@@ -24,6 +24,7 @@ from spamfilter.cli import app
 from spamfilter.config import Config, TokenizerConfig
 from spamfilter.filter import Filter
 from spamfilter.mail import MailItem, read_index
+from spamfilter.store.ledger import pack_ledger_entry, unpack_features, unpack_token_counts
 
 pytestmark = pytest.mark.corpus
 
@@ -60,6 +61,17 @@ def test_analyse_on_two_processes_gives_the_same_results_in_order(stream: list[t
     assert sum(isinstance(r, Analysed) for r in two) == len(items) - 3
 
 
+def test_workers_pack_the_ledger_entries_the_store_would_pack(stream: list[tuple[bool, MailItem]]) -> None:
+    """An analyser for training packs each entry on the reading processes;
+    the bytes are the store's own packing of the counts and features."""
+    items = [item for _, item in stream]
+    packed = [r for r in analyse(Analyser(TokenizerConfig(), 1 << 20, ledger=True), items, 2) if isinstance(r, Analysed)]
+    assert len(packed) == len(items) - 3
+    assert all(r.entry == pack_ledger_entry(r.counts, r.features) for r in packed)
+    assert sum(bool(r.features) for r in packed) == len(packed)
+    assert all(r.entry is None for r in analyse(Analyser(TokenizerConfig(), 1 << 20), items[:50], 1) if isinstance(r, Analysed))
+
+
 def test_train_and_classify_with_jobs_match_one_process(tmp_path: Path, stream: list[tuple[bool, MailItem]]) -> None:
     config = replace(Config(), store=replace(Config().store, batch_size=100))
     results = []
@@ -72,6 +84,11 @@ def test_train_and_classify_with_jobs_match_one_process(tmp_path: Path, stream: 
     assert results[0][0].trained_spam + results[0][0].trained_ham == 447
     assert [r.source for r in results[0][0].refused] == ["junk-0", "junk-1", "junk-2"]
     assert results[1] == results[0]
+    # train packed the entries on the reading processes: each is what the
+    # store packs from what it holds
+    ledger = results[1][3]["messages"]
+    assert len(ledger) >= 447
+    assert all(blob == pack_ledger_entry(unpack_token_counts(blob), unpack_features(blob)) for _, _, blob in ledger)
 
 
 def test_classify_command_output_is_the_same_for_any_jobs(tmp_path: Path, corpora_dir: Path) -> None:
