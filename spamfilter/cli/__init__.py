@@ -60,6 +60,11 @@ class Delivery:
         return self._raw
 
     @property
+    def passes_through(self) -> bool:
+        """Whether this run writes the message (``filter`` without ``--verdict-only``)."""
+        return self._pass_through
+
+    @property
     def complete(self) -> bool:
         """Whether `read` holds the whole message."""
         return self._raw is not None and len(self._raw) <= self.limit
@@ -306,11 +311,14 @@ class _Group(_LazyCommands):
     guarantees that ``filter`` never loses the message."""
 
     delivery: Delivery | None = None
+    #: Whether this run is ``filter``'s (its output is the delivery).
+    filtering = False
 
     def main(self, args: Sequence[str] | None = None, *pos: Any, **kwargs: Any) -> Any:
         argv = list(args) if args is not None else sys.argv[1:]
         i = _command_at(self, argv)
         self.delivery = Delivery(sys.stdin.buffer, sys.stdout.buffer, pass_through=_runs_filter(argv, i))
+        self.filtering = i < len(argv) and argv[i] == "filter"
         if i < len(argv) and argv[i] in ("serve", "milter") and threading.current_thread() is threading.main_thread():
             # A reload asked for while a daemon starts (a log rotation)
             # would end it, SIGHUP's default: ignored until the daemon
@@ -358,11 +366,17 @@ class _Group(_LazyCommands):
         except KeyboardInterrupt:
             fail("interrupted", exitcodes.INTERRUPTED)
         except BrokenPipeError:
-            # `spamfilter classify big.mbox | head`: the reader left, which is
-            # not an error. Point stdout at /dev/null so the interpreter's
-            # final flush does not raise again.
+            # Point stdout at /dev/null so the interpreter's final flush
+            # does not raise again.
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())
+            if self.filtering:
+                # `filter`: the message (or the verdict line) was not
+                # delivered; the MDA must not take the exit code for a verdict.
+                what = "the message" if self.delivery is not None and self.delivery.passes_through else "the verdict"
+                fail(f"cannot write {what}: the program reading it closed the pipe", exitcodes.OUTPUT_ERROR)
+            # `spamfilter classify big.mbox | head`: the reader left, which is
+            # not an error.
             raise typer.Exit(exitcodes.OK) from None
         except (typer.Exit, typer.Abort):
             raise

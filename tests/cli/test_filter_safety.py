@@ -178,6 +178,30 @@ def test_output_that_cannot_be_written_exits_74_with_one_line(tmp_path: Path, ar
         assert proc.stderr.decode().count("\n") == 1 and "spamfilter: cannot write the output" in proc.stderr.decode(), proc.stderr
 
 
+@pytest.mark.parametrize("args", [["filter"], ["filter", "--verdict-only"], ["classify", "-"]])
+def test_a_reader_that_leaves_is_an_error_for_filter_only(tmp_path: Path, args: list[str]) -> None:
+    # The program reading filter's output closed its end of the pipe: the
+    # message was not delivered, so filter must not exit 0 (or with a
+    # verdict). classify | head is the reader's choice, not an error.
+    spamfilter(tmp_path, "train", "--spam", "-", stdin=b"Subject: pills\n\ncheap pills\n")
+    spamfilter(tmp_path, "train", "--ham", "-", stdin=b"Subject: lunch\n\nlunch at noon\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPAMFILTER_")} | {"SPAMFILTER_DB": f"sqlite:///{tmp_path / 'tokens.db'}", "HOME": str(tmp_path)}
+    command = [sys.executable, "-c", "import sys; from spamfilter.cli import main; sys.exit(main())", *args]
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before anything is written
+    try:
+        proc = subprocess.run(command, input=MESSAGE, stdout=write_end, stderr=subprocess.PIPE, env=env, cwd=tmp_path, timeout=120, check=False)
+    finally:
+        os.close(write_end)
+    if args[0] == "filter":
+        assert proc.returncode == exitcodes.OUTPUT_ERROR == 74, proc.stderr
+        what = "the verdict" if "--verdict-only" in args else "the message"
+        assert proc.stderr.decode() == f"spamfilter: cannot write {what}: the program reading it closed the pipe\n"
+    else:
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stderr == b""
+
+
 def test_other_commands_and_verdict_only_write_nothing_on_errors(tmp_path: Path) -> None:
     config = tmp_path / "config.toml"
     config.write_text("[model]\nalpha = -1\n")
