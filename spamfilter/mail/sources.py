@@ -309,7 +309,12 @@ def _read_maildir(path: str) -> Iterator[MailItem]:
     # line removed, mboxrd quoting undone), so it has the digest it has in
     # the mbox it was copied from, or as a file of its own.
     for sub in ("cur", "new"):
-        for entry in _list_dir(os.path.join(path, sub)):
+        try:
+            entries = _list_dir(os.path.join(path, sub))
+        except MailSourceError as err:
+            yield _unlisted(os.path.join(path, sub), err)
+            continue
+        for entry in entries:
             if entry.is_file():
                 yield _item_in_folder(entry.path)
 
@@ -332,12 +337,24 @@ def _walk(path: str) -> Iterator[MailItem]:
         # Symlinked folders are not followed (as in os.walk): a link back up
         # the tree would otherwise read the same mail forever.
         if entry.is_dir(follow_symlinks=False):
-            yield from _read_dir(entry.path)
+            try:
+                yield from _read_dir(entry.path)
+            except MailSourceError as err:
+                # A subfolder that cannot be listed (no permission, or
+                # deleted by a mail client meanwhile) is refused like an
+                # unreadable file: the rest of the tree is still read.
+                yield _unlisted(entry.path, err)
         elif entry.is_file():
             try:
                 yield from _read_file(entry.path)
             except MailSourceError as err:
-                yield MailItem(entry.path, b"", unreadable=str(err.__cause__.strerror if isinstance(err.__cause__, OSError) else err))
+                yield _unlisted(entry.path, err)
+
+
+def _unlisted(path: str, err: MailSourceError) -> MailItem:
+    """An item to refuse for a file or subfolder of a folder being read
+    that could not be read or listed."""
+    return MailItem(path, b"", unreadable=str(err.__cause__.strerror if isinstance(err.__cause__, OSError) else err))
 
 
 def delivered(source: str, raw: bytes) -> MailItem:

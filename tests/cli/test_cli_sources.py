@@ -5,6 +5,7 @@ commands may create a database, empty sources, and --help's wording."""
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from typer.testing import CliRunner
 
 from spamfilter.cli import app, exitcodes
 from spamfilter.cli.train import spread_values
-from spamfilter.mail import read_messages
+from spamfilter.mail import read_messages, sources
 
 REPO = Path(__file__).resolve().parents[2]
 ENVELOPE = b"From sender@example.org Mon Jan  1 00:00:00 2024\n"
@@ -255,6 +256,44 @@ def test_a_message_file_that_cannot_be_read_is_refused_and_the_run_goes_on(
     result = runner.invoke(app, ["--db", db_url, "forget", str(root)])
     assert result.exit_code == exitcodes.DATA_ERROR, result.output
     assert result.stderr.strip() == f"spamfilter: skipped {bad}: cannot read it: Permission denied"
+
+
+@pytest.mark.parametrize("gone", ["folder", "maildir-new"])
+def test_a_subfolder_that_cannot_be_listed_is_skipped_and_the_rest_read(
+    runner: CliRunner, db_url: str, sample: Path, tmp_path: Path, gone: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A subfolder without permission, or deleted by a mail client after its
+    # parent was listed: refused like an unreadable file (65), where it
+    # ended the whole run with 66 and nothing of the rest learned.
+    runner.invoke(app, ["--db", db_url, "train", "--spam", str(sample / "train-spam.mbox"), "--ham", str(sample / "train-ham.mbox")])
+    root = tmp_path / "tree"
+    for name in ("a", "c"):
+        (root / name).mkdir(parents=True)
+        (root / name / "1").write_bytes(b"Subject: lunch " + name.encode() + b"\n\nsee you at noon\n")
+    box = root / "b"
+    for sub in ("cur", "new", "tmp"):
+        (box / sub).mkdir(parents=True)
+    (box / "cur" / "m1").write_bytes(b"Subject: lunch b\n\nsee you at noon\n")
+    bad = str(box if gone == "folder" else box / "new")
+    real_scandir = os.scandir
+
+    def scandir(path: str) -> object:
+        if str(path) == bad:
+            raise PermissionError(13, "Permission denied", bad)
+        return real_scandir(path)
+
+    monkeypatch.setattr(sources.os, "scandir", scandir)
+    if gone == "folder":  # nothing inside it can be looked at either
+        monkeypatch.setattr(sources.os.path, "isdir", lambda p, real=os.path.isdir: False if str(p).startswith(bad + os.sep) else real(p))
+    result = runner.invoke(app, ["--db", db_url, "classify", "--jobs", "1", "--format", "tsv", str(root)])
+    assert result.exit_code == exitcodes.DATA_ERROR, result.output
+    read = [line.split("\t")[0] for line in result.stdout.splitlines()[1:]]
+    expected = [str(root / "a" / "1"), str(root / "c" / "1")]
+    assert read == (expected if gone == "folder" else [expected[0], str(box / "cur" / "m1"), expected[1]])
+    assert result.stderr.strip() == f"spamfilter: skipped {bad}: cannot read it: Permission denied"
+    trained = runner.invoke(app, ["--db", db_url, "train", "--ham", str(root)])
+    assert trained.exit_code == exitcodes.DATA_ERROR, trained.output
+    assert re.search(r"trained 0 spam, [23] ham", trained.stdout), trained.stdout
 
 
 def test_an_empty_index_exits_66(runner: CliRunner, db_url: str, tmp_path: Path) -> None:
