@@ -542,7 +542,14 @@ def _usable_streams() -> None:
     - With PYTHONUNBUFFERED set (or ``-u``), stdout writes to the raw file,
       whose write may take only part of what it is given, and Python's text
       layer drops the rest without a word: it gets a buffer, which writes
-      everything or raises (then exit 74)."""
+      everything or raises (then exit 74).
+    - Under a locale whose encoding cannot spell every character (a file
+      name, a token of Chinese mail, in C or Latin-1), what it cannot
+      spell is written as a backslash escape, where it ended the command
+      with "internal error: UnicodeEncodeError" (70)."""
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper) and stream.errors == "strict":
+            stream.reconfigure(errors="backslashreplace")
     for name, mode in (("stdin", "r"), ("stderr", "w")):
         if getattr(sys, name) is None:
             setattr(sys, name, open(os.devnull, mode, encoding="utf-8"))  # noqa: SIM115 - for the process's life

@@ -408,3 +408,24 @@ def test_python_dash_m_runs_the_same_app() -> None:
     result = subprocess.run([sys.executable, "-m", "spamfilter", "--version"], capture_output=True, text=True, check=False)
     assert result.returncode == 0
     assert result.stdout.startswith("spamfilter ")
+
+
+def test_a_locale_that_cannot_spell_a_name_escapes_it_instead_of_failing(tmp_path: Path) -> None:
+    # Under a Latin-1 locale a file name (or a token) in Chinese ended the
+    # command with "internal error: UnicodeEncodeError" (70).
+    folder = tmp_path / "box"
+    folder.mkdir()
+    (folder / "日本.eml").write_bytes(b"From: a@b\nSubject: hi\n\nhello\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPAMFILTER_")} | {"PYTHONIOENCODING": "latin-1", "HOME": str(tmp_path)}
+    db = f"sqlite:///{tmp_path / 'l.db'}"
+    command = [sys.executable, "-c", "import sys; from spamfilter.cli import main; sys.exit(main())", "--db", db]
+    for label, text in (("spam", "cheap pills"), ("ham", "lunch at noon")):
+        stdin = f"Subject: {text}\n\n{text}\n".encode()
+        trained = subprocess.run([*command, "train", f"--{label}", "-"], input=stdin, capture_output=True, env=env, timeout=120, check=False)
+        assert trained.returncode == 0, trained.stderr
+    for fmt in ("table", "jsonl"):
+        proc = subprocess.run([*command, "classify", "--format", fmt, str(folder)], capture_output=True, env=env, timeout=120, check=False)
+        assert proc.returncode == 0, proc.stderr
+        assert b"\\u65e5\\u672c.eml" in proc.stdout, proc.stdout
+    words = subprocess.run([*command, "top-words", "--min-count", "1"], capture_output=True, env=env, timeout=120, check=False)
+    assert words.returncode == 0, words.stderr
