@@ -380,6 +380,11 @@ class _Group(_LazyCommands):
             raise typer.Exit(exitcodes.OK) from None
         except (typer.Exit, typer.Abort):
             raise
+        except OverflowError as exc:
+            # A number given on the command line that no C integer holds
+            # (`--min-count 9223372036854775808` reaching SQLite, a sleep
+            # of 1e300 seconds): the options are checked for sign, not size.
+            fail(f"a number given is too large: {exc}", exitcodes.USAGE)
         except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, no traceback
             if os.environ.get("SPAMFILTER_DEBUG"):
                 raise

@@ -429,3 +429,9 @@ def test_a_locale_that_cannot_spell_a_name_escapes_it_instead_of_failing(tmp_pat
         assert b"\\u65e5\\u672c.eml" in proc.stdout, proc.stdout
     words = subprocess.run([*command, "top-words", "--min-count", "1"], capture_output=True, env=env, timeout=120, check=False)
     assert words.returncode == 0, words.stderr
+
+
+def test_a_number_too_large_for_the_database_is_a_usage_error(runner: CliRunner, trained: str) -> None:
+    result = runner.invoke(app, ["--db", trained, "top-words", "--min-count", str(2**63)])
+    assert result.exit_code == exitcodes.USAGE, result.output
+    assert result.stderr.startswith("spamfilter: a number given is too large: ")
