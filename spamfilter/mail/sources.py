@@ -257,7 +257,10 @@ def _iter_source(path: str, stdin: BinaryIO | None, stdin_is_one: bool = False) 
             # stdin; here the envelope line alone says so).
             first = stream.readline()
             if first.startswith(_ENVELOPE_PREFIX) and not stdin_is_one:
-                yield from _mbox_messages(itertools.chain([first], stream), STDIN_SOURCE, split=True)
+                if _cr_only(first):
+                    yield from _mbox_messages((first + stream.read()).splitlines(keepends=True), STDIN_SOURCE, split=True)
+                else:
+                    yield from _mbox_messages(itertools.chain([first], stream), STDIN_SOURCE, split=True)
             else:
                 yield MailItem(STDIN_SOURCE, first + stream.read())
         except OSError as err:
@@ -382,6 +385,20 @@ def _item_in_folder(path: str) -> MailItem:
         return MailItem(path, b"", unreadable=err.strerror or str(err))
 
 
+#: How much of an mbox file is looked at to tell CR line ends (`_cr_only`).
+_CR_SNIFF: Final = 1 << 16
+
+
+def _cr_only(head: bytes) -> bool:
+    """Whether the start of an mbox has lines ended by CR alone (old Mac
+    mail programs): its envelope line then runs on without an LF. Split on
+    LF alone, such a file was one envelope line holding everything, and
+    every message in it was refused as empty, where ``filter`` (which
+    splits on CR too, as Python's parser does) read it."""
+    line = head.split(b"\n", 1)[0]
+    return b"\r" in line.rstrip(b"\r")
+
+
 def _starts_with_envelope(f: io.BufferedReader) -> bool:
     """Whether a file just opened starts with an mbox envelope line.
 
@@ -402,7 +419,10 @@ def _read_file(path: str) -> Iterator[MailItem]:
     try:
         with open(path, "rb") as f:
             if _starts_with_envelope(f):
-                yield from _mbox_messages(f, path, split=True)
+                head = f.peek(_CR_SNIFF)[:_CR_SNIFF]
+                # A whole file of CR line ends is read at once to split it:
+                # such a file is a rarity from old Mac mail programs.
+                yield from _mbox_messages(f.read().splitlines(keepends=True) if _cr_only(head) else f, path, split=True)
             else:
                 yield MailItem(path, f.read())
     except OSError as err:

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from spamfilter.errors import MailParseError, MailSourceError
 from spamfilter.mail import FILTER_HEADERS, MailItem, NestingTooDeepDefect, digest_bytes, parse_message, read_index, read_messages
+from spamfilter.mail.sources import delivered
 
 MAX_BYTES = 1 << 20
 
@@ -84,6 +85,23 @@ def test_mbox_with_crlf_line_ends_splits_and_keeps_crlf(tmp_path: Path) -> None:
     items = list(read_messages([str(box)]))
 
     assert [item.raw for item in items] == [b"Subject: one\r\n\r\nFrom here\r\n", b"Subject: two\r\n\r\nbody\r\n"]
+
+
+def test_mbox_with_cr_only_line_ends_splits_as_filter_reads_it(tmp_path: Path) -> None:
+    # Old Mac mail programs end lines with CR alone: split on LF alone, the
+    # file was one envelope line and each message was refused as empty.
+    one = b"From a@x Mon Jan  1 00:00:00 2024\rSubject: one\r\rbody one\r"
+    box = write(tmp_path / "cr.mbox", one + b"\rFrom b@x Mon Jan  1 00:00:01 2024\rSubject: two\r\rbody two\r")
+
+    from_file = list(read_messages([str(box)]))
+    from_stdin = list(read_messages(["-"], stdin=io.BytesIO(box.read_bytes())))
+
+    assert [item.raw for item in from_file] == [b"Subject: one\r\rbody one\r\r", b"Subject: two\r\rbody two\r"]
+    assert [item.raw for item in from_stdin] == [item.raw for item in from_file]
+    # one message alone has the digest `filter` gives it, so it can be marked
+    single = write(tmp_path / "one.eml", one)
+    assert [item.digest for item in read_messages([str(single)])] == [delivered("-", one).digest]
+    assert parse_message(from_file[1], max_bytes=1 << 20)["subject"] == "two"
 
 
 def test_mbox_from_line_after_text_splits_only_when_it_looks_like_an_envelope(tmp_path: Path) -> None:
