@@ -278,12 +278,16 @@ class Store:
         if write and not self._checked and sqlite_path(self.url) is not None:
             # Writing into a damaged file can spread the damage: the first
             # write of a process checks the file (PRAGMA quick_check).
-            problems = self.integrity_check(quick=True)
-            if problems:
-                raise StoreError(f"{self.display_url}: the database file is damaged ({problems[0]}); `spamfilter db check` lists the problems")
+            self._refuse_damaged()
             self._checked = True
         with self._transaction(options) as tx:
             yield tx
+
+    def _refuse_damaged(self) -> None:
+        """Raise ``StoreError`` when SQLite's quick check finds the file damaged."""
+        problems = self.integrity_check(quick=True)
+        if problems:
+            raise StoreError(f"{self.display_url}: the database file is damaged ({problems[0]}); `spamfilter db check` lists the problems")
 
     @contextmanager
     def _transaction(self, options: dict[str, str]) -> Iterator[StoreTransaction]:
@@ -430,6 +434,10 @@ class Store:
         tables; the space becomes reusable, the files rarely shrink. Both run
         outside a transaction, as they must.
         """
+        if sqlite_path(self.url) is not None:
+            # VACUUM of a damaged file fails with whatever SQLite meets
+            # first, "database or disk is full" among them: check first.
+            self._refuse_damaged()
         try:
             with self.engine.connect() as conn:
                 if self.engine.dialect.name == "sqlite":

@@ -242,6 +242,11 @@ def test_check_reports_a_damaged_file_and_writers_refuse_it(trained_url: str, tm
     assert f"the database file is damaged (Page {root}: " in train.stderr and "spamfilter db check" in train.stderr
     with Filter.open(Config(), trained_url) as f, pytest.raises(StoreError, match="damaged"):
         f.forget(mail["ham"][:1])
+    # So does vacuum, whose own failure on such a file may read "database
+    # or disk is full".
+    vacuum = runner.invoke(app, ["--db", trained_url, "db", "vacuum"])
+    assert vacuum.exit_code == exitcodes.STORE_ERROR
+    assert f"the database file is damaged (Page {root}: " in vacuum.stderr and "spamfilter db check" in vacuum.stderr
 
 
 # -- prune -----------------------------------------------------------------------
