@@ -84,6 +84,10 @@ class StoreInconsistent(StoreError):
     at all (``spamfilter db check`` lists the problems)."""
 
 
+class ModelNotEmpty(SpamfilterError):
+    """An import meant for an empty model found counts there."""
+
+
 class CountsFileError(SpamfilterError):
     """A counts file for ``spamfilter db import`` cannot be read or is not one."""
 

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, BinaryIO, get_args, get_origin
+from typing import Annotated, Any, BinaryIO, NoReturn, get_args, get_origin
 
 import typer
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
@@ -436,7 +436,7 @@ def _show_warnings() -> None:
 _OUTPUT_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EBADF})
 
 
-def fail(message: str, code: int) -> None:
+def fail(message: str, code: int) -> NoReturn:
     """Print ``spamfilter: message`` on stderr, on one line, and exit with ``code``."""
     typer.echo("spamfilter: " + " ".join(line.strip() for line in message.splitlines() if line.strip()), err=True)
     raise typer.Exit(code)

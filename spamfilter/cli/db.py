@@ -17,7 +17,7 @@ import typer
 from spamfilter.cli import app, exitcodes, fail, state
 from spamfilter.cli._common import TableOrJson, is_tty_stdin, open_filter
 from spamfilter.counts import MAX_COUNT
-from spamfilter.errors import StoreInconsistent
+from spamfilter.errors import ModelNotEmpty, StoreInconsistent
 from spamfilter.filter import Filter, upgrade_database
 from spamfilter.tools.counts_file import read_counts_lines
 from spamfilter.tools.maintenance import ImportSummary, Maintenance
@@ -289,16 +289,14 @@ def import_counts(
 
 def _import_into(f: Filter, path: str, replace: bool | None) -> ImportSummary:
     """``db import``'s work on the open filter."""
-    if replace is None:
-        s = f.stats()
-        if s.ham_messages or s.spam_messages or s.tokens:
-            fail(f"the model of {_whose(s.user)} is not empty: give --replace or --add", exitcodes.USAGE)
     try:
         fh = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115 - closed below
     except OSError as exc:
         fail(f"cannot read {path}: {exc.strerror}", exitcodes.NO_INPUT)
     try:
-        return Maintenance(f.store).import_counts(read_counts_lines(fh), replace=bool(replace))
+        return Maintenance(f.store).import_counts(read_counts_lines(fh), replace=bool(replace), into_empty=replace is None)
+    except ModelNotEmpty:
+        fail(f"the model of {_whose(f.store.owner)} is not empty: give --replace or --add", exitcodes.USAGE)
     finally:
         if path != "-":
             fh.close()

@@ -404,6 +404,14 @@ class StoreTransaction:
                 'SELECT token FROM tokens WHERE owner = %s AND token = ANY(%s::text[]) ORDER BY token COLLATE "C" FOR UPDATE', (self.owner, list(token_list))
             )
 
+    def exclude_writers(self) -> None:
+        """Keep every other writer of the counts out until this transaction
+        ends, so what it reads stays what it writes over. SQLite's write
+        transaction (BEGIN IMMEDIATE) does so already; on PostgreSQL a lock
+        on the tokens table that every writer's own lock waits for."""
+        if self.conn.dialect.name == "postgresql":
+            self.conn.execute(sa.text("LOCK TABLE tokens IN SHARE ROW EXCLUSIVE MODE"))
+
     def prune_tokens(self, min_count: int, last_seen_by: date | None, *, dry_run: bool = False) -> tuple[int, ClassCounts]:
         """Delete this owner's tokens that occur in fewer than ``min_count``
         messages of both classes together and were last seen on or before
@@ -417,11 +425,10 @@ class StoreTransaction:
         tokens that are left; the messages counts do not change.
         ``untracked`` records what was taken.
         """
-        if self.conn.dialect.name == "postgresql" and not dry_run:
+        if not dry_run:
             # The count, the histogram buckets and the delete below are three
-            # statements: keep writers out until the transaction ends, so all
-            # three see the same tokens (SQLite's BEGIN IMMEDIATE does this).
-            self.conn.execute(sa.text("LOCK TABLE tokens IN SHARE ROW EXCLUSIVE MODE"))
+            # statements: all three must see the same tokens.
+            self.exclude_writers()
         condition = (tokens.c.owner == self.owner) & ((tokens.c.ham_docs + tokens.c.spam_docs) < min_count)
         if last_seen_by is not None:
             condition = condition & (tokens.c.last_seen.is_(None) | (tokens.c.last_seen <= last_seen_by))

@@ -23,7 +23,7 @@ import numpy as np
 
 from spamfilter.config import ModelConfig
 from spamfilter.counts import MAX_COUNT, ClassCounts, IntArray, TokenCounts
-from spamfilter.errors import StoreError
+from spamfilter.errors import ModelNotEmpty, StoreError
 from spamfilter.filter import dependence
 from spamfilter.nb import model
 from spamfilter.store import Store
@@ -220,12 +220,15 @@ class Maintenance:
             written += len(lines)
         return written
 
-    def import_counts(self, lines: Iterable[str], *, replace: bool) -> ImportSummary:
+    def import_counts(self, lines: Iterable[str], *, replace: bool, into_empty: bool = False) -> ImportSummary:
         """Read counts in the format ``export_counts`` writes into this user's
         model, in one transaction (``spamfilter db import``).
 
         ``replace`` first deletes the user's model (tokens, totals,
-        histogram and ledger); otherwise the counts are added to it. The
+        histogram and ledger); otherwise the counts are added to it, and with
+        ``into_empty`` only if it is empty, as seen inside the transaction
+        (else ``ModelNotEmpty``: two imports started at once cannot both
+        take an empty model for theirs). The
         histogram is kept in step token by token, the imported tokens' last
         seen day is today, and the imported totals are recorded as untracked
         (no ledger: they cannot be forgotten message by message). The file
@@ -246,7 +249,11 @@ class Maintenance:
         tokens = 0
         with self.store.begin() as tx:
             if not replace:
+                if into_empty:
+                    tx.exclude_writers()
                 have = tx.totals()
+                if into_empty and (have.classes.messages.any() or have.vocabulary_size):
+                    raise ModelNotEmpty("the model is not empty")
                 reader.room = MAX_COUNT - have.classes.table()
             else:
                 tx.clear_model()

@@ -9,6 +9,8 @@ import io
 import json
 import shutil
 import sqlite3
+import threading
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from datetime import date
 from pathlib import Path
@@ -21,7 +23,7 @@ from spamfilter.answers import Verdict
 from spamfilter.cli import app, exitcodes
 from spamfilter.config import Config, ModelConfig
 from spamfilter.counts import MAX_COUNT
-from spamfilter.errors import CountsFileError, StoreError
+from spamfilter.errors import CountsFileError, ModelNotEmpty, StoreError
 from spamfilter.filter import Filter
 from spamfilter.mail import MailItem
 from spamfilter.store import Store, sqlite_path
@@ -746,3 +748,44 @@ def test_a_count_sqlite_turned_into_a_real_is_reported_by_check_and_refused_by_e
     train = runner.invoke(app, ["--db", trained_url, "train", "--ham", str(message)])
     assert train.exit_code == exitcodes.STORE_INCONSISTENT and "class_totals holds 9.2233720368547" in train.stderr
     assert sqlite3.connect(path).execute("SELECT count(*), sum(ham_docs) FROM tokens").fetchone() == before
+
+
+def test_two_imports_into_an_empty_model_at_once_cannot_both_take_it(any_db_url: str) -> None:
+    # `db import FILE` (neither --replace nor --add) checked for an empty
+    # model before its transaction: two started together could both see
+    # it empty, and both add (the model doubled). The check is now inside
+    # the import's own transaction, with other writers kept out.
+    first_read = threading.Event()
+    go_on = threading.Event()
+
+    def slow_lines() -> Iterator[str]:
+        lines = HAND_MADE.splitlines(keepends=True)
+        yield from lines[:3]
+        first_read.set()  # the first import is inside its transaction
+        go_on.wait(60)
+        yield from lines[3:]
+
+    results: dict[str, object] = {}
+
+    def run(name: str, lines: Iterable[str]) -> None:
+        with Filter.open(Config(), any_db_url) as f:
+            try:
+                results[name] = Maintenance(f.store).import_counts(lines, replace=False, into_empty=True)
+            except ModelNotEmpty as exc:
+                results[name] = exc
+
+    Filter.open(Config(), any_db_url).close()  # the schema, made once
+    one = threading.Thread(target=run, args=("one", slow_lines()))
+    one.start()
+    assert first_read.wait(60)
+    two = threading.Thread(target=run, args=("two", HAND_MADE.splitlines(keepends=True)))
+    two.start()
+    two.join(1.0)  # waits for the first import's transaction
+    go_on.set()
+    one.join(60)
+    two.join(60)
+    assert not one.is_alive() and not two.is_alive()
+    assert getattr(results["one"], "spam_messages", None) == 3
+    assert isinstance(results["two"], ModelNotEmpty)
+    with Filter.open(Config(), any_db_url) as f:
+        assert f.stats().spam_messages == 3
