@@ -262,9 +262,9 @@ def summarise(
     )
 
 
-def _need_both_classes(n_spam: int, n_ham: int) -> None:
+def _need_both_classes(n_spam: int, n_ham: int, what: str = "the stream has", hint: str = "") -> None:
     if not (n_spam and n_ham):
-        raise EvaluationError(f"the stream has {n_spam} spam and {n_ham} ham that could be read: measuring a filter needs at least one of each")
+        raise EvaluationError(f"{what} {n_spam} spam and {n_ham} ham that could be read: measuring a filter needs at least one of each{hint}")
 
 
 def fresh_filter(config: Config, url: str | None = None, *, jobs: int = 1) -> Filter:
@@ -346,7 +346,7 @@ def run_split(
         raise EvaluationError(f"--head {head} leaves nothing to train on or nothing to classify in a stream of {len(labelled)} messages")
     train, test = labelled[:head], labelled[head:]
     n_spam = sum(1 for s, _ in test if s)
-    _need_both_classes(n_spam, len(test) - n_spam)
+    _need_both_classes(n_spam, len(test) - n_spam, f"the messages after the first {head}, the ones classified, hold", " (--head moves the split)")
     head_spam = sum(1 for s, _ in train if s)
     if not 0 < head_spam < len(train):
         raise EvaluationError(

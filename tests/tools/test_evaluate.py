@@ -382,3 +382,19 @@ def test_a_split_whose_head_lacks_a_class_and_cv_with_one_of_a_class_are_refused
     cv = CliRunner().invoke(app, ["evaluate", "--index", str(one_spam), "--protocol", "cv", "--folds", "3"])
     assert cv.exit_code == 65
     assert "cross-validation needs two of each" in cv.stderr
+
+
+def test_a_split_whose_classified_part_has_one_class_says_so(index: Path) -> None:
+    # All the ham first: the second half, the part classified, is all spam.
+    # The message blamed "the stream", which holds both.
+    lines = index.read_text().splitlines()
+    ordered = index.parent / "index-ham-first"
+    ordered.write_text("".join(line + "\n" for line in sorted(lines, key=lambda line: not line.startswith("ham "))))
+    n_ham = sum(line.startswith("ham ") for line in lines)
+    result = CliRunner().invoke(app, ["evaluate", "--index", str(ordered), "--protocol", "split", "--head", str(n_ham)])
+    assert result.exit_code == 65
+    n_spam = len(lines) - n_ham
+    assert result.stderr.strip() == (
+        f"spamfilter: the messages after the first {n_ham}, the ones classified, hold {n_spam} spam and 0 ham that could be read: "
+        "measuring a filter needs at least one of each (--head moves the split)"
+    )
