@@ -141,3 +141,10 @@ def index_length(path: str) -> int | None:
             return sum(1 for line in fh if line.strip())
     except OSError:
         return None
+
+
+def tsv_field(text: str) -> str:
+    """``text`` as one field of a TSV row: backslash, tab, newline and
+    carriage return escaped (as in a counts file), so a file name holding
+    them cannot break the row or the file into more."""
+    return text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")

@@ -13,7 +13,7 @@ import typer
 
 from spamfilter.answers import Refusal, Verdict
 from spamfilter.cli import app
-from spamfilter.cli._common import open_filter, progress, report_refusals
+from spamfilter.cli._common import open_filter, progress, report_refusals, tsv_field
 from spamfilter.cli.reading import Jobs
 from spamfilter.mail import MailItem, read_index, read_messages
 
@@ -28,7 +28,7 @@ def _render(v: Verdict, fmt: Format) -> str:
     if fmt is Format.jsonl:
         return json.dumps({"source": v.source, "score": v.score, "log_odds": v.log_odds, "verdict": v.verdict})
     if fmt is Format.tsv:
-        return f"{v.source}\t{v.score:.6g}\t{v.log_odds:.6f}\t{v.verdict}"
+        return f"{tsv_field(v.source)}\t{v.score:.6g}\t{v.log_odds:.6f}\t{v.verdict}"
     return f"{v.verdict:<7} {v.score:8.6f} {v.log_odds:+10.2f}  {v.source}"
 
 

@@ -13,7 +13,7 @@ import numpy as np
 import typer
 
 from spamfilter.cli import app, exitcodes, fail, state, writable_output
-from spamfilter.cli._common import Margin, TableOrJson, index_length, jobs_or_default, progress, report_refusals
+from spamfilter.cli._common import Margin, TableOrJson, index_length, jobs_or_default, progress, report_refusals, tsv_field
 from spamfilter.cli.reading import Jobs
 from spamfilter.config import ONLINE_TRAIN_MODE, TUNE_MARGIN, TrainMode
 from spamfilter.mail import read_index
@@ -33,7 +33,7 @@ def write_scores(path: Path, scored: list[Scored]) -> None:
         fh.write("source\tgold\tscore\tlog_odds\tverdict\n")
         for s in scored:
             gold = Label.of(s.is_spam).decision
-            fh.write(f"{s.source}\t{gold}\t{s.score!r}\t{s.log_odds!r}\t{s.verdict}\n")
+            fh.write(f"{tsv_field(s.source)}\t{gold}\t{s.score!r}\t{s.log_odds!r}\t{s.verdict}\n")
 
 
 def render(report: EvalReport) -> list[str]:

@@ -85,7 +85,9 @@ def read_scores(path: Path) -> ScoreSample:
         raise ScoresFileError(f"cannot read scores file {path}: {exc.strerror}") from None
     except UnicodeDecodeError:
         raise ScoresFileError(f"{path}: not a text file of scores") from None
-    lines = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+    # Lines end at LF (or CRLF) only: str.splitlines would also break a row
+    # at a form feed or U+2028 in a file name.
+    lines = [(n, line.removesuffix("\r")) for n, line in enumerate(text.split("\n"), 1) if line.strip()]
     if not lines:
         raise ScoresFileError(f"{path}: has no scores")
     if lines[0][1].lstrip().startswith("{"):
@@ -122,12 +124,16 @@ def _jsonl_rows(path: Path, lines: list[tuple[int, str]]) -> Rows:
     for n, line in lines:
         try:
             row = json.loads(line)
+            # A row of classify's has its source; `explain --format json`
+            # has a log_odds too, but is one message's reasons, not a score list.
+            if "source" not in row:
+                raise KeyError("source")
             odds.append(float(row["log_odds"]))
             verdict = row.get("verdict")
             if "score" in row:
                 scores.append(float(row["score"]))
         except (ValueError, KeyError, TypeError, AttributeError):
-            raise ScoresFileError(f"{path}, line {n}: not a `classify --format jsonl` row with a log_odds") from None
+            raise ScoresFileError(f"{path}, line {n}: not a `classify --format jsonl` row with a source and a log_odds") from None
         if verdict in _VERDICTS:
             verdicts.append(verdict)
     return odds, None, verdicts if len(verdicts) == len(odds) else None, scores
