@@ -37,6 +37,9 @@ class _Statements:
             .returning(messages.c.digest, messages.c.label, messages.c.trained_at, messages.c.token_counts)
         )
         self.record = sa.insert(messages)
+        self.rewrite_ledger = (
+            sa.update(messages).where((messages.c.owner == sa.bindparam("own")) & (messages.c.digest == sa.bindparam("d"))).values(token_counts=sa.bindparam("entry"))
+        )
         where_folder = (imap_uids.c.account == sa.bindparam("acct")) & (imap_uids.c.folder == sa.bindparam("fold"))
         self.imap_validity = sa.select(imap_folders.c.uidvalidity).where(
             (imap_folders.c.account == sa.bindparam("acct")) & (imap_folders.c.folder == sa.bindparam("fold"))

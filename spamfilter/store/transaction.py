@@ -447,13 +447,53 @@ class StoreTransaction:
             column = tokens.c[name]
             for k, n in _whole(list(self.conn.execute(sa.select(column, sa.func.count()).where(condition).group_by(column))), "tokens", start=0):
                 hist_delta[(int(label), int(k))] = -int(n)
-        self.conn.execute(sa.delete(tokens).where(condition))
+        pruned = {str(t) for (t,) in self.conn.execute(sa.delete(tokens).where(condition).returning(tokens.c.token))}
         self._add_histogram(hist_delta)
         for label in (HAM, SPAM):
             self.counts_sql.add_totals(self.owner, label, (-taken).of_class(label))
-        self.add_untracked(-taken)
+        # The class totals lost `taken`, the ledger's sums what its entries
+        # lost: untracked stays their difference (zero for a store whose
+        # counts all came from its ledger).
+        self.add_untracked(self._drop_from_ledger(pruned) - taken)
         self.counts_sql.bump_version(self.owner)
         return removed, taken
+
+    def _drop_from_ledger(self, pruned: set[str]) -> ClassCounts:
+        """Take the ``pruned`` tokens out of this owner's ledger entries, so
+        that forgetting or relabelling a message later subtracts only what
+        is left of it: a pruned token trained again by a later message is
+        that message's alone. What the ledger's sums lost (terms and
+        binary_terms per class).
+
+        The tokens of a one-dependence selection stay in the entries: their
+        pair counts are sums over the ledger that pruning does not change.
+        """
+        lost = ClassCounts.zeros()
+        if self.pairs.selected_at() is not None:
+            pruned = pruned - set(self.pairs.parents()[0]) - set(self.pairs.all_children())
+        if not pruned:
+            return lost
+        query = sa.select(messages.c.digest, messages.c.label, messages.c.token_counts).where(
+            (messages.c.owner == self.owner) & (messages.c.digest > sa.bindparam("after"))
+        )
+        after = ""
+        while rows := self.conn.execute(query.order_by(messages.c.digest).limit(_CHUNK), {"after": after}).all():
+            after = str(rows[-1][0])
+            changed = []
+            for digest, label, blob in rows:
+                try:
+                    counts = unpack_token_counts(blob)
+                    features = unpack_features(blob)
+                except DamagedEntry as exc:
+                    raise _damaged(digest, exc) from exc
+                gone = pruned.intersection(counts)
+                if gone:
+                    lost.terms[label] += sum(counts.pop(t) for t in gone)
+                    lost.binary_terms[label] += len(gone)
+                    changed.append({"d": digest, "entry": pack_ledger_entry(counts, features)})
+            if changed:
+                self.conn.execute(self.sql.rewrite_ledger, [{"own": self.owner, **row} for row in changed])
+        return lost
 
     def clear_model(self) -> None:
         """Delete this owner's whole model: tokens, totals, histogram, ledger."""

@@ -139,9 +139,9 @@ class Maintenance:
         N[c] = sum_j N[c,j] over the tokens left and the multinomial estimates
         theta[c,j] = (N[c,j] + alpha) / (N[c] + alpha*V) still sum to 1 over
         the vocabulary left; message counts (priors, Bernoulli denominators)
-        do not change. The ledger keeps each message's full counts, so
-        forgetting a message later subtracts what is still there and stops
-        at zero for the tokens that are gone. SQLite keeps the freed pages
+        do not change. The pruned tokens leave the ledger's entries too
+        (``StoreTransaction.prune_tokens``), so forgetting a message later
+        subtracts only what is left of it. SQLite keeps the freed pages
         for reuse; ``vacuum`` gives them back to the file system.
         """
         if min_count < 0 or older_than_days < 0:
