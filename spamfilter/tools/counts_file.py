@@ -27,6 +27,8 @@ MAX_TOKEN_BYTES = 1000
 #: and four counts of 19 digits fit.
 MAX_LINE_BYTES = 4096
 _ESCAPED = re.compile(r"\\(.?)", re.DOTALL)
+#: A count as a counts file writes it: ASCII digits alone.
+_DIGITS = re.compile(r"[0-9]+")
 
 
 def escape_token(text: str) -> str:
@@ -125,12 +127,9 @@ class CountsReader:
 
     def _totals(self, line: str) -> IntArray:
         fields = dict(part.partition("=")[::2] for part in line[len("# totals ") :].split())
-        try:
-            values = [int(fields[key]) for key in TOTALS_KEYS]
-        except (KeyError, ValueError):
-            raise self.fail(f"the totals line needs whole numbers for {', '.join(TOTALS_KEYS)}") from None
-        if min(values) < 0:
-            raise self.fail("a total is negative")
+        if not all(_DIGITS.fullmatch(fields.get(key, "")) for key in TOTALS_KEYS):
+            raise self.fail(f"the totals line needs whole numbers written in the digits 0-9 for {', '.join(TOTALS_KEYS)}")
+        values = [int(fields[key]) for key in TOTALS_KEYS]
         for value, key, room in zip(values, TOTALS_KEYS, self.room.ravel().tolist()):
             if value > room:
                 raise self.fail(
@@ -147,11 +146,14 @@ class CountsReader:
             raise self.fail(f"expected token and 4 counts separated by tabs, found {len(parts)} fields")
         try:
             token = unescape_token(parts[0])
-            counts = [int(p) for p in parts[1:]]
         except ValueError as exc:
             raise self.fail(str(exc)) from None
-        if min(counts) < 0:
-            raise self.fail("a count is negative")
+        bad = [p for p in parts[1:] if not _DIGITS.fullmatch(p)]
+        if bad:
+            # int() would take "+0", "0_0" and other scripts' digits, and
+            # word its refusals in Python's terms.
+            raise self.fail(f"the count {bad[0]!r} is not a whole number written in the digits 0-9")
+        counts = [int(p) for p in parts[1:]]
         if max(counts) > MAX_COUNT:
             raise self.fail(f"a count is above {MAX_COUNT} (2^62 - 1)")
         if "\x00" in token:
