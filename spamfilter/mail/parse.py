@@ -30,6 +30,13 @@ _CONTROL_BYTES: Final = bytes(range(0x00, 0x09)) + b"\x0b\x0c" + bytes(range(0x0
 # 30% leaves a wide margin on both sides.
 _SNIFF_BYTES: Final = 4096
 _MAX_CONTROL_SHARE: Final = 0.30
+# Compressed or encrypted data (a mailbox.gz in a mail folder, an image)
+# has about 10% control bytes and half its bytes at 0x80 or above; text in
+# an 8-bit charset (KOI8-R, Latin-1) may be mostly such bytes, but has no
+# control bytes. Both shares above these marks: binary.
+_BINARY_CONTROL_SHARE: Final = 0.03
+_BINARY_HIGH_SHARE: Final = 0.25
+_HIGH_BYTES: Final = bytes(range(0x80, 0x100))
 
 # The stdlib feedparser tests every line against the boundary of every
 # multipart still open around it, so parsing costs lines x nesting depth:
@@ -69,6 +76,12 @@ def _refuse_non_mail(item: MailItem) -> None:
         n_control = len(head) - len(head.translate(None, _CONTROL_BYTES))
         if n_control > _MAX_CONTROL_SHARE * len(head):
             raise MailParseError(f"{item.source}: not a mail message (no header block, {n_control} of the first {len(head)} bytes are control bytes)")
+        n_high = len(head) - len(head.translate(None, _HIGH_BYTES))
+        if n_control > _BINARY_CONTROL_SHARE * len(head) and n_high > _BINARY_HIGH_SHARE * len(head):
+            raise MailParseError(
+                f"{item.source}: not a mail message (no header block, and its first {len(head)} bytes look binary: "
+                f"{n_control} control bytes, {n_high} bytes above 0x7F; compressed mail must be decompressed first)"
+            )
 
 
 def parse_message(item: MailItem, *, max_bytes: int) -> email.message.Message:
@@ -100,7 +113,9 @@ def parse_message(item: MailItem, *, max_bytes: int) -> email.message.Message:
     ------
     MailParseError
         The message is empty or whitespace only, or has no header block and
-        its first 4 KiB are more than 30% control bytes (binary junk).
+        its first 4 KiB are more than 30% control bytes, or more than 3%
+        control bytes and 25% bytes above 0x7F (binary junk: compressed
+        data, images).
     ValueError
         `max_bytes` is not positive.
 

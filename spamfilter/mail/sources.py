@@ -335,8 +335,19 @@ def _read_mh(path: str) -> Iterator[MailItem]:
         yield _item_in_folder(entry.path)
 
 
+def _is_bookkeeping(name: str) -> bool:
+    """Whether a file in a mail folder is a mail program's own, not mail:
+    Thunderbird's summary files (``Inbox.msf`` beside the ``Inbox`` mbox),
+    Dovecot's indexes, UID lists and keyword lists (``dovecot.index``,
+    ``dovecot-uidlist``), and the folder list of Dovecot's and UW-IMAP's
+    mbox layout (``subscriptions``)."""
+    return name.endswith(".msf") or name.startswith(("dovecot.", "dovecot-")) or name == "subscriptions"
+
+
 def _walk(path: str) -> Iterator[MailItem]:
     for entry in _list_dir(path):
+        if _is_bookkeeping(entry.name) and not entry.is_dir(follow_symlinks=False):
+            continue
         # Symlinked folders are not followed (as in os.walk): a link back up
         # the tree would otherwise read the same mail forever.
         if entry.is_dir(follow_symlinks=False):

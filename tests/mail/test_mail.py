@@ -305,6 +305,31 @@ def test_single_path_string_instead_of_a_list_raises_type_error(tmp_path: Path) 
         read_messages(str(tmp_path))
 
 
+def test_a_mail_program_s_folder_yields_its_mail_not_its_bookkeeping(tmp_path: Path) -> None:
+    # A Thunderbird profile folder and a Dovecot mbox folder: the summary,
+    # index and subscription files beside the mailboxes were read as mail
+    # (and trained as such); a compressed mailbox is refused as binary.
+    import gzip
+
+    root = tmp_path / "Mail"
+    write(root / "Inbox", b"From x Mon Jan  1 00:00:00 2024\nSubject: in\n\nhello\n")
+    write(root / "Inbox.msf", b'// <!-- <mdb:mork:z v="1.4"/> -->\n<(82=Hello)>\n')
+    write(root / "Archive.sbd" / "2024", b"From x Mon Jan  1 00:00:00 2024\nSubject: old\n\nhello\n")
+    write(root / "Archive.sbd" / "2024.msf", b'// <!-- <mdb:mork:z v="1.4"/> -->\n')
+    for name in ("dovecot.index", "dovecot.index.log", "dovecot-uidlist", "subscriptions"):
+        write(root / name, b"3 V1 N2 G0\n1 :x\n")
+    write(root / "old.mbox.gz", gzip.compress(b"From x Mon Jan  1 00:00:00 2024\nSubject: zipped\n\n" + bytes(range(256)) * 40, mtime=0))
+
+    items = list(read_messages([str(root)]))
+
+    assert sources(items, root) == ["Archive.sbd/2024", "Inbox", "old.mbox.gz"]
+    with pytest.raises(MailParseError, match="look binary: .* compressed mail must be decompressed first"):
+        parse_message(items[2], max_bytes=1 << 20)
+    # Headerless text in an 8-bit charset is still text, however many of its bytes are 8-bit.
+    koi8 = MailItem("koi8", "Привет, это письмо без заголовков и в кодировке КОИ-8.\n".encode("koi8-r") * 20)
+    assert parse_message(koi8, max_bytes=1 << 20).get_payload()
+
+
 def test_folder_with_unicode_digit_names_is_not_taken_for_mh(tmp_path: Path) -> None:
     folder = tmp_path / "odd"
     write(folder / "1", b"Subject: 1\n\n")
