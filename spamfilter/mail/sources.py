@@ -267,8 +267,20 @@ def _iter_source(path: str, stdin: BinaryIO | None, stdin_is_one: bool = False) 
             raise MailSourceError(f"cannot read standard input: {err}") from err
     elif os.path.isdir(path):
         yield from _read_dir(path)
+    elif _is_empty_file(path):
+        # A file named on the command line with nothing in it holds no
+        # message (the caller warns, and exits 66 if no source held one);
+        # inside a folder, an empty file is refused like other non-mail.
+        return
     else:
         yield from _read_file(path)
+
+
+def _is_empty_file(path: str) -> bool:
+    try:
+        return os.path.isfile(path) and os.path.getsize(path) == 0
+    except OSError:
+        return False
 
 
 def _read_dir(path: str) -> Iterator[MailItem]:

@@ -81,6 +81,16 @@ def _create_sqlite_file(path: Path, create: bool, create_dirs: bool) -> list[Pat
     return created
 
 
+def _empty_sqlite_file(path: Path) -> bool:
+    """Whether ``path`` holds nothing yet: no byte in it or its write-ahead
+    log (a new WAL database's first pages may be in the log alone)."""
+    wal = path.with_name(path.name + "-wal")
+    try:
+        return path.stat().st_size == 0 and (not wal.exists() or wal.stat().st_size == 0)
+    except OSError:
+        return False
+
+
 def _make_engine(url: str, busy_timeout: float, create: bool = True, create_dirs: bool = True) -> tuple[Engine, tuple[Path, ...]]:
     """The engine for ``url``, and what making it created on disk: the
     folders of a new SQLite file (outermost first) and the file."""
@@ -111,6 +121,9 @@ def _make_engine(url: str, busy_timeout: float, create: bool = True, create_dirs
             raise StoreError(f"database {path}: permission denied (a folder of its path cannot be entered by this user)") from None
         if not there:
             created = _create_sqlite_file(path, create and not read_only, create_dirs)
+        elif not create and _empty_sqlite_file(path):
+            # A command that only reads would have written the schema into it.
+            raise NoSuchDatabase(f"no spamfilter database in {path} (an empty file)")
         elif not read_only:
             _sidecars_follow(path)
         engine = sa.create_engine(parsed, connect_args={"timeout": busy_timeout})

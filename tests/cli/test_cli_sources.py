@@ -166,6 +166,13 @@ def test_commands_that_read_refuse_a_missing_database(runner: CliRunner, tmp_pat
     result = runner.invoke(app, ["--db", f"sqlite:///{tmp_path / 'x.db'}", *args])
     assert result.exit_code == exitcodes.NO_INPUT
     assert not (tmp_path / "x.db").exists()
+    # Nor write a schema into an empty file.
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    result = runner.invoke(app, ["--db", f"sqlite:///{empty}", *args])
+    assert result.exit_code == exitcodes.NO_INPUT, result.output
+    assert result.stderr.strip() == f"spamfilter: no spamfilter database in {empty} (an empty file)"
+    assert empty.stat().st_size == 0
 
 
 def test_training_creates_the_file_but_a_missing_folder_only_when_asked(runner: CliRunner, tmp_path: Path, sample: Path) -> None:
@@ -197,9 +204,15 @@ def test_the_default_database_location_is_created_with_its_folders(runner: CliRu
 # -- 5. empty sources -----------------------------------------------------------------------
 
 
-def test_an_empty_folder_is_warned_about_and_nothing_found_exits_66(runner: CliRunner, db_url: str, tmp_path: Path, sample: Path) -> None:
+@pytest.mark.parametrize("kind", ["folder", "file"])
+def test_an_empty_folder_is_warned_about_and_nothing_found_exits_66(runner: CliRunner, db_url: str, tmp_path: Path, sample: Path, kind: str) -> None:
+    # An empty file named on the command line holds no message either (it
+    # was refused as an empty message, 65, where the guide says 66).
     empty = tmp_path / "empty"
-    empty.mkdir()
+    if kind == "folder":
+        empty.mkdir()
+    else:
+        empty.touch()
     result = runner.invoke(app, ["--db", db_url, "train", "--spam", str(empty)])
     assert result.exit_code == exitcodes.NO_INPUT
     assert result.stderr.splitlines() == [f"spamfilter: warning: no messages in {empty}", "spamfilter: no messages found in any source"]
