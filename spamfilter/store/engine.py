@@ -205,6 +205,12 @@ def _store_error(exc: DBAPIError, what: str) -> StoreError:
         return StoreBusyError(f"{what}: a lock stayed held by another process past the busy timeout ({text})")
     if isinstance(exc, OperationalError) and "locked" in text:
         return StoreBusyError(f"{what}: the database stayed locked by another process ({text})")
+    if "database disk image is malformed" in text:
+        # SQLITE_CORRUPT where even the check cannot start (a truncated
+        # file: its schema cannot be read).
+        return StoreError(
+            f"{what}: the database file is damaged ({text}); where SQLite can still read its schema, `spamfilter db check` lists the problems, else restore it from a backup"
+        )
     return StoreError(f"{what}: {text}")
 
 

@@ -251,6 +251,16 @@ def test_check_reports_a_damaged_file_and_writers_refuse_it(trained_url: str, tm
     assert f"the database file is damaged (Page {root}: " in vacuum.stderr and "spamfilter db check" in vacuum.stderr
 
 
+def test_a_truncated_file_is_called_damaged_even_where_check_cannot_start(trained_url: str, runner: CliRunner) -> None:
+    path = Path(trained_url.removeprefix("sqlite:///"))
+    Store.open(trained_url).checkpoint()
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 3])
+    result = runner.invoke(app, ["--db", trained_url, "db", "check"])
+    assert result.exit_code == exitcodes.STORE_ERROR, result.output
+    assert "the database file is damaged (database disk image is malformed)" in result.stderr, result.stderr
+
+
 # -- prune -----------------------------------------------------------------------
 
 HAND_MADE = """# spamfilter counts v1 owner=
