@@ -436,7 +436,10 @@ class StoreTransaction:
         # PostgreSQL sums bigints as numeric (a Decimal); SQLite's sum of a
         # column holding text is a REAL, which _whole refuses.
         found = self.conn.execute(sa.select(sa.func.count(), *sums).where(condition)).one()
-        row = _whole([[int(x) if isinstance(x, Decimal) and x == x.to_integral_value() else x for x in found]], "tokens", start=0)[0]
+        row = [int(x) if isinstance(x, Decimal) and x == x.to_integral_value() else x for x in found]
+        if any(type(x) is not int for x in row):
+            # A sum, not a stored value: name the fault, not the sum.
+            raise StoreInconsistent("tokens holds a count that is not a whole number: the database is damaged (`spamfilter db check` lists the problems)")
         removed = int(row[0])
         hd, sd, ht, st = (int(x) for x in row[1:])
         taken = ClassCounts(np.zeros(2, dtype=np.int64), np.array([ht, st], dtype=np.int64), np.array([hd, sd], dtype=np.int64))

@@ -261,6 +261,15 @@ def test_a_truncated_file_is_called_damaged_even_where_check_cannot_start(traine
     assert "the database file is damaged (database disk image is malformed)" in result.stderr, result.stderr
 
 
+def test_prune_over_a_fractional_count_names_the_fault_not_a_sum(trained_url: str, runner: CliRunner) -> None:
+    # It said "tokens holds 3042.0 where a count belongs": a sum no row holds.
+    with Filter.open(Config(), trained_url) as f:
+        execute(f, "UPDATE tokens SET ham_docs = 1.5 WHERE token = (SELECT min(token) FROM tokens WHERE ham_docs = 1 AND spam_docs = 0)")
+    prune = runner.invoke(app, ["--db", trained_url, "db", "prune", "--min-count", "2", "--older-than", "0"])
+    assert prune.exit_code == exitcodes.STORE_INCONSISTENT, prune.output
+    assert prune.stderr == "spamfilter: tokens holds a count that is not a whole number: the database is damaged (`spamfilter db check` lists the problems)\n"
+
+
 # -- prune -----------------------------------------------------------------------
 
 HAND_MADE = """# spamfilter counts v1 owner=
