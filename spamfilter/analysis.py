@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import signal
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import islice
 from typing import TYPE_CHECKING
@@ -43,6 +43,10 @@ CHUNK = 32
 
 #: Inputs shorter than this are analysed in this process.
 MIN_PARALLEL = 4 * CHUNK
+
+#: Packs a message's ledger entry from its token counts and features (a
+#: module-level function, so that it pickles to the workers by name).
+LedgerPacker = Callable[[dict[str, int], tuple[int, ...]], bytes]
 
 #: What a worker sends back for a message it read: digest, token counts,
 #: features, and the ledger entry when the analyser packs one.
@@ -72,21 +76,22 @@ class Analyser:
     travels, and the worker builds its tokenizer from it (compiled patterns
     and the engine state of a tokenizer are not for pickling)."""
 
-    def __init__(self, config: TokenizerConfig, max_bytes: int, tokenizer: Tokenizer | None = None, *, features: bool = True, ledger: bool = False) -> None:
+    def __init__(self, config: TokenizerConfig, max_bytes: int, tokenizer: Tokenizer | None = None, *, features: bool = True, ledger: LedgerPacker | None = None) -> None:
         self.config = config
         self.max_bytes = max_bytes
         self._tokenizer = tokenizer
         #: Whether the message features are computed; without them ``Analysed.features`` is ().
         self.features = features
-        #: Whether each message's ledger entry is packed here (``Analysed.entry``):
-        #: for training, where packing is a sixth of the writing process's
-        #: work and the workers have cores to spare.
+        #: What packs each message's ledger entry here (``Analysed.entry``;
+        #: the store's ``pack_ledger_entry``, handed over by the filter, as
+        #: this module knows nothing of the store), for training: the
+        #: reading processes do it instead of the writing one.
         self.ledger = ledger
 
-    def __getstate__(self) -> tuple[TokenizerConfig, int, bool, bool]:
+    def __getstate__(self) -> tuple[TokenizerConfig, int, bool, LedgerPacker | None]:
         return self.config, self.max_bytes, self.features, self.ledger
 
-    def __setstate__(self, state: tuple[TokenizerConfig, int, bool, bool]) -> None:
+    def __setstate__(self, state: tuple[TokenizerConfig, int, bool, LedgerPacker | None]) -> None:
         self.config, self.max_bytes, self.features, self.ledger = state
         self._tokenizer = None
 
@@ -129,13 +134,7 @@ class Analyser:
             # Whatever one message raises refuses that message and names
             # the error; the run goes on.
             return f"cannot be read: {type(exc).__name__}: {exc}"
-        entry = None
-        if self.ledger:
-            # Imported here: reading mail for a delivery filter packs nothing.
-            from spamfilter.store.ledger import pack_ledger_entry
-
-            entry = pack_ledger_entry(counts, features)
-        return item.digest, counts, features, entry
+        return item.digest, counts, features, None if self.ledger is None else self.ledger(counts, features)
 
     def remote(self, chunk: list[MailItem]) -> list[Outcome | str]:
         """``one`` for each message of a chunk, in a worker: only the digest,

@@ -24,6 +24,7 @@ from spamfilter.nb import decision, model
 from spamfilter.nb.calibration import MAP_BINS
 from spamfilter.retry import retrying
 from spamfilter.store import Store
+from spamfilter.store.ledger import pack_ledger_entry
 from spamfilter.tokenizer import Tokenizer
 from spamfilter.verdicts import Label
 
@@ -39,7 +40,7 @@ class Filter:
         #: What ``train`` and ``mark`` read with: it also packs each message's
         #: ledger entry, on the reading processes (online learning, which
         #: trains a few of the messages it reads, packs only those).
-        self.trainer = Analyser(config.tokenizer, config.tokenizer.max_bytes, self.tokenizer, ledger=True)
+        self.trainer = Analyser(config.tokenizer, config.tokenizer.max_bytes, self.tokenizer, ledger=pack_ledger_entry)
         #: What ``classify`` reads with: the message features only when a setting scores them
         #: (training always keeps their sums, so ``[model] features`` can be switched on later).
         self.reader = Analyser(config.tokenizer, config.tokenizer.max_bytes, self.tokenizer, features=config.model.features)

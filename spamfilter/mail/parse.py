@@ -63,7 +63,9 @@ class NestingTooDeepDefect(email.errors.MessageDefect):
 
 def _refuse_non_mail(item: MailItem) -> None:
     """Raise ``MailParseError`` for an empty message, or one without a
-    header block whose first bytes are mostly control bytes."""
+    header block whose first 4 KiB are more than 30% control bytes, or
+    more than 3% control bytes and 25% bytes above 0x7F (binary junk:
+    compressed data, images)."""
     if item.unreadable_reason is not None:
         raise MailParseError(item.unreadable_reason)
     raw = item.raw
@@ -113,9 +115,7 @@ def parse_message(item: MailItem, *, max_bytes: int) -> email.message.Message:
     ------
     MailParseError
         The message is empty or whitespace only, or has no header block and
-        its first 4 KiB are more than 30% control bytes, or more than 3%
-        control bytes and 25% bytes above 0x7F (binary junk: compressed
-        data, images).
+        its first 4 KiB look binary (``_refuse_non_mail``).
     ValueError
         `max_bytes` is not positive.
 

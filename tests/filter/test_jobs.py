@@ -65,7 +65,7 @@ def test_workers_pack_the_ledger_entries_the_store_would_pack(stream: list[tuple
     """An analyser for training packs each entry on the reading processes;
     the bytes are the store's own packing of the counts and features."""
     items = [item for _, item in stream]
-    packed = [r for r in analyse(Analyser(TokenizerConfig(), 1 << 20, ledger=True), items, 2) if isinstance(r, Analysed)]
+    packed = [r for r in analyse(Analyser(TokenizerConfig(), 1 << 20, ledger=pack_ledger_entry), items, 2) if isinstance(r, Analysed)]
     assert len(packed) == len(items) - 3
     assert all(r.entry == pack_ledger_entry(r.counts, r.features) for r in packed)
     assert sum(bool(r.features) for r in packed) == len(packed)
