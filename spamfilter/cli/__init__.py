@@ -380,14 +380,14 @@ class _Group(_LazyCommands):
             raise typer.Exit(exitcodes.OK) from None
         except (typer.Exit, typer.Abort):
             raise
-        except OverflowError as exc:
-            # A number given on the command line that no C integer holds
-            # (`--min-count 9223372036854775808` reaching SQLite, a sleep
-            # of 1e300 seconds): the options are checked for sign, not size.
-            fail(f"a number given is too large: {exc}", exitcodes.USAGE)
         except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, no traceback
             if os.environ.get("SPAMFILTER_DEBUG"):
                 raise
+            if isinstance(exc, OverflowError) and "SQLite INTEGER" in str(exc):
+                # A number given on the command line that SQLite's integers
+                # cannot hold (`top-words --min-count 9223372036854775808`):
+                # the options are checked for sign, not size.
+                fail(f"a number given is too large: {exc}", exitcodes.USAGE)
             if isinstance(exc, OSError) and exc.errno in _OUTPUT_FULL:
                 # Mail sources and the database have errors of their own:
                 # what is left is the output (stdout, or a file named to

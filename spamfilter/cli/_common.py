@@ -146,5 +146,8 @@ def index_length(path: str) -> int | None:
 def tsv_field(text: str) -> str:
     """``text`` as one field of a TSV row: backslash, tab, newline and
     carriage return escaped (as in a counts file), so a file name holding
-    them cannot break the row or the file into more."""
-    return text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+    them cannot break the row or the file into more, and the bytes of a
+    name that is not UTF-8 as ``\\xNN``."""
+    escaped = text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+    # A file name that is not UTF-8 comes as lone surrogates: its bytes, as \xNN.
+    return escaped.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")

@@ -79,7 +79,10 @@ def _refuse_non_mail(item: MailItem) -> None:
         if n_control > _MAX_CONTROL_SHARE * len(head):
             raise MailParseError(f"{item.source}: not a mail message (no header block, {n_control} of the first {len(head)} bytes are control bytes)")
         n_high = len(head) - len(head.translate(None, _HIGH_BYTES))
-        if n_control > _BINARY_CONTROL_SHARE * len(head) and n_high > _BINARY_HIGH_SHARE * len(head):
+        # Headers after a byte order mark or blank lines are headers too:
+        # such mail may carry a raw 8-bit part early on.
+        late_header = _HEADER_START_RE.match(head.lstrip(b"\xef\xbb\xbf \t\r\n")) is not None
+        if not late_header and n_control > _BINARY_CONTROL_SHARE * len(head) and n_high > _BINARY_HIGH_SHARE * len(head):
             raise MailParseError(
                 f"{item.source}: not a mail message (no header block, and its first {len(head)} bytes look binary: "
                 f"{n_control} control bytes, {n_high} bytes above 0x7F; compressed mail must be decompressed first)"

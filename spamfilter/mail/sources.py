@@ -32,6 +32,8 @@ _ENVELOPE_RE: Final = re.compile(
 )
 
 _BLANK_LINES: Final = (b"\n", b"\r\n")
+#: The blank line of an mbox whose lines end in CR alone (`_cr_only`).
+_CR_BLANK: Final = (b"\r",)
 
 # UW-IMAP (c-client, Pine) keeps folder state in a pseudo-message at the top of
 # an mbox: "Subject: DON'T DELETE THIS MESSAGE -- FOLDER INTERNAL DATA" with an
@@ -258,7 +260,7 @@ def _iter_source(path: str, stdin: BinaryIO | None, stdin_is_one: bool = False) 
             first = stream.readline()
             if first.startswith(_ENVELOPE_PREFIX) and not stdin_is_one:
                 if _cr_only(first):
-                    yield from _mbox_messages((first + stream.read()).splitlines(keepends=True), STDIN_SOURCE, split=True)
+                    yield from _mbox_messages((first + stream.read()).splitlines(keepends=True), STDIN_SOURCE, split=True, blank=_CR_BLANK)
                 else:
                     yield from _mbox_messages(itertools.chain([first], stream), STDIN_SOURCE, split=True)
             else:
@@ -283,14 +285,14 @@ def _is_empty_file(path: str) -> bool:
         return False
 
 
-def _read_dir(path: str) -> Iterator[MailItem]:
+def _read_dir(path: str, at_root: bool = True) -> Iterator[MailItem]:
     kind = _dir_kind(path)
     if kind == "maildir":
         yield from _read_maildir(path)
     elif kind == "mh":
         yield from _read_mh(path)
     else:
-        yield from _walk(path)
+        yield from _walk(path, at_root)
 
 
 def _list_dir(path: str) -> list[os.DirEntry[str]]:
@@ -347,24 +349,37 @@ def _read_mh(path: str) -> Iterator[MailItem]:
         yield _item_in_folder(entry.path)
 
 
-def _is_bookkeeping(name: str) -> bool:
+#: Files a mail program keeps beside the mailboxes, by name: Thunderbird's
+#: filter rules and POP state, Dovecot's UID and keyword lists.
+_BOOKKEEPING: Final = frozenset({"msgFilterRules.dat", "popstate.dat", "dovecot-uidlist", "dovecot-keywords"})
+
+
+def _is_bookkeeping(name: str, at_root: bool) -> bool:
     """Whether a file in a mail folder is a mail program's own, not mail:
-    Thunderbird's summary files (``Inbox.msf`` beside the ``Inbox`` mbox),
-    Dovecot's indexes, UID lists and keyword lists (``dovecot.index``,
-    ``dovecot-uidlist``), and the folder list of Dovecot's and UW-IMAP's
-    mbox layout (``subscriptions``)."""
-    return name.endswith(".msf") or name.startswith(("dovecot.", "dovecot-")) or name == "subscriptions"
+    Thunderbird's summary files (``Inbox.msf`` beside the ``Inbox`` mbox)
+    and the files of `_BOOKKEEPING`, Dovecot's indexes
+    (``dovecot.index``, ``dovecot.index.log``, ``dovecot.list.index``...)
+    and UID validity file, and, in the folder walked itself, the folder
+    list of Dovecot's and UW-IMAP's mbox layout (``subscriptions``). An
+    mbox may be named ``dovecot-users`` (a mailing list's): names are
+    matched whole or by these prefixes only."""
+    return (
+        name.endswith(".msf")
+        or name in _BOOKKEEPING
+        or name.startswith(("dovecot.index", "dovecot.list.index", "dovecot-uidvalidity"))
+        or (at_root and name == "subscriptions")
+    )
 
 
-def _walk(path: str) -> Iterator[MailItem]:
+def _walk(path: str, at_root: bool = True) -> Iterator[MailItem]:
     for entry in _list_dir(path):
-        if _is_bookkeeping(entry.name) and not entry.is_dir(follow_symlinks=False):
+        if _is_bookkeeping(entry.name, at_root) and not entry.is_dir(follow_symlinks=False):
             continue
         # Symlinked folders are not followed (as in os.walk): a link back up
         # the tree would otherwise read the same mail forever.
         if entry.is_dir(follow_symlinks=False):
             try:
-                yield from _read_dir(entry.path)
+                yield from _read_dir(entry.path, at_root=False)
             except MailSourceError as err:
                 # A subfolder that cannot be listed (no permission, or
                 # deleted by a mail client meanwhile) is refused like an
@@ -391,7 +406,8 @@ def delivered(source: str, raw: bytes) -> MailItem:
     same however it came. A message that is nothing but that line is empty."""
     if not raw.startswith(_ENVELOPE_PREFIX):
         return MailItem(source, raw)
-    found = list(_mbox_messages(raw.splitlines(keepends=True), source, split=False))
+    blank = _CR_BLANK if _cr_only(raw[:_CR_SNIFF]) else _BLANK_LINES
+    found = list(_mbox_messages(raw.splitlines(keepends=True), source, split=False, blank=blank))
     return MailItem(source, found[0].raw if found else b"")
 
 
@@ -445,7 +461,10 @@ def _read_file(path: str) -> Iterator[MailItem]:
                 head = f.peek(_CR_SNIFF)[:_CR_SNIFF]
                 # A whole file of CR line ends is read at once to split it:
                 # such a file is a rarity from old Mac mail programs.
-                yield from _mbox_messages(f.read().splitlines(keepends=True) if _cr_only(head) else f, path, split=True)
+                if _cr_only(head):
+                    yield from _mbox_messages(f.read().splitlines(keepends=True), path, split=True, blank=_CR_BLANK)
+                else:
+                    yield from _mbox_messages(f, path, split=True)
             else:
                 yield MailItem(path, f.read())
     except OSError as err:
@@ -459,15 +478,15 @@ def _unquote(line: bytes) -> bytes:
     return line
 
 
-def _finish(lines: list[bytes]) -> bytes:
+def _finish(lines: list[bytes], blank: tuple[bytes, ...] = _BLANK_LINES) -> bytes:
     # The blank line before the next envelope line (or at the end of the file)
     # separates messages and belongs to none of them, as in Python's mailbox.
-    if lines and lines[-1] in _BLANK_LINES:
+    if lines and lines[-1] in blank:
         lines.pop()
     return b"".join(lines)
 
 
-def _mbox_messages(lines: Iterable[bytes], path: str, *, split: bool) -> Iterator[MailItem]:
+def _mbox_messages(lines: Iterable[bytes], path: str, *, split: bool, blank: tuple[bytes, ...] = _BLANK_LINES) -> Iterator[MailItem]:
     """Split mbox lines (envelope line first) into messages.
 
     Lines are read one at a time and only the current message is kept, so
@@ -488,7 +507,7 @@ def _mbox_messages(lines: Iterable[bytes], path: str, *, split: bool) -> Iterato
         if line.startswith(_ENVELOPE_PREFIX) and (split or current is None) and (prev_blank or _ENVELOPE_RE.match(line) is not None):
             if current is not None:
                 count += 1
-                raw = _finish(current)
+                raw = _finish(current, blank)
                 if not (count == 1 and _is_uw_imap_folder_data(raw)):
                     yielded += 1
                     yield MailItem(f"{path}:{count}", raw)
@@ -499,11 +518,11 @@ def _mbox_messages(lines: Iterable[bytes], path: str, *, split: bool) -> Iterato
             # Text before the first envelope line; callers only pass files
             # starting with one, so this is unreachable in practice.
             current = []
-        prev_blank = line in _BLANK_LINES
+        prev_blank = line in blank
         current.append(_unquote(line))
     if current is not None:
         count += 1
-        raw = _finish(current)
+        raw = _finish(current, blank)
         if not split or yielded == 0:
             if not (split and count == 1 and _is_uw_imap_folder_data(raw)):
                 yield MailItem(path, raw)

@@ -468,13 +468,13 @@ class StoreTransaction:
         that message's alone. What the ledger's sums lost (terms and
         binary_terms per class).
 
-        The tokens of a one-dependence selection stay in the entries: their
-        pair counts are sums over the ledger that pruning does not change.
+        With a one-dependence selection the entries stay as they are: its
+        pair counts hold sums over the entries (a parent's occurrences are
+        the sizes of the messages that hold it), which pruning does not
+        change.
         """
         lost = ClassCounts.zeros()
-        if self.pairs.selected_at() is not None:
-            pruned = pruned - set(self.pairs.parents()[0]) - set(self.pairs.all_children())
-        if not pruned:
+        if not pruned or self.pairs.selected_at() is not None:
             return lost
         query = sa.select(messages.c.digest, messages.c.label, messages.c.token_counts).where(
             (messages.c.owner == self.owner) & (messages.c.digest > sa.bindparam("after"))

@@ -132,7 +132,7 @@ def _jsonl_rows(path: Path, lines: list[tuple[int, str]]) -> Rows:
             verdict = row.get("verdict")
             if "score" in row:
                 scores.append(float(row["score"]))
-        except (ValueError, KeyError, TypeError, AttributeError):
+        except (ValueError, KeyError, TypeError, AttributeError, OverflowError):
             raise ScoresFileError(f"{path}, line {n}: not a `classify --format jsonl` row with a source and a log_odds") from None
         if verdict in _VERDICTS:
             verdicts.append(verdict)

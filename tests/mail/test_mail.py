@@ -96,12 +96,15 @@ def test_mbox_with_cr_only_line_ends_splits_as_filter_reads_it(tmp_path: Path) -
     from_file = list(read_messages([str(box)]))
     from_stdin = list(read_messages(["-"], stdin=io.BytesIO(box.read_bytes())))
 
-    assert [item.raw for item in from_file] == [b"Subject: one\r\rbody one\r\r", b"Subject: two\r\rbody two\r"]
+    assert [item.raw for item in from_file] == [b"Subject: one\r\rbody one\r", b"Subject: two\r\rbody two\r"]
     assert [item.raw for item in from_stdin] == [item.raw for item in from_file]
     # one message alone has the digest `filter` gives it, so it can be marked
     single = write(tmp_path / "one.eml", one)
     assert [item.digest for item in read_messages([str(single)])] == [delivered("-", one).digest]
     assert parse_message(from_file[1], max_bytes=1 << 20)["subject"] == "two"
+    # A blank line ends a message before any "From " line, dated or not, as in an LF mbox.
+    undated = write(tmp_path / "undated.mbox", b"From alice@x.org\rSubject: one\r\rbody one\r\rFrom bob@x.org\rSubject: two\r\rbody two\r")
+    assert [item.raw for item in read_messages([str(undated)])] == [b"Subject: one\r\rbody one\r", b"Subject: two\r\rbody two\r"]
 
 
 def test_mbox_from_line_after_text_splits_only_when_it_looks_like_an_envelope(tmp_path: Path) -> None:
@@ -316,15 +319,23 @@ def test_a_mail_program_s_folder_yields_its_mail_not_its_bookkeeping(tmp_path: P
     write(root / "Inbox.msf", b'// <!-- <mdb:mork:z v="1.4"/> -->\n<(82=Hello)>\n')
     write(root / "Archive.sbd" / "2024", b"From x Mon Jan  1 00:00:00 2024\nSubject: old\n\nhello\n")
     write(root / "Archive.sbd" / "2024.msf", b'// <!-- <mdb:mork:z v="1.4"/> -->\n')
-    for name in ("dovecot.index", "dovecot.index.log", "dovecot-uidlist", "subscriptions"):
+    for name in ("dovecot.index", "dovecot.index.log", "dovecot.list.index", "dovecot-uidlist", "dovecot-uidvalidity.65a1b2c3", "subscriptions", "popstate.dat"):
         write(root / name, b"3 V1 N2 G0\n1 :x\n")
     write(root / "old.mbox.gz", gzip.compress(b"From x Mon Jan  1 00:00:00 2024\nSubject: zipped\n\n" + bytes(range(256)) * 40, mtime=0))
+    # Mailboxes whose names merely look like those: a list's archive, and a
+    # folder named subscriptions below the top.
+    write(root / "lists" / "dovecot-users", b"From x Mon Jan  1 00:00:00 2024\nSubject: list\n\nhello\n")
+    write(root / "lists" / "subscriptions", b"From x Mon Jan  1 00:00:00 2024\nSubject: subs\n\nhello\n")
 
     items = list(read_messages([str(root)]))
 
-    assert sources(items, root) == ["Archive.sbd/2024", "Inbox", "old.mbox.gz"]
+    assert sources(items, root) == ["Archive.sbd/2024", "Inbox", "lists/dovecot-users", "lists/subscriptions", "old.mbox.gz"]
     with pytest.raises(MailParseError, match="look binary: .* compressed mail must be decompressed first"):
-        parse_message(items[2], max_bytes=1 << 20)
+        parse_message(items[4], max_bytes=1 << 20)
+    # Mail after a byte order mark or a blank line, with a raw binary part early on, is mail.
+    binary_part = b"Subject: x\nContent-Type: application/octet-stream\nContent-Transfer-Encoding: binary\n\n" + bytes(range(256)) * 24
+    for lead in (b"\xef\xbb\xbf", b"\r\n"):
+        assert parse_message(MailItem("lead", lead + binary_part), max_bytes=1 << 20) is not None
     # Headerless text in an 8-bit charset is still text, however many of its bytes are 8-bit.
     koi8 = MailItem("koi8", "Привет, это письмо без заголовков и в кодировке КОИ-8.\n".encode("koi8-r") * 20)
     assert parse_message(koi8, max_bytes=1 << 20).get_payload()

@@ -186,6 +186,7 @@ def test_read_scores_reads_classify_and_evaluate_outputs(tmp_path: Path) -> None
         "verdict    score   log_odds  source\nham 0.1 -2.0 a\n",  # classify's table is for people
         '{"source": "a", "score": 0.5}\n',
         '{"message": "a.eml", "score": 0.5, "log_odds": 0.0, "verdict": "unsure", "tokens": []}\n',  # explain --format json
+        '{"source": "a", "score": 0.5, "log_odds": 1' + "0" * 400 + "}\n",  # no float holds it
         "source\tgold\tscore\tlog_odds\tverdict\na\tmaybe\t0.5\t0.0\tunsure\n",
         "source\tscore\tlog_odds\tverdict\na\t0.5\tnan\tunsure\n",
     ],
@@ -207,16 +208,20 @@ def test_classify_tsv_of_files_named_with_tabs_and_line_breaks_reads_back(sample
     names = ["a\tb.eml", "c\nd.eml", "e\\f\u2028g.eml"]
     for name in names:
         (folder / name).write_bytes(b"From: a@b\nSubject: lunch\n\nsee you at noon\n")
+    # and a name that is not UTF-8
+    with open(os.path.join(os.fsencode(folder), b"h\x85i.eml"), "wb") as fh:
+        fh.write(b"From: a@b\nSubject: lunch\n\nsee you at noon\n")
     runner = CliRunner()
     out = runner.invoke(app, ["--db", sample_db, "classify", "--format", "tsv", "--jobs", "1", str(folder)])
     assert out.exit_code == 0, out.output
     rows = out.stdout.split("\n")[1:-1]
-    assert len(rows) == 3 and all(row.count("\t") == 3 for row in rows)
+    assert len(rows) == 4 and all(row.count("\t") == 3 for row in rows)
     sources = sorted(row.split("\t")[0] for row in rows)
-    assert sources == sorted(str(folder / n).replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n") for n in names)
+    escaped = [str(folder / n).replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n") for n in names]
+    assert sources == sorted([*escaped, f"{folder}/h\\x85i.eml"])
     scores = tmp_path / "s.tsv"
     scores.write_text(out.stdout, encoding="utf-8")
-    assert read_scores(scores).log_odds.size == 3
+    assert read_scores(scores).log_odds.size == 4
     report = runner.invoke(app, ["--db", sample_db, "report", "--out", str(tmp_path / "r.html"), "--scores", str(scores)])
     assert report.exit_code == 0, report.output
 
