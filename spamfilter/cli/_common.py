@@ -18,6 +18,7 @@ from rich.text import Text
 from spamfilter.answers import Refusal, TrainSummary
 from spamfilter.cli import exitcodes, state
 from spamfilter.filter import Filter
+from spamfilter.tools.counts_file import escape_field
 
 T = TypeVar("T")
 
@@ -148,6 +149,5 @@ def tsv_field(text: str) -> str:
     carriage return escaped (as in a counts file), so a file name holding
     them cannot break the row or the file into more, and the bytes of a
     name that is not UTF-8 as ``\\xNN``."""
-    escaped = text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
     # A file name that is not UTF-8 comes as lone surrogates: its bytes, as \xNN.
-    return escaped.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return escape_field(text).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")

@@ -32,7 +32,7 @@ _ENVELOPE_RE: Final = re.compile(
 )
 
 _BLANK_LINES: Final = (b"\n", b"\r\n")
-#: The blank line of an mbox whose lines end in CR alone (`_cr_only`).
+#: The blank line of an mbox whose lines end in CR alone (`_mbox_messages`).
 _CR_BLANK: Final = (b"\r",)
 
 # UW-IMAP (c-client, Pine) keeps folder state in a pseudo-message at the top of
@@ -259,10 +259,7 @@ def _iter_source(path: str, stdin: BinaryIO | None, stdin_is_one: bool = False) 
             # stdin; here the envelope line alone says so).
             first = stream.readline()
             if first.startswith(_ENVELOPE_PREFIX) and not stdin_is_one:
-                if _cr_only(first):
-                    yield from _mbox_messages((first + stream.read()).splitlines(keepends=True), STDIN_SOURCE, split=True, blank=_CR_BLANK)
-                else:
-                    yield from _mbox_messages(itertools.chain([first], stream), STDIN_SOURCE, split=True)
+                yield from _mbox_messages(itertools.chain([first], stream), STDIN_SOURCE, split=True)
             else:
                 yield MailItem(STDIN_SOURCE, first + stream.read())
         except OSError as err:
@@ -406,8 +403,7 @@ def delivered(source: str, raw: bytes) -> MailItem:
     same however it came. A message that is nothing but that line is empty."""
     if not raw.startswith(_ENVELOPE_PREFIX):
         return MailItem(source, raw)
-    blank = _CR_BLANK if _cr_only(raw[:_CR_SNIFF]) else _BLANK_LINES
-    found = list(_mbox_messages(raw.splitlines(keepends=True), source, split=False, blank=blank))
+    found = list(_mbox_messages(raw.splitlines(keepends=True), source, split=False))
     return MailItem(source, found[0].raw if found else b"")
 
 
@@ -422,20 +418,6 @@ def _item_in_folder(path: str) -> MailItem:
             return delivered(path, f.read())
     except OSError as err:
         return MailItem(path, b"", unreadable=err.strerror or str(err))
-
-
-#: How much of an mbox file is looked at to tell CR line ends (`_cr_only`).
-_CR_SNIFF: Final = 1 << 16
-
-
-def _cr_only(head: bytes) -> bool:
-    """Whether the start of an mbox has lines ended by CR alone (old Mac
-    mail programs): its envelope line then runs on without an LF. Split on
-    LF alone, such a file was one envelope line holding everything, and
-    every message in it was refused as empty, where ``filter`` (which
-    splits on CR too, as Python's parser does) read it."""
-    line = head.split(b"\n", 1)[0]
-    return b"\r" in line.rstrip(b"\r")
 
 
 def _starts_with_envelope(f: io.BufferedReader) -> bool:
@@ -458,13 +440,7 @@ def _read_file(path: str) -> Iterator[MailItem]:
     try:
         with open(path, "rb") as f:
             if _starts_with_envelope(f):
-                head = f.peek(_CR_SNIFF)[:_CR_SNIFF]
-                # A whole file of CR line ends is read at once to split it:
-                # such a file is a rarity from old Mac mail programs.
-                if _cr_only(head):
-                    yield from _mbox_messages(f.read().splitlines(keepends=True), path, split=True, blank=_CR_BLANK)
-                else:
-                    yield from _mbox_messages(f, path, split=True)
+                yield from _mbox_messages(f, path, split=True)
             else:
                 yield MailItem(path, f.read())
     except OSError as err:
@@ -486,7 +462,7 @@ def _finish(lines: list[bytes], blank: tuple[bytes, ...] = _BLANK_LINES) -> byte
     return b"".join(lines)
 
 
-def _mbox_messages(lines: Iterable[bytes], path: str, *, split: bool, blank: tuple[bytes, ...] = _BLANK_LINES) -> Iterator[MailItem]:
+def _mbox_messages(lines: Iterable[bytes], path: str, *, split: bool) -> Iterator[MailItem]:
     """Split mbox lines (envelope line first) into messages.
 
     Lines are read one at a time and only the current message is kept, so
@@ -498,7 +474,20 @@ def _mbox_messages(lines: Iterable[bytes], path: str, *, split: bool, blank: tup
     message names it `path` alone. With ``split=False`` the first envelope
     line is dropped and every later line is message content, for a file
     known to hold one message; the source is then `path` alone too.
+
+    An mbox whose lines end in CR alone (old Mac mail programs) comes as
+    one line, or as lines each ending in a lone CR (split by a caller that
+    splits on CR too): it is split on CR, and its blank line is a lone CR.
+    Split on LF alone, such a file was one envelope line holding
+    everything, and every message in it was refused as empty.
     """
+    it = iter(lines)
+    first = next(it, None)
+    if first is None:
+        return
+    cr_only = b"\r" in first.removesuffix(b"\r\n")
+    blank = _CR_BLANK if cr_only else _BLANK_LINES
+    lines = itertools.chain(first.splitlines(keepends=True) if cr_only else [first], it)
     count = 0
     yielded = 0
     current: list[bytes] | None = None  # None until the first envelope line

@@ -31,12 +31,19 @@ _ESCAPED = re.compile(r"\\(.?)", re.DOTALL)
 _DIGITS = re.compile(r"[0-9]+")
 
 
+def escape_field(text: str) -> str:
+    """``text`` as one tab-separated field on one line: backslash, tab,
+    newline and carriage return escaped (a counts file's tokens, the
+    sources of ``classify --format tsv``)."""
+    return text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+
+
 def escape_token(text: str) -> str:
-    """A token (or owner) as written in a counts file: backslash, tab, newline
-    and carriage return escaped, and a leading "#" (which would read as a comment).
+    """A token (or owner) as written in a counts file: ``escape_field``, and
+    a leading "#" escaped (it would read as a comment).
 
     Not the ledger's escape in store/ledger.py, whose comment says why the two differ."""
-    out = text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+    out = escape_field(text)
     return "\\" + out if out.startswith("#") else out
 
 
