@@ -368,11 +368,10 @@ def test_wrong_password_and_unreachable_server_are_clear_errors(dovecot_server: 
         s.bind(("127.0.0.1", 0))
         closed_port = s.getsockname()[1]
     config = write_config(tmp_path / "d.toml", dovecot_server, user, port=closed_port, retries=1)
-    started = time.monotonic()
+    # The pauses between attempts: test_library_errors (an injected sleep).
     done = subprocess.run(spamfilter_cmd(config, db), env=env_with(user.password), capture_output=True, text=True, timeout=60)
     assert done.returncode == 68, done.stderr
     assert "connection refused" in done.stderr and "gave up after 2 attempts" in done.stderr
-    assert time.monotonic() - started >= 1.0  # one backoff pause
     assert "Traceback" not in done.stderr
 
 
