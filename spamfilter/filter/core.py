@@ -215,8 +215,7 @@ def upgrade_database(config: Config, url: str | None = None, *, create_dirs: boo
     url, at_default = _database(url, config)
     store = Store.open(url, busy_timeout=config.store.busy_timeout, upgrade_new=False, check=False, create_dirs=create_dirs or at_default)
     try:
-        before = store.schema_revision()
-        retrying(store.upgrade, config.store.write_deadline)
+        before = retrying(store.upgrade, config.store.write_deadline)
         return Upgraded(before, store.schema_revision(), store.free_bytes())
     finally:
         store.close()

@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 if TYPE_CHECKING:
@@ -204,10 +204,7 @@ class Store:
         """The database's Alembic revision, or None for a database without one."""
         try:
             with self.engine.connect() as conn:
-                if not sa.inspect(conn).has_table("alembic_version"):
-                    return None
-                row = conn.execute(sa.text("SELECT version_num FROM alembic_version")).first()
-                return None if row is None else str(row[0])
+                return _revision_on(conn)
         except DBAPIError as exc:
             raise _store_error(exc, f"database {self.display_url}") from None
 
@@ -227,8 +224,11 @@ class Store:
         script = ScriptDirectory.from_config(self._alembic_config())
         return {rev.revision for rev in script.walk_revisions()}
 
-    def upgrade(self, revision: str = "head") -> None:
-        """Apply the Alembic migrations up to ``revision`` in one transaction.
+    def upgrade(self, revision: str = "head") -> str | None:
+        """Apply the Alembic migrations up to ``revision`` in one transaction;
+        the revision the database had when this transaction took the lock
+        (None: no schema), so that of two processes upgrading at once only
+        the first reports an upgrade.
 
         Processes that find the same new (or old) database at once take
         turns: on SQLite the transaction holds the write lock from its
@@ -258,8 +258,10 @@ class Store:
                 with conn.begin():
                     if self.engine.dialect.name == "postgresql":
                         conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _UPGRADE_LOCK})
+                    found = _revision_on(conn)
                     cfg.attributes["connection"] = conn
                     command.upgrade(cfg, revision)
+                    return found
         except DBAPIError as exc:
             raise _store_error(exc, f"cannot upgrade {self.display_url}") from None
         except self._driver_error as exc:
@@ -458,3 +460,11 @@ class Store:
         except self._driver_error as exc:
             # The SQLite statements run on the raw driver cursor.
             raise self._driver_failure(exc, f"cannot vacuum {self.display_url}") from None
+
+
+def _revision_on(conn: Connection) -> str | None:
+    """The Alembic revision seen on ``conn`` (None: no schema)."""
+    if not sa.inspect(conn).has_table("alembic_version"):
+        return None
+    row = conn.execute(sa.text("SELECT version_num FROM alembic_version")).first()
+    return None if row is None else str(row[0])

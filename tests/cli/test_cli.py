@@ -295,6 +295,37 @@ def test_old_schema_exits_76_and_db_upgrade_fixes_it(runner: CliRunner, trained:
     assert runner.invoke(app, ["--db", trained, "db", "upgrade"]).stdout.strip() == f"schema already at revision {SCHEMA_REVISION}"
 
 
+def test_db_upgrades_run_at_once_report_one_upgrade(tmp_path: Path) -> None:
+    """Four `db upgrade`s of one old database, all waiting for the write
+    lock another process holds: the first to get it upgrades and says so,
+    the others find the schema at the head and say that (each used to
+    report the upgrade, from the revision it read before the lock)."""
+    import sqlite3
+    import time
+
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    old = Store.open(url, upgrade_new=False, check=False)
+    old.upgrade("0007")
+    old.close()
+    holder = sqlite3.connect(tmp_path / "old.db", isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    runs = [
+        subprocess.Popen([sys.executable, "-m", "spamfilter", "--db", url, "db", "upgrade"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(4)
+    ]
+    try:
+        # Each has read revision 0007 and waits for the lock (a busy timeout
+        # of 30 s); none can have upgraded yet.
+        time.sleep(4)
+        assert all(r.poll() is None for r in runs)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    outputs = [r.communicate(timeout=60) for r in runs]
+    assert all(r.returncode == 0 for r in runs), outputs
+    said = sorted(out.strip() for out, _ in outputs)
+    assert said == [f"schema already at revision {SCHEMA_REVISION}"] * 3 + [f"schema upgraded from 0007 to revision {SCHEMA_REVISION}"]
+
+
 def test_db_upgrade_and_vacuum_failures_exit_with_the_database_codes(runner: CliRunner, trained: str, tmp_path: Path) -> None:
     import sqlite3
 
