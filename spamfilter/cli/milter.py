@@ -59,7 +59,7 @@ def milter(
 
     Example: spamfilter milter --listen 127.0.0.1:8895 (Postfix: smtpd_milters = inet:127.0.0.1:8895)
     """
-    from spamfilter.daemon.milter_server import MilterOptions, MilterServer
+    from spamfilter.daemon.milter_server import DATABASE_WAIT, MilterOptions, MilterServer
     from spamfilter.daemon.pool import FilterPool
 
     s = state(ctx)
@@ -76,5 +76,5 @@ def milter(
         reject_above=reject_above,
         on_error="tempfail" if on_error is OnError.tempfail else "accept",
     )
-    pool = FilterPool(s.config, s.db_url, s.user, per_user=per_user)
+    pool = FilterPool(s.config, s.db_url, s.user, per_user=per_user, waits_within=min(timeout, DATABASE_WAIT))
     run(MilterServer(options, pool, lambda: load_config(s.config_path)), "milter", processes or s.config.daemon.processes)

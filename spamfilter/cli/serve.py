@@ -28,7 +28,7 @@ def serve(
     ] = 256,
     max_size: Annotated[int, typer.Option("--max-size", metavar="BYTES", min=1, help="Longer messages are passed back unscanned.")] = 512_000,
     timeout: Annotated[
-        float, typer.Option("--timeout", metavar="SECONDS", min=0.1, help="Time a client has to send its request, and a TELL to get the database.")
+        float, typer.Option("--timeout", metavar="SECONDS", min=0.1, help="Time a client has to send its request, and a request to get the database.")
     ] = 30.0,
     spool_limit: Annotated[
         int, typer.Option("--spool-limit", metavar="BYTES", min=1, help="Oversized PROCESS messages spooled at once (to give back unscanned); beyond, EX_TEMPFAIL.")
@@ -85,7 +85,7 @@ def serve(
         allow_tell=allow_tell,
         spool_limit=spool_limit,
     )
-    pool = FilterPool(s.config, s.db_url, s.user, per_user=per_user)
+    pool = FilterPool(s.config, s.db_url, s.user, per_user=per_user, waits_within=timeout)
     run(Server(options, pool, lambda: load_config(s.config_path)), "serve", processes or s.config.daemon.processes)
 
 

@@ -58,6 +58,12 @@ def check_tcp_host(host: str, allowed: tuple[str, ...]) -> None:
         raise ConfigError(f"{host} is not a loopback address: name the client networks allowed to connect (--allowed-ips)")
 
 
+#: The listening sockets' backlog: connections wait there while every
+#: process is busy (a burst of MTA or spamc connections). The kernel caps
+#: it at net.core.somaxconn.
+BACKLOG = 1024
+
+
 def bind_unix(path: str, mode: int, group: str = "") -> socket.socket:
     """A stream socket bound at ``path`` with ``mode`` and ``group`` (not
     listening yet). Raises ``ConfigError``; OSError from the system."""

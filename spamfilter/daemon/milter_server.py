@@ -59,6 +59,13 @@ logger = logging.getLogger("spamfilter.milter")
 OnError = Literal["accept", "tempfail"]
 _REJECT_CODE = ("550", "5.7.1")
 
+#: Seconds a message waits for a database another process keeps locked
+#: (a migration, a tool holding an exclusive lock) before it is answered
+#: as ``--on-error`` says (or ``--timeout``, if shorter): well within the MTA's wait for the reply to the
+#: end of the message (Postfix's milter_content_timeout, 300 s; the
+#: R:60s of the Sendmail example in docs/integration.md).
+DATABASE_WAIT = 30.0
+
 
 @dataclass(frozen=True, slots=True)
 class MilterOptions:
@@ -118,6 +125,7 @@ class _Listener(socketserver.ThreadingMixIn, socketserver.BaseServer):
 
     daemon_threads = True
     block_on_close = False
+    request_queue_size = listen.BACKLOG  # socketserver's default is 5
     milter: MilterServer
 
     def listen_on(self, sock: socket.socket) -> None:
@@ -326,6 +334,10 @@ class MilterServer:
                 with self._lock:
                     conn.idle = False
                 if got is None:
+                    if session.in_message:
+                        # The MTA keeps the message (it has no answer for it)
+                        # and tells its sender or retries as it is set to.
+                        logger.warning("%s: connection closed by the MTA in the middle of message id=%s", who, session.macros.get("i", "-"))
                     return
                 replies = session.feed(*got)
                 if replies:
@@ -381,7 +393,8 @@ class MilterServer:
         # Only spam is refused: a limit set below the spam cutoff does not
         # turn unsure mail into "refused as spam".
         if limit is not None and v.verdict is Decision.SPAM and v.log_odds > limit:
-            text = f"{_REJECT_CODE[1]} Message refused as spam (log-odds {v.log_odds:+.1f} above {limit:+.1f})"
+            score, bound = _apart(v.log_odds, limit)
+            text = f"{_REJECT_CODE[1]} Message refused as spam (log-odds {score} above {bound})"
             return _Answer([milter.reply_code(_REJECT_CODE[0], text)], "reject", owner, v.verdict, v.log_odds)
         fields = filter_fields(v.verdict, v.score, v.log_odds, event_model)
         packets = milter.edits(message, fields, agreed) + [milter.packet(milter.CONTINUE)]
@@ -408,3 +421,13 @@ def _shut(sock: socket.socket, how: int) -> None:
         sock.shutdown(how)
     except OSError:
         pass
+
+
+def _apart(above: float, limit: float) -> tuple[str, str]:
+    """``above`` and ``limit`` written with one decimal, or as many more as
+    it takes to tell them apart (+28.63 above +28.60, not +28.6 above +28.6)."""
+    for places in range(1, 7):
+        pair = (f"{above:+.{places}f}", f"{limit:+.{places}f}")
+        if pair[0] != pair[1]:
+            return pair
+    return pair

@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 
 from spamfilter.config import Config, database_url
-from spamfilter.errors import NoSuchDatabase, NotTrainedError, SpamfilterError, StoreError
+from spamfilter.errors import NoSuchDatabase, NotTrainedError, SpamfilterError, StoreBusyError, StoreError
 from spamfilter.filter import Filter
 from spamfilter.locations import default_location_url
 from spamfilter.mail import MailItem
@@ -72,20 +73,21 @@ class FilterPool:
 
     default_user: the default model's owner (None: the config's
         ``store.user``). per_user: whether a request's ``User`` chooses its
-        model (None: the config's ``daemon.per_user``). writes_within: the
-        seconds a write may wait for another process's lock, in all
-        (None: the config's ``store.busy_timeout`` and ``write_deadline``).
+        model (None: the config's ``daemon.per_user``). waits_within: the
+        seconds a request, scoring or learning, may wait for another
+        process's lock on the database, in all (None: the config's
+        ``store.busy_timeout`` and ``write_deadline``; see ``lease``).
     """
 
     def __init__(
-        self, config: Config, db_url: str | None, default_user: str | None, max_users: int = 64, *, per_user: bool | None = None, writes_within: float | None = None
+        self, config: Config, db_url: str | None, default_user: str | None, max_users: int = 64, *, per_user: bool | None = None, waits_within: float | None = None
     ) -> None:
         self._config = config
         self._db_url = db_url
         self._default_user = default_user
         self._max_users = max_users
         self._per_user = per_user
-        self._writes_within = writes_within
+        self._waits_within = waits_within
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -96,12 +98,12 @@ class FilterPool:
     def for_writing(self, seconds: float) -> FilterPool:
         """A pool of other filters over the same models, whose writes (and
         waits for a lock another process holds) give up after ``seconds``."""
-        return FilterPool(self._config, self._db_url, self._default_user, self._max_users, per_user=self._per_user, writes_within=seconds)
+        return FilterPool(self._config, self._db_url, self._default_user, self._max_users, per_user=self._per_user, waits_within=seconds)
 
-    def _open(self, config: Config, owner: str, *, create: bool = True) -> Filter:
-        if self._writes_within is None:
+    def _open(self, config: Config, owner: str, *, create: bool = True, within: float | None = None) -> Filter:
+        if within is None:
             return Filter.open(config, self._db_url, owner, create=create)
-        return Filter.open(replace(config, store=config.store.within(self._writes_within)), self._db_url, owner, create=create)
+        return Filter.open(replace(config, store=config.store.within(within)), self._db_url, owner, create=create)
 
     @property
     def per_user(self) -> bool:
@@ -135,7 +137,9 @@ class FilterPool:
         ``StoreError``: a daemon should not start on it."""
         url = database_url(self._db_url, self._config)
         try:
-            f = Filter.open(self._config, self._db_url, self.owner(None), create=False)
+            f = self._open(self._config, self.owner(None), create=False, within=self._waits_within)
+        except StoreBusyError as exc:
+            return f"{exc}: requests wait at most {self._waits_within or self._config.store.write_deadline:g} s for it, then fail"
         except NoSuchDatabase as exc:
             path = sqlite_path(url)
             if path is None:
@@ -190,7 +194,15 @@ class FilterPool:
     def lease(self, user: str | None, *, create: bool = True) -> Iterator[tuple[str, Filter]]:
         """The owner and filter of the model a request naming ``user`` uses
         (`owner`), held under its lock; without ``create`` a database that
-        does not exist is ``NoSuchDatabase``, not made."""
+        does not exist is ``NoSuchDatabase``, not made.
+
+        With ``waits_within`` the wait for the model's lock (held by a
+        request before, which may itself be waiting for the database) ends
+        after that many seconds with ``StoreBusyError``, and so does the
+        filter's own wait for another process's lock on the database: a
+        request waits twice that at most, not in a queue behind every
+        request before it."""
+        deadline = None if self._waits_within is None else time.monotonic() + self._waits_within
         while True:
             with self._lock:
                 config = self._config
@@ -200,17 +212,21 @@ class FilterPool:
                     entry = self._entries[owner] = _Entry()
                     self._evict()
                 self._entries.move_to_end(owner)
-            with entry.lock:
+            if not entry.lock.acquire(timeout=-1 if deadline is None else max(deadline - time.monotonic(), 0.0)):
+                raise StoreBusyError(f"the model was in use by requests waiting for the database for {self._waits_within:g} s")
+            try:
                 if entry.closed:
                     continue  # replaced by a reload or evicted meanwhile
                 if entry.filter is None:
-                    entry.filter = self._open(config, owner, create=create)
+                    entry.filter = self._open(config, owner, create=create, within=self._waits_within)
                 try:
                     yield owner, entry.filter
                 finally:
                     if entry.retired:
                         entry.close()
                 return
+            finally:
+                entry.lock.release()
 
     def _evict(self) -> None:
         # Under self._lock; an entry in use is skipped, never waited for.

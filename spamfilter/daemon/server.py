@@ -158,10 +158,9 @@ class Server:
         try:
             self.sockets.listeners, self.address = listen.bind_all(o.address, o.socket_mode, o.socket_group, o.allowed_ips)
             for listener in self.sockets.listeners:
-                # Connections wait here while every process is busy (forked
-                # ones take one only when they can score it): room for a
-                # burst. The kernel caps it at net.core.somaxconn.
-                listener.listen(1024)
+                # Forked processes take a connection only when they can
+                # score it: the rest wait in the backlog.
+                listener.listen(listen.BACKLOG)
         except OSError as exc:
             raise ConfigError(f"cannot listen on {o.address}: {exc.strerror or exc}") from None
         return self.address

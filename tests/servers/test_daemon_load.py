@@ -136,6 +136,32 @@ def test_a_database_locked_by_another_process_holds_up_no_check(tmp_path: Path, 
         assert f.stats().spam_messages == 21
 
 
+def test_a_database_locked_against_readers_gets_tempfail_after_the_timeout(tmp_path: Path, corpus: Corpus) -> None:
+    # A lock that keeps readers out too (an exclusive-mode SQLite connection;
+    # a PostgreSQL migration): a CHECK used to wait as long as it lasted (up
+    # to the store's write_deadline, 600 s), each behind the one before.
+    url, config = _fresh(tmp_path, corpus)
+    items = [item for _, item in corpus[1][:3]]
+    d = Daemon(tmp_path / "log", url, config, "--listen", "127.0.0.1:0", "--timeout", "2", "--processes", "1")
+    try:
+        d.proc.send_signal(signal.SIGHUP)  # closes the idle filter's connection
+        _wait_for("reloaded", lambda: "configuration reloaded" in d.log())
+        lock = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None)
+        lock.execute("PRAGMA locking_mode = EXCLUSIVE")
+        lock.execute("BEGIN EXCLUSIVE")
+        try:
+            with ThreadPoolExecutor(3) as pool:
+                answers = list(pool.map(d.raw, [_request("CHECK", item.raw) for item in items]))
+        finally:
+            lock.close()
+        assert all(a.startswith(b"SPAMD/1.5 75 EX_TEMPFAIL") for a in answers), answers
+        expected = _check_line(_classify((url, config), items[:1])[0], _threshold((url, config)))
+        assert d.spamc("-c", message=items[0].raw).stdout.decode() == expected
+    finally:
+        assert d.stop() == 0
+    assert d.log().count("verdict=error=75") == 3 and "internal error" not in d.log()
+
+
 def test_a_stop_answers_the_clients_waiting_in_the_backlog(tmp_path: Path, corpus: Corpus) -> None:
     url, config = _fresh(tmp_path, corpus)
     d = Daemon(tmp_path / "log", url, config, "--listen", "127.0.0.1:0", "--allow-tell", "--timeout", "20", "--max-connections", "2", "--processes", "1")

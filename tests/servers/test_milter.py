@@ -10,6 +10,7 @@ import shutil
 import signal
 import smtplib
 import socket
+import sqlite3
 import stat
 import struct
 import subprocess
@@ -283,6 +284,42 @@ def test_an_unscorable_message_is_answered_as_on_error_says(tmp_path: Path, on_e
     assert re.search(rf"warning: message id=- user=\(default\) verdict=error log_odds=- action={on_error} .*not scanned: ", m.log())
 
 
+def _locked_out(path: Path) -> sqlite3.Connection:
+    """A connection that keeps every other one out of the SQLite file, readers
+    too (exclusive locking mode), until it is closed."""
+    lock = sqlite3.connect(path, isolation_level=None)
+    lock.execute("PRAGMA locking_mode = EXCLUSIVE")
+    lock.execute("BEGIN EXCLUSIVE")
+    return lock
+
+
+@needs_miltertest
+def test_a_database_locked_against_readers_gets_the_on_error_answer_soon(tmp_path: Path, trained: tuple[str, Path], start_milter: type[Milter]) -> None:
+    # Before, a message waited for the lock as long as it lasted (up to the
+    # store's write_deadline, 600 s), past the MTA's own wait, and every
+    # message after it queued behind it.
+    path = tmp_path / "model.db"
+    shutil.copy(trained[0].removeprefix("sqlite:///"), path)
+    m = start_milter(f"sqlite:///{path}", _write_config(tmp_path / "c.toml"), "--on-error", "tempfail", "--timeout", "2", "--processes", "1")
+    body = b"see you at noon\r\n"
+    # A reload closes the idle filter's connection, which would keep the
+    # exclusive lock from being taken.
+    m.proc.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + HANG
+    while "configuration reloaded" not in m.log():
+        assert time.monotonic() < deadline, m.log()
+        time.sleep(0.05)
+    lock = _locked_out(path)
+    try:
+        seen = run_miltertest(tmp_path, m.port, [("<a@example.test>", TINY, body)] * 2)
+    finally:
+        lock.close()
+    assert [s.reply for s in seen] == ["tempfail", "tempfail"]
+    assert m.log().count("action=tempfail") == 2 and "locked" in m.log()
+    [after] = run_miltertest(tmp_path, m.port, [("<a@example.test>", TINY, body)])
+    assert after.reply == "continue" and after.status != "-"
+
+
 @needs_miltertest
 def test_a_message_over_max_size_passes_unscanned_without_forged_fields(tmp_path: Path, trained: tuple[str, Path], start_milter: type[Milter]) -> None:
     m = start_milter(*trained, "--max-size", "2000")
@@ -387,6 +424,29 @@ def test_sigterm_lets_the_message_in_flight_be_answered(tmp_path: Path, trained:
                 replies.append(got[0])
     assert replies[0] == milter.CONTINUE and replies[-1] == milter.CONTINUE and milter.INSHEADER in replies
     assert m.stop() == 0
+
+
+def test_an_mta_hanging_up_in_the_middle_of_a_message_is_logged(tmp_path: Path, trained: tuple[str, Path], start_milter: type[Milter]) -> None:
+    m = start_milter(*trained, "--processes", "1")
+    with socket.create_connection(("127.0.0.1", m.port), timeout=HANG) as sock, sock.makefile("rb") as got:
+        sock.sendall(milter.packet(milter.OPTNEG, struct.pack(">III", 6, 0x1FF, 0x1FFFFF)))
+        assert milter.read_packet(got)[0] == milter.OPTNEG  # type: ignore[index]
+        sock.sendall(
+            milter.packet(milter.MACRO, b"Mi\0QUEUE42\0") + milter.packet(milter.MAIL, b"<a@example.org>\0") + milter.packet(milter.HEADER, b"Subject\0 lunch\0")
+        )
+        assert [milter.read_packet(got) for _ in range(2)] == [(milter.CONTINUE, b"")] * 2
+    deadline = time.monotonic() + HANG
+    while "connection closed by the MTA in the middle of message id=QUEUE42" not in m.log():
+        assert time.monotonic() < deadline, m.log()
+        time.sleep(0.05)
+
+
+def test_the_rejection_tells_the_score_from_the_limit() -> None:
+    from spamfilter.daemon.milter_server import _apart
+
+    assert _apart(28.63, 28.6) == ("+28.63", "+28.60")
+    assert _apart(16.07, 10.0) == ("+16.1", "+10.0")
+    assert _apart(10.0000001, 10.0) == ("+10.000000", "+10.000000")  # as far as it goes
 
 
 def test_the_fields_of_each_name_are_deleted_last_first_and_ours_go_on_top() -> None:
