@@ -74,6 +74,11 @@ MAX_PACKET = 1 << 20
 #: Commands that get no reply.
 NO_REPLY = frozenset({MACRO, ABORT, QUIT, QUIT_NC})
 
+#: The stages macros come with, in the order a session goes through them;
+#: those from MAIL on belong to one message.
+_STAGES = (CONNECT, HELO, UNKNOWN, MAIL, RCPT, DATA, HEADER, EOH, BODY, EOB)
+_MESSAGE_STAGES = _STAGES[3:]
+
 
 def read_packet(stream: BinaryIO) -> tuple[bytes, bytes] | None:
     """The next packet's command letter and data; None at the end of the
@@ -198,11 +203,17 @@ def _line_ends(value: bytes, eol: bytes) -> bytes:
 
 def recipient_user(recipients: Iterable[str]) -> str | None:
     """The local part (lower case) the envelope recipients share, or None
-    when there is none or they differ. ``<Alice@example.org>`` -> ``alice``."""
+    when there is none or they differ. ``<Alice@example.org>`` -> ``alice``.
+    A local part that is not UTF-8 names no user (a model could not be
+    named after it)."""
     users = set()
     for rcpt in recipients:
         address = rcpt.strip().removeprefix("<").removesuffix(">")
         local = address.rpartition("@")[0] if "@" in address else address
+        try:
+            local.encode("utf-8")
+        except UnicodeEncodeError:
+            return None
         users.add(local.strip('"').lower())
     users.discard("")
     return users.pop() if len(users) == 1 else None
@@ -248,16 +259,26 @@ class Session:
     to answer with; at the end of a message it asks ``end_of_message``.
 
     The macros kept are those the MTA sent for the current stage and the
-    stages before it (``i``, the queue id, is the one logged).
+    stages before it (``i``, the queue id, is the one logged); those of a
+    message's stages end with the message, so one message's queue id is
+    never logged for the next on the same connection.
     """
 
     def __init__(self, max_size: int, end_of_message: EndOfMessage) -> None:
         self.max_size = max_size
         self._end_of_message = end_of_message
         self.agreed: Negotiated | None = None
-        self.macros: dict[str, str] = {}
+        self._macros: dict[bytes, dict[str, str]] = {}
         self.message: Message | None = None
         self.closed = False
+
+    @property
+    def macros(self) -> dict[str, str]:
+        """The macros in force: the connection's, then the message's stages'."""
+        merged: dict[str, str] = {}
+        for stage in _STAGES:
+            merged.update(self._macros.get(stage, {}))
+        return merged
 
     @property
     def in_message(self) -> bool:
@@ -268,22 +289,24 @@ class Session:
         """The packets that answer one command. Raises ``ProtocolError``."""
         if code == OPTNEG:
             self.agreed = negotiate(data)
-            self.macros, self.message = {}, None
+            self._macros, self.message = {}, None
             return [self.agreed.reply()]
         if self.agreed is None:
             raise ProtocolError(f"command {code!r} before the negotiation")
         if code == MACRO:
+            stage = self._macros.setdefault(data[:1], {})
             for name, value in zip(*[iter(strings(data[1:]))] * 2):
-                self.macros[name.decode("utf-8", "replace").strip("{}")] = value.decode("utf-8", "replace")
+                stage[name.decode("utf-8", "replace").strip("{}")] = value.decode("utf-8", "replace")
             return []
         if code in (ABORT, QUIT, QUIT_NC):
             self.message = None
+            self._end_message_macros()
             self.closed = code == QUIT
             if code == QUIT_NC:
                 # The session ends and the MTA's next one (CONNECT) follows
                 # on this connection, as libmilter has it, under the options
                 # already agreed: no second negotiation.
-                self.macros = {}
+                self._macros = {}
             return []
         return self._message_command(code, data)
 
@@ -298,7 +321,9 @@ class Session:
             assert self.message is not None
             args = strings(data)
             if args:
-                self.message.recipients.append(args[0].decode("utf-8", "replace"))
+                # Bytes that are not UTF-8 stay told apart (as surrogates):
+                # two such addresses are not made one user.
+                self.message.recipients.append(args[0].decode("utf-8", "surrogateescape"))
         elif code == HEADER:
             assert self.message is not None
             parts = strings(data)
@@ -313,7 +338,14 @@ class Session:
             if data:
                 self.message.add_body(data)
             message, self.message = self.message, None
-            return self._end_of_message(self, message)
+            try:
+                return self._end_of_message(self, message)
+            finally:
+                self._end_message_macros()
         elif code not in (CONNECT, HELO, DATA, EOH, UNKNOWN, MAIL):
             raise ProtocolError(f"unknown milter command {code!r}")
         return [packet(CONTINUE)]
+
+    def _end_message_macros(self) -> None:
+        for stage in _MESSAGE_STAGES:
+            self._macros.pop(stage, None)

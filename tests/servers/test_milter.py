@@ -354,11 +354,49 @@ def test_a_session_after_quit_nc_goes_on_under_the_same_negotiation() -> None:
     assert reply[4:5] == milter.CONTINUE
 
 
+def test_a_messages_queue_id_ends_with_it_and_the_connections_macros_stay() -> None:
+    seen: list[str] = []
+
+    def end(session: milter.Session, message: milter.Message) -> list[bytes]:
+        seen.append(session.macros.get("i", "-") + "@" + session.macros.get("j", "-"))
+        return [milter.packet(milter.CONTINUE)]
+
+    session = milter.Session(1 << 20, end)
+    session.feed(milter.OPTNEG, struct.pack(">III", 6, 0x1FF, 0x1FFFFF))
+    session.feed(milter.MACRO, b"Cj\0mx.example\0")
+    session.feed(milter.MACRO, b"Mi\0ABC123\0")
+    session.feed(milter.MAIL, b"<a@example.test>\0")
+    session.feed(milter.EOB, b"hello\r\n")
+    # The second message of the connection: this MTA sends its queue id
+    # only at the end of the message, and the first message's is gone by then.
+    session.feed(milter.MAIL, b"<b@example.test>\0")
+    assert session.macros == {"j": "mx.example"}
+    session.feed(milter.MACRO, b"Ei\0DEF456\0")
+    session.feed(milter.EOB, b"hello\r\n")
+    session.feed(milter.MAIL, b"<c@example.test>\0")
+    session.feed(milter.ABORT, b"")
+    session.feed(milter.EOB, b"hello\r\n")
+    assert seen == ["ABC123@mx.example", "DEF456@mx.example", "-@mx.example"]
+
+
 def test_the_user_is_the_local_part_all_recipients_share() -> None:
     assert milter.recipient_user(["<Carol@example.test>"]) == "carol"
     assert milter.recipient_user(["<carol@example.test>", "<CAROL@other.test>"]) == "carol"
     assert milter.recipient_user(["<carol@example.test>", "<dave@example.test>"]) is None
     assert milter.recipient_user(["<>"]) is None
+
+
+def test_recipients_whose_local_parts_are_not_utf8_name_no_user() -> None:
+    # Two different undecodable local parts used to become the same user
+    # ("\ufffd") and share one model.
+    users = []
+    for local in (b"\xff", b"\xfe"):
+        session = milter.Session(1 << 20, lambda s, m: users.append(milter.recipient_user(m.recipients)) or [milter.packet(milter.CONTINUE)])
+        session.feed(milter.OPTNEG, struct.pack(">III", 6, 0x1FF, 0x1FFFFF))
+        session.feed(milter.RCPT, b"<" + local + b"@example.test>\0")
+        session.feed(milter.EOB, b"hello\r\n")
+    assert users == [None, None]
+    assert milter.recipient_user(["<J\u00fcrgen@example.test>"]) == "j\u00fcrgen"
 
 
 @needs_miltertest
