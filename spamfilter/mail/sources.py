@@ -368,9 +368,30 @@ def _is_bookkeeping(name: str, at_root: bool) -> bool:
     )
 
 
+#: A line of a TREC spam-track index: a label and the path of a message.
+_TREC_LINE: Final = re.compile(rb"(?i)(spam|ham)[ \t]+\S[^\r\n]*")
+
+
+def _is_trec_index(path: str) -> bool:
+    """Whether the file at ``path``, named ``index...``, is the labels of a
+    corpus (``spam data/inmail.1`` lines), not a message: such a folder is
+    read with ``--index``, and its index file is not mail to score."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return False
+    lines = head.splitlines()
+    if len(head) == 4096:
+        lines = lines[:-1]  # the last may be cut short
+    return bool(lines) and all(_TREC_LINE.fullmatch(line) for line in lines)
+
+
 def _walk(path: str, at_root: bool = True) -> Iterator[MailItem]:
     for entry in _list_dir(path):
         if _is_bookkeeping(entry.name, at_root) and not entry.is_dir(follow_symlinks=False):
+            continue
+        if entry.name.startswith("index") and entry.is_file(follow_symlinks=False) and _is_trec_index(entry.path):
             continue
         # Symlinked folders are not followed (as in os.walk): a link back up
         # the tree would otherwise read the same mail forever.

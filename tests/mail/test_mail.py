@@ -239,19 +239,11 @@ def test_plain_folder_is_walked_recursively_in_sorted_order(tmp_path: Path) -> N
     write(root / "maildir" / "cur" / "m1", b"Subject: m1\n\n")
     write(root / "maildir" / "new" / "m2", b"Subject: m2\n\n")
     write(root / "maildir" / "tmp" / "m3", b"Subject: m3\n\n")
-    write(root / "index", b"spam b.eml\n")
+    write(root / "index", b"spam b.eml\n")  # a corpus's labels: not mail
 
     items = list(read_messages([str(root)]))
 
-    assert sources(items, root) == [
-        "a/box.mbox:1",
-        "a/box.mbox:2",
-        "a/z.eml",
-        "b.eml",
-        "index",  # not special-cased: every file in a plain folder is mail
-        "maildir/cur/m1",
-        "maildir/new/m2",
-    ]
+    assert sources(items, root) == ["a/box.mbox:1", "a/box.mbox:2", "a/z.eml", "b.eml", "maildir/cur/m1", "maildir/new/m2"]
     # The blank line ending the file is the mbox separator, not message text.
     assert items[1].raw == b"Subject: 2\n"
 
@@ -306,6 +298,18 @@ def test_missing_path_raises_before_any_message_is_read(tmp_path: Path) -> None:
 def test_single_path_string_instead_of_a_list_raises_type_error(tmp_path: Path) -> None:
     with pytest.raises(TypeError, match="sequence of paths"):
         read_messages(str(tmp_path))
+
+
+def test_a_corpus_folder_yields_its_mail_not_its_trec_index(tmp_path: Path) -> None:
+    write(tmp_path / "index", b"spam data/inmail.1\nham data/inmail.2\r\nSPAM\tdata/x y\n")
+    write(tmp_path / "index.byfolder", b"ham a/1\n" * 1000)  # cut at 4 KiB mid-line
+    # Files named so that are not indexes: a message, and an index with one
+    # line that is not an index line.
+    write(tmp_path / "data" / "index", b"Subject: the index\n\nspam ham\n")
+    write(tmp_path / "indexes", b"spam a/1\nSubject: hello\n")
+    write(tmp_path / "data" / "inmail.1", b"Subject: one\n\nhello\n")
+
+    assert sources(list(read_messages([str(tmp_path)])), tmp_path) == ["data/index", "data/inmail.1", "indexes"]
 
 
 def test_a_mail_program_s_folder_yields_its_mail_not_its_bookkeeping(tmp_path: Path) -> None:
