@@ -36,6 +36,7 @@ import hashlib
 import math
 import re
 import socket
+import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -90,7 +91,15 @@ _TARGETS = ("local", "remote")
 #: The request headers read (by their lower-case names): each may come once.
 #: With two Content-length headers the last one won, and a proxy in front
 #: that took the first would frame the request differently from us.
-_READ_HEADERS = {"content-length": "Content-length", "user": "User", "message-class": "Message-class", "set": "Set", "remove": "Remove"}
+_READ_HEADERS = {
+    "content-length": "Content-length",
+    "user": "User",
+    "message-class": "Message-class",
+    "set": "Set",
+    "remove": "Remove",
+    "user-model": "User-model",
+    "compress": "Compress",
+}
 _DECISIONS = frozenset(d.value for d in Decision)
 
 
@@ -105,6 +114,12 @@ class Request:
     unusable_user: a ``User`` that is no user name this server can give a
         model (``EXAMPLE\\alice``, a space, a non-ASCII letter), or None.
         Only per-user mode refuses it; a one-model server has no use for it.
+    own_model: ``User-model: own`` (spamfilter's own header, which spamd
+        would ignore): the request is to be answered with the model of the
+        ``User`` it names or refused, never with a model every user shares
+        (``spamfilter --user NAME mark --connect`` sends it).
+    compressed: ``Compress: zlib`` (``spamc -z``): the ``Content-length``
+        bytes are the message compressed with zlib (`inflate`).
     """
 
     command: str
@@ -115,6 +130,31 @@ class Request:
     set_local: bool = False
     remove_local: bool = False
     unusable_user: str | None = None
+    own_model: bool = False
+    compressed: bool = False
+
+
+def inflate(data: bytes, limit: int) -> bytes:
+    """The message of a ``Compress: zlib`` request, of at most ``limit``
+    bytes. Raises ``ProtocolError``: not zlib data, cut short, or (with
+    ``EX_TOOBIG``) over ``limit`` once inflated, which is not inflated
+    further."""
+    inflater = zlib.decompressobj()
+    try:
+        out = inflater.decompress(data, limit + 1)
+    except zlib.error as exc:
+        raise ProtocolError(f"the compressed message is not zlib data ({exc})") from None
+    if len(out) > limit:
+        raise ProtocolError(f"message over {limit} bytes once decompressed", EX_TOOBIG)
+    if not inflater.eof or inflater.unused_data:
+        raise ProtocolError("the compressed message is cut short, or has bytes after its end")
+    return out
+
+
+def _is_count(text: str) -> bool:
+    """ASCII digits only: ``str.isdigit`` takes "²" too, which int() refuses
+    (a ValueError that ended the daemon, from one Content-length)."""
+    return text.isascii() and text.isdigit()
 
 
 def _targets(value: str, header: str) -> set[str]:
@@ -139,45 +179,53 @@ def parse_head(head: bytes) -> Request:
     if m is None or m.group(1) not in COMMANDS:
         raise ProtocolError("bad request line (expected COMMAND SPAMC/1.x)")
     command, version = m.groups()
+    values = _header_values(lines[1:])
     length: int | None = None
-    user = message_class = unusable = None
-    set_to: set[str] = set()
-    remove_from: set[str] = set()
-    seen: set[str] = set()
-    for line in lines[1:]:
-        name, colon, value = line.partition(":")
-        if not colon:
-            raise ProtocolError("header not in 'Name: value' format")
-        name, value = name.strip().lower(), value.strip()
-        if name in _READ_HEADERS:
-            if name in seen:
-                raise ProtocolError(f"{_READ_HEADERS[name]} is given twice")
-            seen.add(name)
-        if name == "content-length":
-            if not value.isdigit() or len(value) > 12:
-                raise ProtocolError("Content-length is not a number")
-            length = int(value)
-        elif name == "user":
-            if _USER_RE.fullmatch(value):
-                user = value
-            else:
-                unusable = value
-        elif name == "message-class":
-            if value.lower() not in ("spam", "ham"):
-                raise ProtocolError("Message-class must be spam or ham")
-            message_class = value.lower()
-        elif name == "set":
-            set_to = _targets(value, "Set")
-        elif name == "remove":
-            remove_from = _targets(value, "Remove")
-        elif name == "compress":
-            raise ProtocolError("compressed messages (spamc -z) are not supported")
-        # Other headers are ignored, as the protocol asks.
+    if "content-length" in values:
+        if not _is_count(values["content-length"]) or len(values["content-length"]) > 12:
+            raise ProtocolError("Content-length is not a number")
+        length = int(values["content-length"])
+    user = values.get("user")
+    unusable = None
+    if user is not None and not _USER_RE.fullmatch(user):
+        user, unusable = None, user
+    message_class = values["message-class"].lower() if "message-class" in values else None
+    if message_class not in (None, "spam", "ham"):
+        raise ProtocolError("Message-class must be spam or ham")
+    set_to = _targets(values["set"], "Set") if "set" in values else set()
+    remove_from = _targets(values["remove"], "Remove") if "remove" in values else set()
+    own_model, compressed = _flag(values, "user-model", "own"), _flag(values, "compress", "zlib")
     if command in MESSAGE_COMMANDS and length is None:
         raise ProtocolError("Content-length is required")
     if "local" in set_to and message_class is None:
         raise ProtocolError("Set: local needs a Message-class")
-    return Request(command, version, length, user, message_class, "local" in set_to, "local" in remove_from, unusable)
+    return Request(command, version, length, user, message_class, "local" in set_to, "local" in remove_from, unusable, own_model, compressed)
+
+
+def _header_values(lines: list[str]) -> dict[str, str]:
+    """The values of the header ``lines`` by lower-case name. One of
+    `_READ_HEADERS` given twice is an error; other headers are ignored, as
+    the protocol asks."""
+    values: dict[str, str] = {}
+    for line in lines:
+        name, colon, value = line.partition(":")
+        if not colon:
+            raise ProtocolError("header not in 'Name: value' format")
+        name = name.strip().lower()
+        if name in _READ_HEADERS:
+            if name in values:
+                raise ProtocolError(f"{_READ_HEADERS[name]} is given twice")
+            values[name] = value.strip()
+    return values
+
+
+def _flag(values: dict[str, str], name: str, expected: str) -> bool:
+    """Whether header ``name`` is given; its only value is ``expected``."""
+    if name not in values:
+        return False
+    if values[name].lower() != expected:
+        raise ProtocolError(f"{_READ_HEADERS[name]} must be {expected}")
+    return True
 
 
 def reply_head(code: int, headers: Iterable[tuple[str, str]] = (), *, text: str = "") -> bytes:
@@ -219,13 +267,18 @@ def verdict_headers(verdict: Decision, score: float, log_odds: float, threshold:
     ] + ([("Model", model)] if model else [])
 
 
+def before(version: str, major: int, minor: int) -> bool:
+    """Whether a client's protocol ``version`` is older than major.minor."""
+    its_major, _, its_minor = version.partition(".")
+    return (int(its_major), int(its_minor)) < (major, minor)
+
+
 def before_1_3(version: str) -> bool:
     """Whether a client speaks the protocol before 1.3 (Exim's ``spam``
     condition sends ``SPAMC/1.2``): it reads a reply's ``Spam`` line only
     as the first header, with nothing after it but the empty line, and the
     body until the connection closes (spamd answers it so)."""
-    major, _, minor = version.partition(".")
-    return (int(major), int(minor)) < (1, 3)
+    return before(version, 1, 3)
 
 
 def body_start(raw: bytes) -> int | None:
@@ -294,11 +347,13 @@ def connect(address: Address, timeout: float) -> socket.socket:
 @dataclass(frozen=True, slots=True)
 class Reply:
     """A server's reply: the sysexits ``code``, its header fields (names in
-    lower case) and the body."""
+    lower case), the body, and what the status line says after the code's
+    name (an error's explanation)."""
 
     code: int
     headers: dict[str, str]
     body: bytes
+    text: str = ""
 
 
 def _read_reply(sock: socket.socket, limit: int) -> Reply:
@@ -321,7 +376,9 @@ def _read_reply(sock: socket.socket, limit: int) -> Reply:
         headers[name.strip().lower()] = value.strip()
     code = int(m.group(1))
     if code != EX_OK:
-        return Reply(code, headers, b"")
+        words = lines[0][m.end() :].split(None, 1)  # the code's name, then why
+        text = words[1] if len(words) == 2 and words[0].startswith("EX_") else " ".join(words)
+        return Reply(code, headers, b"", text[:200])
     if not sep:
         # A head cut off (the server died, or something else answered):
         # what came is no whole answer, and its message must not be used.
@@ -329,7 +386,7 @@ def _read_reply(sock: socket.socket, limit: int) -> Reply:
     length_text = headers.get("content-length")
     if length_text is None:
         return Reply(code, headers, rest)
-    if not length_text.isdigit():
+    if not _is_count(length_text):
         raise ProtocolError(f"bad Content-length in the reply: {length_text[:20]!r}")
     length = int(length_text)
     if length > limit:
@@ -369,7 +426,8 @@ def request(address: Address, command: str, message: bytes, *, user: str | None 
 def _answered_ok(reply: Reply) -> Reply:
     """``reply``, if the server did what was asked; else ``ProtocolError``."""
     if reply.code != EX_OK:
-        raise ProtocolError(f"server answered {reply.code} {EX_NAMES.get(reply.code, '')}".rstrip(), reply.code)
+        said = f"server answered {reply.code} {EX_NAMES.get(reply.code, '')}".rstrip()
+        raise ProtocolError(f"{said}: {reply.text}" if reply.text else said, reply.code)
     return reply
 
 
@@ -410,8 +468,12 @@ def tell_remote(address: Address, message: bytes, *, is_spam: bool, user: str | 
     True when the server changed the model (``DidSet: local``), False when it
     had the message with that label already. Raises OSError or
     ``ProtocolError`` when the server did not answer that it learned it
-    (no server, TELL not allowed, an unreadable message, a busy database).
+    (no server, TELL not allowed, an unreadable message, a busy database,
+    or, for a ``user``, a server that would learn it with a model every user
+    shares: ``User-model: own``).
     """
     fields = [("Message-class", "spam" if is_spam else "ham"), ("Set", "local")]
+    if user:
+        fields.append(("User-model", "own"))
     reply = _answered_ok(request(address, "TELL", message, user=user, headers=fields, timeout=timeout))
     return reply.headers.get("didset", "").strip().lower() == "local"

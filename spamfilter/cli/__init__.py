@@ -393,6 +393,13 @@ class _Group(_LazyCommands):
                 # what is left is the output (stdout, or a file named to
                 # write) on a full disk.
                 fail(f"cannot write the output: {exc.strerror or exc}", exitcodes.OUTPUT_ERROR)
+            if isinstance(exc, MemoryError):
+                # A process limit (a mail server's vsz_limit, ulimit -v)
+                # below what a very large message needs: the step that ran
+                # out rolled back, as every failed step does.
+                fail(
+                    "out of memory: this run needs more memory than the process may use (a very large message?); the step that ran out wrote nothing", exitcodes.INTERNAL
+                )
             fail(f"internal error: {type(exc).__name__}: {exc} (set SPAMFILTER_DEBUG=1 for a traceback)", exitcodes.INTERNAL)
 
 

@@ -23,7 +23,8 @@ that sees 75 (temporary failure) queues the message and retries.
       68  the IMAP server cannot be reached (after retries), or the connection broke
       69  the model is not trained yet (needs a spam and a ham)
       70  internal error: a bug in spamfilter, please report it; or a worker
-          process reading mail (--jobs) died (killed, out of memory)
+          process reading mail (--jobs) died (killed, out of memory); or
+          the process ran out of the memory it may use
       71  the IMAP server refused an operation
       73  `db check` found the stored counts inconsistent; or a stored count
           is not a count (a REAL past 2^63 - 1), which every command refuses

@@ -55,7 +55,13 @@ def from_pool(request: spamd.Request, raw: bytes, pool: FilterPool) -> Answer:
     if request.unusable_user is not None and pool.per_user:
         # A one-model server scores whatever User is named; this one would
         # have to choose a model by it.
-        return error(spamd.EX_PROTOCOL, "User is not a user name", why=f"not scanned: User {request.unusable_user!r} is not a user name")
+        return error(spamd.EX_PROTOCOL, "User is not a user name", repr(request.unusable_user), why=f"not scanned: User {request.unusable_user!r} is not a user name")
+    if request.own_model and request.user is not None and not pool.per_user:
+        # `spamfilter --user alice mark --connect`: learned in the model
+        # every user shares, alice's own would never have changed.
+        doing = "not learned" if request.command == "TELL" else "not scanned"
+        why = f"{doing}: User {request.user} asked for their own model (User-model: own) and this server has one model for every user"
+        return error(spamd.EX_UNAVAILABLE, "one model for every user here, not the User's own (spamfilter serve --per-user)", pool.owner(None), why)
     try:
         # Only learning makes a database that does not exist: scoring on a
         # mistyped --db would make an empty one and answer from it.
@@ -95,15 +101,24 @@ def _scored(request: spamd.Request, raw: bytes, item: MailItem, f: Filter, owner
         if request.command == "HEADERS":
             pieces = _header_part(pieces, raw)
     elif request.command == "SYMBOLS":
-        pieces = [f"SPAMFILTER_{verdict.verdict.upper()}".encode("ascii")]
+        pieces = [f"SPAMFILTER_{verdict.verdict.upper()}".encode("ascii") + (b"\r\n" if old_client else b"")]
     elif request.command in ("REPORT", "REPORT_IFSPAM"):
         pieces = [body]
     else:
         raise AssertionError(request.command)
     length = sum(len(p) for p in pieces)
     # Before 1.3 the body runs to the end of the connection, which closes
-    # after a reply.
-    head = spamd.reply_head(spamd.EX_OK, headers if old_client else [("Content-length", str(length)), *headers])
+    # after a reply, and has one header: the Spam line, but for the
+    # message itself, which has its Content-length from 1.2 on and nothing
+    # before (as spamd answers them).
+    if not old_client:
+        head = spamd.reply_head(spamd.EX_OK, [("Content-length", str(length)), *headers])
+    elif request.command not in ("PROCESS", "HEADERS"):
+        head = spamd.reply_head(spamd.EX_OK, headers)
+    elif spamd.before(request.version, 1, 2):
+        head = spamd.reply_head(spamd.EX_OK)[:-2]  # the status line alone
+    else:
+        head = spamd.reply_head(spamd.EX_OK, [("Content-length", str(length))])
     return Answer([head, *pieces], verdict.verdict, verdict.log_odds, owner)
 
 

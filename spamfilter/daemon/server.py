@@ -315,6 +315,11 @@ class Server:
             if not data:
                 self.sockets.drop(conn)
             return
+        if not data and conn.silent:
+            # Connected and closed without a byte: a health check (nc -z),
+            # or another serve seeing whether this one listens.
+            self.sockets.drop(conn)
+            return
         try:
             if conn.state is State.HEAD:
                 rest = conn.feed_head(data)
@@ -325,6 +330,9 @@ class Server:
         except ProtocolError as exc:
             logger.warning("%s: protocol error: %s", conn.who, exc)
             self._reply(conn, [spamd.reply_head(exc.code, text=str(exc))], now)
+        except Exception as exc:  # noqa: BLE001 - one request's fault ends that connection, not the loop
+            logger.error("%s: internal error reading the request, connection closed: %s: %s", conn.who, type(exc).__name__, exc)
+            self._reply(conn, [spamd.reply_head(spamd.EX_SOFTWARE, text="internal error")], now)
 
     def _lost(self, conn: Connection, exc: OSError) -> None:
         if conn.state is State.SEND and conn.outcome and conn.request is not None:
@@ -350,7 +358,7 @@ class Server:
             # Learning is no scan to spare: large spam is learned through
             # the daemon too, where only the daemon may write the model.
             conn.max_size = max(conn.max_size, TELL_MAX_SIZE)
-        if conn.oversized and r.command == "PROCESS":
+        if conn.oversized and r.command == "PROCESS" and not r.compressed:
             if self.sockets.spooled + conn.size > self.options.spool_limit:
                 why = f"not scanned: {self.sockets.spooled} bytes spooled already, the limit is {self.options.spool_limit}"
                 self._answer(conn, replies.error(spamd.EX_TEMPFAIL, "spool full, not scanned", why=why), now)
@@ -376,12 +384,19 @@ class Server:
         elif conn.spool_error is not None:
             why = f"not scanned: the spool could not take the message ({conn.spool_error})"
             self._answer(conn, replies.error(spamd.EX_TEMPFAIL, "could not spool the message, not scanned", why=why), now)
+        elif conn.oversized and r.compressed:
+            # Neither given back nor cut at a header block: it is compressed.
+            why = f"not scanned: {conn.size} bytes compressed, over --max-size {conn.max_size}"
+            self._answer(conn, replies.error(spamd.EX_TOOBIG, f"message over {conn.max_size} bytes, not scanned", why=why), now)
         elif conn.oversized:
             if r.command == "PROCESS":  # given back from the spool
                 answer = Answer([spamd.reply_head(spamd.EX_OK, [("Content-length", str(conn.size))])], "unscanned")
             else:
-                answer = replies.unscanned(r, conn.size, self.options.max_size, bytes(conn.body))
-            answer.why = f"not scanned: {conn.size} bytes, over --max-size {self.options.max_size}"
+                answer = replies.unscanned(r, conn.size, conn.max_size, bytes(conn.body))
+            if conn.max_size == TELL_MAX_SIZE:
+                answer.why = f"not learned: {conn.size} bytes, over the {TELL_MAX_SIZE >> 20} MiB a TELL may carry"
+            else:
+                answer.why = f"not scanned: {conn.size} bytes, over --max-size {self.options.max_size}"
             self._answer(conn, answer, now, spool=r.command == "PROCESS")
         else:
             conn.state = State.WORK
@@ -464,8 +479,15 @@ class Server:
 
     def _answer_from(self, conn: Connection, pool: FilterPool) -> Answer:
         assert conn.request is not None
+        raw = bytes(conn.body)
+        if conn.request.compressed:
+            try:
+                raw = spamd.inflate(raw, conn.max_size)
+            except ProtocolError as exc:
+                doing = "not learned" if conn.request.command == "TELL" else "not scanned"
+                return replies.error(exc.code, str(exc), why=f"{doing}: {exc}")
         try:
-            return replies.from_pool(conn.request, bytes(conn.body), pool)
+            return replies.from_pool(conn.request, raw, pool)
         except Exception:  # noqa: BLE001 - the server outlives any one request's failure
             logger.exception("%s: internal error", conn.who)
             return replies.error(spamd.EX_SOFTWARE, "internal error")

@@ -223,6 +223,21 @@ def test_filter_passes_the_message_through_on_an_internal_error(tmp_path: Path, 
     assert "internal error: RuntimeError: a bug" in result.stderr
 
 
+def test_running_out_of_memory_is_said_so_not_called_a_bug(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Under a mail server's per-process limit a very large message moved
+    # into Junk ran out of memory: "internal error: MemoryError:" was all
+    # the log said.
+    def out_of_memory(self: Filter, items: object) -> object:
+        raise MemoryError
+
+    monkeypatch.setattr(Filter, "mark", out_of_memory)
+    monkeypatch.delenv("SPAMFILTER_DEBUG", raising=False)
+    result = CliRunner().invoke(app, ["--db", f"sqlite:///{tmp_path / 'db'}", "mark", "--one-message", "spam", "-"], input=MESSAGE)
+    assert result.exit_code == exitcodes.INTERNAL
+    assert "out of memory: this run needs more memory than the process may use" in result.stderr
+    assert "internal error" not in result.stderr
+
+
 # -- 2. one message's failure is a refusal -------------------------------------
 
 

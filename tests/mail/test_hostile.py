@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import io
 import json
 import math
 import os
@@ -718,6 +719,22 @@ def test_reading_and_filtering_a_50_mb_message_copies_it_at_most_twice(tmp_path:
     assert read_peak < size + MEMORY_BOUND, f"{read_peak / 1e6:.1f} MB"
     copies = 1 if eol == b"\n" else 2  # CRLF: the converted pieces, then their join
     assert filter_peak - before < copies * len(out) + MEMORY_BOUND, f"{(filter_peak - before) / 1e6:.1f} MB"
+
+
+def test_reading_a_50_mb_message_from_stdin_holds_one_copy_of_it() -> None:
+    # `mark --one-message spam -` as a mail server's learn-on-move pipe runs
+    # it: the first line and the rest were joined, two copies at once (a
+    # 150 MB message ran out of Dovecot's 512 MB vsz_limit).
+    raw = base64_attachment(50 * MB)
+    stdin = io.BytesIO(raw)
+    tracemalloc.start()
+    try:
+        (item,) = read_messages(["-"], stdin=stdin, stdin_is_one=True)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert item.raw == raw
+    assert peak < 1.3 * len(raw) + MEMORY_BOUND, f"{peak / 1e6:.1f} MB"
 
 
 # -- the command line --------------------------------------------------------

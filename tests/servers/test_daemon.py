@@ -272,6 +272,21 @@ def test_a_spamc_1_2_report_reads_as_exim_reads_it(
     assert newer.startswith(b"SPAMD/1.5 0 EX_OK\r\nContent-length: ") and b"\r\nVerdict: " in newer
 
 
+def test_old_clients_get_the_message_back_in_spamds_shapes(daemon: Daemon) -> None:
+    # PROCESS before 1.3 got the Spam line and no Content-length; spamd
+    # sends a 1.2 client the Content-length alone and an older one nothing
+    # but the status line before the message.
+    message = b"Subject: hello\r\n\r\nsee you at noon\r\n"
+    framed = b"Content-length: %d\r\n\r\n" % len(message) + message
+    new = daemon.raw(b"PROCESS SPAMC/1.5\r\n" + framed)
+    head, _, body = new.partition(b"\r\n\r\n")
+    assert head.startswith(b"SPAMD/1.5 0 EX_OK\r\nContent-length: %d\r\n" % len(body)) and body.startswith(b"X-Spam-")
+    assert daemon.raw(b"PROCESS SPAMC/1.2\r\n" + framed) == b"SPAMD/1.5 0 EX_OK\r\nContent-length: %d\r\n\r\n" % len(body) + body
+    assert daemon.raw(b"PROCESS SPAMC/1.1\r\n" + framed) == b"SPAMD/1.5 0 EX_OK\r\n" + body
+    symbols = daemon.raw(b"SYMBOLS SPAMC/1.2\r\n" + framed)
+    assert re.fullmatch(rb"SPAMD/1.5 0 EX_OK\r\nSpam: \S+ ; \S+ / \S+\r\n\r\nSPAMFILTER_[A-Z]+\r\n", symbols), symbols
+
+
 @pytest.mark.corpus
 def test_spamc_tell_learns_relearns_and_forgets_in_the_users_model(
     daemon: Daemon, trained: tuple[str, Path], corpus: tuple[list[tuple[bool, MailItem]], list[tuple[bool, MailItem]]]
@@ -682,6 +697,10 @@ def test_broken_requests_get_protocol_errors_and_the_daemon_keeps_answering(daem
         b"GET / HTTP/1.0\r\n\r\n": b"SPAMD/1.5 76 EX_PROTOCOL bad request line",
         b"\xff\xfe\x00garbage\r\n\r\n": b"SPAMD/1.5 76 EX_PROTOCOL bad request line",
         b"CHECK SPAMC/1.5\r\nContent-length: ten\r\n\r\n": b"SPAMD/1.5 76 EX_PROTOCOL Content-length is not a number",
+        # A superscript two (Latin-1) is a digit to str.isdigit, not to
+        # int(): its ValueError ended the daemon.
+        b"CHECK SPAMC/1.5\r\nContent-length: \xb2\r\n\r\nab": b"SPAMD/1.5 76 EX_PROTOCOL Content-length is not a number",
+        b"TELL SPAMC/1.5\r\nUser-model: shared\r\nContent-length: 1\r\n\r\nx": b"SPAMD/1.5 76 EX_PROTOCOL User-model must be own",
         b"CHECK SPAMC/1.5\r\nno colon\r\n\r\n": b"SPAMD/1.5 76 EX_PROTOCOL header not in",
         b"CHECK SPAMC/1.5\r\nUser: ../etc\r\nContent-length: 1\r\n\r\nx": b"SPAMD/1.5 76 EX_PROTOCOL User is not a user name",
         b"TELL SPAMC/1.5\r\nSet: local\r\nContent-length: 1\r\n\r\nx": b"SPAMD/1.5 76 EX_PROTOCOL Set: local needs a Message-class",
@@ -698,6 +717,33 @@ def test_broken_requests_get_protocol_errors_and_the_daemon_keeps_answering(daem
         assert daemon.raw(request).startswith(expected), request[:60]
     assert daemon.raw(b"PING SPAMC/1.2\r\n") == b"SPAMD/1.5 0 PONG\r\n"  # before 1.5: no empty line
     assert daemon.raw(b"SKIP SPAMC/1.5\r\n\r\n") == b""
+    assert daemon.proc.poll() is None
+
+
+def test_compressed_requests_are_answered_as_the_message_itself(daemon: Daemon) -> None:
+    # `Compress: zlib` (spamc -z, other spamd clients with zlib) was refused
+    # with EX_PROTOCOL, and that mail went through unscanned.
+    import zlib
+
+    message = b"Subject: cheap meds\r\nFrom: a@example.test\r\n\r\nbuy now, click here http://x.example/\r\n"
+    packed = zlib.compress(message)
+
+    def ask(command: bytes, body: bytes, compressed: bool) -> bytes:
+        head = command + b" SPAMC/1.5\r\n" + (b"Compress: zlib\r\n" if compressed else b"")
+        return daemon.raw(head + b"Content-length: %d\r\n\r\n" % len(body) + body)
+
+    for command in (b"CHECK", b"PROCESS", b"HEADERS", b"SYMBOLS"):
+        plain = ask(command, message, False)
+        assert plain.startswith(b"SPAMD/1.5 0 EX_OK")
+        assert ask(command, packed, True) == plain, command
+    assert ask(b"CHECK", b"not zlib at all", True).startswith(b"SPAMD/1.5 76 EX_PROTOCOL the compressed message is not zlib data")
+    assert ask(b"CHECK", packed[:-3], True).startswith(b"SPAMD/1.5 76 EX_PROTOCOL the compressed message is cut short")
+    # 50 MB of one byte is 50 KB compressed: inflated no further than --max-size.
+    bomb = zlib.compress(b"a" * 50_000_000, 9)
+    assert len(bomb) < 1_000_000
+    assert ask(b"PROCESS", bomb, True).startswith(b"SPAMD/1.5 98 EX_TOOBIG message over 1000000 bytes once decompressed")
+    assert daemon.logged("not scanned: message over 1000000 bytes once decompressed", 1)
+    assert daemon.raw(b"CHECK SPAMC/1.5\r\nCompress: gzip\r\nContent-length: 1\r\n\r\nx").startswith(b"SPAMD/1.5 76 EX_PROTOCOL Compress must be zlib")
     assert daemon.proc.poll() is None
 
 
@@ -718,6 +764,22 @@ def test_a_one_model_daemon_scores_whatever_user_spamc_names(
         assert d.stop() == 0
     accent = "CHECK SPAMC/1.5\r\nUser: élève\r\nContent-length: 1\r\n\r\nx".encode()
     assert daemon_reply_in_per_user_mode(tmp_path, trained, accent).startswith(b"SPAMD/1.5 76 EX_PROTOCOL User is not a user name")
+
+
+def test_health_checks_log_nothing_and_a_bad_user_is_logged_by_its_name(tmp_path: Path, trained: tuple[str, Path]) -> None:
+    # A connection closed before its first byte logged a protocol error and
+    # a lost connection (the error reply had no reader); a User refused in
+    # per-user mode was logged as user=(default), a model it never touched.
+    d = Daemon(tmp_path / "serve.log", *trained, "--listen", "127.0.0.1:0", "--per-user", "--processes", "1")
+    try:
+        for _ in range(3):
+            spamd.connect(d.address, HANG).close()
+        reply = d.raw(b"CHECK SPAMC/1.5\r\nUser: bad user\r\nContent-length: 1\r\n\r\nx")
+        assert reply.startswith(b"SPAMD/1.5 76 EX_PROTOCOL User is not a user name")
+        assert d.logged("CHECK user='bad user' verdict=error=76", 1) == 1
+        assert "warning: 127.0.0.1: " not in d.log()  # no protocol error, no lost connection
+    finally:
+        assert d.stop() == 0
 
 
 def daemon_reply_in_per_user_mode(tmp_path: Path, trained: tuple[str, Path], request: bytes) -> bytes:
@@ -784,6 +846,18 @@ def test_a_trickling_client_is_cut_off_while_others_are_served(daemon: Daemon) -
         time.sleep(0.05)
     assert daemon.spamc("-c", message=message).stdout != b"0/0\n"
     assert "request not complete after 3 s" in daemon.log()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.characters(max_codepoint=255), max_size=14))
+def test_any_content_length_parses_or_is_a_protocol_error(value: str) -> None:
+    head = b"CHECK SPAMC/1.5\r\nContent-length: " + value.encode("latin-1")
+    try:
+        r = spamd.parse_head(head)
+    except ProtocolError as exc:
+        assert exc.code == spamd.EX_PROTOCOL
+    else:
+        assert r.content_length == int(value.strip())
 
 
 @settings(max_examples=300, deadline=None)

@@ -56,7 +56,10 @@ def test_a_daemon_that_refuses_tell_leaves_it_to_the_command(twins: TwinModels, 
     try:
         result = CliRunner().invoke(app, ["--db", twins.url, "--config", str(twins.config), "mark", "--connect", str(daemon.address), "spam", "-"], input=message)
         assert result.exit_code == 0, result.output
-        assert result.stderr == f"spamfilter: server {daemon.address}: server answered 77 EX_NOPERM; learning in-process\n"
+        assert (
+            result.stderr
+            == f"spamfilter: server {daemon.address}: server answered 77 EX_NOPERM: TELL is not enabled (spamfilter serve --allow-tell); learning in-process\n"
+        )
         assert result.stdout == "trained 1 spam, 0 ham\n"
         twins.expect(SPAM, message)
         assert twins.as_expected()
@@ -129,3 +132,33 @@ def test_the_daemon_learns_a_message_over_its_max_size(twins: TwinModels, tmp_pa
     finally:
         assert daemon.stop() == 0
     assert not (tmp_path / "elsewhere.db").exists()
+
+
+def test_a_users_feedback_is_not_learned_in_the_model_every_user_shares(twins: TwinModels, tmp_path: Path, message: bytes) -> None:
+    # A learn-on-move pipe with PER_USER=yes and a daemon started without
+    # --per-user: the daemon learned every user's moves in its one model and
+    # the command said "learned 1 spam"; zed's own model never changed.
+    mark = ["--db", twins.url, "--config", str(twins.config), "--user", "zed", "mark"]
+    daemon = Daemon(tmp_path / "serve.log", twins.url, twins.config, "--listen", "127.0.0.1:0", "--allow-tell")
+    try:
+        result = CliRunner().invoke(app, [*mark, "--connect", str(daemon.address), "spam", "-"], input=message)
+        assert result.exit_code == 0, result.output
+        assert result.stderr == (
+            f"spamfilter: server {daemon.address}: server answered 69 EX_UNAVAILABLE: "
+            "one model for every user here, not the User's own (spamfilter serve --per-user); learning in-process\n"
+        )
+        assert result.stdout == "trained 1 spam, 0 ham\n"
+        assert daemon.logged("TELL user=(default) verdict=error=69", 1) == 1
+    finally:
+        assert daemon.stop() == 0
+    twins.expect(SPAM, message, user="zed")
+    assert twins.as_expected(user="zed") and twins.as_expected()  # the shared model unchanged
+    # The same daemon in per-user mode learns it in zed's model itself.
+    daemon = Daemon(tmp_path / "serve2.log", twins.url, twins.config, "--listen", "127.0.0.1:0", "--allow-tell", "--per-user")
+    try:
+        result = CliRunner().invoke(app, [*mark, "--connect", str(daemon.address), "ham", "-"], input=message)
+        assert (result.exit_code, result.stdout, result.stderr) == (0, f"server {daemon.address}: learned 1 ham\n", "")
+    finally:
+        assert daemon.stop() == 0
+    twins.expect(HAM, message, user="zed")
+    assert twins.as_expected(user="zed") and twins.as_expected()
