@@ -56,7 +56,7 @@ def from_pool(request: spamd.Request, raw: bytes, pool: FilterPool) -> Answer:
         # A one-model server scores whatever User is named; this one would
         # have to choose a model by it.
         return error(spamd.EX_PROTOCOL, "User is not a user name", repr(request.unusable_user), why=f"not scanned: User {request.unusable_user!r} is not a user name")
-    if request.own_model and request.user is not None and not pool.per_user:
+    if request.own_model and (request.unusable_user is not None or (request.user is not None and pool.owner(request.user) != request.user)):
         # `spamfilter --user alice mark --connect`: learned in the model
         # every user shares, alice's own would never have changed.
         doing = "not learned" if request.command == "TELL" else "not scanned"
@@ -115,10 +115,8 @@ def _scored(request: spamd.Request, raw: bytes, item: MailItem, f: Filter, owner
         head = spamd.reply_head(spamd.EX_OK, [("Content-length", str(length)), *headers])
     elif request.command not in ("PROCESS", "HEADERS"):
         head = spamd.reply_head(spamd.EX_OK, headers)
-    elif spamd.before(request.version, 1, 2):
-        head = spamd.reply_head(spamd.EX_OK)[:-2]  # the status line alone
     else:
-        head = spamd.reply_head(spamd.EX_OK, [("Content-length", str(length))])
+        head = message_head(request.version, length)
     return Answer([head, *pieces], verdict.verdict, verdict.log_odds, owner)
 
 
@@ -146,8 +144,17 @@ def unscanned(request: spamd.Request, size: int, limit: int, prefix: bytes) -> A
     start = spamd.body_start(prefix) if request.command == "HEADERS" else None
     if start is None:
         return error(spamd.EX_TOOBIG, f"message over {limit} bytes, not scanned")
-    head = spamd.reply_head(spamd.EX_OK, [("Content-length", str(start))])
-    return Answer([head, prefix[:start]], "unscanned")
+    return Answer([message_head(request.version, start), prefix[:start]], "unscanned")
+
+
+def message_head(version: str, length: int) -> bytes:
+    """The head of a reply that is a message (PROCESS, HEADERS) of
+    ``length`` bytes, as spamd sends it to a client of protocol
+    ``version``: its Content-length from 1.2 on, the status line alone
+    before."""
+    if spamd.before(version, 1, 2):
+        return spamd.reply_head(spamd.EX_OK)[:-2]
+    return spamd.reply_head(spamd.EX_OK, [("Content-length", str(length))])
 
 
 def error_code(exc: SpamfilterError) -> int:

@@ -384,20 +384,21 @@ class Server:
         elif conn.spool_error is not None:
             why = f"not scanned: the spool could not take the message ({conn.spool_error})"
             self._answer(conn, replies.error(spamd.EX_TEMPFAIL, "could not spool the message, not scanned", why=why), now)
-        elif conn.oversized and r.compressed:
-            # Neither given back nor cut at a header block: it is compressed.
-            why = f"not scanned: {conn.size} bytes compressed, over --max-size {conn.max_size}"
-            self._answer(conn, replies.error(spamd.EX_TOOBIG, f"message over {conn.max_size} bytes, not scanned", why=why), now)
         elif conn.oversized:
-            if r.command == "PROCESS":  # given back from the spool
-                answer = Answer([spamd.reply_head(spamd.EX_OK, [("Content-length", str(conn.size))])], "unscanned")
+            if r.compressed:
+                # Neither given back nor cut at a header block: it is compressed.
+                answer = replies.error(spamd.EX_TOOBIG, f"message over {conn.max_size} bytes")
+            elif r.command == "PROCESS":  # given back from the spool
+                answer = Answer([replies.message_head(r.version, conn.size)], "unscanned")
             else:
                 answer = replies.unscanned(r, conn.size, conn.max_size, bytes(conn.body))
-            if conn.max_size == TELL_MAX_SIZE:
-                answer.why = f"not learned: {conn.size} bytes, over the {TELL_MAX_SIZE >> 20} MiB a TELL may carry"
+            compressed = " compressed" if r.compressed else ""
+            if r.command == "TELL" and self.options.allow_tell and conn.max_size > self.options.max_size:
+                answer.why = f"not learned: {conn.size} bytes{compressed}, over the {TELL_MAX_SIZE >> 20} MiB a TELL may carry"
             else:
-                answer.why = f"not scanned: {conn.size} bytes, over --max-size {self.options.max_size}"
-            self._answer(conn, answer, now, spool=r.command == "PROCESS")
+                doing = "not learned" if r.command == "TELL" else "not scanned"
+                answer.why = f"{doing}: {conn.size} bytes{compressed}, over --max-size {self.options.max_size}"
+            self._answer(conn, answer, now, spool=r.command == "PROCESS" and not r.compressed)
         else:
             conn.state = State.WORK
             self.sockets.watch(conn, 0)

@@ -283,6 +283,12 @@ def test_old_clients_get_the_message_back_in_spamds_shapes(daemon: Daemon) -> No
     assert head.startswith(b"SPAMD/1.5 0 EX_OK\r\nContent-length: %d\r\n" % len(body)) and body.startswith(b"X-Spam-")
     assert daemon.raw(b"PROCESS SPAMC/1.2\r\n" + framed) == b"SPAMD/1.5 0 EX_OK\r\nContent-length: %d\r\n\r\n" % len(body) + body
     assert daemon.raw(b"PROCESS SPAMC/1.1\r\n" + framed) == b"SPAMD/1.5 0 EX_OK\r\n" + body
+    # Over --max-size, given back unscanned in the same shapes.
+    big = b"Subject: big\r\n\r\n" + b"x" * 1_100_000
+    framed_big = b"Content-length: %d\r\n\r\n" % len(big) + big
+    assert daemon.raw(b"PROCESS SPAMC/1.1\r\n" + framed_big) == b"SPAMD/1.5 0 EX_OK\r\n" + big
+    assert daemon.raw(b"PROCESS SPAMC/1.2\r\n" + framed_big) == b"SPAMD/1.5 0 EX_OK\r\n" + framed_big
+    assert daemon.raw(b"HEADERS SPAMC/1.1\r\n" + framed_big) == b"SPAMD/1.5 0 EX_OK\r\nSubject: big\r\n\r\n"
     symbols = daemon.raw(b"SYMBOLS SPAMC/1.2\r\n" + framed)
     assert re.fullmatch(rb"SPAMD/1.5 0 EX_OK\r\nSpam: \S+ ; \S+ / \S+\r\n\r\nSPAMFILTER_[A-Z]+\r\n", symbols), symbols
 

@@ -149,6 +149,9 @@ def test_a_users_feedback_is_not_learned_in_the_model_every_user_shares(twins: T
         )
         assert result.stdout == "trained 1 spam, 0 ham\n"
         assert daemon.logged("TELL user=(default) verdict=error=69", 1) == 1
+        # A name that is no user name is no more the User's own model.
+        bad = b"TELL SPAMC/1.5\r\nUser: bad user\r\nUser-model: own\r\nMessage-class: spam\r\nSet: local\r\nContent-length: %d\r\n\r\n" % len(message)
+        assert daemon.raw(bad + message).startswith(b"SPAMD/1.5 69 EX_UNAVAILABLE")
     finally:
         assert daemon.stop() == 0
     twins.expect(SPAM, message, user="zed")
@@ -162,3 +165,21 @@ def test_a_users_feedback_is_not_learned_in_the_model_every_user_shares(twins: T
         assert daemon.stop() == 0
     twins.expect(HAM, message, user="zed")
     assert twins.as_expected(user="zed") and twins.as_expected()
+
+
+def test_a_daemon_whose_one_model_is_the_users_learns_it(twins: TwinModels, tmp_path: Path, message: bytes) -> None:
+    # Its one model is zed's ([store] user): `--user zed mark --connect`
+    # asks for zed's own model, which is the one it serves.
+    config = tmp_path / "zed.toml"
+    config.write_text('[store]\nuser = "zed"\n')
+    daemon = Daemon(tmp_path / "serve.log", twins.url, config, "--listen", "127.0.0.1:0", "--allow-tell")
+    try:
+        mark = ["--db", str(tmp_path / "elsewhere.db"), "--user", "zed", "mark", "--connect", str(daemon.address)]
+        result = CliRunner().invoke(app, [*mark, "spam", "-"], input=message)
+        assert (result.exit_code, result.stdout, result.stderr) == (0, f"server {daemon.address}: learned 1 spam\n", "")
+        assert daemon.logged("TELL user=zed verdict=learned=spam", 1) == 1
+    finally:
+        assert daemon.stop() == 0
+    twins.expect(SPAM, message, user="zed")
+    assert twins.as_expected(user="zed") and twins.as_expected()
+    assert not (tmp_path / "elsewhere.db").exists()
