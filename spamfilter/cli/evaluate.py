@@ -107,7 +107,7 @@ def evaluate(
     ] = Protocol.online,
     head: Annotated[int | None, typer.Option("--head", min=1, metavar="N", help="Messages trained first with --protocol split (default: half the stream).")] = None,
     folds: Annotated[int, typer.Option("--folds", min=2, help="Folds for --protocol cv.")] = 10,
-    seed: Annotated[int, typer.Option("--seed", help="Shuffling seed for --protocol cv.")] = 0,
+    seed: Annotated[int, typer.Option("--seed", min=0, help="Shuffling seed for --protocol cv.")] = 0,
     train_mode: Annotated[
         TrainMode,
         typer.Option(

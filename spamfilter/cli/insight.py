@@ -200,7 +200,7 @@ def report(
             help="Output of `classify --format jsonl` (or tsv) or of `evaluate --out`, for the score histogram and, with true labels, the ROC.",
         ),
     ] = None,
-    n: Annotated[int, typer.Option("--n", min=1, help="Top words per class.")] = 20,
+    n: Annotated[int, typer.Option("--n", min=1, max=1000, help="Top words per class (at most 1,000: the page draws each).")] = 20,
     min_count: Annotated[int, typer.Option("--min-count", min=1, help="Leave out tokens counted fewer times than this.")] = 5,
 ) -> None:
     """Write one self-contained HTML page (no external files): database

@@ -35,7 +35,11 @@ def tune(
     max_tokens: Annotated[
         list[int] | None,
         typer.Option(
-            "--max-tokens", metavar="K", min=0, help="Tokens a message keeps, the k most significant, to try (repeatable; 0 = all; default the configured one)."
+            "--max-tokens",
+            metavar="K",
+            min=0,
+            max=100_000,
+            help="Tokens a message keeps, the k most significant, to try (repeatable; 0 = all; default the configured one).",
         ),
     ] = None,
     dependences: Annotated[

@@ -97,10 +97,7 @@ class Scoring:
         #: record is added (``record``) or the versions move.
         self._calibration: tuple[CacheKey, CalibrationMap] | None = None
         d = config.decision
-        if d.spam_cutoff is not None and d.ham_cutoff is not None:
-            self.thresholds = decision.thresholds_from_cutoffs(d.ham_cutoff, d.spam_cutoff)
-        else:
-            self.thresholds = decision.thresholds_from_loss(d.cost_ham_as_spam, d.cost_spam_as_ham, d.cost_unsure)
+        self.thresholds = decision.configured_thresholds(d.ham_cutoff, d.spam_cutoff, d.cost_ham_as_spam, d.cost_spam_as_ham, d.cost_unsure)
 
     # -- the model: whose counts, read how ----------------------------------
 

@@ -71,6 +71,14 @@ def thresholds_from_cutoffs(ham_cutoff: float, spam_cutoff: float) -> Thresholds
     return Thresholds(ham_max=logit(ham_cutoff), spam_min=logit(spam_cutoff))
 
 
+def configured_thresholds(ham_cutoff: float | None, spam_cutoff: float | None, cost_ham_as_spam: float, cost_spam_as_ham: float, cost_unsure: float) -> Thresholds:
+    """The bounds a configuration decides with: its cutoffs when it sets
+    both (``tune --write`` does), else the loss matrix's."""
+    if ham_cutoff is not None and spam_cutoff is not None:
+        return thresholds_from_cutoffs(ham_cutoff, spam_cutoff)
+    return thresholds_from_loss(cost_ham_as_spam, cost_spam_as_ham, cost_unsure)
+
+
 def decide(odds: FloatArray, thresholds: Thresholds) -> IntArray:
     """Verdict per message: HAM, SPAM or UNSURE, shape (n,)."""
     verdict = np.full(odds.shape, UNSURE_CODE, dtype=np.int64)

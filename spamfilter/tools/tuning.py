@@ -449,7 +449,10 @@ def _candidate(valid_y: BoolArray, raw: FloatArray, odds: FloatArray, setting: M
     verdict_ham = odds <= cut.ham_max
     unsure = ~verdict_spam & ~verdict_ham
     own = _message_losses(valid_y, odds, cut.ham_max, cut.spam_min, config)
-    at_bounds = _message_losses(valid_y, odds, bounds.ham_max, bounds.spam_min, config)
+    # The configured setting is judged at the bounds the configuration
+    # decides with: its own cutoffs once `tune --write` has set them.
+    configured = decision.configured_thresholds(d.ham_cutoff, d.spam_cutoff, d.cost_ham_as_spam, d.cost_spam_as_ham, d.cost_unsure)
+    at_bounds = _message_losses(valid_y, odds, configured.ham_max, configured.spam_min, config)
     candidate = Candidate(
         event_model=setting.event_model,
         alpha=setting.alpha,

@@ -466,3 +466,21 @@ def test_a_number_too_large_for_the_database_is_a_usage_error(runner: CliRunner,
     result = runner.invoke(app, ["--db", trained, "top-words", "--min-count", str(2**63)])
     assert result.exit_code == exitcodes.USAGE, result.output
     assert result.stderr.startswith("spamfilter: a number given is too large: ")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        # A negative seed was numpy's ValueError, "internal error" (70).
+        ["evaluate", "--index", "INDEX", "--protocol", "cv", "--seed", "-1"],
+        # A huge --n ran for many minutes and gigabytes drawing the page.
+        ["report", "--out", "OUT", "--n", "1001"],
+    ],
+)
+def test_out_of_range_numbers_are_usage_errors(tmp_path: Path, args: list[str]) -> None:
+    index = tmp_path / "index"
+    index.write_text("spam a\nham b\n")
+    args = [{"INDEX": str(index), "OUT": str(tmp_path / "r.html")}.get(a, a) for a in args]
+    result = CliRunner().invoke(app, ["--db", f"sqlite:///{tmp_path / 'db'}", *args])
+    assert result.exit_code == exitcodes.USAGE, result.output
+    assert not (tmp_path / "r.html").exists()

@@ -196,7 +196,7 @@ def test_a_config_the_line_editor_cannot_change_is_refused_before_the_run(tmp_pa
     assert config.read_text() == layout
 
 
-@pytest.mark.parametrize(("option", "value"), [("--alpha", "0"), ("--alpha", "nan"), ("--tempering", "1.2"), ("--min-evidence", "-1")])
+@pytest.mark.parametrize(("option", "value"), [("--alpha", "0"), ("--alpha", "nan"), ("--tempering", "1.2"), ("--min-evidence", "-1"), ("--max-tokens", "200000")])
 def test_tune_refuses_values_the_config_would_refuse(tmp_path: Path, option: str, value: str) -> None:
     index = write_index(tmp_path, trap_stream())
     result = CliRunner().invoke(app, ["--db", f"sqlite:///{tmp_path / 'db'}", "tune", "--index", str(index), option, value])
@@ -626,6 +626,20 @@ def test_tune_gives_each_candidate_its_saving_over_the_configured_setting() -> N
     # the same settings against a configured alpha of 0.1: nothing saved
     unchanged = tune(Config(), trap_stream(), Grid(event_models=["multinomial-binary"], alphas=[0.1, 1.0], temperings=[0.55]), holdout=0.2)
     assert [c.improvement for c in unchanged] == [0.0, 0.0]
+
+
+def test_the_configured_setting_is_judged_at_the_cutoffs_it_configures() -> None:
+    # Cutoffs that leave every message unsure (0.001 and 0.9999 against
+    # scores bounded to [0.01, 0.99]) cost 0.2 a message, the price of an
+    # unsure verdict; the configured setting was judged at the loss
+    # matrix's own thresholds instead, as if the cutoffs were not there.
+    grid = Grid(event_models=["multinomial-binary"], alphas=[0.1], temperings=[0.55])
+    [plain] = tune(Config(), easy_stream(100), grid, holdout=0.5)
+    assert plain.configured_fold_losses[0] < 0.1
+    config = Config()
+    config = replace(config, decision=replace(config.decision, ham_cutoff=0.001, spam_cutoff=0.9999))
+    [c] = tune(config, easy_stream(100), grid, holdout=0.5)
+    assert c.configured_fold_losses == pytest.approx((config.decision.cost_unsure,), rel=1e-9)
 
 
 def test_tune_scores_each_fold_with_a_model_of_the_mail_before_it() -> None:
