@@ -410,7 +410,11 @@ def test_read_index_missing_message_file_fails_before_any_message_is_read(tmp_pa
     write(tmp_path / "m", b"Subject: x\n\n")
     index = write(tmp_path / "index", b"ham m\nspam gone.eml\n")
 
-    with pytest.raises(MailSourceError, match=r"index:2: message file .*gone\.eml"):
+    with pytest.raises(MailSourceError, match=r"index:2: message file .*gone\.eml' does not exist"):
+        read_index(str(index))
+    (tmp_path / "folder").mkdir()
+    index = write(tmp_path / "index", b"ham m\nspam folder\n")
+    with pytest.raises(MailSourceError, match=r"index:2: message file .*folder' is a folder, not a message file"):
         read_index(str(index))
 
 
