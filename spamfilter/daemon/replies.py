@@ -43,6 +43,12 @@ class Answer:
     why: str = ""
 
 
+def not_done(request: spamd.Request) -> str:
+    """How a log line says a request's message was not used: a TELL's not
+    learned, any other's not scanned."""
+    return "not learned" if request.command == "TELL" else "not scanned"
+
+
 def error(code: int, text: str, owner: str = "", why: str = "") -> Answer:
     """An error reply: the status line with ``text``, nothing after it."""
     return Answer([spamd.reply_head(code, text=text)], f"error={code}", None, owner, why)
@@ -59,8 +65,7 @@ def from_pool(request: spamd.Request, raw: bytes, pool: FilterPool) -> Answer:
     if request.own_model and (request.unusable_user is not None or (request.user is not None and pool.owner(request.user) != request.user)):
         # `spamfilter --user alice mark --connect`: learned in the model
         # every user shares, alice's own would never have changed.
-        doing = "not learned" if request.command == "TELL" else "not scanned"
-        why = f"{doing}: User {request.user} asked for their own model (User-model: own) and this server has one model for every user"
+        why = f"{not_done(request)}: User {request.user} asked for their own model (User-model: own) and this server has one model for every user"
         return error(spamd.EX_UNAVAILABLE, "one model for every user here, not the User's own (spamfilter serve --per-user)", pool.owner(None), why)
     try:
         # Only learning makes a database that does not exist: scoring on a
@@ -72,8 +77,7 @@ def from_pool(request: spamd.Request, raw: bytes, pool: FilterPool) -> Answer:
             return _scored(request, raw, item, f, owner)
     except SpamfilterError as exc:
         owner = pool.owner(request.user)
-        doing = "not learned: " if request.command == "TELL" else "not scanned: "
-        return error(error_code(exc), str(exc), owner, doing + pool.unscored(owner, exc))
+        return error(error_code(exc), str(exc), owner, f"{not_done(request)}: {pool.unscored(owner, exc)}")
 
 
 def _scored(request: spamd.Request, raw: bytes, item: MailItem, f: Filter, owner: str) -> Answer:

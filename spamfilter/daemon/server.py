@@ -396,8 +396,7 @@ class Server:
             if r.command == "TELL" and self.options.allow_tell and conn.max_size > self.options.max_size:
                 answer.why = f"not learned: {conn.size} bytes{compressed}, over the {TELL_MAX_SIZE >> 20} MiB a TELL may carry"
             else:
-                doing = "not learned" if r.command == "TELL" else "not scanned"
-                answer.why = f"{doing}: {conn.size} bytes{compressed}, over --max-size {self.options.max_size}"
+                answer.why = f"{replies.not_done(r)}: {conn.size} bytes{compressed}, over --max-size {self.options.max_size}"
             self._answer(conn, answer, now, spool=r.command == "PROCESS" and not r.compressed)
         else:
             conn.state = State.WORK
@@ -485,8 +484,7 @@ class Server:
             try:
                 raw = spamd.inflate(raw, conn.max_size)
             except ProtocolError as exc:
-                doing = "not learned" if conn.request.command == "TELL" else "not scanned"
-                return replies.error(exc.code, str(exc), why=f"{doing}: {exc}")
+                return replies.error(exc.code, str(exc), why=f"{replies.not_done(conn.request)}: {exc}")
         try:
             return replies.from_pool(conn.request, raw, pool)
         except Exception:  # noqa: BLE001 - the server outlives any one request's failure
