@@ -8,8 +8,10 @@ of another corpus, which here is all spam (the Nazario phishing mail, years
 newer than the spamassassin training mail). Beside it, bogofilter 1.2.5
 with its defaults, bulk-trained (`-B`) on the same files and classifying
 with `-b -T`. Prints each system's verdicts (spam, unsure, ham) and, for
-spamfilter, how many messages it gives P(spam) <= 0.01: a spam scored ham
-with confidence is the error the calibration of issue 22 is about.
+spamfilter, how many messages its score (the calibrated P(spam)) puts at
+or below 0.01, and how many the model's own log-odds do (expit(log-odds)
+<= 0.01): a spam scored ham with confidence is the error the calibration
+of issue 22 is about.
 ``--setting`` changes [model] keys of spamfilter's defaults (TOML values,
 as in benchmarks.option_grid). Writes
 results/unfamiliar-<train>-<score>.json. Asserts nothing.
@@ -30,6 +32,7 @@ from benchmarks.option_grid import bogofilter_trained_once, parse_setting
 from spamfilter.answers import Verdict
 from spamfilter.config import Config
 from spamfilter.mail import read_index
+from spamfilter.nb import calibration
 from spamfilter.tools.evaluation import fresh_filter
 
 
@@ -53,6 +56,7 @@ def main() -> None:
         f.train(train)
         verdicts = [v for v in f.classify(item for _, item in score) if isinstance(v, Verdict)]
     odds = np.array([v.log_odds for v in verdicts])
+    scores = np.array([v.score for v in verdicts])
     mine = collections.Counter(str(v.verdict) for v in verdicts)
     theirs = bogofilter_verdicts([(s, item.source) for s, item in train], [item.source for _, item in score])
     result = {
@@ -61,14 +65,19 @@ def main() -> None:
         "setting": args.setting,
         "scored": len(verdicts),
         "spamfilter": dict(mine),
-        "spamfilter_p_at_most_0.01": int((odds <= np.log(0.01 / 0.99)).sum()),
+        "spamfilter_p_at_most_0.01": int((scores <= calibration.TAIL * (1 + 1e-9)).sum()),
+        "spamfilter_log_odds_at_most_logit_0.01": int((odds <= np.log(0.01 / 0.99)).sum()),
         "spamfilter_median_log_odds": float(np.median(odds)),
         "bogofilter": dict(theirs),
     }
     for system in ("spamfilter", "bogofilter"):
         counts = result[system]
         print(f"{system:10} spam {counts.get('spam', 0):5}  unsure {counts.get('unsure', 0):5}  ham {counts.get('ham', 0):5}")
-    print(f"spamfilter: {result['spamfilter_p_at_most_0.01']} of {len(verdicts)} scored P(spam) <= 0.01; median log-odds {result['spamfilter_median_log_odds']:.1f}")
+    print(
+        f"spamfilter: {result['spamfilter_p_at_most_0.01']} of {len(verdicts)} scored P(spam) <= 0.01"
+        f" ({result['spamfilter_log_odds_at_most_logit_0.01']} with log-odds <= logit 0.01);"
+        f" median log-odds {result['spamfilter_median_log_odds']:.1f}"
+    )
     Path("results").mkdir(exist_ok=True)
     Path(f"results/unfamiliar-{args.train}-{args.score}.json").write_text(json.dumps(result, indent=1) + "\n")
 
