@@ -26,8 +26,8 @@ leaves the message to the MTA's own default (Postfix's
 
 Logging (logger ``spamfilter.milter``): at start the address, the mode and
 model, the database; then one line per message with the MTA's queue id,
-user, verdict, log-odds, what the MTA was told, size and milliseconds;
-never message content. SIGTERM (`stop`) stops accepting connections,
+user, verdict, log-odds, what the MTA was told (``none`` when it hung
+up before the answer), size and milliseconds; never message content. SIGTERM (`stop`) stops accepting connections,
 closes those between messages and lets each message in flight finish;
 SIGHUP (`reload`) reads the configuration again.
 """
@@ -37,12 +37,13 @@ from __future__ import annotations
 import logging
 import math
 import os
+import select
 import socket
 import socketserver
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from spamfilter import spamd
@@ -323,7 +324,7 @@ class MilterServer:
     def _converse(self, conn: _Connection, who: str) -> None:
         """Read commands and answer them until the MTA quits or hangs up."""
         conn.sock.settimeout(self.options.timeout)
-        session = milter.Session(self.options.max_size, lambda s, m: self._end_of_message(s, m, who))
+        session = milter.Session(self.options.max_size, lambda s, m: self._end_of_message(s, m, who, conn.sock))
         with conn.sock.makefile("rb") as stream:
             while not session.closed:
                 with self._lock:
@@ -345,7 +346,7 @@ class MilterServer:
 
     # -- one message ----------------------------------------------------------
 
-    def _end_of_message(self, session: milter.Session, message: milter.Message, who: str) -> list[bytes]:
+    def _end_of_message(self, session: milter.Session, message: milter.Message, who: str, sock: socket.socket) -> list[bytes]:
         """The edits and the final reply for a message received in full."""
         started = time.monotonic()
         user = milter.recipient_user(message.recipients)
@@ -354,6 +355,10 @@ class MilterServer:
         except Exception:  # noqa: BLE001 - the MTA gets an answer whatever went wrong
             logger.exception("internal error while scoring")
             answer = self._on_error(self.pool.owner(user), "internal error", session, message)
+        if _hung_up(sock):
+            # The MTA gave up waiting (its milter timeout): what it did
+            # with the message is its own default action, not this answer.
+            answer = replace(answer, action="none", why="the MTA closed the connection before the answer")
         odds = "-" if answer.log_odds is None else f"{answer.log_odds:+.2f}"
         logger.log(
             logging.WARNING if answer.why else logging.INFO,
@@ -431,3 +436,17 @@ def _apart(above: float, limit: float) -> tuple[str, str]:
         if pair[0] != pair[1]:
             return pair
     return pair
+
+
+def _hung_up(sock: socket.socket) -> bool:
+    """Whether the peer has closed its side of ``sock``: an end of file
+    waits to be read, seen without waiting and without taking any bytes
+    (data still to be read is not one)."""
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    if not poller.poll(0):
+        return False
+    try:
+        return sock.recv(1, socket.MSG_PEEK) == b""
+    except OSError:
+        return True

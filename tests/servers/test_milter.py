@@ -479,6 +479,36 @@ def test_an_mta_hanging_up_in_the_middle_of_a_message_is_logged(tmp_path: Path, 
         time.sleep(0.05)
 
 
+def test_an_answer_the_mta_hung_up_before_is_not_logged_as_given(tmp_path: Path, trained: tuple[str, Path], start_milter: type[Milter]) -> None:
+    # An MTA that gives up waiting (its milter timeout) closes the
+    # connection and applies its own default action: the log must not say
+    # the message was accepted with fields, as it does for a delivered answer.
+    m = start_milter(*trained, "--processes", "1")
+    for queue_id, hang_up in (("QUEUE43", True), ("QUEUE44", False)):
+        with socket.create_connection(("127.0.0.1", m.port), timeout=HANG) as sock, sock.makefile("rb") as got:
+            sock.sendall(milter.packet(milter.OPTNEG, struct.pack(">III", 6, 0x1FF, 0x1FFFFF)))
+            assert milter.read_packet(got)[0] == milter.OPTNEG  # type: ignore[index]
+            sock.sendall(
+                milter.packet(milter.MACRO, b"Mi\0" + queue_id.encode() + b"\0")
+                + milter.packet(milter.MAIL, b"<a@example.org>\0")
+                + milter.packet(milter.HEADER, b"Subject\0 lunch\0")
+                + milter.packet(milter.BODY, b"see you at noon\r\n")
+            )
+            assert [milter.read_packet(got) for _ in range(3)] == [(milter.CONTINUE, b"")] * 3
+            sock.sendall(milter.packet(milter.EOB))
+            if not hang_up:
+                while (packet := milter.read_packet(got)) is not None and packet[0] != milter.CONTINUE:
+                    pass
+                assert packet is not None
+        deadline = time.monotonic() + HANG
+        while f"id={queue_id} " not in m.log():
+            assert time.monotonic() < deadline, m.log()
+            time.sleep(0.05)
+    lines = {q: next(line for line in m.log().splitlines() if f"message id={q} " in line) for q in ("QUEUE43", "QUEUE44")}
+    assert "action=none" in lines["QUEUE43"] and lines["QUEUE43"].endswith("; the MTA closed the connection before the answer")
+    assert "action=accept" in lines["QUEUE44"] and "closed" not in lines["QUEUE44"]
+
+
 def test_the_rejection_tells_the_score_from_the_limit() -> None:
     from spamfilter.daemon.milter_server import _apart
 
