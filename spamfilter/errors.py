@@ -41,6 +41,12 @@ class StoreDisconnected(StoreBusyError):
     again on a new connection."""
 
 
+class StoreUnreachable(StoreError):
+    """The database server could not be reached when the store was opened
+    (refused, timed out, no such host): a temporary failure for an MTA
+    (exit 75), not tried again here, so a wrong address fails at once."""
+
+
 class StoreConflict(StoreBusyError):
     """A transaction lost a race with another process (deadlock, serialization
     failure, the same message inserted twice); running it again will succeed."""

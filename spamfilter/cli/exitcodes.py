@@ -31,7 +31,9 @@ that sees 75 (temporary failure) queues the message and retries.
       74  the database cannot be opened, read or written; or training would
           take a count past 2^62 - 1 (refused, nothing written); or the
           output could not be written (a full disk)
-      75  the database stayed locked by another process: try again later
+      75  the database stayed locked by another process, or its server
+          could not be reached or stayed away past `write_deadline`: try
+          again later
       76  the database schema is out of date: run `spamfilter db upgrade`
       77  the IMAP server refused the login
       78  the configuration is invalid
@@ -56,6 +58,7 @@ from spamfilter.errors import (
     StoreBusyError,
     StoreError,
     StoreInconsistent,
+    StoreUnreachable,
 )
 
 OK = 0
@@ -89,6 +92,7 @@ _BY_ERROR: tuple[tuple[type[SpamfilterError], int], ...] = (
     (NoSuchDatabase, NO_INPUT),
     (SchemaOutOfDate, SCHEMA_OUT_OF_DATE),
     (StoreBusyError, STORE_BUSY),
+    (StoreUnreachable, STORE_BUSY),
     (StoreInconsistent, STORE_INCONSISTENT),
     (StoreError, STORE_ERROR),
     (ImapAuthError, IMAP_LOGIN),

@@ -65,7 +65,7 @@ if TYPE_CHECKING:
 
 from spamfilter.counts import Totals
 from spamfilter.errors import SchemaOutOfDate, StoreBusyError, StoreError
-from spamfilter.store.engine import _make_engine, _make_owner_only, _store_error, display_url, sqlite_path
+from spamfilter.store.engine import _connect_error, _make_engine, _make_owner_only, _store_error, display_url, sqlite_path
 from spamfilter.store.imap_rows import ImapRecord
 from spamfilter.store.ledger import pack_token_counts, unpack_token_counts
 from spamfilter.store.schema import COUNT_COLUMNS, SCHEMA_REVISION, class_totals, metadata, model_versions
@@ -107,6 +107,7 @@ class Store:
         self._driver_error: type[Exception] = getattr(dbapi, "Error", DBAPIError)
         self.statements = _Statements(engine.dialect.name)
         self._checked = False  # the file passed a quick check (begin)
+        self._reached = False  # a connection was made (then a refused one is a disconnect)
 
     @classmethod
     def open(
@@ -203,10 +204,21 @@ class Store:
     def schema_revision(self) -> str | None:
         """The database's Alembic revision, or None for a database without one."""
         try:
-            with self.engine.connect() as conn:
+            with self._connect() as conn:
                 return _revision_on(conn)
         except DBAPIError as exc:
             raise _store_error(exc, f"database {self.display_url}") from None
+
+    def _connect(self) -> sa.Connection:
+        """A connection from the pool; ``StoreUnreachable`` or
+        ``StoreDisconnected`` when the server cannot be reached
+        (``engine._connect_error``)."""
+        try:
+            conn = self.engine.connect()
+        except DBAPIError as exc:
+            raise _connect_error(exc, f"database {self.display_url}", self.engine.dialect.name, self._reached) from None
+        self._reached = True
+        return conn
 
     @staticmethod
     def _alembic_config() -> AlembicConfig:
@@ -294,7 +306,7 @@ class Store:
     @contextmanager
     def _transaction(self, options: dict[str, str]) -> Iterator[StoreTransaction]:
         try:
-            with self.engine.connect() as conn:
+            with self._connect() as conn:
                 if options:
                     conn = conn.execution_options(**options)
                 with conn.begin():

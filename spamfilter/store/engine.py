@@ -14,7 +14,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
 from sqlalchemy.pool import StaticPool
 
-from spamfilter.errors import NoSuchDatabase, StoreBusyError, StoreConflict, StoreDisconnected, StoreError
+from spamfilter.errors import NoSuchDatabase, StoreBusyError, StoreConflict, StoreDisconnected, StoreError, StoreUnreachable
 from spamfilter.locations import make_private_dirs
 
 
@@ -198,7 +198,7 @@ def _store_error(exc: DBAPIError, what: str) -> StoreError:
         # SQLAlchemy saw a disconnect and dropped the connection from its
         # pool: the next attempt gets a new one.
         return StoreDisconnected(f"{what}: the connection to the server was lost ({text})")
-    if sqlstate == "3D000" or (sqlstate is None and 'database "' in text and "does not exist" in text):
+    if sqlstate == "3D000" or (sqlstate is None and _names_missing_database(text)):
         # As a missing SQLite file is (exit 66): the server has no such database.
         return NoSuchDatabase(f"{what}: no such database ({text})")
     if sqlstate == "55P03":
@@ -212,6 +212,29 @@ def _store_error(exc: DBAPIError, what: str) -> StoreError:
             f"{what}: the database file is damaged ({text}); where SQLite can still read its schema, `spamfilter db check` lists the problems, else restore it from a backup"
         )
     return StoreError(f"{what}: {text}")
+
+
+def _connect_error(exc: DBAPIError, what: str, dialect: str, reached: bool) -> StoreError:
+    """The error for a connection that could not be made. A database server
+    that answered with no SQLSTATE did not answer at all (refused, timed
+    out, no such host): if this process had reached it before, it went
+    away (a restart) and the transaction runs again (``StoreDisconnected``);
+    if not, it is out of reach (``StoreUnreachable``, exit 75). Anything
+    else (a wrong password, no such database, a SQLite file) as
+    ``_store_error``."""
+    text = _driver_message(exc)
+    # libpq reports the server's own refusals (no such role or database, a
+    # wrong password) at connect time as "FATAL:" lines, without a SQLSTATE.
+    answered = getattr(exc.orig, "sqlstate", None) is not None or "FATAL:" in text
+    if dialect != "sqlite" and not answered:
+        if reached:
+            return StoreDisconnected(f"{what}: the server cannot be reached ({text})")
+        return StoreUnreachable(f"{what}: the server cannot be reached ({text})")
+    return _store_error(exc, what)
+
+
+def _names_missing_database(text: str) -> bool:
+    return 'database "' in text and "does not exist" in text
 
 
 def _postgresql_options(parsed: sa.engine.URL, busy_timeout: float) -> tuple[sa.engine.URL, str]:

@@ -259,6 +259,30 @@ def test_a_daemon_refuses_to_start_on_a_postgresql_database_that_does_not_exist(
         assert "no such database" in done.stderr and "Traceback" not in done.stderr
 
 
+def _first_messages(corpora_dir: Path, tmp_path: Path, n: int) -> Path:
+    """An index of spamassassin's first ``n`` messages, by absolute path."""
+    root = corpora_dir / "spamassassin"
+    lines = (root / "index").read_text().splitlines()[:n]
+    index = tmp_path / "index"
+    index.write_text("".join(f"{label} {root / path}\n" for label, path in (line.split() for line in lines)))
+    return index
+
+
+def _trained_cleanly(index: Path, config: Path, tmp_path: Path) -> str:
+    """A new SQLite database trained on ``index`` with nothing going wrong."""
+    clean = f"sqlite:///{tmp_path / 'clean.db'}"
+    assert subprocess.run(spamfilter(clean, "train", "--index", str(index), "--jobs", "1", config=config), capture_output=True, timeout=HANG_GUARD).returncode == 0
+    return clean
+
+
+def _model_size(url: str) -> tuple[int, int, int]:
+    """(spam messages, ham messages, tokens) as `stats` reports them."""
+    import json
+
+    s = json.loads(subprocess.run(spamfilter(url, "stats", "--format", "json"), capture_output=True, text=True, timeout=HANG_GUARD).stdout)
+    return s["spam_messages"], s["ham_messages"], s["tokens"]
+
+
 @pytest.mark.corpus
 def test_a_train_whose_postgresql_connection_is_ended_goes_on_with_a_new_one(fresh_postgres_url: str, corpora_dir: Path, tmp_path: Path) -> None:
     # A server restart (here: the administrator ending the connection) made
@@ -266,10 +290,7 @@ def test_a_train_whose_postgresql_connection_is_ended_goes_on_with_a_new_one(fre
     import json
     import time
 
-    root = corpora_dir / "spamassassin"
-    lines = (root / "index").read_text().splitlines()[:300]
-    index = tmp_path / "index"
-    index.write_text("".join(f"{label} {root / path}\n" for label, path in (line.split() for line in lines)))
+    index = _first_messages(corpora_dir, tmp_path, 300)
     config = tmp_path / "c.toml"
     config.write_text("[store]\nbatch_size = 20\n")
     admin = sa.create_engine(fresh_postgres_url, isolation_level="AUTOCOMMIT")
@@ -316,11 +337,137 @@ def test_a_train_whose_postgresql_connection_is_ended_goes_on_with_a_new_one(fre
     assert ended == 1, "the run ended before its connection could be"
     assert train.returncode == 0, err
     assert "the connection to the server was lost" in err and "trying again" in err
-    clean = f"sqlite:///{tmp_path / 'clean.db'}"
-    assert subprocess.run(spamfilter(clean, "train", "--index", str(index), "--jobs", "1", config=config), capture_output=True, timeout=HANG_GUARD).returncode == 0
-    stats = [
-        json.loads(subprocess.run(spamfilter(url, "stats", "--format", "json"), capture_output=True, text=True, timeout=HANG_GUARD).stdout)
-        for url in (fresh_postgres_url, clean)
-    ]
-    assert [(s["spam_messages"], s["ham_messages"], s["tokens"]) for s in stats][0] == [(s["spam_messages"], s["ham_messages"], s["tokens"]) for s in stats][1]
+    assert _model_size(fresh_postgres_url) == _model_size(_trained_cleanly(index, config, tmp_path))
     assert subprocess.run(spamfilter(fresh_postgres_url, "db", "check"), capture_output=True, timeout=HANG_GUARD).returncode == 0
+
+
+class _Proxy:
+    """A TCP relay on a loopback port to the PostgreSQL server, which can
+    go away (listener and every relayed connection closed: connections are
+    refused, as while a server restarts) and come back on the same port."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        import socket
+        import threading
+
+        self.target = target
+        self._socket, self._threading = socket, threading
+        self._conns: list[socket.socket] = []
+        self._lock = threading.Lock()
+        probe = socket.socket()
+        probe.bind(("127.0.0.1", 0))
+        self.port = probe.getsockname()[1]
+        probe.close()
+        self._listener: socket.socket | None = None
+        self.start()
+
+    def start(self) -> None:
+        s = self._socket.socket()
+        s.setsockopt(self._socket.SOL_SOCKET, self._socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", self.port))
+        s.listen(64)
+        self._listener = s
+        self._threading.Thread(target=self._accept, args=(s,), daemon=True).start()
+
+    def stop(self) -> None:
+        import socket
+
+        assert self._listener is not None
+        # shutdown first: a close alone leaves the thread blocked in
+        # accept() holding the socket, which then still takes connections
+        try:
+            self._listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._listener.close()
+        with self._lock:
+            for c in self._conns:
+                try:
+                    c.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                c.close()
+            self._conns.clear()
+
+    def _accept(self, listener: object) -> None:
+        import socket
+
+        assert isinstance(listener, socket.socket)
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.target)
+            with self._lock:
+                self._conns += [client, server]
+            for a, b in ((client, server), (server, client)):
+                self._threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(a: object, b: object) -> None:
+        import socket
+
+        assert isinstance(a, socket.socket) and isinstance(b, socket.socket)
+        try:
+            while data := a.recv(65536):
+                b.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (a, b):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+
+@pytest.mark.corpus
+def test_a_train_goes_on_after_a_server_restart_and_a_gone_server_is_75(fresh_postgres_url: str, corpora_dir: Path, tmp_path: Path) -> None:
+    # While a server restarts it refuses connections: the reconnect that
+    # met the refusal ended the run with 74, where the run should wait for
+    # the server up to write_deadline, as for a dropped connection.
+    import json
+    import time
+
+    parsed = sa.engine.make_url(fresh_postgres_url)
+    proxy = _Proxy((parsed.host or "127.0.0.1", parsed.port or 5432))
+    url = parsed.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
+    index = _first_messages(corpora_dir, tmp_path, 300)
+    config = tmp_path / "c.toml"
+    config.write_text("[store]\nbatch_size = 20\nwrite_deadline = 50.0\n")
+    admin = sa.create_engine(fresh_postgres_url, isolation_level="AUTOCOMMIT")
+
+    def trained() -> int:
+        with admin.connect() as conn:
+            if not sa.inspect(conn).has_table("class_totals"):
+                return 0
+            return int(conn.execute(sa.text("SELECT coalesce(sum(messages), 0) FROM class_totals")).scalar() or 0)
+
+    train = subprocess.Popen(spamfilter(url, "train", "--index", str(index), "--jobs", "1", config=config), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + HANG_GUARD
+        while trained() == 0 and train.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        proxy.stop()
+        gone = trained()
+        time.sleep(2.0)  # the run meets refused connections meanwhile
+        proxy.start()
+        out, err = train.communicate(timeout=HANG_GUARD)
+    finally:
+        if train.poll() is None:
+            train.kill()
+        admin.dispose()
+    assert 0 < gone < 300, "the run ended before the server went away"
+    assert train.returncode == 0, err
+    assert "the server cannot be reached" in err and "trying again" in err and "Traceback" not in err
+    assert _model_size(fresh_postgres_url) == _model_size(_trained_cleanly(index, config, tmp_path))
+    # A server that cannot be reached from the start: a temporary failure
+    # (75, what an MTA queues and retries), at once and in one line; the
+    # message still goes through `filter` as it came.
+    proxy.stop()
+    for args in (["stats"], ["filter"]):
+        done = subprocess.run(spamfilter(url, *args), input=SPAM.decode(), capture_output=True, text=True, timeout=HANG_GUARD)
+        assert done.returncode == exitcodes.STORE_BUSY, done.stderr
+        assert "the server cannot be reached" in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert done.stdout == SPAM.decode()
