@@ -166,10 +166,12 @@ class Filter:
 
     def classify(self, items: Iterable[MailItem]) -> Iterator[Verdict | Refusal]:
         """A ``Verdict`` (or a ``Refusal``) per message, in input order;
-        messages are read on ``self.jobs`` processes."""
+        messages are read on ``self.jobs`` processes. A batch whose reads
+        met a busy database or a lost connection is scored again, as a
+        training batch is written again, up to the write deadline."""
         for results in batched(analyse(self.reader, items, self.jobs, self.config.store.batch_size), self.config.store.batch_size):
             analysed = [r for r in results if isinstance(r, Analysed)]
-            verdicts = iter(self.scoring.verdicts(analysed) if analysed else [])
+            verdicts = iter(retrying(lambda batch=analysed: self.scoring.verdicts(batch), self.training.write_deadline) if analysed else [])
             for r in results:
                 yield next(verdicts) if isinstance(r, Analysed) else r
 

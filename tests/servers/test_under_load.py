@@ -471,3 +471,51 @@ def test_a_train_goes_on_after_a_server_restart_and_a_gone_server_is_75(fresh_po
         assert done.returncode == exitcodes.STORE_BUSY, done.stderr
         assert "the server cannot be reached" in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert done.stdout == SPAM.decode()
+
+
+@pytest.mark.corpus
+def test_a_classify_goes_on_after_a_server_restart(fresh_postgres_url: str, corpora_dir: Path, tmp_path: Path) -> None:
+    # Scoring reads were never tried again: one dropped connection ended a
+    # classify with 75 and part of its output.
+    import time
+
+    index = _first_messages(corpora_dir, tmp_path, 900)
+    config = tmp_path / "c.toml"
+    config.write_text("[store]\nbatch_size = 20\nwrite_deadline = 50.0\n")
+    train_index = tmp_path / "train.index"
+    lines = index.read_text().splitlines()
+    train_index.write_text("\n".join(lines[:300]) + "\n")
+    (tmp_path / "rest.index").write_text("\n".join(lines[300:]) + "\n")
+    assert subprocess.run(spamfilter(fresh_postgres_url, "train", "--index", str(train_index), config=config), capture_output=True, timeout=HANG_GUARD).returncode == 0
+    direct = subprocess.run(
+        spamfilter(fresh_postgres_url, "classify", "--format", "tsv", "--jobs", "1", "--index", str(tmp_path / "rest.index"), config=config),
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD,
+    )
+    assert direct.returncode == 0 and len(direct.stdout.splitlines()) == 601, direct.stderr  # and a header line
+    parsed = sa.engine.make_url(fresh_postgres_url)
+    proxy = _Proxy((parsed.host or "127.0.0.1", parsed.port or 5432))
+    url = parsed.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
+    out = tmp_path / "out.tsv"
+    with out.open("w") as sink:
+        run = subprocess.Popen(
+            spamfilter(url, "classify", "--format", "tsv", "--jobs", "1", "--index", str(tmp_path / "rest.index"), config=config),
+            stdout=sink,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            deadline = time.monotonic() + HANG_GUARD
+            while not out.read_text() and run.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.02)
+            proxy.stop()
+            time.sleep(1.0)
+            proxy.start()
+            _, err = run.communicate(timeout=HANG_GUARD)
+        finally:
+            if run.poll() is None:
+                run.kill()
+    assert run.returncode == 0, err
+    assert "the server cannot be reached" in err or "the connection to the server was lost" in err, err
+    assert out.read_text() == direct.stdout
