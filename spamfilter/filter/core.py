@@ -11,6 +11,7 @@ processes for long runs, and hands it to them.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from functools import partial
 
 from spamfilter.analysis import Analysed, Analyser, analyse, analyse_labelled
 from spamfilter.answers import OnlineStep, Refusal, Stats, TrainSummary, Upgraded, Verdict
@@ -171,7 +172,7 @@ class Filter:
         training batch is written again, up to the write deadline."""
         for results in batched(analyse(self.reader, items, self.jobs, self.config.store.batch_size), self.config.store.batch_size):
             analysed = [r for r in results if isinstance(r, Analysed)]
-            verdicts = iter(retrying(lambda batch=analysed: self.scoring.verdicts(batch), self.training.write_deadline) if analysed else [])
+            verdicts = iter(retrying(partial(self.scoring.verdicts, analysed), self.training.write_deadline) if analysed else [])
             for r in results:
                 yield next(verdicts) if isinstance(r, Analysed) else r
 
