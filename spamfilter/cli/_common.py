@@ -130,6 +130,14 @@ def is_tty_stdin() -> bool:
     return sys.stdin.isatty()
 
 
+def one_stream(indexes: list[str]) -> str:
+    """The one --index of a command that reads a stream in order (given
+    twice, the option would keep only the last without a word)."""
+    if len(indexes) != 1:
+        raise typer.BadParameter("give one index: the stream, in arrival order (join several into one file)", param_hint="--index")
+    return indexes[0]
+
+
 def index_length(path: str) -> int | None:
     """Messages in a TREC index (its non-blank lines), for the progress bar;
     None if it cannot be read (reading it properly reports the error) or is

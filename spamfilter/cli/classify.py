@@ -41,7 +41,7 @@ def classify(
     sources: Annotated[
         list[str] | None, typer.Argument(metavar="[SRC]...", help="Message file, mbox, Maildir, MH or folder; - for stdin (an mbox when it starts with a `From ` line).")
     ] = None,
-    index: Annotated[str | None, typer.Option("--index", metavar="FILE", help="Classify the messages of a TREC index (labels ignored).")] = None,
+    index: Annotated[list[str], typer.Option("--index", metavar="FILE", help="Classify the messages of a TREC index (labels ignored; repeat for more).")] = [],  # noqa: B006
     fmt: Annotated[Format, typer.Option("--format", help="table, jsonl or tsv.")] = Format.table,
     jobs: Jobs = None,
 ) -> None:
@@ -51,15 +51,15 @@ def classify(
 
     Example: spamfilter classify --format jsonl ~/Mail/INBOX
     """
-    if not sources and index is None:
+    if not sources and not index:
         raise typer.BadParameter("give at least one SRC or --index", param_hint="SRC")
 
     def empty(source: str) -> None:
         typer.echo(f"spamfilter: warning: no messages in {source}", err=True)
 
     items: Iterator[MailItem] = read_messages(sources, on_empty=empty) if sources else iter(())
-    if index is not None:
-        indexed = (item for _, item in read_index(index))
+    if index:
+        indexed = (item for _, item in itertools.chain.from_iterable([read_index(name) for name in index]))  # every index checked first
         items = itertools.chain(items, indexed) if sources else indexed
     refused: list[Refusal] = []
     # A progress bar only when the verdicts go to a file or a pipe: on a

@@ -13,7 +13,7 @@ import numpy as np
 import typer
 
 from spamfilter.cli import app, exitcodes, fail, state, writable_output
-from spamfilter.cli._common import Margin, TableOrJson, index_length, jobs_or_default, progress, report_refusals, tsv_field
+from spamfilter.cli._common import Margin, TableOrJson, index_length, jobs_or_default, one_stream, progress, report_refusals, tsv_field
 from spamfilter.cli.reading import Jobs
 from spamfilter.config import ONLINE_TRAIN_MODE, TUNE_MARGIN, TrainMode
 from spamfilter.mail import read_index
@@ -98,7 +98,7 @@ def report_json(report: EvalReport) -> str:
 @app.command()
 def evaluate(
     ctx: typer.Context,
-    index: Annotated[str, typer.Option("--index", metavar="FILE", help="TREC index: lines `spam PATH` / `ham PATH`, in stream order.")],
+    indexes: Annotated[list[str], typer.Option("--index", metavar="FILE", help="TREC index: lines `spam PATH` / `ham PATH`, in stream order.")],
     protocol: Annotated[
         Protocol,
         typer.Option(
@@ -136,6 +136,7 @@ def evaluate(
 
     Example: spamfilter evaluate --index corpus/index --protocol online --out scores.tsv
     """
+    index = one_stream(indexes)
     s = state(ctx)
     if s.db_url is not None and protocol is Protocol.cv:
         fail("--db: cross-validation trains a model per fold in memory; it cannot use one database", exitcodes.USAGE)

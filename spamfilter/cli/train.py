@@ -74,7 +74,7 @@ def train(
     ctx: typer.Context,
     spam: Annotated[list[str], typer.Option("--spam", metavar="SRC...", help="Spam to learn from: one or more sources. " + SOURCES_HELP)] = [],  # noqa: B006
     ham: Annotated[list[str], typer.Option("--ham", metavar="SRC...", help="Ham (good mail) to learn from: one or more sources. " + SOURCES_HELP)] = [],  # noqa: B006
-    index: Annotated[str | None, typer.Option("--index", metavar="FILE", help="TREC index file: lines `spam PATH` / `ham PATH`.")] = None,
+    index: Annotated[list[str], typer.Option("--index", metavar="FILE", help="TREC index file: lines `spam PATH` / `ham PATH` (repeat for more, read in order).")] = [],  # noqa: B006
     train_mode: Annotated[
         TrainMode,
         typer.Option(
@@ -94,9 +94,10 @@ def train(
     tally = SourceTally()
     labelled = _labelled(spam, ham, tally)
     total = None
-    if index is not None:
-        labelled_index = read_index(index)
-        total = index_length(index)
+    if index:
+        labelled_index = itertools.chain.from_iterable([read_index(name) for name in index])  # every index checked first
+        lengths = [index_length(name) for name in index]
+        total = None if None in lengths else sum(n or 0 for n in lengths)
         labelled = labelled_index if not (spam or ham) else itertools.chain(labelled, labelled_index)
     with open_filter(ctx, create=True, jobs=jobs) as f:
         summary = f.train(progress(tally.count(labelled), "training", total), train_mode=train_mode, margin=margin)

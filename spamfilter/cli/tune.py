@@ -10,7 +10,7 @@ import typer
 
 from spamfilter.answers import Refusal
 from spamfilter.cli import app, exitcodes, state
-from spamfilter.cli._common import TableOrJson, index_length, jobs_or_default, progress, report_refusals
+from spamfilter.cli._common import TableOrJson, index_length, jobs_or_default, one_stream, progress, report_refusals
 from spamfilter.cli.reading import Jobs
 from spamfilter.config import DEPENDENCES, EVENT_MODELS, check_config_writable, update_config_file
 from spamfilter.locations import default_config_path
@@ -21,7 +21,7 @@ from spamfilter.tools import tuning
 @app.command()
 def tune(
     ctx: typer.Context,
-    index: Annotated[str, typer.Option("--index", metavar="FILE", help="Labelled TREC index, in arrival order.")],
+    indexes: Annotated[list[str], typer.Option("--index", metavar="FILE", help="Labelled TREC index, in arrival order.")],
     holdout: Annotated[float, typer.Option("--holdout", min=0.05, max=0.5, help="Share of the stream, from its end, held out for validation.")] = 0.5,
     folds: Annotated[
         int, typer.Option("--folds", min=1, max=20, help="Consecutive blocks the held-out share is cut into, each scored by a model of all the mail before it.")
@@ -96,6 +96,7 @@ def tune(
     Example: spamfilter tune --index corpus/index --write
     """
     # Over 60 lines: most of this command is its options' declarations.
+    index = one_stream(indexes)
     s = state(ctx)
     chosen_models = models or list(EVENT_MODELS)
     for m in chosen_models:

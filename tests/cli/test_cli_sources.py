@@ -309,6 +309,30 @@ def test_a_subfolder_that_cannot_be_listed_is_skipped_and_the_rest_read(
     assert re.search(r"trained 0 spam, [23] ham", trained.stdout), trained.stdout
 
 
+def test_every_index_given_is_read_and_checked_before_any_is(runner: CliRunner, db_url: str, sample: Path, tmp_path: Path) -> None:
+    # A repeated --index kept only the last: "trained 0 spam, 2 ham".
+    items = list(read_messages([str(sample / "train-spam.mbox")]))[:3] + list(read_messages([str(sample / "train-ham.mbox")]))[:2]
+    for n, item in enumerate(items):
+        (tmp_path / f"m{n}.eml").write_bytes(item.raw)
+    (tmp_path / "spam.index").write_text("spam m0.eml\nspam m1.eml\nspam m2.eml\n")
+    (tmp_path / "ham.index").write_text("ham m3.eml\nham m4.eml\n")
+    (tmp_path / "broken.index").write_text("ham m4.eml\nham no-such.eml\n")
+    indexes = ["--index", str(tmp_path / "spam.index"), "--index", str(tmp_path / "ham.index")]
+    broken = runner.invoke(app, ["--db", db_url, "train", *indexes, "--index", str(tmp_path / "broken.index")])
+    assert broken.exit_code == exitcodes.NO_INPUT and "no-such.eml" in broken.stderr, broken.output
+    assert not Path(db_url.removeprefix("sqlite:///")).exists() or stats(runner, db_url)["spam_messages"] == 0
+    result = runner.invoke(app, ["--db", db_url, "train", *indexes])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == "trained 3 spam, 2 ham"
+    classified = runner.invoke(app, ["--db", db_url, "classify", "--format", "tsv", "--jobs", "1", *indexes])
+    assert classified.exit_code == 0, classified.output
+    assert [line.split("\t")[0] for line in classified.stdout.splitlines()[1:]] == [str(tmp_path / f"m{n}.eml") for n in range(5)]
+    # A stream is one index: evaluate and tune refuse two rather than keep the last.
+    for command in (["evaluate"], ["tune", "--folds", "1"]):
+        twice = runner.invoke(app, ["--db", db_url, *command, *indexes])
+        assert twice.exit_code == exitcodes.USAGE and "give one index" in twice.output, twice.output
+
+
 def test_an_empty_index_exits_66(runner: CliRunner, db_url: str, tmp_path: Path) -> None:
     index = tmp_path / "index"
     index.write_text("")
