@@ -64,7 +64,7 @@ if TYPE_CHECKING:
     from alembic.config import Config as AlembicConfig
 
 from spamfilter.counts import Totals
-from spamfilter.errors import SchemaOutOfDate, StoreBusyError, StoreError
+from spamfilter.errors import NoSuchDatabase, SchemaOutOfDate, StoreBusyError, StoreError
 from spamfilter.store.engine import _connect_error, _make_engine, _make_owner_only, _store_error, display_url, sqlite_path
 from spamfilter.store.imap_rows import ImapRecord
 from spamfilter.store.ledger import pack_token_counts, unpack_token_counts
@@ -133,6 +133,11 @@ class Store:
                 # created the schema in between.
                 if store._has_tables() and store.schema_revision() is None:
                     raise StoreError(f"{store.display_url}: has tables but no spamfilter schema revision")
+                if not create:
+                    # A command that only reads: an empty server database
+                    # is no spamfilter database (perhaps a mistyped name),
+                    # as an empty SQLite file is not; it is left empty.
+                    raise NoSuchDatabase(f"no spamfilter database in {store.display_url} (it has no tables; `spamfilter train` or `db upgrade` creates them)")
                 if not upgrade_new:
                     raise SchemaOutOfDate(f"{store.display_url}: empty database; run `spamfilter db upgrade`")
                 store.upgrade()

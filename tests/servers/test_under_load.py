@@ -519,3 +519,21 @@ def test_a_classify_goes_on_after_a_server_restart(fresh_postgres_url: str, corp
     assert run.returncode == 0, err
     assert "the server cannot be reached" in err or "the connection to the server was lost" in err, err
     assert out.read_text() == direct.stdout
+
+
+def test_commands_that_read_leave_an_empty_server_database_empty(fresh_postgres_url: str, tmp_path: Path) -> None:
+    # stats, db check, forget and the rest created the whole schema in any
+    # empty database they were pointed at (a mistyped name of one that exists).
+    mail = tmp_path / "m.eml"
+    mail.write_bytes(HAM)
+    for args in (["stats"], ["db", "check"], ["db", "export"], ["forget", str(mail)], ["classify", str(mail)], ["top-words"]):
+        done = subprocess.run(spamfilter(fresh_postgres_url, *args), capture_output=True, text=True, timeout=HANG_GUARD)
+        assert done.returncode == exitcodes.NO_INPUT, (args, done.stderr)
+        assert "no spamfilter database" in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    engine = sa.create_engine(fresh_postgres_url)
+    try:
+        assert sa.inspect(engine).get_table_names() == []
+    finally:
+        engine.dispose()
+    assert subprocess.run(spamfilter(fresh_postgres_url, "train", "--ham", str(mail)), capture_output=True, timeout=HANG_GUARD).returncode == 0
+    assert subprocess.run(spamfilter(fresh_postgres_url, "stats"), capture_output=True, timeout=HANG_GUARD).returncode == 0
