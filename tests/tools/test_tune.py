@@ -706,3 +706,22 @@ def test_the_grid_pairs_an_unseen_weight_with_naive_bayes_only() -> None:
     grid = Grid(event_models=["multinomial-binary"], alphas=[0.1], temperings=[0.55], min_evidences=[0.0], dependences=["none", "aode"], unseen_weights=[0.0, 0.5])
     pairs = sorted((m.dependence, m.unseen_weight) for m in grid.models(Config()))
     assert pairs == [("aode", 0.0), ("none", 0.0), ("none", 0.5)]
+
+
+def test_one_minus_roca_is_taken_fold_by_fold() -> None:
+    from spamfilter.tools.tuning import fold_one_minus_roca
+
+    # Two folds each ranked perfectly by its own model, the second model's
+    # log-odds 100 nats above the first's: pooled, the second fold's ham
+    # outrank the first fold's spam.
+    y = np.array([False, True, False, True, False, True, False, True])
+    raw = np.array([-5.0, 5.0, -4.0, 6.0, 95.0, 105.0, 96.0, 106.0])
+    assert 100.0 * (1.0 - roc_area(y, raw)) == pytest.approx(25.0)
+    assert fold_one_minus_roca(y, raw, [4, 4]) == 0.0
+    # Folds weigh by their size; one without both classes is left out.
+    y2 = np.array([False, True, True, False, False, True, False, False])
+    raw2 = np.array([-5.0, 5.0, -6.0, 1.0, 0.0, 2.0, 3.0, 4.0])
+    first, second = 1.0 - roc_area(y2[:4], raw2[:4]), 1.0 - roc_area(y2[4:], raw2[4:])
+    assert fold_one_minus_roca(y2, raw2, [4, 4]) == pytest.approx(100.0 * (first + second) / 2)
+    assert fold_one_minus_roca(y2, raw2, [3, 5]) == pytest.approx(100.0 * ((1 - roc_area(y2[:3], raw2[:3])) * 3 + (1 - roc_area(y2[3:], raw2[3:])) * 5) / 8)
+    assert fold_one_minus_roca(y2[4:], raw2[4:], [1, 3]) == pytest.approx(100.0 * (1 - roc_area(y2[5:], raw2[5:])))
