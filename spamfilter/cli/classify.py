@@ -46,8 +46,9 @@ def classify(
     jobs: Jobs = None,
 ) -> None:
     """Print a verdict for every message: spam, ham or unsure, with P(spam)
-    and the log-odds log P(spam|x) - log P(ham|x) (rank by the log-odds: the
-    probability rounds to 1.0 for most spam).
+    (the score, calibrated on the model's own record, bounded short of 0
+    and 1) and the log-odds log P(spam|x) - log P(ham|x) (rank by the
+    log-odds: many messages share one score).
 
     Example: spamfilter classify --format jsonl ~/Mail/INBOX
     """

@@ -89,9 +89,11 @@ def check(ctx: typer.Context, fmt: Annotated[TableOrJson, typer.Option("--format
     """Verify that the stored counts of the model (--user) agree with each other.
 
     Compares the class totals and the count histogram with sums over the
-    tokens, and every token's counts with the trained-message ledger (skipped
-    after `db prune` or `db import`, which leave counts the ledger does not
-    hold), and runs SQLite's integrity check, whose findings it lists when
+    tokens, and every token's counts with the trained-message ledger (`db
+    prune` takes what it prunes out of the ledger too; skipped where counts
+    the ledger does not hold remain: after `db import`, or a prune of a
+    store with a one-dependence selection or from before that rewrite),
+    and runs SQLite's integrity check, whose findings it lists when
     the file is damaged. A count that is not a whole number up to 2^62 - 1
     fails the first check, and is then compared with nothing. Prints each
     problem; exits 0 when there is none, 73 otherwise.
