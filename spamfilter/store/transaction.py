@@ -407,10 +407,14 @@ class StoreTransaction:
     def exclude_writers(self) -> None:
         """Keep every other writer of the counts out until this transaction
         ends, so what it reads stays what it writes over. SQLite's write
-        transaction (BEGIN IMMEDIATE) does so already; on PostgreSQL a lock
-        on the tokens table that every writer's own lock waits for."""
+        transaction (BEGIN IMMEDIATE) does so already; on PostgreSQL locks
+        on the tables a writer of counts writes first, in the order it does
+        (the message features' sums, then the tokens), so that a writer
+        waits before it holds anything this transaction will touch: one that
+        held its features' row while waiting for the tokens deadlocked with
+        a `db import --replace` deleting that row."""
         if self.conn.dialect.name == "postgresql":
-            self.conn.execute(sa.text("LOCK TABLE tokens IN SHARE ROW EXCLUSIVE MODE"))
+            self.conn.execute(sa.text("LOCK TABLE feature_stats, tokens IN SHARE ROW EXCLUSIVE MODE"))
 
     def prune_tokens(self, min_count: int, last_seen_by: date | None, *, dry_run: bool = False) -> tuple[int, ClassCounts]:
         """Delete this owner's tokens that occur in fewer than ``min_count``

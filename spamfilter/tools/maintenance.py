@@ -256,6 +256,9 @@ class Maintenance:
                     raise ModelNotEmpty("the model is not empty")
                 reader.room = MAX_COUNT - have.classes.table()
             else:
+                # Trainers of this user would otherwise deadlock with the
+                # delete (its row locks in scan order, theirs in key order).
+                tx.exclude_writers()
                 tx.clear_model()
             for chunk in reader.chunks(5000):
                 token_list = list(chunk)

@@ -268,6 +268,15 @@ def _first_messages(corpora_dir: Path, tmp_path: Path, n: int) -> Path:
     return index
 
 
+def _split(index: Path, n: int) -> tuple[Path, Path]:
+    """Two indexes beside ``index``: its first ``n`` lines and the rest."""
+    lines = index.read_text().splitlines()
+    head, rest = index.with_name(index.name + ".head"), index.with_name(index.name + ".rest")
+    head.write_text("\n".join(lines[:n]) + "\n")
+    rest.write_text("\n".join(lines[n:]) + "\n")
+    return head, rest
+
+
 def _trained_cleanly(index: Path, config: Path, tmp_path: Path) -> str:
     """A new SQLite database trained on ``index`` with nothing going wrong."""
     clean = f"sqlite:///{tmp_path / 'clean.db'}"
@@ -479,16 +488,12 @@ def test_a_classify_goes_on_after_a_server_restart(fresh_postgres_url: str, corp
     # classify with 75 and part of its output.
     import time
 
-    index = _first_messages(corpora_dir, tmp_path, 900)
+    train_index, rest = _split(_first_messages(corpora_dir, tmp_path, 900), 300)
     config = tmp_path / "c.toml"
     config.write_text("[store]\nbatch_size = 20\nwrite_deadline = 50.0\n")
-    train_index = tmp_path / "train.index"
-    lines = index.read_text().splitlines()
-    train_index.write_text("\n".join(lines[:300]) + "\n")
-    (tmp_path / "rest.index").write_text("\n".join(lines[300:]) + "\n")
     assert subprocess.run(spamfilter(fresh_postgres_url, "train", "--index", str(train_index), config=config), capture_output=True, timeout=HANG_GUARD).returncode == 0
     direct = subprocess.run(
-        spamfilter(fresh_postgres_url, "classify", "--format", "tsv", "--jobs", "1", "--index", str(tmp_path / "rest.index"), config=config),
+        spamfilter(fresh_postgres_url, "classify", "--format", "tsv", "--jobs", "1", "--index", str(rest), config=config),
         capture_output=True,
         text=True,
         timeout=HANG_GUARD,
@@ -500,10 +505,7 @@ def test_a_classify_goes_on_after_a_server_restart(fresh_postgres_url: str, corp
     out = tmp_path / "out.tsv"
     with out.open("w") as sink:
         run = subprocess.Popen(
-            spamfilter(url, "classify", "--format", "tsv", "--jobs", "1", "--index", str(tmp_path / "rest.index"), config=config),
-            stdout=sink,
-            stderr=subprocess.PIPE,
-            text=True,
+            spamfilter(url, "classify", "--format", "tsv", "--jobs", "1", "--index", str(rest), config=config), stdout=sink, stderr=subprocess.PIPE, text=True
         )
         try:
             deadline = time.monotonic() + HANG_GUARD
@@ -537,3 +539,39 @@ def test_commands_that_read_leave_an_empty_server_database_empty(fresh_postgres_
         engine.dispose()
     assert subprocess.run(spamfilter(fresh_postgres_url, "train", "--ham", str(mail)), capture_output=True, timeout=HANG_GUARD).returncode == 0
     assert subprocess.run(spamfilter(fresh_postgres_url, "stats"), capture_output=True, timeout=HANG_GUARD).returncode == 0
+
+
+@pytest.mark.corpus
+def test_an_import_that_replaces_a_model_waits_for_its_trainers(fresh_postgres_url: str, corpora_dir: Path, tmp_path: Path) -> None:
+    # A trainer holding its batch's row of the features' sums while waiting
+    # for the tokens the import had locked, and the import deleting that
+    # row: "lost a race with another process (deadlock detected)", exit 75,
+    # in three tries of three.
+    index = _first_messages(corpora_dir, tmp_path, 600)
+    first, _ = _split(index, 100)
+    config = tmp_path / "c.toml"
+    config.write_text("[store]\nbatch_size = 20\n")
+    assert (
+        subprocess.run(spamfilter(fresh_postgres_url, "--user", "u", "train", "--index", str(first), config=config), capture_output=True, timeout=HANG_GUARD).returncode
+        == 0
+    )
+    counts = tmp_path / "counts.tsv"
+    exported = subprocess.run(spamfilter(fresh_postgres_url, "--user", "u", "db", "export", str(counts)), capture_output=True, text=True, timeout=HANG_GUARD)
+    assert exported.returncode == 0, exported.stderr
+    train = subprocess.Popen(
+        spamfilter(fresh_postgres_url, "--user", "u", "train", "--jobs", "1", "--index", str(index), config=config),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        imports = [
+            subprocess.run(spamfilter(fresh_postgres_url, "--user", "u", "db", "import", "--replace", str(counts)), capture_output=True, text=True, timeout=HANG_GUARD)
+            for _ in range(3)
+        ]
+        _, err = train.communicate(timeout=HANG_GUARD)
+    finally:
+        if train.poll() is None:
+            train.kill()
+    assert [i.returncode for i in imports] == [0, 0, 0], [i.stderr for i in imports]
+    assert train.returncode == 0, err
