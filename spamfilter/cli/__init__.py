@@ -437,6 +437,14 @@ def _show_warnings() -> None:
     if not any(isinstance(h, _StderrHandler) for h in logger.handlers):
         logger.addHandler(_StderrHandler(logging.WARNING))
         logger.setLevel(logging.WARNING)
+    # The PostgreSQL driver logs, as warnings with its own object's repr,
+    # errors it ignores while it cleans up after one the store handles (a
+    # duplicate ledger row that the transaction's retry takes care of):
+    # Python's last-resort handler would print them on stderr.
+    driver = logging.getLogger("psycopg")
+    if not driver.handlers:
+        driver.addHandler(logging.NullHandler())
+        driver.propagate = False
 
 
 #: Write errors that mean the output has no room (or the device failed), not a bug.

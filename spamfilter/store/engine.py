@@ -258,4 +258,5 @@ def display_url(url: str) -> str:
         return re.sub(r"(password=)[^&]*", r"\1***", re.sub(r"(://[^:/]*:)[^@]*@", r"\1***@", url))
     if "password" in parsed.query:  # libpq takes ?password= too
         parsed = parsed.update_query_dict({"password": "***"})
-    return parsed.render_as_string(hide_password=True)
+    # The query's values come out URL-encoded: *** as %2A%2A%2A.
+    return parsed.render_as_string(hide_password=True).replace("password=%2A%2A%2A", "password=***")

@@ -152,6 +152,8 @@ class Maintenance:
         checkpointed = dry_run or self.store.checkpoint()
         size_before = self.store.size_bytes()
         with self.store.begin() as tx:
+            if not dry_run:
+                tx.exclude_writers()  # before the count, or one a trainer commits meanwhile is left out of it
             before = tx.totals().vocabulary_size
             removed, counts = tx.prune_tokens(min_count, today - timedelta(days=older_than_days), dry_run=dry_run)
         checkpointed = dry_run or (self.store.checkpoint() and checkpointed)
