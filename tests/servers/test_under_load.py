@@ -575,3 +575,36 @@ def test_an_import_that_replaces_a_model_waits_for_its_trainers(fresh_postgres_u
             train.kill()
     assert [i.returncode for i in imports] == [0, 0, 0], [i.stderr for i in imports]
     assert train.returncode == 0, err
+
+
+def test_a_vacuum_postgresql_skips_is_an_error_and_every_table_is_vacuumed(fresh_postgres_url: str, tmp_path: Path) -> None:
+    # A role that does not own the tables: PostgreSQL skips each with a
+    # warning, and `db vacuum` said "vacuumed" (exit 0). It also named four
+    # tables of the schema only.
+    import secrets
+
+    mail = tmp_path / "m.eml"
+    mail.write_bytes(HAM)
+    assert subprocess.run(spamfilter(fresh_postgres_url, "train", "--ham", str(mail)), capture_output=True, timeout=HANG_GUARD).returncode == 0
+    admin = sa.create_engine(fresh_postgres_url, isolation_level="AUTOCOMMIT")
+    role = f"spamfilter_vac_{secrets.token_hex(3)}"
+    try:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'CREATE ROLE "{role}" LOGIN'))
+            conn.execute(sa.text(f'GRANT USAGE ON SCHEMA public TO "{role}"'))
+            conn.execute(sa.text(f'GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO "{role}"'))
+        url = sa.engine.make_url(fresh_postgres_url).set(username=role).render_as_string(hide_password=False)
+        done = subprocess.run(spamfilter(url, "db", "vacuum"), capture_output=True, text=True, timeout=HANG_GUARD)
+        assert done.returncode == exitcodes.STORE_ERROR, done.stderr
+        assert "skipping" in done.stderr and "vacuum as the tables' owner" in done.stderr and done.stderr.count("\n") == 1, done.stderr
+        owner = subprocess.run(spamfilter(fresh_postgres_url, "db", "vacuum"), capture_output=True, text=True, timeout=HANG_GUARD)
+        assert owner.returncode == 0, owner.stderr
+        with admin.connect() as conn:
+            vacuumed = conn.execute(sa.text("SELECT relname FROM pg_stat_user_tables WHERE last_vacuum IS NOT NULL")).scalars().all()
+        assert set(vacuumed) >= {t.name for t in metadata.sorted_tables}
+    finally:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'REASSIGN OWNED BY "{role}" TO CURRENT_USER'))
+            conn.execute(sa.text(f'DROP OWNED BY "{role}"'))
+            conn.execute(sa.text(f'DROP ROLE IF EXISTS "{role}"'))
+        admin.dispose()
