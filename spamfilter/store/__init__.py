@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -71,6 +72,8 @@ from spamfilter.store.ledger import pack_token_counts, unpack_token_counts
 from spamfilter.store.schema import COUNT_COLUMNS, SCHEMA_REVISION, class_totals, metadata, model_versions
 from spamfilter.store.statements import _Statements
 from spamfilter.store.transaction import CountsWritten, StoreTransaction, TrainedMessage
+
+_log = logging.getLogger(__name__)
 
 __all__ = [
     "COUNT_COLUMNS",
@@ -367,6 +370,17 @@ class Store:
             raise self._driver_failure(exc, f"cannot checkpoint {self.display_url}") from None
         return int(busy) == 0
 
+    def _advisory_unlock(self, conn: sa.Connection, number: int, name: str) -> None:
+        """Release a session advisory lock; if its connection was lost
+        meanwhile, the server released the lock then: say so (another run
+        may have started since), and raise nothing."""
+        try:
+            conn.execute(sa.text("SELECT pg_advisory_unlock(:k)"), {"k": number})
+        except DBAPIError as exc:
+            if not exc.connection_invalidated:
+                raise _store_error(exc, f"database {self.display_url}") from None
+            _log.warning("the lock of %s was lost with its connection to %s before the end; another one may have run at the same time", name, self.display_url)
+
     @contextmanager
     def exclusive(self, name: str) -> Iterator[None]:
         """Hold the lock of ``name`` (what runs, in words) on this database for the block, or
@@ -387,7 +401,7 @@ class Store:
                 try:
                     yield
                 finally:
-                    conn.execute(sa.text("SELECT pg_advisory_unlock(:k)"), {"k": number})
+                    self._advisory_unlock(conn, number, name)
             return
         if path is None:
             yield

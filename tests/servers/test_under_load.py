@@ -608,3 +608,23 @@ def test_a_vacuum_postgresql_skips_is_an_error_and_every_table_is_vacuumed(fresh
             conn.execute(sa.text(f'DROP OWNED BY "{role}"'))
             conn.execute(sa.text(f'DROP ROLE IF EXISTS "{role}"'))
         admin.dispose()
+
+
+def test_a_run_lock_lost_with_its_connection_ends_with_a_warning_not_a_driver_error(fresh_postgres_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    # Leaving the block then raised sqlalchemy's OperationalError with its
+    # SQL (imap run: "internal error", 70).
+    admin = sa.create_engine(fresh_postgres_url, isolation_level="AUTOCOMMIT")
+    first, second = Store.open(fresh_postgres_url), Store.open(fresh_postgres_url)
+    try:
+        with caplog.at_level(logging.WARNING, logger="spamfilter.store"), first.exclusive("an imap run of account 'home'"):
+            with pytest.raises(StoreBusyError), second.exclusive("an imap run of account 'home'"):
+                pass
+            with admin.connect() as conn:
+                conn.execute(sa.text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"))
+        assert "the lock of an imap run of account 'home' was lost with its connection" in caplog.text
+        with second.exclusive("an imap run of account 'home'"):
+            pass  # free again
+    finally:
+        first.close()
+        second.close()
+        admin.dispose()
