@@ -29,7 +29,8 @@ def _render(v: Verdict, fmt: Format) -> str:
         return json.dumps({"source": v.source, "score": v.score, "log_odds": v.log_odds, "verdict": v.verdict})
     if fmt is Format.tsv:
         return f"{tsv_field(v.source)}\t{v.score:.6g}\t{v.log_odds:.6f}\t{v.verdict}"
-    return f"{v.verdict:<7} {v.score:8.6f} {v.log_odds:+10.2f}  {v.source}"
+    # Escaped as in tsv: a newline in a file name would split the row in two.
+    return f"{v.verdict:<7} {v.score:8.6f} {v.log_odds:+10.2f}  {tsv_field(v.source)}"
 
 
 _HEADERS = {Format.table: f"{'verdict':<7} {'score':>8} {'log_odds':>10}  source", Format.tsv: "source\tscore\tlog_odds\tverdict"}

@@ -333,6 +333,19 @@ def test_every_index_given_is_read_and_checked_before_any_is(runner: CliRunner, 
         assert twice.exit_code == exitcodes.USAGE and "give one index" in twice.output, twice.output
 
 
+def test_the_table_keeps_one_row_per_message_whatever_the_file_names(runner: CliRunner, sample_db: str, sample: Path, tmp_path: Path) -> None:
+    # A newline or tab in a file name went into the table raw: one message, two rows.
+    item = next(iter(read_messages([str(sample / "train-ham.mbox")])))
+    names = ["two\nlines.eml", "a\ttab.eml", "plain.eml"]
+    for name in names:
+        (tmp_path / name).write_bytes(item.raw)
+    result = runner.invoke(app, ["--db", sample_db, "classify", "--jobs", "1", *[str(tmp_path / n) for n in names]])
+    assert result.exit_code == 0, result.output
+    rows = result.stdout.splitlines()[1:]
+    assert len(rows) == 3
+    assert sorted(row.split("  ", 1)[1].rsplit("/", 1)[1] for row in rows) == sorted(["two\\nlines.eml", "a\\ttab.eml", "plain.eml"])
+
+
 def test_an_empty_index_exits_66(runner: CliRunner, db_url: str, tmp_path: Path) -> None:
     index = tmp_path / "index"
     index.write_text("")
