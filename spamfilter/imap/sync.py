@@ -5,7 +5,9 @@ One pass over an account (``run_account``):
 1. trains the messages new in the training folders (and files them in the
    spam folder / the inbox when ``trained_action = "move"``);
 2. looks at the messages new in the spam folder: one the filter did not put
-   there was moved there by the user, and is trained as spam;
+   there was moved there by the user, and is trained as spam, unless it
+   carries a ``$NotJunk`` the run has not seen (the user's word that it is
+   ham: trained as ham, and filed in the inbox when spam is moved);
 3. classifies the messages new in each classify folder and acts on the
    verdict (move to the spam or unsure folder, or set ``$Junk``, or only
    report); a message the filter had filed as spam or unsure that shows up
@@ -291,6 +293,7 @@ class ImapRun:
             digests = [digest_bytes(m.raw) for m in chunk]
             records = self.state.records(digests)
             by_user: list[Fetched] = []
+            said_ham: list[Fetched] = []
             updates: list[ImapRecord] = []
             arrived = 0
             for m, d in zip(chunk, digests):
@@ -305,6 +308,12 @@ class ImapRun:
                         arrived += 1
                 elif not learn:
                     continue
+                elif _has_keyword(m, NOT_JUNK) and _label(r) != model.HAM:
+                    # Marked "not junk" where the run did not see it (a mail
+                    # client, before or after a move here): the user's word
+                    # that it is ham. A message the run knows as ham carries
+                    # its $NotJunk from before; moving it here is the news.
+                    said_ham.append(m)
                 elif r is not None and r.label == model.SPAM and r.origin != "filter":
                     updates.append(replace(r, folder=folder, pending=False))
                 else:
@@ -313,8 +322,10 @@ class ImapRun:
             digest_of = dict(zip([m.uid for m in chunk], digests))
             self._train(True, folder, by_user, f"moved to {folder}", [digest_of[m.uid] for m in by_user])
             self._keywords(session, folder, [m.uid for m in by_user], [JUNK], [NOT_JUNK])
-            self.state.commit(folder, updates, list(zip([m.uid for m in chunk], digests)))
+            ham = {m.uid for m in said_ham}
+            self.state.commit(folder, updates, [(u, d) for u, d in digest_of.items() if u not in ham])
             self.summary.moved += arrived  # by a pass that broke off before it heard so
+            self._relabel(session, folder, said_ham, [digest_of[m.uid] for m in said_ham], False, new=True)
 
     def _classify_folder(self, session: ImapSession, folder: str) -> None:
         a = self.account
@@ -431,26 +442,37 @@ class ImapRun:
         records = self.state.records(list(set(changed.values())))
         to_ham = [u for u, d in changed.items() if gained[u] & _NOT_JUNK_BIT and _label(records.get(d)) != model.HAM]
         to_spam = [u for u, d in changed.items() if gained[u] == _JUNK_BIT and _label(records.get(d)) != model.SPAM]
-        moving = self.account.spam_action == "move"
         for uids, is_spam in ((to_spam, True), (to_ham, False)):
-            label = model.SPAM if is_spam else model.HAM
-            target = folder
-            if moving and is_spam and folder != self.account.spam_folder:
-                target = self.account.spam_folder
-            elif moving and not is_spam and folder == self.account.spam_folder:
-                target = self.inbox
             for messages in self._fetch(session, sorted(uids)):
-                self._train(is_spam, folder, messages, f"marked {JUNK if is_spam else NOT_JUNK}", [changed[m.uid] for m in messages])
-                # The other keyword goes, so the message says one thing.
-                self._keywords(session, folder, [m.uid for m in messages], [], [NOT_JUNK if is_spam else JUNK])
+                self._relabel(session, folder, messages, [changed[m.uid] for m in messages], is_spam)
                 for m in messages:
                     now[m.uid] &= ~(_NOT_JUNK_BIT if is_spam else _JUNK_BIT)
-                new = [(m, ImapRecord(changed[m.uid], label, "user", target, False, _log_odds(records.get(changed[m.uid])))) for m in messages]
-                if target == folder:
-                    self.state.commit(folder, [r for _, r in new])
-                else:
-                    self._move(session, folder, new)
         self.state.set_keywords(folder, [(u, k) for u, k in now.items() if handled[u][1] != k])
+
+    def _relabel(self, session: ImapSession, folder: str, messages: Sequence[Fetched], digests: Sequence[str], is_spam: bool, *, new: bool = False) -> None:
+        """Train ``messages`` of ``folder`` (with their ``digests``) as the
+        user marked them ($Junk: ``is_spam``; $NotJunk), drop the other
+        keyword, and record them: with ``spam_action = "move"`` spam marked
+        outside the spam folder is moved there and ham marked in it to the
+        inbox; otherwise they stay. ``new``: not yet handled in ``folder``."""
+        if not messages:
+            return
+        label, mark = (model.SPAM, JUNK) if is_spam else (model.HAM, NOT_JUNK)
+        target = folder
+        if self.account.spam_action == "move":
+            if is_spam and folder != self.account.spam_folder:
+                target = self.account.spam_folder
+            elif not is_spam and folder == self.account.spam_folder:
+                target = self.inbox
+        self._train(is_spam, folder, messages, f"marked {mark}", digests)
+        # The other keyword goes, so the message says one thing.
+        self._keywords(session, folder, [m.uid for m in messages], [], [NOT_JUNK if is_spam else JUNK])
+        known = self.state.records(digests)
+        records = [ImapRecord(d, label, "user", target, False, _log_odds(known.get(d))) for d in digests]
+        if target != folder:
+            self._move(session, folder, list(zip(messages, records)))
+        else:
+            self.state.commit(folder, records, [(m.uid, d) for m, d in zip(messages, digests)] if new else ())
 
 
 _JUNK_BIT = 1

@@ -833,3 +833,25 @@ def test_report_creates_only_the_spam_folder_that_filed_training_mail_needs() ->
     assert _folders_to_create(account, missing) == missing
     assert _folders_to_create(replace(account, spam_action="report"), missing) == set()
     assert _folders_to_create(replace(account, spam_action="report", trained_action="move"), missing) == {"Junk"}
+
+
+def test_not_junk_on_mail_in_the_spam_folder_is_the_users_ham(dovecot_server: Dovecot, sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Marked "not junk" in a mail client before the run saw them: they were
+    # trained as spam, and their $NotJunk replaced by $Junk.
+    user = dovecot_server.add_user()
+    dovecot_server.append(user, "Train/Spam", sample.train_spam)
+    dovecot_server.append(user, "Train/Ham", sample.train_ham)
+    marked = sample.inbox_ham[:2]
+    dovecot_server.append(user, "Junk", marked, flags=["$NotJunk"])
+    config = account_config(dovecot_server, user)
+    db = f"sqlite:///{tmp_path / 'sf.db'}"
+    summary = run(config, db, monkeypatch, user)
+    assert (summary.trained_spam, summary.trained_ham) == (len(sample.train_spam), len(sample.train_ham) + 2)
+    with Filter.open(config, db) as f, f.store.begin(write=False) as tx:
+        assert tx.trained_labels([digest_bytes(m) for m in marked]) == {digest_bytes(m): 0 for m in marked}
+    # Filed where ham goes (spam_action = "move"), still saying $NotJunk.
+    flags = {digest_bytes(raw): fl for _, raw, fl in dovecot_server.folder_messages(user, "INBOX")}
+    assert all(b"$NotJunk" in flags[digest_bytes(m)] and b"$Junk" not in flags[digest_bytes(m)] for m in marked)
+    assert not {digest_bytes(m) for m in marked} & set(digests(dovecot_server, user, "Junk"))
+    quiet = run(config, db, monkeypatch, user)
+    assert (quiet.trained_spam, quiet.trained_ham, quiet.moved, quiet.flagged) == (0, 0, 0, 0)
