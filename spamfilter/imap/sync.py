@@ -162,12 +162,16 @@ class ImapRun:
             self.summary.errors += 1
             self._event("refused", folder, 0, f"{refusal.source}: {refusal.reason}")
 
-    def _keywords(self, session: ImapSession, folder: str, uids: Sequence[int], add: Sequence[str], remove: Sequence[str]) -> None:
+    def _keywords(
+        self, session: ImapSession, folder: str, uids: Sequence[int], add: Sequence[str], remove: Sequence[str], *, filing: bool = False
+    ) -> tuple[Sequence[str], Sequence[str]]:
         """Add and remove keywords; one the folder would not keep is left
         out, or, where keywords are the action (``spam_action =
-        "keyword"``), stops the run: reported as set, it would not be."""
-        if not uids:
-            return
+        "keyword"``), stops the run: reported as set, it would not be.
+        ``spam_action = "report"`` changes none but those of training mail
+        it files (``filing``). The keywords added and removed."""
+        if not uids or (self.account.spam_action == "report" and not filing):
+            return (), ()
         lost = [k for k in add if not self.dry_run and not session.keeps(k)]
         if lost:
             if self.account.spam_action == "keyword":
@@ -177,12 +181,13 @@ class ImapRun:
             self._event("skipped", folder, 0, f"{' '.join(lost)}: the server keeps no such keyword here")
             add = [k for k in add if k not in lost]
             if not add and not remove:
-                return
+                return (), ()
         for uid in uids:
             self._event("flagged", folder, uid, " ".join([*(f"+{k}" for k in add), *(f"-{k}" for k in remove)]))
         if not self.dry_run:
             session.set_keywords(uids, add, remove)
         self.summary.flagged += len(uids)
+        return add, remove
 
     def _move(self, session: ImapSession, folder: str, moves: Sequence[tuple[Fetched, ImapRecord]], *, redo: bool = False) -> None:
         """Move messages of the selected ``folder`` to their records' folders:
@@ -277,7 +282,7 @@ class ImapRun:
             fresh = [(m, d) for m, d in zip(chunk, digests) if _needs_training(records.get(d), label)]
             self._train(is_spam, folder, [m for m, _ in fresh], f"in {folder}", [d for _, d in fresh])
             if is_spam and moving:
-                self._keywords(session, folder, [m.uid for m in chunk], [JUNK], [NOT_JUNK])
+                self._keywords(session, folder, [m.uid for m in chunk], [JUNK], [NOT_JUNK], filing=True)
             new_records = [ImapRecord(d, label, "train", target) for d in digests]
             if moving:
                 self._move(session, folder, list(zip(chunk, new_records)))
@@ -444,19 +449,20 @@ class ImapRun:
         to_spam = [u for u, d in changed.items() if gained[u] == _JUNK_BIT and _label(records.get(d)) != model.SPAM]
         for uids, is_spam in ((to_spam, True), (to_ham, False)):
             for messages in self._fetch(session, sorted(uids)):
-                self._relabel(session, folder, messages, [changed[m.uid] for m in messages], is_spam)
-                for m in messages:
-                    now[m.uid] &= ~(_NOT_JUNK_BIT if is_spam else _JUNK_BIT)
+                if self._relabel(session, folder, messages, [changed[m.uid] for m in messages], is_spam):
+                    for m in messages:
+                        now[m.uid] &= ~(_NOT_JUNK_BIT if is_spam else _JUNK_BIT)
         self.state.set_keywords(folder, [(u, k) for u, k in now.items() if handled[u][1] != k])
 
-    def _relabel(self, session: ImapSession, folder: str, messages: Sequence[Fetched], digests: Sequence[str], is_spam: bool, *, new: bool = False) -> None:
+    def _relabel(self, session: ImapSession, folder: str, messages: Sequence[Fetched], digests: Sequence[str], is_spam: bool, *, new: bool = False) -> bool:
         """Train ``messages`` of ``folder`` (with their ``digests``) as the
         user marked them ($Junk: ``is_spam``; $NotJunk), drop the other
         keyword, and record them: with ``spam_action = "move"`` spam marked
         outside the spam folder is moved there and ham marked in it to the
-        inbox; otherwise they stay. ``new``: not yet handled in ``folder``."""
+        inbox; otherwise they stay. ``new``: not yet handled in ``folder``.
+        Whether the other keyword was removed (``report`` leaves it)."""
         if not messages:
-            return
+            return False
         label, mark = (model.SPAM, JUNK) if is_spam else (model.HAM, NOT_JUNK)
         target = folder
         if self.account.spam_action == "move":
@@ -466,13 +472,14 @@ class ImapRun:
                 target = self.inbox
         self._train(is_spam, folder, messages, f"marked {mark}", digests)
         # The other keyword goes, so the message says one thing.
-        self._keywords(session, folder, [m.uid for m in messages], [], [NOT_JUNK if is_spam else JUNK])
+        _, removed = self._keywords(session, folder, [m.uid for m in messages], [], [NOT_JUNK if is_spam else JUNK])
         known = self.state.records(digests)
         records = [ImapRecord(d, label, "user", target, False, _log_odds(known.get(d))) for d in digests]
         if target != folder:
             self._move(session, folder, list(zip(messages, records)))
         else:
             self.state.commit(folder, records, [(m.uid, d) for m, d in zip(messages, digests)] if new else ())
+        return bool(removed)
 
 
 _JUNK_BIT = 1

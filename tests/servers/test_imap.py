@@ -855,3 +855,38 @@ def test_not_junk_on_mail_in_the_spam_folder_is_the_users_ham(dovecot_server: Do
     assert not {digest_bytes(m) for m in marked} & set(digests(dovecot_server, user, "Junk"))
     quiet = run(config, db, monkeypatch, user)
     assert (quiet.trained_spam, quiet.trained_ham, quiet.moved, quiet.flagged) == (0, 0, 0, 0)
+
+
+def test_report_changes_no_keyword_in_an_existing_spam_folder(dovecot_server: Dovecot, sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # "report" set $Junk on the mail the user had put in Junk, took $NotJunk
+    # off it, and took $Junk off what the user marked $NotJunk.
+    user = dovecot_server.add_user()
+    dovecot_server.append(user, "Train/Spam", sample.train_spam)
+    dovecot_server.append(user, "Train/Ham", sample.train_ham)
+    dovecot_server.append(user, "INBOX", sample.inbox_ham[:10])
+    spam = sample.inbox_spam
+    dovecot_server.append(user, "Junk", spam[:4])
+    dovecot_server.append(user, "Junk", spam[4:6], flags=["$Junk"])
+    dovecot_server.append(user, "Junk", spam[6:8], flags=["$Junk", "$NotJunk"])
+    config = account_config(dovecot_server, user, spam_action="report")
+    db = f"sqlite:///{tmp_path / 'sf.db'}"
+    folders = ["INBOX", "Junk"]
+    before = snapshot(dovecot_server, user, folders)
+    first = run(config, db, monkeypatch, user)
+    assert (first.trained_spam, first.trained_ham, first.flagged, first.moved) == (len(sample.train_spam) + 6, len(sample.train_ham) + 2, 0, 0)
+    assert snapshot(dovecot_server, user, folders) == before
+
+    # The user marks one "not junk" (leaving $Junk) and moves one back to the inbox.
+    junk = {digest_bytes(raw): uid for uid, raw, _ in dovecot_server.folder_messages(user, "Junk")}
+    with dovecot_server.client(user, "Junk") as c:
+        c.add_flags([junk[digest_bytes(spam[4])]], ["$NotJunk"])
+        c.move([junk[digest_bytes(spam[0])]], "INBOX")
+    before = snapshot(dovecot_server, user, folders)
+    second = run(config, db, monkeypatch, user)
+    assert (second.trained_spam, second.trained_ham, second.flagged, second.moved) == (0, 2, 0, 0)
+    assert snapshot(dovecot_server, user, folders) == before
+    with Filter.open(config, db) as f, f.store.begin(write=False) as tx:
+        assert tx.trained_labels([digest_bytes(spam[0]), digest_bytes(spam[4])]) == {digest_bytes(spam[0]): 0, digest_bytes(spam[4]): 0}
+    # The $Junk left beside $NotJunk is not taken for news: no flip back.
+    quiet = run(config, db, monkeypatch, user)
+    assert (quiet.trained_spam, quiet.trained_ham, quiet.flagged) == (0, 0, 0)
