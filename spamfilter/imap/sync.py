@@ -13,8 +13,9 @@ One pass over an account (``run_account``):
    report); a message the filter had filed as spam or unsure that shows up
    again in a classify folder was moved back by the user, and is trained as
    ham;
-4. reads the ``$Junk`` / ``$NotJunk`` keywords mail clients set, and trains
-   the messages whose keyword contradicts what the filter believes.
+4. reads the ``$Junk`` / ``$NotJunk`` keywords mail clients set in the
+   classify, unsure and spam folders, and trains the messages whose
+   keyword contradicts what the filter believes.
 
 "New" means a UID not handled before in that folder under its current
 UIDVALIDITY (table ``imap_uids``). What the filter decided about each message
@@ -267,7 +268,9 @@ class ImapRun:
         for folder in a.classify_folders:
             if folder in usable:
                 self._classify_folder(session, folder)
-        for folder in (*a.classify_folders, a.spam_folder):
+        # The unsure folder before the spam folder, whose pass then sees
+        # the mail marked $Junk in it arrive.
+        for folder in (*a.classify_folders, a.unsure_folder, a.spam_folder):
             if exists.get(folder):
                 self._keyword_feedback(session, folder)
         return self.summary
@@ -458,8 +461,8 @@ class ImapRun:
         """Train ``messages`` of ``folder`` (with their ``digests``) as the
         user marked them ($Junk: ``is_spam``; $NotJunk), drop the other
         keyword, and record them: with ``spam_action = "move"`` spam marked
-        outside the spam folder is moved there and ham marked in it to the
-        inbox; otherwise they stay. ``new``: not yet handled in ``folder``.
+        outside the spam folder is moved there and ham marked in it or in
+        the unsure folder to the inbox; otherwise they stay. ``new``: not yet handled in ``folder``.
         Whether the other keyword was removed (``report`` leaves it)."""
         if not messages:
             return False
@@ -468,7 +471,7 @@ class ImapRun:
         if self.account.spam_action == "move":
             if is_spam and folder != self.account.spam_folder:
                 target = self.account.spam_folder
-            elif not is_spam and folder == self.account.spam_folder:
+            elif not is_spam and folder in (self.account.spam_folder, self.account.unsure_folder):
                 target = self.inbox
         self._train(is_spam, folder, messages, f"marked {mark}", digests)
         # The other keyword goes, so the message says one thing.

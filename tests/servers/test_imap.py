@@ -890,3 +890,30 @@ def test_report_changes_no_keyword_in_an_existing_spam_folder(dovecot_server: Do
     # The $Junk left beside $NotJunk is not taken for news: no flip back.
     quiet = run(config, db, monkeypatch, user)
     assert (quiet.trained_spam, quiet.trained_ham, quiet.flagged) == (0, 0, 0)
+
+
+def test_keywords_set_in_the_unsure_folder_are_learnt(dovecot_server: Dovecot, sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # $Junk and $NotJunk on mail the filter had filed as unsure were ignored:
+    # only the classify folders and the spam folder were read for keywords.
+    user = setup_mailbox(dovecot_server, sample)
+    dovecot_server.append(user, "Junk", [])
+    dovecot_server.append(user, "Unsure", [])
+    config = account_config(dovecot_server, user, unsure_folder="Unsure")
+    db = f"sqlite:///{tmp_path / 'sf.db'}"
+    first = run(config, db, monkeypatch, user)
+    unsure = dovecot_server.folder_messages(user, "Unsure")
+    assert first.unsure == len(unsure) >= 2
+    (ham_uid, ham_raw, _), (spam_uid, spam_raw, _) = unsure[:2]
+    with dovecot_server.client(user, "Unsure") as c:
+        c.add_flags([ham_uid], ["$NotJunk"])
+        c.add_flags([spam_uid], ["$Junk"])
+    summary = run(config, db, monkeypatch, user)
+    assert (summary.trained_ham, summary.trained_spam, summary.moved) == (1, 1, 2)
+    with Filter.open(config, db) as f, f.store.begin(write=False) as tx:
+        assert tx.trained_labels([digest_bytes(ham_raw), digest_bytes(spam_raw)]) == {digest_bytes(ham_raw): 0, digest_bytes(spam_raw): 1}
+    # Filed as spam_action = "move" files what was learnt: spam in Junk, ham in the inbox.
+    assert digest_bytes(spam_raw) in digests(dovecot_server, user, "Junk")
+    assert digest_bytes(ham_raw) in digests(dovecot_server, user, "INBOX")
+    assert not {digest_bytes(ham_raw), digest_bytes(spam_raw)} & set(digests(dovecot_server, user, "Unsure"))
+    quiet = run(config, db, monkeypatch, user)
+    assert (quiet.trained_spam, quiet.trained_ham, quiet.moved, quiet.flagged) == (0, 0, 0, 0)
