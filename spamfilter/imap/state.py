@@ -13,21 +13,35 @@ new one.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from spamfilter.filter import Filter
+from spamfilter.imap.session import JUNK, NOT_JUNK
 from spamfilter.store import ImapRecord as ImapRecord
+
+#: The junk keywords a message carries, as recorded per handled UID.
+JUNK_BIT = 1
+NOT_JUNK_BIT = 2
+
+
+def keyword_bits(flags: Iterable[str]) -> int:
+    """The ``JUNK_BIT`` / ``NOT_JUNK_BIT`` set of a message's ``flags``
+    (keywords compare in any case, as in IMAP)."""
+    lower = {f.lower() for f in flags}
+    return (JUNK.lower() in lower) * JUNK_BIT | (NOT_JUNK.lower() in lower) * NOT_JUNK_BIT
 
 
 @dataclass(frozen=True, slots=True)
 class Arrival:
-    """Messages a move put into ``folder``: the server's UIDVALIDITY there and
-    each message's new UID with its digest."""
+    """Messages a move put into ``folder``: the server's UIDVALIDITY there,
+    each message's new UID with its digest, and (new UID, keyword bits)
+    of the keywords they arrived with."""
 
     folder: str
     uidvalidity: int
     uids: Sequence[tuple[int, str]]
+    keywords: Sequence[tuple[int, int]] = ()
 
 
 class ImapState:
@@ -43,13 +57,16 @@ class ImapState:
         with self._store.begin(write=False) as tx:
             return tx.imap.records(self.account, digests)
 
-    def commit(self, folder: str, records: Sequence[ImapRecord] = (), handled: Sequence[tuple[int, str]] = ()) -> None:
-        """Write ``records`` and mark (uid, digest) ``handled`` in ``folder``, in one transaction."""
+    def commit(self, folder: str, records: Sequence[ImapRecord] = (), handled: Sequence[tuple[int, str]] = (), keywords: Sequence[tuple[int, int]] = ()) -> None:
+        """Write ``records``, mark (uid, digest) ``handled`` in ``folder`` and
+        record the (uid, bits) ``keywords`` they have, in one transaction
+        (a handled UID without recorded keywords has None)."""
         if self.dry_run or not (records or handled):
             return
         with self._store.begin() as tx:
             tx.imap.put_records(self.account, records)
             tx.imap.add_uids(self.account, folder, handled)
+            tx.imap.set_keywords(self.account, folder, keywords)
 
     def handled(self, folder: str, uidvalidity: int) -> dict[int, str] | None:
         """UID -> digest of the messages handled in ``folder``; None when its
@@ -107,7 +124,7 @@ class ImapState:
         """Record moves out of ``folder`` as done: the ``records`` (no longer
         pending), their ``uids`` here dropped, and the new UIDs in the target
         folders whose UIDVALIDITY is the one recorded (the next run need not
-        fetch those messages to recognise them)."""
+        fetch those messages to recognise them), with their keywords."""
         if self.dry_run:
             return
         with self._store.begin() as tx:
@@ -116,3 +133,4 @@ class ImapState:
             for arrival in arrivals:
                 if tx.imap.uidvalidity(self.account, arrival.folder) == arrival.uidvalidity:
                     tx.imap.add_uids(self.account, arrival.folder, arrival.uids)
+                    tx.imap.set_keywords(self.account, arrival.folder, arrival.keywords)

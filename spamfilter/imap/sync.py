@@ -51,7 +51,7 @@ from spamfilter.config import ImapAccount
 from spamfilter.errors import ImapError, ImapUnavailable, NotTrainedError
 from spamfilter.filter import Filter
 from spamfilter.imap.session import JUNK, NOT_JUNK, Fetched, ImapSession, Moved, account_password
-from spamfilter.imap.state import Arrival, ImapRecord, ImapState
+from spamfilter.imap.state import JUNK_BIT, NOT_JUNK_BIT, Arrival, ImapRecord, ImapState, keyword_bits
 from spamfilter.imap.summary import Event, RunSummary
 from spamfilter.mail import MailItem, digest_bytes
 from spamfilter.nb import model
@@ -190,6 +190,11 @@ class ImapRun:
         self.summary.flagged += len(uids)
         return add, remove
 
+    def _handled(self, folder: str, records: Sequence[ImapRecord], messages: Sequence[tuple[Fetched, str]]) -> None:
+        """Write ``records`` and mark (message, digest) ``messages`` handled in
+        ``folder``, with the keywords they carry now: a later change is news."""
+        self.state.commit(folder, records, [(m.uid, d) for m, d in messages], [(m.uid, keyword_bits(m.flags)) for m, _ in messages])
+
     def _move(self, session: ImapSession, folder: str, moves: Sequence[tuple[Fetched, ImapRecord]], *, redo: bool = False) -> None:
         """Move messages of the selected ``folder`` to their records' folders:
         record the moves as pending (their UIDs here as handled, so a rerun
@@ -212,7 +217,7 @@ class ImapRun:
                     uids = self._not_yet_copied(session, folder, target, messages)
                 moved = session.move(uids, target, use_move=self.use_move)
                 if moved is not None:
-                    arrivals.append(Arrival(target, moved.uidvalidity, _arrived(moved, messages)))
+                    arrivals.append(_arrival(target, moved, messages))
         self.state.moves_done(folder, [_done(r) for _, r in moves], [m.uid for m, _ in moves], arrivals)
         # Counted where a move is recorded done: a pass that breaks off
         # before this leaves them to the next pass, which counts them there.
@@ -271,7 +276,7 @@ class ImapRun:
         # The unsure folder before the spam folder, whose pass then sees
         # the mail marked $Junk in it arrive.
         for folder in (*a.classify_folders, a.unsure_folder, a.spam_folder):
-            if exists.get(folder):
+            if folder in usable:
                 self._keyword_feedback(session, folder)
         return self.summary
 
@@ -285,12 +290,12 @@ class ImapRun:
             fresh = [(m, d) for m, d in zip(chunk, digests) if _needs_training(records.get(d), label)]
             self._train(is_spam, folder, [m for m, _ in fresh], f"in {folder}", [d for _, d in fresh])
             if is_spam and moving:
-                self._keywords(session, folder, [m.uid for m in chunk], [JUNK], [NOT_JUNK], filing=True)
+                chunk = _flagged(chunk, *self._keywords(session, folder, [m.uid for m in chunk], [JUNK], [NOT_JUNK], filing=True))
             new_records = [ImapRecord(d, label, "train", target) for d in digests]
             if moving:
                 self._move(session, folder, list(zip(chunk, new_records)))
             else:
-                self.state.commit(folder, new_records, [(m.uid, d) for m, d in zip(chunk, digests)])
+                self._handled(folder, new_records, list(zip(chunk, digests)))
 
     def _target_folder(self, session: ImapSession, folder: str, *, learn: bool) -> None:
         """The spam (``learn``) or unsure folder: a message the filter put
@@ -329,9 +334,9 @@ class ImapRun:
                     updates.append(ImapRecord(d, model.SPAM, "user", folder, False, r.log_odds if r else None))
             digest_of = dict(zip([m.uid for m in chunk], digests))
             self._train(True, folder, by_user, f"moved to {folder}", [digest_of[m.uid] for m in by_user])
-            self._keywords(session, folder, [m.uid for m in by_user], [JUNK], [NOT_JUNK])
+            current = {m.uid: m for m in chunk} | {m.uid: m for m in _flagged(by_user, *self._keywords(session, folder, [m.uid for m in by_user], [JUNK], [NOT_JUNK]))}
             ham = {m.uid for m in said_ham}
-            self.state.commit(folder, updates, [(u, d) for u, d in digest_of.items() if u not in ham])
+            self._handled(folder, updates, [(current[u], d) for u, d in digest_of.items() if u not in ham])
             self.summary.moved += arrived  # by a pass that broke off before it heard so
             self._relabel(session, folder, said_ham, [digest_of[m.uid] for m in said_ham], False, new=True)
 
@@ -349,7 +354,7 @@ class ImapRun:
             digests = [digest_bytes(m.raw) for m in chunk]
             records = self.state.records(digests)
             unknown: list[Fetched] = []
-            handled: list[tuple[int, str]] = []
+            handled: list[tuple[Fetched, str]] = []
             updates: list[ImapRecord] = []
             moved_back: list[Fetched] = []
             for m, d in zip(chunk, digests):
@@ -357,21 +362,21 @@ class ImapRun:
                 if r is None or (r.folder in returned_to and d in filed):
                     unknown.append(m)
                 elif r.folder == folder:
-                    handled.append((m.uid, d))
+                    handled.append((m, d))
                 elif r.folder in returned_to and not r.pending:
                     moved_back.append(m)
-                    handled.append((m.uid, d))
+                    handled.append((m, d))
                     updates.append(ImapRecord(d, model.HAM, "user", folder, False, r.log_odds))
                 else:
                     # Moved here by the user from another classify folder, or
                     # a copy of a message whose move is still pending elsewhere.
-                    handled.append((m.uid, d))
+                    handled.append((m, d))
                     if not r.pending:
                         updates.append(replace(r, folder=folder))
             digest_of = dict(zip([m.uid for m in chunk], digests))
             self._train(False, folder, moved_back, f"moved back to {folder}", [digest_of[m.uid] for m in moved_back])
-            self._keywords(session, folder, [m.uid for m in moved_back], [NOT_JUNK], [JUNK])
-            self.state.commit(folder, updates, handled)
+            back = {m.uid: m for m in _flagged(moved_back, *self._keywords(session, folder, [m.uid for m in moved_back], [NOT_JUNK], [JUNK]))}
+            self._handled(folder, updates, [(back.get(m.uid, m), d) for m, d in handled])
             if self.summary.limit_left is not None:
                 # --limit counts the messages classified, not those recognised.
                 unknown = unknown[: self.summary.limit_left]
@@ -392,13 +397,13 @@ class ImapRun:
                 self._event("classified", folder, m.uid, "after training (the model is not trained yet)")
             return
         stay: list[ImapRecord] = []
-        handled: list[tuple[int, str]] = []
+        handled: list[tuple[Fetched, str]] = []
         moves: list[tuple[Fetched, ImapRecord]] = []
-        junk: list[int] = []
+        junk: list[Fetched] = []
         for m, d, result in zip(messages, digests, results):
             if isinstance(result, Refusal):
                 self._event("refused", folder, m.uid, result.reason)
-                handled.append((m.uid, d))
+                handled.append((m, d))
                 continue
             assert isinstance(result, Verdict)
             label = result.verdict.code
@@ -410,7 +415,7 @@ class ImapRun:
                 self._event("kept", folder, m.uid, f"{NOT_JUNK} set by the user")
             elif label == model.SPAM and a.spam_action != "report":
                 if not _has_keyword(m, JUNK):
-                    junk.append(m.uid)
+                    junk.append(m)
                 if a.spam_action == "move":
                     target = a.spam_folder
             elif label == model.UNSURE and a.unsure_folder and a.spam_action == "move":
@@ -418,43 +423,45 @@ class ImapRun:
             record = ImapRecord(d, label, "filter", target, target != folder, result.log_odds)
             if target == folder:
                 stay.append(record)
-                handled.append((m.uid, d))
+                handled.append((m, d))
             else:
                 moves.append((m, record))
         # Keywords first: a message that reaches the spam folder carries $Junk.
-        self._keywords(session, folder, junk, [JUNK], [])
-        self.state.commit(folder, stay, handled)
+        flagged = {m.uid: m for m in _flagged(junk, *self._keywords(session, folder, [m.uid for m in junk], [JUNK], []))}
+        self._handled(folder, stay, [(flagged.get(m.uid, m), d) for m, d in handled])
         # Counted once recorded: a pass broken off before this classifies these again.
         for result in results:
             if isinstance(result, Verdict):
                 self.summary.add_verdict(result.verdict)
             else:
                 self.summary.errors += 1
-        self._move(session, folder, moves)
+        self._move(session, folder, [(flagged.get(m.uid, m), r) for m, r in moves])
 
     def _keyword_feedback(self, session: ImapSession, folder: str) -> None:
         """Train messages on which the user set $Junk or $NotJunk since the
         last look. Only a change counts: a keyword that was there when the
-        message was first handled is not news, and two copies of one message
-        with different keywords do not make the label flip on every run. A
-        newly set $NotJunk wins over a $Junk left in place."""
+        message was first handled (recorded then, with those the run set) is
+        not news, and two copies of one message with different keywords do
+        not make the label flip on every run. A newly set $NotJunk wins over
+        a $Junk left in place. A UID handled without its keywords recorded
+        (by a version that recorded them only here) gets them recorded."""
         validity = session.select(folder, readonly=self.dry_run)
         junk = session.with_keyword(JUNK)
         not_junk = session.with_keyword(NOT_JUNK)
         handled = self.state.keywords(folder, validity)
         if handled is None:
             return  # renumbered since its pass: next run
-        now = {u: (u in junk) * _JUNK_BIT | (u in not_junk) * _NOT_JUNK_BIT for u in handled}
+        now = {u: (u in junk) * JUNK_BIT | (u in not_junk) * NOT_JUNK_BIT for u in handled}
         gained = {u: now[u] & ~before for u, (_, before) in handled.items() if before is not None}
         changed = {u: handled[u][0] for u, bits in gained.items() if bits}
         records = self.state.records(list(set(changed.values())))
-        to_ham = [u for u, d in changed.items() if gained[u] & _NOT_JUNK_BIT and _label(records.get(d)) != model.HAM]
-        to_spam = [u for u, d in changed.items() if gained[u] == _JUNK_BIT and _label(records.get(d)) != model.SPAM]
+        to_ham = [u for u, d in changed.items() if gained[u] & NOT_JUNK_BIT and _label(records.get(d)) != model.HAM]
+        to_spam = [u for u, d in changed.items() if gained[u] == JUNK_BIT and _label(records.get(d)) != model.SPAM]
         for uids, is_spam in ((to_spam, True), (to_ham, False)):
             for messages in self._fetch(session, sorted(uids)):
                 if self._relabel(session, folder, messages, [changed[m.uid] for m in messages], is_spam):
                     for m in messages:
-                        now[m.uid] &= ~(_NOT_JUNK_BIT if is_spam else _JUNK_BIT)
+                        now[m.uid] &= ~(NOT_JUNK_BIT if is_spam else JUNK_BIT)
         self.state.set_keywords(folder, [(u, k) for u, k in now.items() if handled[u][1] != k])
 
     def _relabel(self, session: ImapSession, folder: str, messages: Sequence[Fetched], digests: Sequence[str], is_spam: bool, *, new: bool = False) -> bool:
@@ -475,23 +482,27 @@ class ImapRun:
                 target = self.inbox
         self._train(is_spam, folder, messages, f"marked {mark}", digests)
         # The other keyword goes, so the message says one thing.
-        _, removed = self._keywords(session, folder, [m.uid for m in messages], [], [NOT_JUNK if is_spam else JUNK])
+        added, removed = self._keywords(session, folder, [m.uid for m in messages], [], [NOT_JUNK if is_spam else JUNK])
+        messages = _flagged(messages, added, removed)
         known = self.state.records(digests)
         records = [ImapRecord(d, label, "user", target, False, _log_odds(known.get(d))) for d in digests]
         if target != folder:
             self._move(session, folder, list(zip(messages, records)))
         else:
-            self.state.commit(folder, records, [(m.uid, d) for m, d in zip(messages, digests)] if new else ())
+            self._handled(folder, records, list(zip(messages, digests))) if new else self.state.commit(folder, records)
         return bool(removed)
 
 
-_JUNK_BIT = 1
-_NOT_JUNK_BIT = 2
+def _arrival(target: str, moved: Moved, moves: Sequence[tuple[Fetched, ImapRecord]]) -> Arrival:
+    """The moved messages whose new UID the server told, in ``target``."""
+    told = [(moved.uids[m.uid], r.digest, keyword_bits(m.flags)) for m, r in moves if m.uid in moved.uids]
+    return Arrival(target, moved.uidvalidity, [(u, d) for u, d, _ in told], [(u, k) for u, _, k in told])
 
 
-def _arrived(moved: Moved, moves: Sequence[tuple[Fetched, ImapRecord]]) -> list[tuple[int, str]]:
-    """(new UID, digest) of the moved messages whose new UID the server told."""
-    return [(moved.uids[m.uid], r.digest) for m, r in moves if m.uid in moved.uids]
+def _flagged(messages: Sequence[Fetched], added: Sequence[str], removed: Sequence[str]) -> list[Fetched]:
+    """``messages`` with the flags they carry once ``added`` and ``removed`` are applied."""
+    gone = {k.lower() for k in [*added, *removed]}
+    return [replace(m, flags=frozenset({f for f in m.flags if f.lower() not in gone} | set(added))) for m in messages]
 
 
 def _has_keyword(message: Fetched, keyword: str) -> bool:

@@ -917,3 +917,40 @@ def test_keywords_set_in_the_unsure_folder_are_learnt(dovecot_server: Dovecot, s
     assert not {digest_bytes(ham_raw), digest_bytes(spam_raw)} & set(digests(dovecot_server, user, "Unsure"))
     quiet = run(config, db, monkeypatch, user)
     assert (quiet.trained_spam, quiet.trained_ham, quiet.moved, quiet.flagged) == (0, 0, 0, 0)
+
+
+@pytest.mark.parametrize("junk_exists", [False, True], ids=["first-run-creates-Junk", "Junk-exists"])
+def test_keywords_set_after_the_run_filed_a_message_are_news(
+    dovecot_server: Dovecot, sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, junk_exists: bool
+) -> None:
+    # The keywords of a message filed or moved by a run were recorded only by
+    # the keyword pass of a later run, so what the user set in between was
+    # taken as already there: $NotJunk on spam a first run filed in the Junk
+    # it created, and $Junk on that message once moved back to the inbox.
+    user = setup_mailbox(dovecot_server, sample)
+    if junk_exists:
+        dovecot_server.append(user, "Junk", [])
+    config = account_config(dovecot_server, user)
+    db = f"sqlite:///{tmp_path / 'sf.db'}"
+    first = run(config, db, monkeypatch, user)
+    assert first.created == ([] if junk_exists else ["Junk"])
+    uid, raw, _ = dovecot_server.folder_messages(user, "Junk")[0]
+    with dovecot_server.client(user, "Junk") as c:  # a mail client's "not junk"
+        c.remove_flags([uid], ["$Junk"])
+        c.add_flags([uid], ["$NotJunk"])
+    second = run(config, db, monkeypatch, user)
+    assert (second.trained_ham, second.trained_spam, second.moved) == (1, 0, 1)
+    assert digest_bytes(raw) in digests(dovecot_server, user, "INBOX")
+
+    # The user changes their mind in the inbox: "junk" after all.
+    uid = next(u for u, r, _ in dovecot_server.folder_messages(user, "INBOX") if digest_bytes(r) == digest_bytes(raw))
+    with dovecot_server.client(user, "INBOX") as c:
+        c.remove_flags([uid], ["$NotJunk"])
+        c.add_flags([uid], ["$Junk"])
+    third = run(config, db, monkeypatch, user)
+    assert (third.trained_ham, third.trained_spam, third.moved) == (0, 1, 1)
+    assert digest_bytes(raw) in digests(dovecot_server, user, "Junk")
+    with Filter.open(config, db) as f, f.store.begin(write=False) as tx:
+        assert tx.trained_labels([digest_bytes(raw)]) == {digest_bytes(raw): 1}
+    quiet = run(config, db, monkeypatch, user)
+    assert (quiet.trained_spam, quiet.trained_ham, quiet.moved, quiet.flagged) == (0, 0, 0, 0)
