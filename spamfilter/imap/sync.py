@@ -412,7 +412,10 @@ class ImapRun:
             if _has_keyword(m, NOT_JUNK):
                 # Marked "not junk" before the filter saw it (a mail client
                 # between two runs): the user's word stands; it stays as it is.
+                # Recorded as ham, untrained (origin "filter"): what the run
+                # now believes, so a $Junk set later is news and trains it.
                 self._event("kept", folder, m.uid, f"{NOT_JUNK} set by the user")
+                label = model.HAM
             elif label == model.SPAM and a.spam_action != "report":
                 if not _has_keyword(m, JUNK):
                     junk.append(m)

@@ -954,3 +954,29 @@ def test_keywords_set_after_the_run_filed_a_message_are_news(
         assert tx.trained_labels([digest_bytes(raw)]) == {digest_bytes(raw): 1}
     quiet = run(config, db, monkeypatch, user)
     assert (quiet.trained_spam, quiet.trained_ham, quiet.moved, quiet.flagged) == (0, 0, 0, 0)
+
+
+def test_mail_kept_for_not_junk_can_later_be_marked_junk(dovecot_server: Dovecot, sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Kept in the inbox for its $NotJunk, it was recorded with its verdict
+    # (spam), so a $Junk set later agreed with the record and was ignored.
+    user = dovecot_server.add_user()
+    dovecot_server.append(user, "Train/Spam", sample.train_spam)
+    dovecot_server.append(user, "Train/Ham", sample.train_ham)
+    dovecot_server.append(user, "INBOX", sample.inbox_spam[:6], flags=["$NotJunk"])
+    config = account_config(dovecot_server, user)
+    db = f"sqlite:///{tmp_path / 'sf.db'}"
+    events: list[object] = []
+    first = run(config, db, monkeypatch, user, on_event=events.append)
+    called_spam = {e.uid for e in events if getattr(e, "kind", "") == "classified" and e.detail.startswith("spam")}  # type: ignore[attr-defined]
+    kept = {e.uid for e in events if getattr(e, "kind", "") == "kept"}  # type: ignore[attr-defined]
+    assert kept & called_spam and first.moved == 0 and first.trained_spam == len(sample.train_spam)
+    uid = min(kept & called_spam)
+    raw = next(r for u, r, _ in dovecot_server.folder_messages(user, "INBOX") if u == uid)
+    with dovecot_server.client(user, "INBOX") as c:  # a mail client's "junk"
+        c.remove_flags([uid], ["$NotJunk"])
+        c.add_flags([uid], ["$Junk"])
+    second = run(config, db, monkeypatch, user)
+    assert (second.trained_spam, second.trained_ham, second.moved) == (1, 0, 1)
+    assert digest_bytes(raw) in digests(dovecot_server, user, "Junk")
+    with Filter.open(config, db) as f, f.store.begin(write=False) as tx:
+        assert tx.trained_labels([digest_bytes(raw)]) == {digest_bytes(raw): 1}
