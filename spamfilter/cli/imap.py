@@ -22,13 +22,15 @@ app.add_typer(imap_app, name="imap")
 
 
 class _Display:
-    """Prints events (always in a dry run, else with --verbose) and, on a
-    terminal, shows a progress bar per folder with the counts so far."""
+    """Prints events (always in a dry run, else with --verbose; to stderr
+    when ``to_stderr``, so that stdout holds only the JSON summary) and, on
+    a terminal, shows a progress bar per folder with the counts so far."""
 
     _PROGRESS = ("scanned", "fetched")
 
-    def __init__(self, verbose: bool, dry_run: bool) -> None:
+    def __init__(self, verbose: bool, dry_run: bool, to_stderr: bool = False) -> None:
         self.verbose = verbose or dry_run
+        self.to_stderr = to_stderr
         console = Console(stderr=True)
         self.counts: dict[str, int] = {}
         self.bar: Progress | None = None
@@ -53,7 +55,7 @@ class _Display:
             if self.verbose:
                 prefix = "would be " if event.dry_run and event.kind not in ("classified",) else ""
                 uid = f" uid {event.uid}" if event.uid else ""
-                typer.echo(f"{event.folder}{uid}: {prefix}{event.kind} {event.detail}")
+                typer.echo(f"{event.folder}{uid}: {prefix}{event.kind} {event.detail}", err=self.to_stderr)
         if self.bar is None:
             return
         if event.kind == "scanned":
@@ -108,7 +110,7 @@ def run(
     # A dry run writes nothing, so it does not create the database either.
     with open_filter(ctx, create=not dry_run) as f:
         while True:
-            display = _Display(verbose, dry_run)
+            display = _Display(verbose, dry_run, to_stderr=fmt is TableOrJson.json)
             try:
                 summary = run_account(f, acct, dry_run=dry_run, limit=limit, on_event=display)
             except ImapUnavailable as exc:

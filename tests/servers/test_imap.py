@@ -980,3 +980,25 @@ def test_mail_kept_for_not_junk_can_later_be_marked_junk(dovecot_server: Dovecot
     assert digest_bytes(raw) in digests(dovecot_server, user, "Junk")
     with Filter.open(config, db) as f, f.store.begin(write=False) as tx:
         assert tx.trained_labels([digest_bytes(raw)]) == {digest_bytes(raw): 1}
+
+
+def test_json_output_stays_json_with_dry_run_and_verbose(dovecot_server: Dovecot, sample: Sample, tmp_path: Path) -> None:
+    # The event lines of --verbose and --dry-run went to stdout ahead of the JSON.
+    import json
+
+    user = dovecot_server.add_user()
+    dovecot_server.append(user, "Train/Spam", sample.train_spam[:20])
+    dovecot_server.append(user, "Train/Ham", sample.train_ham[:20])
+    dovecot_server.append(user, "INBOX", sample.inbox_spam[:3] + sample.inbox_ham[:3])
+    config = write_config(tmp_path / "c.toml", dovecot_server, user)
+    db = f"sqlite:///{tmp_path / 'sf.db'}"
+    for args in (["--verbose"], ["--dry-run"], ["--dry-run", "--verbose"]):
+        if args == ["--verbose"]:
+            dovecot_server.append(user, "INBOX", sample.inbox_ham[3:4])
+        else:
+            dovecot_server.append(user, "INBOX", sample.inbox_ham[4:6])
+        done = subprocess.run(spamfilter_cmd(config, db, "--format", "json", *args), env=env_with(user.password), capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        summary = json.loads(done.stdout)
+        assert summary["account"] == "test" and summary["dry_run"] == ("--dry-run" in args) and summary["classified"] > 0
+        assert "INBOX uid " in done.stderr and ": classified " in done.stderr  # the events, on stderr
