@@ -835,6 +835,26 @@ def test_report_creates_only_the_spam_folder_that_filed_training_mail_needs() ->
     assert _folders_to_create(replace(account, spam_action="report", trained_action="move"), missing) == {"Junk"}
 
 
+def press(server: Dovecot, user: ImapUser, folder: str, uid: int, *, junk: bool) -> None:
+    """A mail client's "junk" (or "not junk") button on message ``uid`` of ``folder``."""
+    on, off = ("$Junk", "$NotJunk") if junk else ("$NotJunk", "$Junk")
+    with server.client(user, folder) as c:
+        c.remove_flags([uid], [off])
+        c.add_flags([uid], [on])
+
+
+def assert_nothing_left(config: Config, db: str, monkeypatch: pytest.MonkeyPatch, user: ImapUser) -> None:
+    """One more run finds nothing to train, move or flag."""
+    quiet = run(config, db, monkeypatch, user)
+    assert (quiet.trained_spam, quiet.trained_ham, quiet.moved, quiet.flagged) == (0, 0, 0, 0)
+
+
+def trained_labels(config: Config, db: str, digests: list[str]) -> dict[str, int]:
+    """The label each of ``digests`` is trained with (absent: not trained)."""
+    with Filter.open(config, db) as f, f.store.begin(write=False) as tx:
+        return tx.trained_labels(digests)
+
+
 def test_not_junk_on_mail_in_the_spam_folder_is_the_users_ham(dovecot_server: Dovecot, sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Marked "not junk" in a mail client before the run saw them: they were
     # trained as spam, and their $NotJunk replaced by $Junk.
@@ -847,14 +867,12 @@ def test_not_junk_on_mail_in_the_spam_folder_is_the_users_ham(dovecot_server: Do
     db = f"sqlite:///{tmp_path / 'sf.db'}"
     summary = run(config, db, monkeypatch, user)
     assert (summary.trained_spam, summary.trained_ham) == (len(sample.train_spam), len(sample.train_ham) + 2)
-    with Filter.open(config, db) as f, f.store.begin(write=False) as tx:
-        assert tx.trained_labels([digest_bytes(m) for m in marked]) == {digest_bytes(m): 0 for m in marked}
+    assert trained_labels(config, db, [digest_bytes(m) for m in marked]) == {digest_bytes(m): 0 for m in marked}
     # Filed where ham goes (spam_action = "move"), still saying $NotJunk.
     flags = {digest_bytes(raw): fl for _, raw, fl in dovecot_server.folder_messages(user, "INBOX")}
     assert all(b"$NotJunk" in flags[digest_bytes(m)] and b"$Junk" not in flags[digest_bytes(m)] for m in marked)
     assert not {digest_bytes(m) for m in marked} & set(digests(dovecot_server, user, "Junk"))
-    quiet = run(config, db, monkeypatch, user)
-    assert (quiet.trained_spam, quiet.trained_ham, quiet.moved, quiet.flagged) == (0, 0, 0, 0)
+    assert_nothing_left(config, db, monkeypatch, user)
 
 
 def test_report_changes_no_keyword_in_an_existing_spam_folder(dovecot_server: Dovecot, sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -885,8 +903,7 @@ def test_report_changes_no_keyword_in_an_existing_spam_folder(dovecot_server: Do
     second = run(config, db, monkeypatch, user)
     assert (second.trained_spam, second.trained_ham, second.flagged, second.moved) == (0, 2, 0, 0)
     assert snapshot(dovecot_server, user, folders) == before
-    with Filter.open(config, db) as f, f.store.begin(write=False) as tx:
-        assert tx.trained_labels([digest_bytes(spam[0]), digest_bytes(spam[4])]) == {digest_bytes(spam[0]): 0, digest_bytes(spam[4]): 0}
+    assert trained_labels(config, db, [digest_bytes(spam[0]), digest_bytes(spam[4])]) == {digest_bytes(spam[0]): 0, digest_bytes(spam[4]): 0}
     # The $Junk left beside $NotJunk is not taken for news: no flip back.
     quiet = run(config, db, monkeypatch, user)
     assert (quiet.trained_spam, quiet.trained_ham, quiet.flagged) == (0, 0, 0)
@@ -909,14 +926,12 @@ def test_keywords_set_in_the_unsure_folder_are_learnt(dovecot_server: Dovecot, s
         c.add_flags([spam_uid], ["$Junk"])
     summary = run(config, db, monkeypatch, user)
     assert (summary.trained_ham, summary.trained_spam, summary.moved) == (1, 1, 2)
-    with Filter.open(config, db) as f, f.store.begin(write=False) as tx:
-        assert tx.trained_labels([digest_bytes(ham_raw), digest_bytes(spam_raw)]) == {digest_bytes(ham_raw): 0, digest_bytes(spam_raw): 1}
+    assert trained_labels(config, db, [digest_bytes(ham_raw), digest_bytes(spam_raw)]) == {digest_bytes(ham_raw): 0, digest_bytes(spam_raw): 1}
     # Filed as spam_action = "move" files what was learnt: spam in Junk, ham in the inbox.
     assert digest_bytes(spam_raw) in digests(dovecot_server, user, "Junk")
     assert digest_bytes(ham_raw) in digests(dovecot_server, user, "INBOX")
     assert not {digest_bytes(ham_raw), digest_bytes(spam_raw)} & set(digests(dovecot_server, user, "Unsure"))
-    quiet = run(config, db, monkeypatch, user)
-    assert (quiet.trained_spam, quiet.trained_ham, quiet.moved, quiet.flagged) == (0, 0, 0, 0)
+    assert_nothing_left(config, db, monkeypatch, user)
 
 
 @pytest.mark.parametrize("junk_exists", [False, True], ids=["first-run-creates-Junk", "Junk-exists"])
@@ -935,25 +950,19 @@ def test_keywords_set_after_the_run_filed_a_message_are_news(
     first = run(config, db, monkeypatch, user)
     assert first.created == ([] if junk_exists else ["Junk"])
     uid, raw, _ = dovecot_server.folder_messages(user, "Junk")[0]
-    with dovecot_server.client(user, "Junk") as c:  # a mail client's "not junk"
-        c.remove_flags([uid], ["$Junk"])
-        c.add_flags([uid], ["$NotJunk"])
+    press(dovecot_server, user, "Junk", uid, junk=False)
     second = run(config, db, monkeypatch, user)
     assert (second.trained_ham, second.trained_spam, second.moved) == (1, 0, 1)
     assert digest_bytes(raw) in digests(dovecot_server, user, "INBOX")
 
     # The user changes their mind in the inbox: "junk" after all.
     uid = next(u for u, r, _ in dovecot_server.folder_messages(user, "INBOX") if digest_bytes(r) == digest_bytes(raw))
-    with dovecot_server.client(user, "INBOX") as c:
-        c.remove_flags([uid], ["$NotJunk"])
-        c.add_flags([uid], ["$Junk"])
+    press(dovecot_server, user, "INBOX", uid, junk=True)
     third = run(config, db, monkeypatch, user)
     assert (third.trained_ham, third.trained_spam, third.moved) == (0, 1, 1)
     assert digest_bytes(raw) in digests(dovecot_server, user, "Junk")
-    with Filter.open(config, db) as f, f.store.begin(write=False) as tx:
-        assert tx.trained_labels([digest_bytes(raw)]) == {digest_bytes(raw): 1}
-    quiet = run(config, db, monkeypatch, user)
-    assert (quiet.trained_spam, quiet.trained_ham, quiet.moved, quiet.flagged) == (0, 0, 0, 0)
+    assert trained_labels(config, db, [digest_bytes(raw)]) == {digest_bytes(raw): 1}
+    assert_nothing_left(config, db, monkeypatch, user)
 
 
 def test_mail_kept_for_not_junk_can_later_be_marked_junk(dovecot_server: Dovecot, sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -972,14 +981,11 @@ def test_mail_kept_for_not_junk_can_later_be_marked_junk(dovecot_server: Dovecot
     assert kept & called_spam and first.moved == 0 and first.trained_spam == len(sample.train_spam)
     uid = min(kept & called_spam)
     raw = next(r for u, r, _ in dovecot_server.folder_messages(user, "INBOX") if u == uid)
-    with dovecot_server.client(user, "INBOX") as c:  # a mail client's "junk"
-        c.remove_flags([uid], ["$NotJunk"])
-        c.add_flags([uid], ["$Junk"])
+    press(dovecot_server, user, "INBOX", uid, junk=True)
     second = run(config, db, monkeypatch, user)
     assert (second.trained_spam, second.trained_ham, second.moved) == (1, 0, 1)
     assert digest_bytes(raw) in digests(dovecot_server, user, "Junk")
-    with Filter.open(config, db) as f, f.store.begin(write=False) as tx:
-        assert tx.trained_labels([digest_bytes(raw)]) == {digest_bytes(raw): 1}
+    assert trained_labels(config, db, [digest_bytes(raw)]) == {digest_bytes(raw): 1}
 
 
 def test_json_output_stays_json_with_dry_run_and_verbose(dovecot_server: Dovecot, sample: Sample, tmp_path: Path) -> None:
