@@ -27,9 +27,10 @@ leaves the message to the MTA's own default (Postfix's
 Logging (logger ``spamfilter.milter``): at start the address, the mode and
 model, the database; then one line per message with the MTA's queue id,
 user, verdict, log-odds, what the MTA was told (``none`` when it hung
-up before the answer), size and milliseconds; never message content. SIGTERM (`stop`) stops accepting connections,
-closes those between messages and lets each message in flight finish;
-SIGHUP (`reload`) reads the configuration again.
+up before the answer), size and milliseconds; never message content.
+SIGTERM (`stop`) stops accepting connections, closes those between
+messages and lets each message in flight finish; SIGHUP (`reload`) reads
+the configuration again.
 """
 
 from __future__ import annotations

@@ -477,7 +477,8 @@ class Store:
         finally:
             raw.remove_notice_handler(notice)
         if skipped:
-            raise StoreError(f"cannot vacuum {self.display_url}: {skipped[0]} (and {len(skipped) - 1} more): vacuum as the tables' owner")
+            more = f" (and {len(skipped) - 1} more)" if len(skipped) > 1 else ""
+            raise StoreError(f"cannot vacuum {self.display_url}: {skipped[0]}{more}: vacuum as the tables' owner")
 
     def vacuum(self) -> None:
         """Give the space of deleted rows back and refresh the planner's statistics.

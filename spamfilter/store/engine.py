@@ -215,13 +215,13 @@ def _store_error(exc: DBAPIError, what: str) -> StoreError:
 
 
 def _connect_error(exc: DBAPIError, what: str, dialect: str, reached: bool) -> StoreError:
-    """The error for a connection that could not be made. A database server
-    that answered with no SQLSTATE did not answer at all (refused, timed
-    out, no such host): if this process had reached it before, it went
-    away (a restart) and the transaction runs again (``StoreDisconnected``);
-    if not, it is out of reach (``StoreUnreachable``, exit 75). Anything
-    else (a wrong password, no such database, a SQLite file) as
-    ``_store_error``."""
+    """The error for a connection that could not be made. One the server
+    never answered (refused, timed out, no such host: no SQLSTATE and no
+    FATAL line of the server's): if this process had reached the server
+    before, it went away (a restart) and the transaction runs again
+    (``StoreDisconnected``); if not, it is out of reach
+    (``StoreUnreachable``, exit 75). Anything else (a wrong password, no
+    such database, a SQLite file) as ``_store_error``."""
     text = _driver_message(exc)
     # libpq reports the server's own refusals (no such role or database, a
     # wrong password) at connect time as "FATAL:" lines, without a SQLSTATE.

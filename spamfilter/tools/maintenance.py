@@ -258,8 +258,8 @@ class Maintenance:
                     raise ModelNotEmpty("the model is not empty")
                 reader.room = MAX_COUNT - have.classes.table()
             else:
-                # Trainers of this user would otherwise deadlock with the
-                # delete (its row locks in scan order, theirs in key order).
+                # A trainer of this user would otherwise hold a row this
+                # delete takes while it waits for the tokens: a deadlock.
                 tx.exclude_writers()
                 tx.clear_model()
             for chunk in reader.chunks(5000):
