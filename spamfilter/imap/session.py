@@ -146,14 +146,18 @@ class ImapSession:
 
     def ensure_folder(self, folder: str) -> bool:
         """Create ``folder`` if it does not exist; whether it was created."""
-        if self._call(f"LIST {folder}", self.client.folder_exists, folder):
+        if self.exists(folder):
             return False
         self._call(f"CREATE {folder}", self.client.create_folder, folder)
         return True
 
     def exists(self, folder: str) -> bool:
-        """Whether ``folder`` exists."""
-        return bool(self._call(f"LIST {folder}", self.client.folder_exists, folder))
+        """Whether ``folder`` exists: a LIST of its name that answers that
+        very name (in LIST, ``%`` and ``*`` are wildcards, so "Ju*" lists
+        "Junk"; INBOX in any case is the inbox)."""
+        listed = self._call(f"LIST {folder}", self.client.list_folders, "", folder)
+        same = (lambda name: name.upper() == "INBOX") if folder.upper() == "INBOX" else folder.__eq__
+        return any(same(_decode(name)) for _, _, name in listed)
 
     def select(self, folder: str, *, readonly: bool = False) -> int:
         """Select ``folder`` (EXAMINE when ``readonly``); its UIDVALIDITY."""

@@ -1008,3 +1008,16 @@ def test_json_output_stays_json_with_dry_run_and_verbose(dovecot_server: Dovecot
         summary = json.loads(done.stdout)
         assert summary["account"] == "test" and summary["dry_run"] == ("--dry-run" in args) and summary["classified"] > 0
         assert "INBOX uid " in done.stderr and ": classified " in done.stderr  # the events, on stderr
+
+
+def test_a_folder_name_with_list_wildcards_is_taken_as_written(dovecot_server: Dovecot, sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # LIST "Ju*" answers "Junk": the spam folder "Ju*" was taken to exist,
+    # never created, and the run stopped with 71 ("SELECT Ju*: ... doesn't exist").
+    user = setup_mailbox(dovecot_server, sample)
+    dovecot_server.append(user, "Junk", [])
+    config = account_config(dovecot_server, user, spam_folder="Ju*")
+    db = f"sqlite:///{tmp_path / 'sf.db'}"
+    summary = run(config, db, monkeypatch, user)
+    assert summary.created == ["Ju*"] and summary.moved > 0
+    assert len(digests(dovecot_server, user, "Ju*")) == summary.moved
+    assert not digests(dovecot_server, user, "Junk")
