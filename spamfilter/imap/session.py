@@ -151,6 +151,11 @@ class ImapSession:
         self._call(f"CREATE {folder}", self.client.create_folder, folder)
         return True
 
+    def separator(self) -> str | None:
+        """The server's hierarchy separator (LIST "" ""), None if it has none."""
+        listed = self._call("LIST", self.client.list_folders, "", "")
+        return next((_decode(delimiter) for _, delimiter, _ in listed if delimiter), None)
+
     def exists(self, folder: str) -> bool:
         """Whether ``folder`` exists: a LIST of its name that answers that
         very name (in LIST, ``%`` and ``*`` are wildcards, so "Ju*" lists

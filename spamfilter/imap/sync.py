@@ -48,7 +48,7 @@ from dataclasses import replace
 
 from spamfilter.answers import Refusal, Verdict
 from spamfilter.config import ImapAccount
-from spamfilter.errors import ImapError, ImapUnavailable, NotTrainedError
+from spamfilter.errors import ConfigError, ImapError, ImapUnavailable, NotTrainedError
 from spamfilter.filter import Filter
 from spamfilter.imap.session import JUNK, NOT_JUNK, Fetched, ImapSession, Moved, account_password
 from spamfilter.imap.state import JUNK_BIT, NOT_JUNK_BIT, Arrival, ImapRecord, ImapState, keyword_bits
@@ -252,6 +252,7 @@ class ImapRun:
         """Train, learn from the spam folder, classify, read keywords."""
         a = self.account
         folders = [a.spam_folder, a.unsure_folder, a.train_spam_folder, a.train_ham_folder, *a.classify_folders]
+        _check_names(a, [f for f in folders if f], session.separator())
         exists = {folder: session.exists(folder) for folder in filter(None, folders)}
         creating = _folders_to_create(a, {folder for folder, there in exists.items() if not there})
         for folder in exists:
@@ -611,3 +612,12 @@ def _so_far(summary: RunSummary) -> str:
     if not (summary.classified or summary.moved or trained):
         return ""
     return f"; done and recorded before: {summary.classified} classified, {summary.moved} moved, {trained} trained"
+
+
+def _check_names(account: ImapAccount, folders: Sequence[str], separator: str | None) -> None:
+    """Refuse (``ConfigError``) a folder name that ends with the server's
+    hierarchy separator: the server refuses to create it, and once its
+    parent exists says it exists while SELECT finds nothing of that name."""
+    for folder in folders:
+        if separator and folder.endswith(separator):
+            raise ConfigError(f"imap.{account.name}: folder {folder!r} ends with the server's hierarchy separator {separator!r}: name it without")

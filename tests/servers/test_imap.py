@@ -1021,3 +1021,16 @@ def test_a_folder_name_with_list_wildcards_is_taken_as_written(dovecot_server: D
     assert summary.created == ["Ju*"] and summary.moved > 0
     assert len(digests(dovecot_server, user, "Ju*")) == summary.moved
     assert not digests(dovecot_server, user, "Junk")
+
+
+def test_a_folder_name_ending_in_the_separator_is_a_config_error(dovecot_server: Dovecot, sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # "Junk/" passed validation: the first run failed to create it ("Ends with
+    # hierarchy separator"), every later one with "CREATE Junk/: ALREADYEXISTS".
+    user = setup_mailbox(dovecot_server, sample)
+    dovecot_server.append(user, "Junk", [])
+    config = account_config(dovecot_server, user, spam_folder="Junk/")
+    db = f"sqlite:///{tmp_path / 'sf.db'}"
+    before = snapshot(dovecot_server, user, ["INBOX", "Junk"])
+    with pytest.raises(ConfigError, match=r"imap\.test: folder 'Junk/' ends with the server's hierarchy separator '/'"):
+        run(config, db, monkeypatch, user)
+    assert snapshot(dovecot_server, user, ["INBOX", "Junk"]) == before
