@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 from collections.abc import Iterable, Iterator
@@ -18,6 +19,7 @@ from rich.text import Text
 from spamfilter.answers import Refusal, TrainSummary
 from spamfilter.cli import exitcodes, state
 from spamfilter.filter import Filter
+from spamfilter.mail import MailItem, read_index
 from spamfilter.tools.counts_file import escape_field
 
 T = TypeVar("T")
@@ -128,6 +130,12 @@ def describe(summary: TrainSummary) -> str:
 def is_tty_stdin() -> bool:
     """Whether stdin is a terminal (then reading a message from it is a mistake)."""
     return sys.stdin.isatty()
+
+
+def read_indexes(names: list[str]) -> Iterator[tuple[bool, MailItem]]:
+    """The labelled messages of each TREC index in turn, every index
+    checked (``read_index``) before the first message is read."""
+    return itertools.chain.from_iterable([read_index(name) for name in names])
 
 
 def one_stream(indexes: list[str]) -> str:

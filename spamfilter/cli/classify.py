@@ -13,9 +13,9 @@ import typer
 
 from spamfilter.answers import Refusal, Verdict
 from spamfilter.cli import app
-from spamfilter.cli._common import open_filter, progress, report_refusals, tsv_field
+from spamfilter.cli._common import open_filter, progress, read_indexes, report_refusals, tsv_field
 from spamfilter.cli.reading import Jobs
-from spamfilter.mail import MailItem, read_index, read_messages
+from spamfilter.mail import MailItem, read_messages
 
 
 class Format(str, Enum):
@@ -61,7 +61,7 @@ def classify(
 
     items: Iterator[MailItem] = read_messages(sources, on_empty=empty) if sources else iter(())
     if index:
-        indexed = (item for _, item in itertools.chain.from_iterable([read_index(name) for name in index]))  # every index checked first
+        indexed = (item for _, item in read_indexes(index))
         items = itertools.chain(items, indexed) if sources else indexed
     refused: list[Refusal] = []
     # A progress bar only when the verdicts go to a file or a pipe: on a

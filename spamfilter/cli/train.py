@@ -10,11 +10,11 @@ import typer
 from typer.core import TyperCommand
 
 from spamfilter.cli import app
-from spamfilter.cli._common import Margin, describe, index_length, open_filter, progress, report_refusals
+from spamfilter.cli._common import Margin, describe, index_length, open_filter, progress, read_indexes, report_refusals
 from spamfilter.cli.reading import SOURCES_HELP, Jobs, SourceTally
 from spamfilter.config import TUNE_MARGIN, TrainMode
 from spamfilter.errors import MailSourceError
-from spamfilter.mail import MailItem, read_index, read_messages
+from spamfilter.mail import MailItem, read_messages
 from spamfilter.mail.sources import STDIN_SOURCE
 
 #: The options of `train` that take every value up to the next option.
@@ -95,7 +95,7 @@ def train(
     labelled = _labelled(spam, ham, tally)
     total = None
     if index:
-        labelled_index = itertools.chain.from_iterable([read_index(name) for name in index])  # every index checked first
+        labelled_index = read_indexes(index)
         lengths = [index_length(name) for name in index]
         total = None if None in lengths else sum(n or 0 for n in lengths)
         labelled = labelled_index if not (spam or ham) else itertools.chain(labelled, labelled_index)

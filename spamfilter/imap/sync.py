@@ -492,8 +492,10 @@ class ImapRun:
         records = [ImapRecord(d, label, "user", target, False, _log_odds(known.get(d))) for d in digests]
         if target != folder:
             self._move(session, folder, list(zip(messages, records)))
+        elif new:
+            self._handled(folder, records, list(zip(messages, digests)))
         else:
-            self._handled(folder, records, list(zip(messages, digests))) if new else self.state.commit(folder, records)
+            self.state.commit(folder, records)
         return bool(removed)
 
 
