@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import re
+import sqlite3
 import stat
+import time
 from pathlib import Path
 from urllib.parse import quote
 
@@ -81,6 +83,28 @@ def _create_sqlite_file(path: Path, create: bool, create_dirs: bool) -> list[Pat
     return created
 
 
+def _switch_to_wal(dbapi_conn, busy_timeout: float) -> None:  # type: ignore[no-untyped-def]
+    """Put the file in WAL mode (a no-op once it is, which it stays).
+
+    A new file is still in rollback mode, and switching needs its exclusive
+    lock. When several processes open one new file at once, SQLite answers
+    "database is locked" at once to those that would otherwise wait on each
+    other (holding a shared lock while another holds the reserved one), without
+    calling the busy handler; so try again, with short pauses, until the busy
+    timeout has passed."""
+    deadline = time.monotonic() + busy_timeout
+    pause = 0.005
+    while True:
+        try:
+            dbapi_conn.execute("PRAGMA journal_mode = WAL").fetchall()
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.1)
+
+
 def _empty_sqlite_file(path: Path) -> bool:
     """Whether ``path`` holds nothing yet: no byte in it or its write-ahead
     log (a new WAL database's first pages may be in the log alone)."""
@@ -136,7 +160,7 @@ def _make_engine(url: str, busy_timeout: float, create: bool = True, create_dirs
         cursor = dbapi_conn.cursor()
         cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
         if path is not None and not read_only:
-            cursor.execute("PRAGMA journal_mode = WAL")
+            _switch_to_wal(dbapi_conn, busy_timeout)
             # WAL + NORMAL: a commit is atomic and survives a killed process;
             # only a power cut can lose the last commits, never half of one.
             cursor.execute("PRAGMA synchronous = NORMAL")

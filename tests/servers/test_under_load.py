@@ -13,6 +13,7 @@ import random
 import sqlite3
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,6 +25,7 @@ from spamfilter.cli import exitcodes
 from spamfilter.errors import SpamfilterError, StoreBusyError, StoreConflict
 from spamfilter.retry import retrying
 from spamfilter.store import SCHEMA_REVISION, Store, metadata
+from spamfilter.store.engine import _make_engine
 
 HANG_GUARD = 60  # seconds; only to stop a test that hangs
 
@@ -70,6 +72,30 @@ def test_eight_processes_opening_a_new_database_all_get_the_schema(any_db_url: s
             assert [tuple(r) for r in conn.execute(sa.text("SELECT version_num FROM alembic_version"))] == [(SCHEMA_REVISION,)]
     finally:
         engine.dispose()
+
+
+def test_a_file_switched_to_wal_while_another_process_writes_waits_for_it(tmp_path: Path) -> None:
+    # A file still in rollback mode (as a new one is, until the first opener
+    # switches it) with a writer holding its reserved lock: SQLite answers the
+    # switch to WAL "database is locked" at once, whatever the busy timeout
+    # (seen once in 60 runs of the eight-processes test above). The opener
+    # now waits, within its busy timeout, for the writer to finish.
+    path = tmp_path / "mail.db"
+    writer = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    writer.execute("CREATE TABLE earlier (n)")
+    writer.execute("BEGIN IMMEDIATE")
+    writer.execute("INSERT INTO earlier VALUES (1)")
+    timer = threading.Timer(0.3, writer.execute, ("COMMIT",))
+    timer.start()
+    try:
+        engine, _ = _make_engine(f"sqlite:///{path}", busy_timeout=10.0)
+        with engine.connect() as conn:
+            assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+            assert conn.exec_driver_sql("SELECT n FROM earlier").all() == [(1,)]
+        engine.dispose()
+    finally:
+        timer.join()
+        writer.close()
 
 
 # -- retrying a busy transaction -------------------------------------------------
