@@ -52,7 +52,7 @@ import fcntl
 import hashlib
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -94,6 +94,10 @@ __all__ = [
 #: The PostgreSQL advisory lock key that serialises schema upgrades (any
 #: constant no other program on the server is likely to use: "spamfilt" in ASCII).
 _UPGRADE_LOCK = 0x7370616D66696C74
+
+
+def _nothing_to_check() -> None:
+    """``still_held`` of a lock that cannot be lost (a file lock, or none)."""
 
 
 class Store:
@@ -382,29 +386,30 @@ class Store:
             _log.warning("the lock of %s was lost with its connection to %s before the end; another one may have run at the same time", name, self.display_url)
 
     @contextmanager
-    def exclusive(self, name: str) -> Iterator[None]:
+    def exclusive(self, name: str) -> Iterator[Callable[[], None]]:
         """Hold the lock of ``name`` (what runs, in words) on this database for the block, or
         raise ``StoreBusyError`` at once if another process holds it (one
         ``imap run`` per account: two at once moved the same messages
         twice). SQLite: an advisory lock on a file beside the database
         (``DB.lock-<sha>``, owner-only); PostgreSQL: a session advisory
         lock, so runs on other hosts are kept apart too. An in-memory
-        database is one process's alone: nothing to lock."""
+        database is one process's alone: nothing to lock.
+
+        Yields ``still_held()``, for the run to call before each step that
+        must not be done twice: a PostgreSQL session lock goes with its
+        connection, so if that was lost the lock is taken again on a new
+        one (with a warning: another run may have run meanwhile), and if
+        another process holds it by then, ``StoreBusyError`` stops the run
+        before that step. A file lock cannot be lost: nothing to check."""
         key = hashlib.sha256(f"spamfilter:{name}".encode()).digest()
         path = sqlite_path(self.url)
         busy = f"{name} is already running in another process ({self.display_url})"
         if self.engine.dialect.name == "postgresql":
-            number = int.from_bytes(key[:8], "big", signed=True)
-            with self.engine.connect() as conn:
-                if not conn.execute(sa.text("SELECT pg_try_advisory_lock(:k)"), {"k": number}).scalar():
-                    raise StoreBusyError(busy)
-                try:
-                    yield
-                finally:
-                    self._advisory_unlock(conn, number, name)
+            with self._session_lock(int.from_bytes(key[:8], "big", signed=True), name, busy) as still_held:
+                yield still_held
             return
         if path is None:
-            yield
+            yield _nothing_to_check
             return
         lock = path.with_name(f"{path.name}.lock-{key[:6].hex()}")
         try:
@@ -416,9 +421,51 @@ class Store:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 raise StoreBusyError(busy) from None
-            yield
+            yield _nothing_to_check
         finally:
             os.close(fd)  # the lock goes with the descriptor
+
+    @contextmanager
+    def _session_lock(self, number: int, name: str, busy: str) -> Iterator[Callable[[], None]]:
+        """``exclusive`` on PostgreSQL: a session advisory lock, taken again
+        on a new connection by ``still_held`` if its connection was lost."""
+        held: list[sa.Connection] = []  # every connection used; the last holds the lock
+        locked = False
+
+        def take(message: str) -> None:
+            nonlocal locked
+            locked = False
+            try:
+                conn = self.engine.connect()
+            except DBAPIError as exc:
+                raise _store_error(exc, f"cannot lock {name} on {self.display_url}") from None
+            held.append(conn)
+            if not conn.execute(sa.text("SELECT pg_try_advisory_lock(:k)"), {"k": number}).scalar():
+                raise StoreBusyError(message)
+            locked = True
+
+        def still_held() -> None:
+            try:
+                held[-1].execute(sa.text("SELECT 1")).scalar()
+                return
+            except DBAPIError as exc:
+                if not exc.connection_invalidated:
+                    raise _store_error(exc, f"database {self.display_url}") from None
+            take(f"{name} lost its lock with its connection to {self.display_url}, and another process holds it now: stopped")
+            _log.warning("the lock of %s was lost with its connection to %s and taken again; another one may have run meanwhile", name, self.display_url)
+
+        try:
+            take(busy)
+            yield still_held
+        finally:
+            try:
+                if locked:
+                    # Closing gives the connection back to the pool, where a
+                    # session lock would outlive the run: release it first.
+                    self._advisory_unlock(held[-1], number, name)
+            finally:
+                for conn in held:
+                    conn.close()
 
     @contextmanager
     def snapshot(self) -> Iterator[StoreTransaction]:

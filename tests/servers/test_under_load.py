@@ -636,6 +636,40 @@ def test_a_vacuum_postgresql_skips_is_an_error_and_every_table_is_vacuumed(fresh
         admin.dispose()
 
 
+def _terminate_other_backends(admin: sa.Engine) -> None:
+    with admin.connect() as conn:
+        conn.execute(sa.text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"))
+
+
+def test_a_run_lock_lost_mid_run_is_taken_again_or_stops_the_run_before_its_next_step(fresh_postgres_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    # A PostgreSQL session lock goes with its connection. It used to be
+    # noticed only when the run ended: meanwhile a second run could start
+    # and both move the same mail. Now the run asks still_held() before
+    # each step: the lock is taken again if it is free, else the run stops.
+    name = "an imap run of account 'home'"
+    admin = sa.create_engine(fresh_postgres_url, isolation_level="AUTOCOMMIT")
+    first, second = Store.open(fresh_postgres_url), Store.open(fresh_postgres_url)
+    try:
+        with caplog.at_level(logging.WARNING, logger="spamfilter.store"), first.exclusive(name) as still_held:
+            still_held()  # nothing lost: no warning
+            assert "lost" not in caplog.text
+            _terminate_other_backends(admin)
+            still_held()  # free: taken again on a new connection
+            assert f"the lock of {name} was lost with its connection" in caplog.text and "taken again" in caplog.text
+            with pytest.raises(StoreBusyError), second.exclusive(name):
+                pass  # held again by the first
+            _terminate_other_backends(admin)
+            with second.exclusive(name):  # a second run starts in the gap
+                with pytest.raises(StoreBusyError, match="lost its lock with its connection .* another process holds it now"):
+                    still_held()
+        with second.exclusive(name), first.exclusive(name + " (another)"):
+            pass  # nothing left held by either
+    finally:
+        first.close()
+        second.close()
+        admin.dispose()
+
+
 def test_a_run_lock_lost_with_its_connection_ends_with_a_warning_not_a_driver_error(fresh_postgres_url: str, caplog: pytest.LogCaptureFixture) -> None:
     # Leaving the block then raised sqlalchemy's OperationalError with its
     # SQL (imap run: "internal error", 70).
@@ -645,8 +679,7 @@ def test_a_run_lock_lost_with_its_connection_ends_with_a_warning_not_a_driver_er
         with caplog.at_level(logging.WARNING, logger="spamfilter.store"), first.exclusive("an imap run of account 'home'"):
             with pytest.raises(StoreBusyError), second.exclusive("an imap run of account 'home'"):
                 pass
-            with admin.connect() as conn:
-                conn.execute(sa.text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"))
+            _terminate_other_backends(admin)
         assert "the lock of an imap run of account 'home' was lost with its connection" in caplog.text
         with second.exclusive("an imap run of account 'home'"):
             pass  # free again
