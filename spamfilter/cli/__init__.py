@@ -223,11 +223,23 @@ def _plain_help_option(option: Any) -> Any:
     return option
 
 
-class _PlainCommand(TyperCommand):
-    """A command whose ``--help`` option is a ``_PlainOption`` too."""
+class PlainCommand(TyperCommand):
+    """A command whose ``--help`` option is a ``_PlainOption`` too (every
+    command is one, or a subclass: `_plain_help`)."""
 
     def get_help_option(self, ctx: Any) -> Any:
         return _plain_help_option(super().get_help_option(ctx))
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except OverflowError as exc:
+            if "SQLite INTEGER" not in str(exc):
+                raise
+            # A number given on the command line that SQLite's integers
+            # cannot hold (`top-words --min-count 9223372036854775808`):
+            # the options are checked for sign, not size.
+            usage_error(ctx, f"a number given is too large: {exc}")
 
 
 class _PlainGroup(TyperGroup):
@@ -245,7 +257,7 @@ def _plain_help(command: Any) -> None:
         elif type(param) is TyperOption:
             param.__class__ = _PlainOption
     if type(command) is TyperCommand:
-        command.__class__ = _PlainCommand
+        command.__class__ = PlainCommand
     elif type(command) is TyperGroup:
         command.__class__ = _PlainGroup
     for sub in getattr(command, "commands", {}).values():
@@ -383,11 +395,6 @@ class _Group(_LazyCommands):
         except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, no traceback
             if os.environ.get("SPAMFILTER_DEBUG"):
                 raise
-            if isinstance(exc, OverflowError) and "SQLite INTEGER" in str(exc):
-                # A number given on the command line that SQLite's integers
-                # cannot hold (`top-words --min-count 9223372036854775808`):
-                # the options are checked for sign, not size.
-                fail(f"a number given is too large: {exc}", exitcodes.USAGE)
             if isinstance(exc, OSError) and exc.errno in _OUTPUT_FULL:
                 # Mail sources and the database have errors of their own:
                 # what is left is the output (stdout, or a file named to
@@ -457,19 +464,28 @@ def fail(message: str, code: int) -> NoReturn:
     raise typer.Exit(code)
 
 
-def writable_output(path: Path, option: str) -> None:
-    """Exit 64 now, before any work, if ``option``'s file ``path`` cannot be
-    written: a folder, or in a folder that does not exist or is not ours to
-    write (a run of hours is not lost to a typo in its output path)."""
+def usage_error(ctx: typer.Context, message: str) -> NoReturn:
+    """Exit 64 as click's own usage errors do, for a mistake a command finds
+    in its arguments after parsing them: its usage line, the ``Try
+    'spamfilter CMD --help'`` hint and ``Error: message`` on stderr (`_Group`
+    turns click's exit code 2 into 64)."""
+    ctx.fail(message)
+
+
+def writable_output(ctx: typer.Context, path: Path, option: str) -> None:
+    """A usage error (64) now, before any work, if ``option``'s file ``path``
+    cannot be written: a folder, or in a folder that does not exist or is
+    not ours to write (a run of hours is not lost to a typo in its output
+    path)."""
     folder = path.parent if str(path.parent) else Path(".")
     if path.is_dir():
-        fail(f"{option} {path}: it is a folder; give the name of a file", exitcodes.USAGE)
+        usage_error(ctx, f"{option} {path}: it is a folder; give the name of a file")
     if not folder.is_dir():
-        fail(f"{option} {path}: no such folder {folder}", exitcodes.USAGE)
+        usage_error(ctx, f"{option} {path}: no such folder {folder}")
     # A file that exists is written in place: its own permission counts,
     # not its folder's (/dev/null, a file in a read-only folder).
     if not (os.access(path, os.W_OK) if path.exists() else os.access(folder, os.W_OK | os.X_OK)):
-        fail(f"{option} {path}: permission denied", exitcodes.USAGE)
+        usage_error(ctx, f"{option} {path}: permission denied")
 
 
 def delivery(ctx: typer.Context) -> Delivery:
@@ -532,7 +548,7 @@ def root(
     except SpamfilterError as exc:
         fail(str(exc), exitcodes.for_error(exc))
     if user is not None and not valid_model_name(user):
-        fail("--user: a model name is at most 200 printable characters", exitcodes.USAGE)
+        usage_error(ctx, "--user: a model name is at most 200 printable characters")
     ctx.obj = AppState(config=cfg, db_url=db, config_path=config, user=user, create_dirs=create_dirs)
 
 

@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from spamfilter.cli import app, exitcodes, fail, state
+from spamfilter.cli import app, exitcodes, fail, state, usage_error
 from spamfilter.cli._common import TableOrJson, is_tty_stdin, open_filter
 from spamfilter.counts import MAX_COUNT
 from spamfilter.errors import ModelNotEmpty, StoreInconsistent
@@ -202,7 +202,7 @@ def export_counts(ctx: typer.Context, path: Annotated[str, typer.Argument(metava
     Example: spamfilter db export counts.tsv
     """
     if path != "-" and Path(path).is_dir():
-        fail(f"cannot write {path}: it is a folder; give the name of a file", exitcodes.USAGE)
+        usage_error(ctx, f"cannot write {path}: it is a folder; give the name of a file")
     with open_filter(ctx, create=False) as f:
         if path == "-":
             sys.stdout.flush()
@@ -230,14 +230,14 @@ def export_counts(ctx: typer.Context, path: Annotated[str, typer.Argument(metava
             # FILE: a link at FILE is replaced, not written through.
             fd, part = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
         except OSError as exc:
-            fail(f"cannot write {path}: {exc.strerror}", exitcodes.USAGE)
+            usage_error(ctx, f"cannot write {path}: {exc.strerror}")
         try:
             with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
                 n = Maintenance(f.store).export_counts(fh)
             try:
                 os.replace(part, target)
             except OSError as exc:  # e.g. FILE became a folder meanwhile
-                fail(f"cannot write {path}: {exc.strerror}", exitcodes.USAGE)
+                usage_error(ctx, f"cannot write {path}: {exc.strerror}")
         except BaseException:
             Path(part).unlink(missing_ok=True)
             raise
@@ -275,12 +275,12 @@ def import_counts(
     Example: spamfilter --db sqlite:///new.db db import --replace counts.tsv
     """
     if replace and add:
-        fail("db import: give --replace or --add, not both", exitcodes.USAGE)
+        usage_error(ctx, "give --replace or --add, not both")
     if path == "-" and is_tty_stdin():
-        fail("db import - reads the counts from standard input, which is a terminal: pipe them in or give a file", exitcodes.USAGE)
+        usage_error(ctx, "db import - reads the counts from standard input, which is a terminal: pipe them in or give a file")
     with open_filter(ctx, create=True) as f:
         try:
-            result = _import_into(f, path, True if replace else False if add else None)
+            result = _import_into(ctx, f, path, True if replace else False if add else None)
         except BaseException:
             # A failed import into a new path leaves no empty database behind.
             f.store.remove_if_unused()
@@ -289,7 +289,7 @@ def import_counts(
     typer.echo(f"imported {result.tokens} tokens, {result.spam_messages} spam and {result.ham_messages} ham messages into the model of {_whose(result.user)} ({how})")
 
 
-def _import_into(f: Filter, path: str, replace: bool | None) -> ImportSummary:
+def _import_into(ctx: typer.Context, f: Filter, path: str, replace: bool | None) -> ImportSummary:
     """``db import``'s work on the open filter."""
     try:
         fh = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115 - closed below
@@ -298,7 +298,7 @@ def _import_into(f: Filter, path: str, replace: bool | None) -> ImportSummary:
     try:
         return Maintenance(f.store).import_counts(read_counts_lines(fh), replace=bool(replace), into_empty=replace is None)
     except ModelNotEmpty:
-        fail(f"the model of {_whose(f.store.owner)} is not empty: give --replace or --add", exitcodes.USAGE)
+        usage_error(ctx, f"the model of {_whose(f.store.owner)} is not empty: give --replace or --add")
     finally:
         if path != "-":
             fh.close()

@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from spamfilter.cli import Connect, app, delivery, exitcodes, fail, state
+from spamfilter.cli import Connect, app, delivery, exitcodes, fail, state, usage_error
 from spamfilter.config import database_url
 from spamfilter.errors import ProtocolError
 from spamfilter.locations import default_socket_path
@@ -50,7 +50,7 @@ def filter_(
     Example (procmail): :0fw | spamfilter filter --always-zero
     """
     if sys.stdin.isatty():
-        fail("filter reads a message on standard input", exitcodes.USAGE)
+        usage_error(ctx, "filter reads a message on standard input")
     message = delivery(ctx)
     raw = message.read()
     if not message.complete:

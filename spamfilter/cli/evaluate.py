@@ -12,7 +12,7 @@ from typing import Annotated
 import numpy as np
 import typer
 
-from spamfilter.cli import app, exitcodes, fail, state, writable_output
+from spamfilter.cli import app, exitcodes, fail, state, usage_error, writable_output
 from spamfilter.cli._common import Margin, TableOrJson, index_length, jobs_or_default, one_stream, progress, report_refusals, tsv_field
 from spamfilter.cli.reading import Jobs
 from spamfilter.config import ONLINE_TRAIN_MODE, TUNE_MARGIN, TrainMode
@@ -139,10 +139,10 @@ def evaluate(
     index = one_stream(indexes)
     s = state(ctx)
     if s.db_url is not None and protocol is Protocol.cv:
-        fail("--db: cross-validation trains a model per fold in memory; it cannot use one database", exitcodes.USAGE)
+        usage_error(ctx, "--db: cross-validation trains a model per fold in memory; it cannot use one database")
     for option, path in (("--out", out), ("--roc", roc), ("--learning-curve", learning_curve)):
         if path is not None:
-            writable_output(path, option)
+            writable_output(ctx, path, option)
     total = index_length(index)
     labelled = read_index(index)
     if protocol is Protocol.online:

@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from spamfilter.cli import app, exitcodes, fail, writable_output
+from spamfilter.cli import app, exitcodes, fail, usage_error, writable_output
 from spamfilter.cli._common import TableOrJson, is_tty_stdin, open_filter
 from spamfilter.mail import STDIN_SOURCE, read_messages
 from spamfilter.tools.insight import Explanation, Insight, WordScore
@@ -91,7 +91,7 @@ def top_words(
     """
     is_spam = cls is WordClass.spam
     if plot is not None:
-        writable_output(plot, "--plot")
+        writable_output(ctx, plot, "--plot")
     with open_filter(ctx, create=False) as f:
         insight = Insight(f)
         words = insight.top_words(n, spam=is_spam, min_count=min_count)
@@ -169,12 +169,12 @@ def explain(
     Example: spamfilter explain --format json suspicious.eml
     """
     if message == STDIN_SOURCE and is_tty_stdin():
-        fail("explain reads a message on standard input when MESSAGE is -", exitcodes.USAGE)
+        usage_error(ctx, "explain reads a message on standard input when MESSAGE is -")
     items = list(islice(read_messages([message]), 2))
     if not items:
         fail(f"{message}: holds no message", exitcodes.DATA_ERROR)
     if len(items) > 1:
-        fail(f"{message}: holds more than one message; explain takes one (a message file or -)", exitcodes.USAGE)
+        usage_error(ctx, f"{message}: holds more than one message; explain takes one (a message file or -)")
     with open_filter(ctx, create=False) as f:
         explanation = Insight(f).explain(items[0])
     if fmt is TableOrJson.json:
@@ -210,7 +210,7 @@ def report(
 
     Example: spamfilter report --out report.html --scores scores.tsv
     """
-    writable_output(out, "--out")
+    writable_output(ctx, out, "--out")
     sample = read_scores(scores) if scores is not None else None
     with open_filter(ctx, create=False) as f:
         data = collect(f, scores=sample, now=datetime.now(timezone.utc), n=n, min_count=min_count)

@@ -7,9 +7,8 @@ from collections.abc import Iterator, Sequence
 from typing import Annotated, Any
 
 import typer
-from typer.core import TyperCommand
 
-from spamfilter.cli import app
+from spamfilter.cli import PlainCommand, app
 from spamfilter.cli._common import Margin, describe, index_length, open_filter, progress, read_indexes, report_refusals
 from spamfilter.cli.reading import SOURCES_HELP, Jobs, SourceTally
 from spamfilter.config import TUNE_MARGIN, TrainMode
@@ -52,7 +51,7 @@ def spread_values(args: Sequence[str], options: Sequence[str] = _MANY_VALUED) ->
     return out
 
 
-class _SpreadCommand(TyperCommand):
+class _SpreadCommand(PlainCommand):
     """`train`: ``--spam`` and ``--ham`` take one or more sources each."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:

@@ -200,7 +200,7 @@ def test_an_output_path_that_cannot_be_written_is_refused_before_the_run(index: 
     for target, why in ((tmp_path / "no-such-folder" / "x", "no such folder"), (tmp_path, "it is a folder")):
         result = CliRunner().invoke(app, ["evaluate", "--index", str(index), option, str(target)])
         assert result.exit_code == 64, result.output
-        assert result.stderr.startswith(f"spamfilter: {option} {target}: {why}")
+        assert f"Error: {option} {target}: {why}" in result.stderr
     assert ran == []  # nothing was evaluated
 
 

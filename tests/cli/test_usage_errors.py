@@ -1,0 +1,91 @@
+"""Usage errors: every one, click's own or found by a command after
+parsing, prints the command's usage line, the ``Try '... --help'`` hint and
+one ``Error:`` line, and exits 64."""
+
+from __future__ import annotations
+
+import os
+import pty
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from spamfilter.cli import app, exitcodes
+
+
+def assert_usage_error(stderr: str, command: str, message: str) -> None:
+    """``stderr`` is the usage error of ``command`` (its words after
+    ``spamfilter``; "" for the root's options) saying ``message``."""
+    path = " ".join(["spamfilter", *command.split()])
+    lines = stderr.splitlines()
+    assert lines[0].startswith(f"Usage: {path} [OPTIONS]"), stderr
+    assert lines[1:] == [f"Try '{path} --help' for help.", "", f"Error: {message}"], stderr
+
+
+#: (arguments after --db DB, the command, its message). In both, {tmp} is
+#: a folder of the test, {sample} the sample mail; a module in `tty` reads
+#: a terminal on stdin.
+CASES = [
+    (["--user", "x" * 201, "stats"], "", "--user: a model name is at most 200 printable characters"),
+    (["evaluate", "--index", "{tmp}/index", "--protocol", "cv"], "evaluate", "--db: cross-validation trains a model per fold in memory; it cannot use one database"),
+    (
+        ["evaluate", "--index", "{tmp}/index", "--index", "{tmp}/index"],
+        "evaluate",
+        "Invalid value for --index: give one index: the stream, in arrival order (join several into one file)",
+    ),
+    (
+        ["tune", "--index", "{tmp}/index", "--index", "{tmp}/index"],
+        "tune",
+        "Invalid value for --index: give one index: the stream, in arrival order (join several into one file)",
+    ),
+    (["report", "--out", "{tmp}/none/report.html"], "report", "--out {tmp}/none/report.html: no such folder {tmp}/none"),
+    (["evaluate", "--index", "{tmp}/index", "--out", "{tmp}"], "evaluate", "--out {tmp}: it is a folder; give the name of a file"),
+    (["top-words", "--plot", "{tmp}/none/words.png"], "top-words", "--plot {tmp}/none/words.png: no such folder {tmp}/none"),
+    (["top-words", "--min-count", str(2**63)], "top-words", "a number given is too large: Python int too large to convert to SQLite INTEGER"),
+    (["explain", "{sample}/train-spam.mbox"], "explain", "{sample}/train-spam.mbox: holds more than one message; explain takes one (a message file or -)"),
+    (["explain", "-"], "explain", "explain reads a message on standard input when MESSAGE is -"),
+    (["classify"], "classify", "Invalid value for SRC: give at least one SRC or --index"),
+    (["train"], "train", "Invalid value for SRC: give --spam, --ham or --index"),
+    (["db", "export", "{tmp}"], "db export", "cannot write {tmp}: it is a folder; give the name of a file"),
+    (["db", "export", "{tmp}/none/counts.tsv"], "db export", "cannot write {tmp}/none/counts.tsv: No such file or directory"),
+    (["db", "import", "--replace", "--add", "{tmp}/counts.tsv"], "db import", "give --replace or --add, not both"),
+    (["db", "import", "-"], "db import", "db import - reads the counts from standard input, which is a terminal: pipe them in or give a file"),
+    (["db", "import", "{tmp}/counts.tsv"], "db import", "the model of the default user is not empty: give --replace or --add"),
+    (["serve", "--socket-mode", "9"], "serve", "Invalid value for --socket-mode: not an octal mode: 9"),
+]
+
+#: The commands that ask `is_tty_stdin` (a CliRunner's stdin is never a terminal).
+TTY = {("explain", "-"): "spamfilter.cli.insight.is_tty_stdin", ("db", "import", "-"): "spamfilter.cli.db.is_tty_stdin"}
+
+
+@pytest.mark.parametrize(("args", "command", "message"), CASES, ids=[" ".join(a)[:60] for a, _, _ in CASES])
+def test_every_usage_error_shows_the_usage_line(
+    args: list[str], command: str, message: str, sample: Path, sample_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = tmp_path / "s.db"
+    shutil.copy(sample_db.removeprefix("sqlite:///"), db)
+    (tmp_path / "index").write_text(f"spam {sample}/train-spam.mbox\n")
+    (tmp_path / "counts.tsv").write_text("not counts\n")
+    where = {"tmp": tmp_path, "sample": sample}
+    tty = TTY.get(tuple(args))
+    if tty is not None:
+        monkeypatch.setattr(tty, lambda: True)
+    result = CliRunner().invoke(app, ["--db", str(db), *(a.format(**where) for a in args)], prog_name="spamfilter")
+    assert result.exit_code == exitcodes.USAGE, result.output
+    assert_usage_error(result.stderr, command, message.format(**where))
+
+
+def test_filter_with_a_terminal_on_stdin_is_a_usage_error(tmp_path: Path) -> None:
+    main, terminal = pty.openpty()
+    try:
+        command = [sys.executable, "-m", "spamfilter", "--db", str(tmp_path / "none.db"), "filter"]
+        proc = subprocess.run(command, stdin=terminal, capture_output=True, text=True, timeout=120, check=False)
+    finally:
+        os.close(main)
+        os.close(terminal)
+    assert proc.returncode == exitcodes.USAGE, proc.stderr
+    assert_usage_error(proc.stderr, "filter", "filter reads a message on standard input")
