@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import errno
 import importlib
-import io
 import logging
 import os
 import signal
 import sys
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -27,6 +26,7 @@ from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from spamfilter import __version__
 from spamfilter.cli import exitcodes
+from spamfilter.cli._streams import flushed, usable_streams
 from spamfilter.config import Config, load_config, valid_model_name
 from spamfilter.errors import SpamfilterError
 
@@ -223,12 +223,29 @@ def _plain_help_option(option: Any) -> Any:
     return option
 
 
+def _parse_in(ctx: Any, parse: Callable[[Any, list[str]], list[str]], args: list[str]) -> list[str]:
+    """``parse(ctx, args)``, a command's parsing, its usage errors tied to
+    ``ctx``: the parser raises some without it ("Option '--spam' requires
+    an argument.", "does not take a value"), and those printed only their
+    ``Error:`` line, without the usage line and the --help hint."""
+    try:
+        return parse(ctx, args)
+    except typer.TyperException as exc:
+        if getattr(exc, "ctx", ctx) is None:
+            exc.ctx = ctx  # type: ignore[attr-defined]
+            exc.cmd = ctx.command  # type: ignore[attr-defined]
+        raise
+
+
 class PlainCommand(TyperCommand):
     """A command whose ``--help`` option is a ``_PlainOption`` too (every
     command is one, or a subclass: `_plain_help`)."""
 
     def get_help_option(self, ctx: Any) -> Any:
         return _plain_help_option(super().get_help_option(ctx))
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        return _parse_in(ctx, super().parse_args, args)
 
     def invoke(self, ctx: Any) -> Any:
         try:
@@ -247,6 +264,9 @@ class _PlainGroup(TyperGroup):
 
     def get_help_option(self, ctx: Any) -> Any:
         return _plain_help_option(super().get_help_option(ctx))
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        return _parse_in(ctx, super().parse_args, args)
 
 
 def _plain_help(command: Any) -> None:
@@ -301,6 +321,9 @@ class _LazyCommands(TyperGroup):
 
     def get_help_option(self, ctx: Any) -> Any:
         return _plain_help_option(super().get_help_option(ctx))
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        return _parse_in(ctx, super().parse_args, args)
 
     def list_commands(self, ctx: Any) -> list[str]:
         return list(COMMAND_MODULES)
@@ -552,89 +575,15 @@ def root(
     ctx.obj = AppState(config=cfg, db_url=db, config_path=config, user=user, create_dirs=create_dirs)
 
 
-class _ClosedOutput(io.RawIOBase):
-    """Standard output that the caller closed (``spamfilter stats >&-``):
-    every write fails, so the command says in its exit code that its output
-    went nowhere."""
-
-    #: Once the failure is reported, what is left is dropped.
-    discarding = False
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, data: Any) -> int:
-        if self.discarding:
-            return len(data)
-        raise OSError(errno.EBADF, "standard output is closed")
-
-
-def _usable_streams() -> None:
-    """Standard streams a command can rely on, set up before it runs.
-
-    - A stream the caller closed is None in Python, and failing on it gave a
-      traceback: stdin and stderr become /dev/null (an empty input; no
-      messages), stdout `_ClosedOutput`.
-    - With PYTHONUNBUFFERED set (or ``-u``), stdout writes to the raw file,
-      whose write may take only part of what it is given, and Python's text
-      layer drops the rest without a word: it gets a buffer, which writes
-      everything or raises (then exit 74).
-    - Under a locale whose encoding cannot spell every character (a file
-      name, a token of Chinese mail, in C or Latin-1), what it cannot
-      spell is written as a backslash escape, where it ended the command
-      with "internal error: UnicodeEncodeError" (70)."""
-    for stream in (sys.stdout, sys.stderr):
-        if isinstance(stream, io.TextIOWrapper) and stream.errors == "strict":
-            stream.reconfigure(errors="backslashreplace")
-    for name, mode in (("stdin", "r"), ("stderr", "w")):
-        if getattr(sys, name) is None:
-            setattr(sys, name, open(os.devnull, mode, encoding="utf-8"))  # noqa: SIM115 - for the process's life
-    if sys.stdout is None:
-        sys.stdout = io.TextIOWrapper(io.BufferedWriter(_ClosedOutput()), encoding="utf-8")
-        return
-    raw = getattr(sys.stdout, "buffer", None)
-    if isinstance(raw, io.RawIOBase) and isinstance(sys.stdout, io.TextIOWrapper):
-        text = sys.stdout
-        encoding, errors = text.encoding, text.errors
-        text.detach()  # the raw file stays open, now under a buffer
-        sys.stdout = io.TextIOWrapper(io.BufferedWriter(raw), encoding=encoding, errors=errors, line_buffering=True)
-
-
-def _flushed(code: int) -> int:
-    """``code``, or 74 when what stdout still holds cannot be written (a
-    full disk, a closed stdout): Python's own flush at exit would turn that
-    into exit 120 and a message about an ignored exception."""
-    try:
-        sys.stdout.flush()
-    except OSError as exc:
-        # What is left goes nowhere, so the flush at exit succeeds.
-        raw = getattr(getattr(sys.stdout, "buffer", None), "raw", None)
-        if isinstance(raw, _ClosedOutput):
-            raw.discarding = True
-        else:
-            try:
-                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            except (OSError, ValueError):
-                pass
-        try:
-            sys.stdout.flush()
-        except (OSError, ValueError):
-            pass
-        if code < exitcodes.USAGE:
-            typer.echo(f"spamfilter: cannot write the output: {exc.strerror or exc}", err=True)
-            return exitcodes.OUTPUT_ERROR
-    return code
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Console entry point; returns the exit code."""
-    _usable_streams()
+    usable_streams()
     try:
         app(args=list(argv) if argv is not None else None, prog_name="spamfilter", standalone_mode=True)
     except SystemExit as exc:
         code = exc.code
-        return _flushed(code if isinstance(code, int) else (0 if code is None else 1))
-    return _flushed(0)
+        return flushed(code if isinstance(code, int) else (0 if code is None else 1))
+    return flushed(0)
 
 
 if __name__ == "__main__":

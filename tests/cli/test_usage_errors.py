@@ -56,6 +56,10 @@ CASES = [
     (["db", "import", "-"], "db import", "db import - reads the counts from standard input, which is a terminal: pipe them in or give a file"),
     (["db", "import", "{tmp}/counts.tsv"], "db import", "the model of the default user is not empty: give --replace or --add"),
     (["serve", "--socket-mode", "9"], "serve", "Invalid value for --socket-mode: not an octal mode: 9"),
+    # Raised by click's parser without the command's context.
+    (["--config"], "", "Option '--config' requires an argument."),
+    (["classify", "--index"], "classify", "Option '--index' requires an argument."),
+    (["db", "export", "--help=x"], "db export", "Option '--help' does not take a value."),
 ]
 
 #: The commands that ask `is_tty_stdin` (a CliRunner's stdin is never a terminal).

@@ -1,0 +1,88 @@
+"""The standard streams of a run: made usable before a command runs, and
+stdout's last flush checked after it (``spamfilter.cli.main``)."""
+
+from __future__ import annotations
+
+import errno
+import io
+import os
+import sys
+from typing import Any
+
+import typer
+
+from spamfilter.cli import exitcodes
+
+
+class _ClosedOutput(io.RawIOBase):
+    """Standard output that the caller closed (``spamfilter stats >&-``):
+    every write fails, so the command says in its exit code that its output
+    went nowhere."""
+
+    #: Once the failure is reported, what is left is dropped.
+    discarding = False
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        if self.discarding:
+            return len(data)
+        raise OSError(errno.EBADF, "standard output is closed")
+
+
+def usable_streams() -> None:
+    """Standard streams a command can rely on, set up before it runs.
+
+    - A stream the caller closed is None in Python, and failing on it gave a
+      traceback: stdin and stderr become /dev/null (an empty input; no
+      messages), stdout `_ClosedOutput`.
+    - With PYTHONUNBUFFERED set (or ``-u``), stdout writes to the raw file,
+      whose write may take only part of what it is given, and Python's text
+      layer drops the rest without a word: it gets a buffer, which writes
+      everything or raises (then exit 74).
+    - Under a locale whose encoding cannot spell every character (a file
+      name, a token of Chinese mail, in C or Latin-1), what it cannot
+      spell is written as a backslash escape, where it ended the command
+      with "internal error: UnicodeEncodeError" (70)."""
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper) and stream.errors == "strict":
+            stream.reconfigure(errors="backslashreplace")
+    for name, mode in (("stdin", "r"), ("stderr", "w")):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, mode, encoding="utf-8"))  # noqa: SIM115 - for the process's life
+    if sys.stdout is None:
+        sys.stdout = io.TextIOWrapper(io.BufferedWriter(_ClosedOutput()), encoding="utf-8")
+        return
+    raw = getattr(sys.stdout, "buffer", None)
+    if isinstance(raw, io.RawIOBase) and isinstance(sys.stdout, io.TextIOWrapper):
+        text = sys.stdout
+        encoding, errors = text.encoding, text.errors
+        text.detach()  # the raw file stays open, now under a buffer
+        sys.stdout = io.TextIOWrapper(io.BufferedWriter(raw), encoding=encoding, errors=errors, line_buffering=True)
+
+
+def flushed(code: int) -> int:
+    """``code``, or 74 when what stdout still holds cannot be written (a
+    full disk, a closed stdout): Python's own flush at exit would turn that
+    into exit 120 and a message about an ignored exception."""
+    try:
+        sys.stdout.flush()
+    except OSError as exc:
+        # What is left goes nowhere, so the flush at exit succeeds.
+        raw = getattr(getattr(sys.stdout, "buffer", None), "raw", None)
+        if isinstance(raw, _ClosedOutput):
+            raw.discarding = True
+        else:
+            try:
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            except (OSError, ValueError):
+                pass
+        try:
+            sys.stdout.flush()
+        except (OSError, ValueError):
+            pass
+        if code < exitcodes.USAGE:
+            typer.echo(f"spamfilter: cannot write the output: {exc.strerror or exc}", err=True)
+            return exitcodes.OUTPUT_ERROR
+    return code
