@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from typing import Annotated, Any
 
 import typer
 
-from spamfilter.cli import PlainCommand, app
+from spamfilter.cli import PlainCommand, app, usage_error
 from spamfilter.cli._common import Margin, describe, index_length, open_filter, progress, read_indexes, report_refusals
 from spamfilter.cli.reading import SOURCES_HELP, Jobs, SourceTally
 from spamfilter.config import TUNE_MARGIN, TrainMode
@@ -20,12 +20,20 @@ from spamfilter.mail.sources import STDIN_SOURCE
 _MANY_VALUED = ("--spam", "--ham")
 
 
-def spread_values(args: Sequence[str], options: Sequence[str] = _MANY_VALUED) -> list[str]:
+class MissingSource(ValueError):
+    """``--spam`` or ``--ham`` followed at once by an option, not a source."""
+
+
+def spread_values(args: Sequence[str], options: Sequence[str] = _MANY_VALUED, known: Collection[str] = ()) -> list[str]:
     """``--spam a b --ham c`` -> ``--spam a --spam b --ham c``.
 
     Each word after one of `options` that is not an option itself (``-``,
     stdin, is a value) repeats that option, so click's repeatable options
     read the form the README documents. ``--`` ends the rewriting.
+    One of `options` followed at once by another, or by one of the
+    command's other options `known`, raises `MissingSource`: click would
+    take that option for its source and blame what comes after it (``train
+    --spam --ham x.eml``: "unexpected extra argument x.eml").
     """
     out: list[str] = []
     current: str | None = None  # the many-valued option the next value belongs to
@@ -35,6 +43,8 @@ def spread_values(args: Sequence[str], options: Sequence[str] = _MANY_VALUED) ->
             out.extend(args[i:])
             break
         name = arg.split("=", 1)[0]
+        if pending and (name in options or name in known):
+            raise MissingSource(f"{current} needs a source (a file, folder or -) before {name}")
         if name in options:
             current, pending = name, "=" not in arg
             out.append(arg)
@@ -55,7 +65,12 @@ class _SpreadCommand(PlainCommand):
     """`train`: ``--spam`` and ``--ham`` take one or more sources each."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        return list(super().parse_args(ctx, spread_values(args)))
+        known = {name for param in self.get_params(ctx) for name in param.opts if name.startswith("-")}
+        try:
+            spread = spread_values(args, known=known)
+        except MissingSource as exc:
+            usage_error(ctx, str(exc))
+        return list(super().parse_args(ctx, spread))
 
 
 def _labelled(spam: list[str], ham: list[str], tally: SourceTally) -> Iterator[tuple[bool, MailItem]]:

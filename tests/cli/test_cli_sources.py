@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from spamfilter.cli import app, exitcodes
-from spamfilter.cli.train import spread_values
+from spamfilter.cli.train import MissingSource, spread_values
 from spamfilter.mail import read_messages, sources
 
 REPO = Path(__file__).resolve().parents[2]
@@ -132,6 +132,15 @@ def test_the_guide_and_help_show_the_same_train_form(runner: CliRunner) -> None:
 )
 def test_spread_values_repeats_the_option_before_each_value(args: list[str], expected: list[str]) -> None:
     assert spread_values(args) == expected
+
+
+def test_spread_values_refuses_a_label_followed_by_an_option_of_the_command() -> None:
+    with pytest.raises(MissingSource, match="^--spam needs a source \\(a file, folder or -\\) before --ham$"):
+        spread_values(["--spam", "--ham", "x.eml"])
+    with pytest.raises(MissingSource, match="before --index$"):
+        spread_values(["--spam", "--index=i"], known={"--index"})
+    # A word that is not one of the command's options is a source.
+    assert spread_values(["--spam", "--weird-name"], known={"--index"}) == ["--spam", "--weird-name"]
 
 
 # -- 3. a one-message mbox is named by its path -------------------------------------------

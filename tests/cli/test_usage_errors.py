@@ -56,6 +56,12 @@ CASES = [
     (["db", "import", "-"], "db import", "db import - reads the counts from standard input, which is a terminal: pipe them in or give a file"),
     (["db", "import", "{tmp}/counts.tsv"], "db import", "the model of the default user is not empty: give --replace or --add"),
     (["serve", "--socket-mode", "9"], "serve", "Invalid value for --socket-mode: not an octal mode: 9"),
+    # A label of train without its source: click took the next option for
+    # the source and blamed what followed ("unexpected extra argument").
+    (["train", "--spam", "--ham", "{tmp}/index"], "train", "--spam needs a source (a file, folder or -) before --ham"),
+    (["train", "--ham", "--spam", "{tmp}/index"], "train", "--ham needs a source (a file, folder or -) before --spam"),
+    (["train", "--spam", "--index", "{tmp}/index"], "train", "--spam needs a source (a file, folder or -) before --index"),
+    (["train", "--ham", "{tmp}/index", "--spam", "--jobs=1", "{tmp}/index"], "train", "--spam needs a source (a file, folder or -) before --jobs"),
     # Raised by click's parser without the command's context.
     (["--config"], "", "Option '--config' requires an argument."),
     (["classify", "--index"], "classify", "Option '--index' requires an argument."),
