@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 from urllib.parse import quote
 
-from spamfilter.errors import ConfigError
-from spamfilter.locations import default_config_path, default_location_url, environment_db_url, make_private_dirs
+from spamfilter.errors import ConfigError, OutputError
+from spamfilter.locations import default_config_path, default_location_url, environment_db_url, make_private_dirs, not_a_folder
 
 EventModel = Literal["bernoulli", "multinomial", "multinomial-binary"]
 EVENT_MODELS: tuple[str, ...] = get_args(EventModel)
@@ -506,23 +506,26 @@ def update_config_file(path: Path, changes: dict[tuple[str, str], object]) -> No
         os.chmod(tmp, mode)
         os.replace(tmp, path)
     except OSError as exc:
-        raise ConfigError(f"cannot write {path}: {exc.strerror or exc}") from None
+        raise OutputError(f"cannot write {path}: {not_a_folder(path) or exc.strerror or exc}") from None
 
 
 def check_config_writable(path: Path, keys: Sequence[tuple[str, str]]) -> None:
-    """Raise ``ConfigError`` now if `update_config_file` could not set these
-    keys in ``path``: the file or its folder is not writable, or its layout
-    (dotted keys, inline tables) is not one the line editor can change. Each
-    key is rewritten with the value it has, which must leave every setting
-    as it is."""
+    """Raise now if `update_config_file` could not set these keys in
+    ``path``: ``OutputError`` when the file cannot be written (a part of
+    its path is a file, it is not a regular file, no permission),
+    ``ConfigError`` when its layout (dotted keys, inline tables) is not one
+    the line editor can change. Each key is rewritten with the value it
+    has, which must leave every setting as it is."""
     path = _config_target(path)
     folder = path.parent
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
+    if (why := not_a_folder(path)) is not None:
+        raise OutputError(f"cannot write {path}: {why}")
     if path.exists() and not path.is_file():
-        raise ConfigError(f"cannot write {path}: not a regular file")
+        raise OutputError(f"cannot write {path}: not a regular file")
     if (path.exists() and not os.access(path, os.W_OK)) or not os.access(folder, os.W_OK | os.X_OK):
-        raise ConfigError(f"cannot write {path}: permission denied")
+        raise OutputError(f"cannot write {path}: permission denied")
     text = path.read_text(encoding="utf-8") if path.exists() else ""
     try:
         before = config_from_dict(tomllib.loads(text), origin=str(path))

@@ -15,6 +15,11 @@ class ConfigError(SpamfilterError):
     """The configuration file or an option has an invalid value."""
 
 
+class OutputError(SpamfilterError):
+    """A file the command writes (the config of ``tune --write``) cannot
+    be created or written."""
+
+
 class MailSourceError(SpamfilterError):
     """A mail source (file, folder, index) does not exist or cannot be read."""
 

@@ -11,6 +11,7 @@ folders are created owner-only on first use. ``spamfilter serve
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 
@@ -55,6 +56,22 @@ def make_private_dirs(folder: Path) -> list[Path]:
         created.append(new)
         os.chmod(new, 0o700)
     return created
+
+
+def not_a_folder(path: Path) -> str | None:
+    """ "F is not a folder" when F, the nearest of ``path``'s folders that
+    exists, is a file (a regular file, a device), so that ``path`` cannot
+    be created (ENOTDIR, "Not a directory"; not a missing folder, not a
+    permission); None otherwise."""
+    for folder in path.parents:
+        try:
+            mode = os.stat(folder).st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except OSError:
+            return None
+        return None if stat.S_ISDIR(mode) else f"{folder} is not a folder"
+    return None
 
 
 def default_socket_path() -> Path | None:

@@ -29,6 +29,7 @@ from spamfilter.cli import exitcodes
 from spamfilter.cli._streams import flushed, usable_streams
 from spamfilter.config import Config, load_config, valid_model_name
 from spamfilter.errors import SpamfilterError
+from spamfilter.locations import not_a_folder
 
 
 class Delivery:
@@ -504,7 +505,7 @@ def writable_output(ctx: typer.Context, path: Path, option: str) -> None:
     if path.is_dir():
         usage_error(ctx, f"{option} {path}: it is a folder; give the name of a file")
     if not folder.is_dir():
-        usage_error(ctx, f"{option} {path}: no such folder {folder}")
+        usage_error(ctx, f"{option} {path}: {not_a_folder(path) or f'no such folder {folder}'}")
     # A file that exists is written in place: its own permission counts,
     # not its folder's (/dev/null, a file in a read-only folder).
     if not (os.access(path, os.W_OK) if path.exists() else os.access(folder, os.W_OK | os.X_OK)):

@@ -19,6 +19,7 @@ from spamfilter.cli._common import TableOrJson, is_tty_stdin, open_filter
 from spamfilter.counts import MAX_COUNT
 from spamfilter.errors import ModelNotEmpty, StoreInconsistent
 from spamfilter.filter import Filter, upgrade_database
+from spamfilter.locations import not_a_folder
 from spamfilter.tools.counts_file import read_counts_lines
 from spamfilter.tools.maintenance import ImportSummary, Maintenance
 
@@ -230,7 +231,7 @@ def export_counts(ctx: typer.Context, path: Annotated[str, typer.Argument(metava
             # FILE: a link at FILE is replaced, not written through.
             fd, part = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
         except OSError as exc:
-            usage_error(ctx, f"cannot write {path}: {exc.strerror}")
+            usage_error(ctx, f"cannot write {path}: {not_a_folder(target) or exc.strerror}")
         try:
             with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
                 n = Maintenance(f.store).export_counts(fh)

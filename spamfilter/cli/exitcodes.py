@@ -30,7 +30,9 @@ that sees 75 (temporary failure) queues the message and retries.
           is not a count (a REAL past 2^63 - 1), which every command refuses
       74  the database cannot be opened, read or written; or training would
           take a count past 2^62 - 1 (refused, nothing written); or the
-          output could not be written (a full disk)
+          output could not be written (a full disk); or the config file of
+          `tune --write` cannot be created or written (a part of its path is
+          a file, not a folder; no permission)
       75  the database stayed locked by another process, or its server
           could not be reached or stayed away past `write_deadline`: try
           again later
@@ -53,6 +55,7 @@ from spamfilter.errors import (
     MailSourceError,
     NoSuchDatabase,
     NotTrainedError,
+    OutputError,
     SchemaOutOfDate,
     SpamfilterError,
     StoreBusyError,
@@ -88,6 +91,7 @@ _BY_ERROR: tuple[tuple[type[SpamfilterError], int], ...] = (
     (MailParseError, DATA_ERROR),
     (EvaluationError, DATA_ERROR),
     (CountsFileError, DATA_ERROR),
+    (OutputError, OUTPUT_ERROR),
     (NotTrainedError, NOT_TRAINED),
     (NoSuchDatabase, NO_INPUT),
     (SchemaOutOfDate, SCHEMA_OUT_OF_DATE),

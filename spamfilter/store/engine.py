@@ -17,7 +17,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
 from sqlalchemy.pool import StaticPool
 
 from spamfilter.errors import NoSuchDatabase, StoreBusyError, StoreConflict, StoreDisconnected, StoreError, StoreUnreachable
-from spamfilter.locations import make_private_dirs
+from spamfilter.locations import make_private_dirs, not_a_folder
 
 
 def sqlite_path(url: str) -> Path | None:
@@ -67,6 +67,8 @@ def _create_sqlite_file(path: Path, create: bool, create_dirs: bool) -> list[Pat
     ``create_dirs``, its missing folders; what it created, outermost first."""
     if not create:
         raise NoSuchDatabase(f"no such database: {path}")
+    if (why := not_a_folder(path)) is not None:
+        raise StoreError(f"cannot create database {path}: {why}")
     if not create_dirs and not path.parent.is_dir():
         raise StoreError(f"cannot create database {path}: folder {path.parent} does not exist (--create-dirs creates it)")
     created: list[Path] = []

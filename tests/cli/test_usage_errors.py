@@ -52,6 +52,9 @@ CASES = [
     (["train"], "train", "Invalid value for SRC: give --spam, --ham or --index"),
     (["db", "export", "{tmp}"], "db export", "cannot write {tmp}: it is a folder; give the name of a file"),
     (["db", "export", "{tmp}/none/counts.tsv"], "db export", "cannot write {tmp}/none/counts.tsv: No such file or directory"),
+    # A part of the path that is a file: not "no such folder", not "permission denied".
+    (["db", "export", "{tmp}/index/counts.tsv"], "db export", "cannot write {tmp}/index/counts.tsv: {tmp}/index is not a folder"),
+    (["evaluate", "--index", "{tmp}/index", "--roc", "{tmp}/index/a/roc.png"], "evaluate", "--roc {tmp}/index/a/roc.png: {tmp}/index is not a folder"),
     (["db", "import", "--replace", "--add", "{tmp}/counts.tsv"], "db import", "give --replace or --add, not both"),
     (["db", "import", "-"], "db import", "db import - reads the counts from standard input, which is a terminal: pipe them in or give a file"),
     (["db", "import", "{tmp}/counts.tsv"], "db import", "the model of the default user is not empty: give --replace or --add"),

@@ -1,0 +1,39 @@
+"""A file to write whose path runs through a file (``notes.txt/config.toml``):
+the error names that file as not a folder (ENOTDIR), not as a permission
+or a missing folder, with the exit code of the file's kind."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from spamfilter.cli import app, exitcodes
+
+
+@pytest.fixture
+def a_file(tmp_path: Path) -> Path:
+    path = tmp_path / "notes.txt"
+    path.write_text("not a folder\n")
+    return path
+
+
+def test_tune_write_to_a_config_under_a_file_says_it_is_not_a_folder(a_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SPAMFILTER_CONFIG", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(a_file))
+    index = tmp_path / "index"
+    index.write_text("")
+    result = CliRunner().invoke(app, ["tune", "--index", str(index), "--write"])
+    assert result.exit_code == exitcodes.OUTPUT_ERROR, result.output
+    assert result.stderr == f"spamfilter: cannot write {a_file}/spamfilter/config.toml: {a_file} is not a folder\n"
+    assert result.stdout == ""  # refused before the run
+
+
+@pytest.mark.parametrize("create_dirs", [[], ["--create-dirs"]], ids=["", "--create-dirs"])
+def test_a_database_under_a_file_says_it_is_not_a_folder(a_file: Path, create_dirs: list[str]) -> None:
+    db = a_file / "sub" / "x.db"
+    result = CliRunner().invoke(app, ["--db", str(db), *create_dirs, "train", "--spam", "-"], input="Subject: hi\n\nhello\n")
+    assert result.exit_code == exitcodes.STORE_ERROR, result.output
+    # Not "folder ... does not exist (--create-dirs creates it)": it would not.
+    assert result.stderr == f"spamfilter: cannot create database {db}: {a_file} is not a folder\n"
