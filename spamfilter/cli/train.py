@@ -66,6 +66,10 @@ class _SpreadCommand(PlainCommand):
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         known = {name for param in self.get_params(ctx) for name in param.opts if name.startswith("-")}
+        options = args[: args.index("--")] if "--" in args else args
+        if any(arg in ctx.help_option_names for arg in options):
+            # `train --spam --help`: the help, not a source named --help.
+            return list(super().parse_args(ctx, ["--help"]))
         try:
             spread = spread_values(args, known=known)
         except MissingSource as exc:

@@ -102,3 +102,12 @@ def test_filter_with_a_terminal_on_stdin_is_a_usage_error(tmp_path: Path) -> Non
         os.close(terminal)
     assert proc.returncode == exitcodes.USAGE, proc.stderr
     assert_usage_error(proc.stderr, "filter", "filter reads a message on standard input")
+
+
+@pytest.mark.parametrize("args", [["--spam", "--help"], ["--ham", "a.eml", "--spam", "--help"], ["--help", "--spam"]])
+def test_help_after_a_label_flag_is_the_help_not_a_source(args: list[str], tmp_path: Path) -> None:
+    # The label flags' rewriting took `--spam --help` for a source named --help.
+    result = CliRunner().invoke(app, ["--db", str(tmp_path / "none.db"), "train", *args], prog_name="spamfilter")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("Usage: spamfilter train [OPTIONS]") and "Learn from labelled mail." in result.stdout
+    assert not (tmp_path / "none.db").exists()
