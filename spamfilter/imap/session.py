@@ -20,7 +20,7 @@ import socket
 import ssl
 import subprocess
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
@@ -33,6 +33,10 @@ from spamfilter.errors import ConfigError, ImapAuthError, ImapError, ImapUnavail
 #: The keywords mail clients (Thunderbird, Apple Mail, K-9) use for junk.
 JUNK = "$Junk"
 NOT_JUNK = "$NotJunk"
+
+#: How many times a MOVE or COPY the server refuses with ``NO
+#: [EXPUNGEISSUED]`` is sent in all before the refusal stops the run.
+EXPUNGE_TRIES = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,55 +239,65 @@ class ImapSession:
         if remove:
             self._call("STORE -FLAGS", self.client.remove_flags, list(uids), list(remove), silent=True)
 
-    def move(self, uids: Sequence[int], folder: str, *, use_move: bool = True) -> Moved | None:
+    def move(self, uids: Sequence[int], folder: str, *, use_move: bool = True) -> Moved:
         """Move messages of the selected folder to ``folder``: MOVE where the
         server has it, else COPY, ``\\Deleted`` and UID EXPUNGE of exactly
         these messages (never a plain EXPUNGE, which would remove other
         messages someone marked deleted).
 
-        Returns the messages' new UIDs when the server tells them (UIDPLUS
-        COPYUID), else None.
+        Returns the UIDs moved (not those another client expunged meanwhile)
+        and their new UIDs when the server tells them (UIDPLUS COPYUID).
         """
         if not uids:
-            return None
+            return Moved([])
         self._copyuid()  # drop any stale answer
         if use_move and self.has("MOVE"):
-            uids = self._present_after(f"MOVE to {folder}", self.client.move, uids, folder)
-            return self._copyuid() if uids else None
+            return self._moved(self._present_after(f"MOVE to {folder}", self.client.move, uids, folder))
         if not self.has("UIDPLUS"):
             raise ImapError(f'{self.account.host}: the server has neither MOVE nor UIDPLUS, so messages cannot be moved safely; set spam_action = "keyword"')
-        uids = self._present_after(f"COPY to {folder}", self.client.copy, uids, folder)
-        if not uids:
-            return None
-        moved = self._copyuid()
-        self.expunge(uids)
+        moved = self._moved(self._present_after(f"COPY to {folder}", self.client.copy, uids, folder))
+        if moved.done:
+            self.expunge(moved.done)
         return moved
+
+    def _moved(self, done: list[int]) -> Moved:
+        """``Moved`` for the ``done`` UIDs, with the server's COPYUID answer if any."""
+        told = self._copyuid() if done else None
+        return Moved(done) if told is None else Moved(done, *told)
 
     def _present_after(self, what: str, fn: Any, uids: Sequence[int], folder: str) -> list[int]:
         """Run a MOVE or COPY of ``uids``; when the server refuses it because
         some of them were expunged meanwhile by another client (``NO
-        [EXPUNGEISSUED]``, RFC 5530: nothing was done), run it again for
-        those still there. The UIDs it was done for."""
-        try:
-            self._call(what, fn, list(uids), folder)
-            return list(uids)
-        except ImapError as exc:
-            if "EXPUNGEISSUED" not in str(exc).upper():
-                raise
-        self._call("NOOP", self.client.noop)  # take the server's news of the expunges
-        present = {int(p) for p in self._call("UID SEARCH", self.client.search, ["UID", ",".join(map(str, uids))])}
-        still = [u for u in uids if u in present]
-        if still:
+        [EXPUNGEISSUED]``, RFC 5530: nothing was done), take the server's
+        news of the expunges and run it again for those still there, up to
+        ``EXPUNGE_TRIES`` times in all (a client that keeps expunging, as a
+        busy mail client emptying a folder does, can be met more than once);
+        then the refusal stands. The UIDs it was done for."""
+        still = list(uids)
+        tries = 0
+        while True:
+            tries += 1
+            try:
+                self._call(what, fn, still, folder)
+                return still
+            except ImapError as exc:
+                if "EXPUNGEISSUED" not in str(exc).upper():
+                    raise
+                if tries >= EXPUNGE_TRIES:
+                    raise ImapError(f"{exc} (refused {tries} times in a row: other clients kept expunging messages of {self.folder}; these were left there)") from None
+            self._call("NOOP", self.client.noop)  # take the server's news of the expunges
+            present = {int(p) for p in self._call("UID SEARCH", self.client.search, ["UID", ",".join(map(str, still))])}
+            still = [u for u in still if u in present]
+            if not still:
+                return []
             self._copyuid()
-            self._call(what, fn, still, folder)
-        return still
 
     def expunge(self, uids: Sequence[int]) -> None:
         """Flag ``\\Deleted`` and UID EXPUNGE exactly these messages."""
         self._call("STORE +FLAGS \\Deleted", self.client.add_flags, list(uids), [b"\\Deleted"], silent=True)
         self._call("UID EXPUNGE", self.client.uid_expunge, list(uids))
 
-    def _copyuid(self) -> Moved | None:
+    def _copyuid(self) -> tuple[int, dict[int, int]] | None:
         # imaplib keeps response codes such as [COPYUID v src dst] among its
         # untagged responses; take (and so clear) the last one.
         answers = getattr(self.client._imap, "untagged_responses", {}).pop("COPYUID", None)
@@ -294,7 +308,7 @@ class ImapSession:
             pairs = dict(zip(_uid_set(source), _uid_set(target), strict=True))
         except ValueError:
             return None
-        return Moved(int(validity), pairs)
+        return int(validity), pairs
 
     def search_message_id(self, message_id: str) -> list[int]:
         """UIDs in the selected folder whose Message-ID header contains ``message_id``."""
@@ -303,11 +317,14 @@ class ImapSession:
 
 @dataclass(frozen=True, slots=True)
 class Moved:
-    """The server's account of a move: the target folder's UIDVALIDITY and
-    each moved message's new UID (old UID -> new UID)."""
+    """The server's account of a move: the UIDs moved (``done``: those
+    another client expunged meanwhile are left out) and, when the server
+    told them (UIDPLUS COPYUID), the target folder's UIDVALIDITY and each
+    moved message's new UID (old UID -> new UID)."""
 
-    uidvalidity: int
-    uids: dict[int, int]
+    done: list[int]
+    uidvalidity: int | None = None
+    uids: dict[int, int] = field(default_factory=dict)
 
 
 def _uid_set(text: str) -> list[int]:

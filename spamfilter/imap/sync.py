@@ -50,7 +50,7 @@ from spamfilter.answers import Refusal, Verdict
 from spamfilter.config import ImapAccount
 from spamfilter.errors import ConfigError, ImapError, ImapUnavailable, NotTrainedError
 from spamfilter.filter import Filter
-from spamfilter.imap.session import JUNK, NOT_JUNK, Fetched, ImapSession, Moved, account_password
+from spamfilter.imap.session import JUNK, NOT_JUNK, Fetched, ImapSession, account_password
 from spamfilter.imap.state import JUNK_BIT, NOT_JUNK_BIT, Arrival, ImapRecord, ImapState, keyword_bits
 from spamfilter.imap.summary import Event, RunSummary
 from spamfilter.mail import MailItem, digest_bytes
@@ -208,6 +208,7 @@ class ImapRun:
         for m, r in moves:
             by_target.setdefault(r.folder, []).append((m, r))
         arrivals: list[Arrival] = []
+        gone: set[int] = set()  # expunged by another client before they could be moved
         for target, messages in by_target.items():
             uids = [m.uid for m, _ in messages]
             for uid in uids:
@@ -216,12 +217,16 @@ class ImapRun:
                 if redo and not self._atomic_moves(session):
                     uids = self._not_yet_copied(session, folder, target, messages)
                 moved = session.move(uids, target, use_move=self.use_move)
-                if moved is not None:
-                    arrivals.append(_arrival(target, moved, messages))
-        self.state.moves_done(folder, [_done(r) for _, r in moves], [m.uid for m, _ in moves], arrivals)
+                gone.update(set(uids) - set(moved.done))
+                if moved.uidvalidity is not None:
+                    arrivals.append(_arrival(target, moved.uidvalidity, moved.uids, messages))
+        # What another client expunged is recorded where it was last seen:
+        # should it come back (that client moved it), it was not filed.
+        done = [_done(replace(r, folder=folder) if m.uid in gone else r) for m, r in moves]
+        self.state.moves_done(folder, done, [m.uid for m, _ in moves], arrivals)
         # Counted where a move is recorded done: a pass that breaks off
         # before this leaves them to the next pass, which counts them there.
-        self.summary.moved += len(moves)
+        self.summary.moved += len(moves) - len(gone)
 
     def _atomic_moves(self, session: ImapSession) -> bool:
         """Whether moves are RFC 6851 MOVEs: a message is then never in both folders."""
@@ -499,10 +504,10 @@ class ImapRun:
         return bool(removed)
 
 
-def _arrival(target: str, moved: Moved, moves: Sequence[tuple[Fetched, ImapRecord]]) -> Arrival:
-    """The moved messages whose new UID the server told, in ``target``."""
-    told = [(moved.uids[m.uid], r.digest, keyword_bits(m.flags)) for m, r in moves if m.uid in moved.uids]
-    return Arrival(target, moved.uidvalidity, [(u, d) for u, d, _ in told], [(u, k) for u, _, k in told])
+def _arrival(target: str, uidvalidity: int, new_uids: dict[int, int], moves: Sequence[tuple[Fetched, ImapRecord]]) -> Arrival:
+    """The moved messages whose ``new_uids`` in ``target`` (of ``uidvalidity``) the server told."""
+    told = [(new_uids[m.uid], r.digest, keyword_bits(m.flags)) for m, r in moves if m.uid in new_uids]
+    return Arrival(target, uidvalidity, [(u, d) for u, d, _ in told], [(u, k) for u, _, k in told])
 
 
 def _flagged(messages: Sequence[Fetched], added: Sequence[str], removed: Sequence[str]) -> list[Fetched]:
