@@ -87,6 +87,8 @@ class ImapSession:
         self.account = account
         self.folder: str | None = None
         self.readonly = False
+        #: The selected folder's UIDVALIDITY.
+        self.uidvalidity = 0
         #: The flags the selected folder keeps (PERMANENTFLAGS; None: all).
         self.permanent: frozenset[str] | None = None
 
@@ -176,7 +178,8 @@ class ImapSession:
         self.permanent = None if kept is None else frozenset(_decode(f).lower() for f in kept)
         if b"UIDVALIDITY" not in info:
             raise ImapError(f"{self.account.host}: SELECT {folder}: the server gave no UIDVALIDITY")
-        return int(info[b"UIDVALIDITY"])
+        self.uidvalidity = int(info[b"UIDVALIDITY"])
+        return self.uidvalidity
 
     # -- reading ------------------------------------------------------------
 

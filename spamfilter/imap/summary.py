@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -50,13 +51,56 @@ class RunSummary:
     #: The UIDs counted in ``seen``, per (folder, UIDVALIDITY): a pass
     #: broken off and started again reads some of them twice.
     counted: dict[tuple[str, int], set[int]] = field(default_factory=dict, repr=False)
+    #: The digests counted in ``seen``, per (folder, UIDVALIDITY), and what of
+    #: a folder's earlier ones a new UIDVALIDITY of it has yet to meet: a
+    #: folder renumbered between a broken pass and its retry is read again.
+    digests: dict[tuple[str, int], Counter[str]] = field(default_factory=dict, repr=False)
+    earlier: dict[tuple[str, int], Counter[str]] = field(default_factory=dict, repr=False)
+    #: (folder, digest) of the messages this run moved (or set out to move)
+    #: to a folder: a later pass that reads them there as new (the answer
+    #: telling their new UIDs was lost, or not given) does not count them again.
+    moved_in: Counter[tuple[str, str]] = field(default_factory=Counter, repr=False)
+    #: (folder, UIDVALIDITY, uid, keyword) of keywords sent whose answer was
+    #: lost with the connection: the server may have set them.
+    unconfirmed: set[tuple[str, int, int, str]] = field(default_factory=set, repr=False)
 
-    def see(self, folder: str, uidvalidity: int, uids: Iterable[int]) -> None:
-        """Count these messages of ``folder`` as seen, once each."""
-        known = self.counted.setdefault((folder, uidvalidity), set())
-        before = len(known)
-        known.update(uids)
-        self.seen += len(known) - before
+    def see(self, folder: str, uidvalidity: int, messages: Iterable[tuple[int, str]]) -> None:
+        """Count these (uid, digest) messages of ``folder`` as seen, once
+        each: not again when read again under the same UID, under a new
+        UIDVALIDITY of the folder, or where this run moved them."""
+        key = (folder, uidvalidity)
+        uids = self.counted.setdefault(key, set())
+        digests = self.digests.setdefault(key, Counter())
+        if key not in self.earlier:
+            self.earlier[key] = sum((c for (f, v), c in self.digests.items() if f == folder and v != uidvalidity), Counter())
+        earlier = self.earlier[key]
+        for uid, digest in messages:
+            if uid in uids:
+                continue
+            uids.add(uid)
+            if earlier[digest] > 0:
+                earlier[digest] -= 1
+            elif self.moved_in[folder, digest] > 0:
+                self.moved_in[folder, digest] -= 1
+            else:
+                digests[digest] += 1
+                self.seen += 1
+
+    def moving(self, folder: str, digests: Iterable[str]) -> None:
+        """Messages (by digest) this run is moving to ``folder``."""
+        self.moved_in.update((folder, d) for d in digests)
+
+    def flag_unsure(self, folder: str, uidvalidity: int, uids: Iterable[int], keywords: Iterable[str]) -> None:
+        """Keywords sent to ``uids`` whose answer was lost: set or not, the pass after finds out."""
+        words = [k.lower() for k in keywords]
+        self.unconfirmed.update((folder, uidvalidity, u, k) for u in uids for k in words)
+
+    def flag_found(self, folder: str, uidvalidity: int, uids: Iterable[int], keyword: str) -> None:
+        """``uids`` carry ``keyword``: those this run had set it on without
+        hearing so (``flag_unsure``) are counted flagged now."""
+        found = {(folder, uidvalidity, u, keyword.lower()) for u in uids} & self.unconfirmed
+        self.unconfirmed -= found
+        self.flagged += len(found)
 
     def add_verdict(self, verdict: Decision) -> None:
         """Count one message given ``verdict``."""

@@ -83,9 +83,10 @@ class ImapRun:
     def _item(self, folder: str, message: Fetched, digest: str | None = None) -> MailItem:
         return MailItem(f"imap:{self.account.name}/{folder}/{message.uid}", message.raw, known_digest=digest)
 
-    def _new(self, session: ImapSession, folder: str) -> Iterator[list[Fetched]]:
+    def _new(self, session: ImapSession, folder: str) -> Iterator[tuple[list[Fetched], list[str]]]:
         """Select ``folder``, finish the moves out of it that a broken run
-        left pending, and yield its unhandled messages in chunks."""
+        left pending, and yield its unhandled messages in chunks, each with
+        the messages' digests."""
         validity = session.select(folder, readonly=self.dry_run)
         known = self.state.handled(folder, validity)
         uids = session.uids()
@@ -105,9 +106,10 @@ class ImapRun:
         new = [u for u in uids if u not in handled]
         self._event("scanned", folder, 0, str(len(new)))
         for chunk in session.fetch(new, chunk_size=self.account.chunk_size, chunk_bytes=self.account.chunk_bytes):
-            self.summary.see(folder, validity, (m.uid for m in chunk))
+            digests = [digest_bytes(m.raw) for m in chunk]
+            self.summary.see(folder, validity, zip([m.uid for m in chunk], digests))
             self._event("fetched", folder, 0, str(len(chunk)))
-            yield chunk
+            yield chunk, digests
 
     def _pending_here(self, session: ImapSession, folder: str, uids: Sequence[int]) -> dict[int, str]:
         """UID -> digest of the messages of a renumbered ``folder`` that a
@@ -186,7 +188,13 @@ class ImapRun:
         for uid in uids:
             self._event("flagged", folder, uid, " ".join([*(f"+{k}" for k in add), *(f"-{k}" for k in remove)]))
         if not self.dry_run:
-            session.set_keywords(uids, add, remove)
+            try:
+                session.set_keywords(uids, add, remove)
+            except ImapUnavailable:
+                # The server may have set them before the answer was lost:
+                # the pass after finds them set (see _act) and counts them then.
+                self.summary.flag_unsure(folder, session.uidvalidity, uids, add)
+                raise
         self.summary.flagged += len(uids)
         return add, remove
 
@@ -214,6 +222,7 @@ class ImapRun:
             for uid in uids:
                 self._event("moved", folder, uid, f"to {target}")
             if not self.dry_run:
+                self.summary.moving(target, [r.digest for _, r in messages])
                 if redo and not self._atomic_moves(session):
                     uids = self._not_yet_copied(session, folder, target, messages)
                 moved = session.move(uids, target, use_move=self.use_move)
@@ -290,8 +299,7 @@ class ImapRun:
         label = model.SPAM if is_spam else model.HAM
         moving = self.account.trained_action == "move"
         target = (self.account.spam_folder if is_spam else self.inbox) if moving else folder
-        for chunk in self._new(session, folder):
-            digests = [digest_bytes(m.raw) for m in chunk]
+        for chunk, digests in self._new(session, folder):
             records = self.state.records(digests)
             fresh = [(m, d) for m, d in zip(chunk, digests) if _needs_training(records.get(d), label)]
             self._train(is_spam, folder, [m for m, _ in fresh], f"in {folder}", [d for _, d in fresh])
@@ -308,8 +316,7 @@ class ImapRun:
         here is recognised; one the user put in the spam folder is trained
         as spam."""
         atomic = self._atomic_moves(session) if not self.dry_run else True
-        for chunk in self._new(session, folder):
-            digests = [digest_bytes(m.raw) for m in chunk]
+        for chunk, digests in self._new(session, folder):
             records = self.state.records(digests)
             by_user: list[Fetched] = []
             said_ham: list[Fetched] = []
@@ -354,10 +361,9 @@ class ImapRun:
         # second copy (a mail client's label, a Sieve :copy), not one the
         # user moved back.
         filed = self.state.folder_digests(a.spam_folder) | self.state.folder_digests(a.unsure_folder)
-        for chunk in self._new(session, folder):
+        for chunk, digests in self._new(session, folder):
             if self.summary.limit_left is not None and self.summary.limit_left <= 0:
                 break
-            digests = [digest_bytes(m.raw) for m in chunk]
             records = self.state.records(digests)
             unknown: list[Fetched] = []
             handled: list[tuple[Fetched, str]] = []
@@ -406,6 +412,7 @@ class ImapRun:
         handled: list[tuple[Fetched, str]] = []
         moves: list[tuple[Fetched, ImapRecord]] = []
         junk: list[Fetched] = []
+        junk_before: list[int] = []  # spam that carries $Junk already
         for m, d, result in zip(messages, digests, results):
             if isinstance(result, Refusal):
                 self._event("refused", folder, m.uid, result.reason)
@@ -425,6 +432,8 @@ class ImapRun:
             elif label == model.SPAM and a.spam_action != "report":
                 if not _has_keyword(m, JUNK):
                     junk.append(m)
+                else:
+                    junk_before.append(m.uid)
                 if a.spam_action == "move":
                     target = a.spam_folder
             elif label == model.UNSURE and a.unsure_folder and a.spam_action == "move":
@@ -444,6 +453,8 @@ class ImapRun:
                 self.summary.add_verdict(result.verdict)
             else:
                 self.summary.errors += 1
+        # Or set by a broken pass of this run that did not hear so.
+        self.summary.flag_found(folder, session.uidvalidity, junk_before, JUNK)
         self._move(session, folder, [(flagged.get(m.uid, m), r) for m, r in moves])
 
     def _keyword_feedback(self, session: ImapSession, folder: str) -> None:
