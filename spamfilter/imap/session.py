@@ -162,6 +162,15 @@ class ImapSession:
         listed = self._call("LIST", self.client.list_folders, "", "")
         return next((_decode(delimiter) for _, delimiter, _ in listed if delimiter), None)
 
+    def check_names(self, account: ImapAccount, folders: Sequence[str]) -> None:
+        """Refuse (``ConfigError``) a folder name that ends with the server's
+        hierarchy separator: the server refuses to create it, and once its
+        parent exists says it exists while SELECT finds nothing of that name."""
+        separator = self.separator()
+        for folder in folders:
+            if separator and folder.endswith(separator):
+                raise ConfigError(f"imap.{account.name}: folder {folder!r} ends with the server's hierarchy separator {separator!r}: name it without")
+
     def exists(self, folder: str) -> bool:
         """Whether ``folder`` exists: a LIST of its name that answers that
         very name (in LIST, ``%`` and ``*`` are wildcards, so "Ju*" lists

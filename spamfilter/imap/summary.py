@@ -116,6 +116,13 @@ class RunSummary:
         """Messages given a verdict."""
         return self.spam + self.ham + self.unsure
 
+    def so_far(self) -> str:
+        """What a run that gives up had done (it is recorded, and the next run goes on from there)."""
+        trained = self.trained_spam + self.trained_ham
+        if not (self.classified or self.moved or trained):
+            return ""
+        return f"; done and recorded before: {self.classified} classified, {self.moved} moved, {trained} trained"
+
     def as_dict(self) -> dict[str, int | list[str]]:
         """The counts, for JSON output."""
         return {

@@ -48,7 +48,7 @@ from dataclasses import replace
 
 from spamfilter.answers import Refusal, Verdict
 from spamfilter.config import ImapAccount
-from spamfilter.errors import ConfigError, ImapError, ImapUnavailable, NotTrainedError
+from spamfilter.errors import ImapError, ImapUnavailable, NotTrainedError
 from spamfilter.filter import Filter
 from spamfilter.imap.session import JUNK, NOT_JUNK, Fetched, ImapSession, account_password
 from spamfilter.imap.state import JUNK_BIT, NOT_JUNK_BIT, Arrival, ImapRecord, ImapState, keyword_bits
@@ -59,13 +59,29 @@ from spamfilter.nb import model
 EventSink = Callable[[Event], None]
 
 
+def _nothing_to_check() -> None:
+    """``still_held`` of a dry run, which takes no lock."""
+
+
 class ImapRun:
     """One pass over one account on an open session."""
 
     def __init__(
-        self, spamfilter: Filter, account: ImapAccount, summary: RunSummary, *, dry_run: bool = False, on_event: EventSink | None = None, use_move: bool = True
+        self,
+        spamfilter: Filter,
+        account: ImapAccount,
+        summary: RunSummary,
+        *,
+        dry_run: bool = False,
+        on_event: EventSink | None = None,
+        use_move: bool = True,
+        still_held: Callable[[], None] = _nothing_to_check,
     ) -> None:
         self.filter = spamfilter
+        # Asked before each step that must not be done twice (training,
+        # keywords, moves): raises StoreBusyError if the run's lock was
+        # lost and another run holds it now (Store.exclusive).
+        self.still_held = still_held
         self.account = account
         self.summary = summary
         self.dry_run = dry_run
@@ -158,6 +174,7 @@ class ImapRun:
                 self.summary.trained_ham += len(messages)
             return
         known = digests if digests is not None else [None] * len(messages)
+        self.still_held()
         result = self.filter.mark([(is_spam, self._item(folder, m, d)) for m, d in zip(messages, known)])
         self.summary.trained_spam += result.trained_spam + (result.relabelled if is_spam else 0)
         self.summary.trained_ham += result.trained_ham + (0 if is_spam else result.relabelled)
@@ -188,6 +205,7 @@ class ImapRun:
         for uid in uids:
             self._event("flagged", folder, uid, " ".join([*(f"+{k}" for k in add), *(f"-{k}" for k in remove)]))
         if not self.dry_run:
+            self.still_held()
             try:
                 session.set_keywords(uids, add, remove)
             except ImapUnavailable:
@@ -210,6 +228,8 @@ class ImapRun:
         ``redo``: finishing a move a broken run started."""
         if not moves:
             return
+        if not self.dry_run:
+            self.still_held()
         moves = [(m, replace(r, pending=True, source=folder)) for m, r in moves]
         self.state.commit(folder, [r for _, r in moves], [(m.uid, r.digest) for m, r in moves])
         by_target: dict[str, list[tuple[Fetched, ImapRecord]]] = {}
@@ -222,6 +242,7 @@ class ImapRun:
             for uid in uids:
                 self._event("moved", folder, uid, f"to {target}")
             if not self.dry_run:
+                self.still_held()
                 self.summary.moving(target, [r.digest for _, r in messages])
                 if redo and not self._atomic_moves(session):
                     uids = self._not_yet_copied(session, folder, target, messages)
@@ -266,7 +287,7 @@ class ImapRun:
         """Train, learn from the spam folder, classify, read keywords."""
         a = self.account
         folders = [a.spam_folder, a.unsure_folder, a.train_spam_folder, a.train_ham_folder, *a.classify_folders]
-        _check_names(a, [f for f in folders if f], session.separator())
+        session.check_names(a, [f for f in folders if f])
         exists = {folder: session.exists(folder) for folder in filter(None, folders)}
         creating = _folders_to_create(a, {folder for folder, there in exists.items() if not there})
         for folder in exists:
@@ -590,8 +611,8 @@ def run_account(
     # left running): two moved the same spam to the spam folder twice.
     # A second one ends at once with StoreBusyError; a dry run changes
     # nothing and takes no lock.
-    with nullcontext() if dry_run else spamfilter.store.exclusive(f"an imap run of account {account.name!r}"):
-        return _passes(spamfilter, account, password, summary, dry_run=dry_run, on_event=on_event, sleep=sleep, use_move=use_move)
+    with nullcontext(_nothing_to_check) if dry_run else spamfilter.store.exclusive(f"an imap run of account {account.name!r}") as still_held:
+        return _passes(spamfilter, account, password, summary, dry_run=dry_run, on_event=on_event, sleep=sleep, use_move=use_move, still_held=still_held)
 
 
 def _passes(
@@ -604,6 +625,7 @@ def _passes(
     on_event: EventSink | None,
     sleep: Callable[[float], None],
     use_move: bool,
+    still_held: Callable[[], None],
 ) -> RunSummary:
     """`run_account`'s passes: one, or more after network errors."""
     attempt = 0
@@ -611,31 +633,14 @@ def _passes(
     while True:
         try:
             with ImapSession.connect(account, password) as session:
-                run = ImapRun(spamfilter, account, summary, dry_run=dry_run, on_event=on_event, use_move=use_move)
+                run = ImapRun(spamfilter, account, summary, dry_run=dry_run, on_event=on_event, use_move=use_move, still_held=still_held)
                 return run.run(session)
         except ImapUnavailable as exc:
             first = first or exc
             if attempt >= account.retries:
                 tries = "1 attempt" if attempt == 0 else f"{attempt + 1} attempts"
                 why = str(exc) if first is exc else f"{first}; then {exc}"
-                raise ImapUnavailable(f"{why} (gave up after {tries}{'' if dry_run else _so_far(summary)})") from None
+                raise ImapUnavailable(f"{why} (gave up after {tries}{'' if dry_run else summary.so_far()})") from None
             sleep(2.0**attempt)
             attempt += 1
             summary.retries += 1
-
-
-def _so_far(summary: RunSummary) -> str:
-    """What a run that gives up had done (it is recorded, and the next run goes on from there)."""
-    trained = summary.trained_spam + summary.trained_ham
-    if not (summary.classified or summary.moved or trained):
-        return ""
-    return f"; done and recorded before: {summary.classified} classified, {summary.moved} moved, {trained} trained"
-
-
-def _check_names(account: ImapAccount, folders: Sequence[str], separator: str | None) -> None:
-    """Refuse (``ConfigError``) a folder name that ends with the server's
-    hierarchy separator: the server refuses to create it, and once its
-    parent exists says it exists while SELECT finds nothing of that name."""
-    for folder in folders:
-        if separator and folder.endswith(separator):
-            raise ConfigError(f"imap.{account.name}: folder {folder!r} ends with the server's hierarchy separator {separator!r}: name it without")

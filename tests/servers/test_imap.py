@@ -22,7 +22,7 @@ import pytest
 from dovecot import Dovecot, ImapUser, dovecot_server  # noqa: F401
 
 from spamfilter.config import Config, ImapAccount, config_from_dict
-from spamfilter.errors import ConfigError, ImapAuthError, ImapError, ImapUnavailable
+from spamfilter.errors import ConfigError, ImapAuthError, ImapError, ImapUnavailable, StoreBusyError
 from spamfilter.filter import Filter
 from spamfilter.imap.session import ImapSession
 from spamfilter.imap.summary import RunSummary
@@ -391,6 +391,47 @@ def test_a_second_run_of_an_account_while_one_runs_is_refused_at_once(dovecot_se
     assert dry.returncode == 0, dry.stderr  # a dry run takes no lock
     with Store.open(db) as store, store.exclusive("an imap run of account 'test'"):
         pass  # and the lock was let go
+
+
+def test_a_run_whose_lock_another_run_took_meanwhile_stops_before_its_next_step(
+    dovecot_server: Dovecot, sample: Sample, fresh_postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A PostgreSQL session lock goes with its connection: after a server
+    # restart a second run could start, and the first went on moving and
+    # training beside it until it ended. It now asks for its lock before
+    # each step and stops there (75) if another run holds it.
+    import sqlalchemy as sa
+
+    user = setup_mailbox(dovecot_server, sample)
+    config = account_config(dovecot_server, user)
+    folders = ["INBOX", "Train/Spam", "Train/Ham"]
+    before = snapshot(dovecot_server, user, folders)
+    admin = sa.create_engine(fresh_postgres_url, isolation_level="AUTOCOMMIT")
+    other = Store.open(fresh_postgres_url)
+    holding: list[object] = []
+
+    def lock_lost_and_taken(event: object) -> None:
+        if holding:
+            return
+        with admin.connect() as conn:  # the run's lock connection goes, as in a restart
+            conn.execute(sa.text("SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND pid <> pg_backend_pid()"))
+        lock = other.exclusive("an imap run of account 'test'")
+        lock.__enter__()  # a second run starts in the gap
+        holding.append(lock)
+
+    try:
+        with pytest.raises(StoreBusyError, match="lost its lock with its connection .* another process holds it now"):
+            run(config, fresh_postgres_url, monkeypatch, user, on_event=lock_lost_and_taken)
+        assert holding, "the run reached no step"
+        assert snapshot(dovecot_server, user, folders) == before  # nothing moved or flagged
+        with Filter.open(config, fresh_postgres_url) as f:
+            stats = f.stats()
+        assert (stats.spam_messages, stats.ham_messages) == (0, 0)  # nothing trained
+    finally:
+        for lock in holding:
+            lock.__exit__(None, None, None)  # type: ignore[attr-defined]
+        other.close()
+        admin.dispose()
 
 
 @pytest.mark.parametrize("use_move", [True, False], ids=["MOVE", "COPY-and-expunge"])
