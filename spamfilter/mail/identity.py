@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from spamfilter.headers import FILTER_HEADERS
@@ -82,15 +82,23 @@ def digest_bytes(raw: bytes) -> str:
     # the same message with LF line ends (there procmail reads them as body).
     layout = _filter_layout(raw, lf_only_readers=False)
     digest = _RstrippedHash()
-    view = memoryview(raw)
-    kept, pos = [], layout.start
-    for s, e in layout.dropped:
-        kept.append(view[pos:s])
-        pos = e
-    kept.append(view[pos:])
-    for piece in _crlf_to_lf(kept):
+    # The kept pieces are made one at a time as the runs are found: a header
+    # block of 10 MB of forged fields, one every other line, held 500,000
+    # runs and 500,000 views of the message at once (160 MB).
+    for piece in _crlf_to_lf(_kept_pieces(raw, layout)):
         digest.update(piece)
     return digest.hexdigest()[:32]
+
+
+def _kept_pieces(raw: bytes, layout: _FilterLayout) -> Iterator[memoryview]:
+    """The bytes of ``raw`` past the envelope line that are not in one of
+    ``layout``'s dropped runs, one piece between two runs at a time."""
+    view = memoryview(raw)
+    pos = layout.start
+    for begin, end in layout.runs():
+        yield view[pos:begin]
+        pos = end
+    yield view[pos:]
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,14 +109,53 @@ class _FilterLayout:
     insert: where the filter's own fields go: the top of the header block,
         past any continuation lines that open it (they would otherwise fold
         into the last added field).
-    dropped: (begin, end) of each run of `FILTER_HEADERS` fields to remove.
+    runs(): (begin, end) of each run of `FILTER_HEADERS` fields to remove,
+        found as they are asked for (``dropped``: all of them), so a message
+        of many such fields is not held as as many pairs.
     eol: the line ending the added fields take.
     """
 
     start: int
     insert: int
-    dropped: tuple[tuple[int, int], ...]
     eol: bytes
+    raw: bytes = field(repr=False, compare=False)
+    #: Where the header block ends for Python's parser (CR, LF or CRLF ends
+    #: a line), and where fields stop being looked for.
+    any_end: int
+    scan_end: int
+
+    @property
+    def dropped(self) -> tuple[tuple[int, int], ...]:
+        return tuple(self.runs())
+
+    def runs(self) -> Iterator[tuple[int, int]]:
+        raw, insert, any_end = self.raw, self.insert, self.any_end
+        run: tuple[int, int] | None = None
+        field_end = -1  # where the last field dropped ended, line break included
+        for m in _FILTER_FIELD_START_RE.finditer(raw, self.start, self.scan_end):
+            at = m.start()
+            follows_drop = at == field_end
+            if not (at < any_end or (at > 0 and raw[at - 1] == 0x0A) or follows_drop):
+                continue
+            found = _FILTER_FIELD_RE.match(raw, at, self.scan_end)
+            assert found is not None  # the start pattern is a prefix of this one
+            begin, field_end = at, found.end()
+            if run is not None:
+                if run[1] == at:
+                    begin = run[0]
+                else:
+                    yield run
+            end = field_end
+            # "a\rX-Spam-Flag: NO\nTo: b" without the field and its LF would put
+            # "To: b" on the line of "a" for a parser that splits at LF only, and
+            # before a blank line CR and LF would glue into one CRLF: drop the
+            # CR before the field instead, and keep the field's line break.
+            if begin > insert and raw[begin - 1] == 0x0D and b"\n" in found.group(1):
+                run = (begin - 1, end - len(found.group(1)))
+            else:
+                run = (begin, end)
+        if run is not None:
+            yield run
 
 
 def _filter_layout(raw: bytes, *, lf_only_readers: bool = True) -> _FilterLayout:
@@ -146,28 +193,7 @@ def _filter_layout(raw: bytes, *, lf_only_readers: bool = True) -> _FilterLayout
     while raw[insert : insert + 1] in (b" ", b"\t"):
         brk = _LINE_BREAK_RE.search(raw, insert)
         insert = len(raw) if brk is None else brk.end()
-    dropped: list[tuple[int, int]] = []
-    field_end = -1  # where the last field dropped ended, line break included
-    for m in _FILTER_FIELD_START_RE.finditer(raw, start, lf_end):
-        at = m.start()
-        follows_drop = at == field_end
-        if not (at < any_end or (at > 0 and raw[at - 1] == 0x0A) or follows_drop):
-            continue
-        field = _FILTER_FIELD_RE.match(raw, at, lf_end)
-        assert field is not None  # the start pattern is a prefix of this one
-        begin, field_end = at, field.end()
-        if dropped and dropped[-1][1] == at:
-            begin = dropped.pop()[0]
-        end = field_end
-        # "a\rX-Spam-Flag: NO\nTo: b" without the field and its LF would put
-        # "To: b" on the line of "a" for a parser that splits at LF only, and
-        # before a blank line CR and LF would glue into one CRLF: drop the
-        # CR before the field instead, and keep the field's line break.
-        if begin > insert and raw[begin - 1] == 0x0D and b"\n" in field.group(1):
-            dropped.append((begin - 1, end - len(field.group(1))))
-        else:
-            dropped.append((begin, end))
-    return _FilterLayout(start, insert, tuple(dropped), _header_eol(raw, start, any_end))
+    return _FilterLayout(start, insert, _header_eol(raw, start, any_end), raw, any_end, lf_end)
 
 
 def _header_end(raw: bytes, start: int) -> int:
@@ -281,7 +307,7 @@ def filtered_pieces(raw: bytes, fields: Sequence[tuple[str, str]]) -> list[bytes
     view = memoryview(raw)
     pieces: list[bytes | memoryview] = [view[:at], added]
     pos = at
-    for begin, end in layout.dropped:
+    for begin, end in layout.runs():
         pieces.append(view[pos:begin])
         pos = end
     pieces.append(view[pos:])
