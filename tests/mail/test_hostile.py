@@ -48,6 +48,7 @@ from spamfilter.errors import MailParseError
 from spamfilter.filter import Filter
 from spamfilter.mail import MailItem, NestingTooDeepDefect, digest_bytes, parse_message, read_index, read_messages, with_filter_headers
 from spamfilter.mail.identity import _filter_layout
+from spamfilter.mail.sources import delivered
 from spamfilter.tokenizer import Tokenizer
 
 pytestmark = pytest.mark.corpus
@@ -726,6 +727,21 @@ def test_filtering_a_header_block_of_forged_verdict_fields_holds_one_copy_of_it(
         tracemalloc.stop()
     assert out == b"".join(f"{n}: {v}\n".encode() for n, v in VERDICT_FIELDS) + b"Subject: x\n" + b"X: y\n" * lines + b"\nbody\n"
     assert peak < 2 * len(out) + MEMORY_BOUND, f"{peak / 1e6:.1f} MB"
+
+
+def test_a_delivered_message_of_empty_lines_after_its_envelope_line_holds_one_copy_of_it() -> None:
+    # procmail's pipe to `spamfilter filter`, a TELL to the daemon: the
+    # envelope line was dropped through a list of the message's lines, a
+    # line object each (10 MB of empty lines: 900 MB).
+    raw = b"From a@b.example Sat Nov 28 10:00:00 2026\nSubject: x\n\n" + b"\n" * (2 * MB) + b">From here\n\n"
+    tracemalloc.start()
+    try:
+        item = delivered("-", raw)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert item.raw == b"Subject: x\n\n" + b"\n" * (2 * MB) + b"From here\n"
+    assert peak < len(raw) + MEMORY_BOUND, f"{peak / 1e6:.1f} MB"
 
 
 @pytest.mark.parametrize("eol", [b"\n", b"\r\n"], ids=["LF", "CRLF"])
