@@ -744,6 +744,22 @@ def test_a_delivered_message_of_empty_lines_after_its_envelope_line_holds_one_co
     assert peak < len(raw) + MEMORY_BOUND, f"{peak / 1e6:.1f} MB"
 
 
+def test_an_mbox_message_of_empty_lines_is_read_without_a_line_object_each(tmp_path: Path) -> None:
+    # Kept as a list of its lines until the next envelope line: 10 MB of
+    # empty lines cost 900 MB.
+    path = tmp_path / "box.mbox"
+    path.write_bytes(b"From a@b.example Sat Nov 28 10:00:00 2026\nSubject: x\n\n" + b"\n" * (2 * MB) + b"From c@d.example Sat Nov 28 10:00:01 2026\nSubject: y\n\nhi\n")
+    size = path.stat().st_size
+    tracemalloc.start()
+    try:
+        items = list(read_messages([str(path)]))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert [item.raw for item in items] == [b"Subject: x\n\n" + b"\n" * (2 * MB - 1), b"Subject: y\n\nhi\n"]
+    assert peak < 2 * size + MEMORY_BOUND, f"{peak / 1e6:.1f} MB"
+
+
 @pytest.mark.parametrize("eol", [b"\n", b"\r\n"], ids=["LF", "CRLF"])
 def test_reading_and_filtering_a_50_mb_message_copies_it_at_most_twice(tmp_path: Path, eol: bytes) -> None:
     # The message read, then `spamfilter filter`'s output: a copy of it with
