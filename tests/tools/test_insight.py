@@ -404,7 +404,11 @@ def test_explain_errors_exit_with_documented_codes(runner: CliRunner, sample_db:
     for args, code in cases:
         result = runner.invoke(app, args)
         assert result.exit_code == code, (args, result.output)
-        assert result.stderr.startswith("spamfilter: ") and len(result.stderr.splitlines()) == 1, result.stderr
+        if code == exitcodes.USAGE:
+            # A usage error shows the usage line, the --help hint and the error.
+            assert result.stderr.startswith("Usage: ") and result.stderr.splitlines()[-1].startswith("Error: "), result.stderr
+        else:
+            assert result.stderr.startswith("spamfilter: ") and len(result.stderr.splitlines()) == 1, result.stderr
     result = runner.invoke(app, ["--db", sample_db, "explain"])
     assert result.exit_code == exitcodes.USAGE and "Traceback" not in result.output
 
