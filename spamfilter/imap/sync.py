@@ -55,12 +55,9 @@ from spamfilter.imap.state import JUNK_BIT, NOT_JUNK_BIT, Arrival, ImapRecord, I
 from spamfilter.imap.summary import Event, RunSummary
 from spamfilter.mail import MailItem, digest_bytes
 from spamfilter.nb import model
+from spamfilter.store import nothing_to_check
 
 EventSink = Callable[[Event], None]
-
-
-def _nothing_to_check() -> None:
-    """``still_held`` of a dry run, which takes no lock."""
 
 
 class ImapRun:
@@ -75,7 +72,7 @@ class ImapRun:
         dry_run: bool = False,
         on_event: EventSink | None = None,
         use_move: bool = True,
-        still_held: Callable[[], None] = _nothing_to_check,
+        still_held: Callable[[], None],
     ) -> None:
         self.filter = spamfilter
         # Asked before each step that must not be done twice (training,
@@ -611,7 +608,7 @@ def run_account(
     # left running): two moved the same spam to the spam folder twice.
     # A second one ends at once with StoreBusyError; a dry run changes
     # nothing and takes no lock.
-    with nullcontext(_nothing_to_check) if dry_run else spamfilter.store.exclusive(f"an imap run of account {account.name!r}") as still_held:
+    with nullcontext(nothing_to_check) if dry_run else spamfilter.store.exclusive(f"an imap run of account {account.name!r}") as still_held:
         return _passes(spamfilter, account, password, summary, dry_run=dry_run, on_event=on_event, sleep=sleep, use_move=use_move, still_held=still_held)
 
 

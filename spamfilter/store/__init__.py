@@ -85,6 +85,7 @@ __all__ = [
     "TrainedMessage",
     "display_url",
     "metadata",
+    "nothing_to_check",
     "pack_token_counts",
     "sqlite_path",
     "unpack_token_counts",
@@ -96,8 +97,9 @@ __all__ = [
 _UPGRADE_LOCK = 0x7370616D66696C74
 
 
-def _nothing_to_check() -> None:
-    """``still_held`` of a lock that cannot be lost (a file lock, or none)."""
+def nothing_to_check() -> None:
+    """``still_held`` of a lock that cannot be lost (a file lock), or of none
+    (an in-memory database, a dry run)."""
 
 
 class Store:
@@ -409,7 +411,7 @@ class Store:
                 yield still_held
             return
         if path is None:
-            yield _nothing_to_check
+            yield nothing_to_check
             return
         lock = path.with_name(f"{path.name}.lock-{key[:6].hex()}")
         try:
@@ -421,7 +423,7 @@ class Store:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 raise StoreBusyError(busy) from None
-            yield _nothing_to_check
+            yield nothing_to_check
         finally:
             os.close(fd)  # the lock goes with the descriptor
 
