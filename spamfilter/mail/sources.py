@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import BinaryIO, Final, Literal
 
 from spamfilter.errors import MailSourceError
-from spamfilter.mail.identity import _ENVELOPE_PREFIX, digest_bytes
+from spamfilter.mail.identity import _ENVELOPE_PREFIX, _LINE_BREAK_RE, digest_bytes
 
 #: The path that means "one message on standard input", and that message's source.
 STDIN_SOURCE: Final = "-"
@@ -34,8 +34,6 @@ _ENVELOPE_RE: Final = re.compile(
 _BLANK_LINES: Final = (b"\n", b"\r\n")
 #: The blank line of an mbox whose lines end in CR alone (`_mbox_messages`).
 _CR_BLANK: Final = (b"\r",)
-#: Line breaks as ``bytes.splitlines`` sees them.
-_LINE_BREAK_RE: Final = re.compile(rb"\r\n|\r|\n")
 #: The ">" that mboxrd quoting put before a line's "From " (`_unquote`):
 #: at a line start, before any more ">" and "From ".
 _QUOTED_FROM_RE: Final = re.compile(rb"(?<![^\r\n])>(?=>*From )")
