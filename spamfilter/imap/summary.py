@@ -95,12 +95,13 @@ class RunSummary:
         words = [k.lower() for k in keywords]
         self.unconfirmed.update((folder, uidvalidity, u, k) for u in uids for k in words)
 
-    def flag_found(self, folder: str, uidvalidity: int, uids: Iterable[int], keyword: str) -> None:
+    def flag_found(self, folder: str, uidvalidity: int, uids: Iterable[int], keyword: str) -> list[int]:
         """``uids`` carry ``keyword``: those this run had set it on without
-        hearing so (``flag_unsure``) are counted flagged now."""
+        hearing so (``flag_unsure``) are counted flagged now. Their UIDs."""
         found = {(folder, uidvalidity, u, keyword.lower()) for u in uids} & self.unconfirmed
         self.unconfirmed -= found
         self.flagged += len(found)
+        return sorted(u for _, _, u, _ in found)
 
     def add_verdict(self, verdict: Decision) -> None:
         """Count one message given ``verdict``."""

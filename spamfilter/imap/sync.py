@@ -153,6 +153,8 @@ class ImapRun:
         if finished:
             self.state.commit(folder, finished)
             self.summary.moved += len(finished)  # gone from here: the broken pass moved them
+            for r in finished:  # their UIDs here were not recorded
+                self._event("moved", folder, 0, f"to {r.folder} (by a pass that was broken off)")
         if again:
             messages = [m for chunk in self._fetch(session, sorted(again)) for m in chunk]
             self._move(session, folder, [(m, again[m.uid]) for m in messages], redo=True)
@@ -199,8 +201,6 @@ class ImapRun:
             add = [k for k in add if k not in lost]
             if not add and not remove:
                 return (), ()
-        for uid in uids:
-            self._event("flagged", folder, uid, " ".join([*(f"+{k}" for k in add), *(f"-{k}" for k in remove)]))
         if not self.dry_run:
             self.still_held()
             try:
@@ -210,6 +210,10 @@ class ImapRun:
                 # the pass after finds them set (see _act) and counts them then.
                 self.summary.flag_unsure(folder, session.uidvalidity, uids, add)
                 raise
+        # Told once done (or, in a dry run, as what would be done): a change
+        # broken off is told by the pass that does it or finds it done.
+        for uid in uids:
+            self._event("flagged", folder, uid, " ".join([*(f"+{k}" for k in add), *(f"-{k}" for k in remove)]))
         self.summary.flagged += len(uids)
         return add, remove
 
@@ -236,17 +240,20 @@ class ImapRun:
         gone: set[int] = set()  # expunged by another client before they could be moved
         for target, messages in by_target.items():
             uids = [m.uid for m, _ in messages]
-            for uid in uids:
-                self._event("moved", folder, uid, f"to {target}")
+            missing: set[int] = set()
             if not self.dry_run:
                 self.still_held()
                 self.summary.moving(target, [r.digest for _, r in messages])
-                if redo and not self._atomic_moves(session):
-                    uids = self._not_yet_copied(session, folder, target, messages)
-                moved = session.move(uids, target, use_move=self.use_move)
-                gone.update(set(uids) - set(moved.done))
+                sending = self._not_yet_copied(session, folder, target, messages) if redo and not self._atomic_moves(session) else uids
+                moved = session.move(sending, target, use_move=self.use_move)
+                missing = set(sending) - set(moved.done)
+                gone.update(missing)
                 if moved.uidvalidity is not None:
                     arrivals.append(_arrival(target, moved.uidvalidity, moved.uids, messages))
+            # Told once done, as flags are (see _keywords).
+            for uid in uids:
+                if uid not in missing:
+                    self._event("moved", folder, uid, f"to {target}")
         # What another client expunged is recorded where it was last seen:
         # should it come back (that client moved it), it was not filed.
         done = [_done(replace(r, folder=folder) if m.uid in gone else r) for m, r in moves]
@@ -339,7 +346,7 @@ class ImapRun:
             by_user: list[Fetched] = []
             said_ham: list[Fetched] = []
             updates: list[ImapRecord] = []
-            arrived = 0
+            arrived: list[ImapRecord] = []
             for m, d in zip(chunk, digests):
                 r = records.get(d)
                 if r is not None and r.folder == folder:
@@ -349,7 +356,7 @@ class ImapRun:
                     # the source folder, whose pass finishes the move.
                     if r.pending and atomic:
                         updates.append(_done(r))
-                        arrived += 1
+                        arrived.append(r)
                 elif not learn:
                     continue
                 elif _has_keyword(m, NOT_JUNK) and _label(r) != model.HAM:
@@ -368,7 +375,9 @@ class ImapRun:
             current = {m.uid: m for m in chunk} | {m.uid: m for m in _flagged(by_user, *self._keywords(session, folder, [m.uid for m in by_user], [JUNK], [NOT_JUNK]))}
             ham = {m.uid for m in said_ham}
             self._handled(folder, updates, [(current[u], d) for u, d in digest_of.items() if u not in ham])
-            self.summary.moved += arrived  # by a pass that broke off before it heard so
+            self.summary.moved += len(arrived)  # by a pass that broke off before it heard so
+            for r in arrived:
+                self._event("moved", r.source or folder, 0, f"to {folder} (by a pass that was broken off)")
             self._relabel(session, folder, said_ham, [digest_of[m.uid] for m in said_ham], False, new=True)
 
     def _classify_folder(self, session: ImapSession, folder: str) -> None:
@@ -472,7 +481,8 @@ class ImapRun:
             else:
                 self.summary.errors += 1
         # Or set by a broken pass of this run that did not hear so.
-        self.summary.flag_found(folder, session.uidvalidity, junk_before, JUNK)
+        for uid in self.summary.flag_found(folder, session.uidvalidity, junk_before, JUNK):
+            self._event("flagged", folder, uid, f"+{JUNK} (by a pass that was broken off)")
         self._move(session, folder, [(flagged.get(m.uid, m), r) for m, r in moves])
 
     def _keyword_feedback(self, session: ImapSession, folder: str) -> None:

@@ -25,7 +25,7 @@ from spamfilter.config import Config, ImapAccount, config_from_dict
 from spamfilter.errors import ConfigError, ImapAuthError, ImapError, ImapUnavailable, StoreBusyError
 from spamfilter.filter import Filter
 from spamfilter.imap.session import ImapSession
-from spamfilter.imap.summary import RunSummary
+from spamfilter.imap.summary import Event, RunSummary
 from spamfilter.imap.sync import run_account
 from spamfilter.mail import digest_bytes
 from spamfilter.store import Store
@@ -893,14 +893,31 @@ def test_a_pass_broken_off_and_retried_counts_each_message_once(
     dovecot_server: Dovecot, sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, broken: str, when: str | None, use_move: bool
 ) -> None:
     clean_user = setup_mailbox(dovecot_server, sample)
-    clean = run(account_config(dovecot_server, clean_user), tmp_path_db(tmp_path, "clean"), monkeypatch, clean_user, use_move=use_move)
+    clean_events: list[Event] = []
+    clean = run(account_config(dovecot_server, clean_user), tmp_path_db(tmp_path, "clean"), monkeypatch, clean_user, use_move=use_move, on_event=clean_events.append)
     user = setup_mailbox(dovecot_server, sample)
     calls = _drop_once(monkeypatch, broken, when)
-    summary = run(account_config(dovecot_server, user, retries=2), tmp_path_db(tmp_path, "broken"), monkeypatch, user, sleep=lambda s: None, use_move=use_move)
+    events: list[Event] = []
+    summary = run(
+        account_config(dovecot_server, user, retries=2),
+        tmp_path_db(tmp_path, "broken"),
+        monkeypatch,
+        user,
+        sleep=lambda s: None,
+        use_move=use_move,
+        on_event=events.append,
+    )
     assert summary.retries == 1 and len(calls) >= 2
     assert counts(summary) == counts(clean)
     for folder in FOLDERS:
         assert digests(dovecot_server, user, folder) == digests(dovecot_server, clean_user, folder), folder
+    # --verbose tells each move and each change of flags once, as the summary
+    # counts them: a change retried was told twice, one broken off as done.
+    for run_events, run_summary in ((clean_events, clean), (events, summary)):
+        told = Counter(e.kind for e in run_events)
+        assert (told["moved"], told["flagged"]) == (run_summary.moved, run_summary.flagged)
+    uids_told = Counter((e.folder, e.uid) for e in events if e.kind == "moved" and e.uid)
+    assert all(n == 1 for n in uids_told.values())
 
 
 def test_a_folder_renumbered_before_the_retry_counts_each_message_once(dovecot_server: Dovecot, sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
