@@ -60,9 +60,10 @@ class RunSummary:
     #: to a folder: a later pass that reads them there as new (the answer
     #: telling their new UIDs was lost, or not given) does not count them again.
     moved_in: Counter[tuple[str, str]] = field(default_factory=Counter, repr=False)
-    #: (folder, UIDVALIDITY, uid, keyword) of keywords sent whose answer was
-    #: lost with the connection: the server may have set them.
-    unconfirmed: set[tuple[str, int, int, str]] = field(default_factory=set, repr=False)
+    #: (folder, digest, keyword) of keywords sent whose answer was lost with
+    #: the connection: the server may have set them. By digest, since the
+    #: folder may be renumbered before the pass after reads it.
+    unconfirmed: Counter[tuple[str, str, str]] = field(default_factory=Counter, repr=False)
 
     def see(self, folder: str, uidvalidity: int, messages: Iterable[tuple[int, str]]) -> None:
         """Count these (uid, digest) messages of ``folder`` as seen, once
@@ -90,18 +91,24 @@ class RunSummary:
         """Messages (by digest) this run is moving to ``folder``."""
         self.moved_in.update((folder, d) for d in digests)
 
-    def flag_unsure(self, folder: str, uidvalidity: int, uids: Iterable[int], keywords: Iterable[str]) -> None:
-        """Keywords sent to ``uids`` whose answer was lost: set or not, the pass after finds out."""
+    def flag_unsure(self, folder: str, digests: Iterable[str], keywords: Iterable[str]) -> None:
+        """Keywords sent to the messages of ``digests`` whose answer was
+        lost: set or not, the pass after finds out."""
         words = [k.lower() for k in keywords]
-        self.unconfirmed.update((folder, uidvalidity, u, k) for u in uids for k in words)
+        self.unconfirmed.update((folder, d, k) for d in digests for k in words)
 
-    def flag_found(self, folder: str, uidvalidity: int, uids: Iterable[int], keyword: str) -> list[int]:
-        """``uids`` carry ``keyword``: those this run had set it on without
-        hearing so (``flag_unsure``) are counted flagged now. Their UIDs."""
-        found = {(folder, uidvalidity, u, keyword.lower()) for u in uids} & self.unconfirmed
-        self.unconfirmed -= found
+    def flag_found(self, folder: str, messages: Iterable[tuple[int, str]], keyword: str) -> list[int]:
+        """These (uid, digest) messages carry ``keyword``: those this run had
+        set it on without hearing so (``flag_unsure``) are counted flagged
+        now. Their UIDs."""
+        found = []
+        for uid, digest in messages:
+            key = (folder, digest, keyword.lower())
+            if self.unconfirmed[key] > 0:
+                self.unconfirmed[key] -= 1
+                found.append(uid)
         self.flagged += len(found)
-        return sorted(u for _, _, u, _ in found)
+        return found
 
     def add_verdict(self, verdict: Decision) -> None:
         """Count one message given ``verdict``."""

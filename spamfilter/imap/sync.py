@@ -182,7 +182,7 @@ class ImapRun:
             self._event("refused", folder, 0, f"{refusal.source}: {refusal.reason}")
 
     def _keywords(
-        self, session: ImapSession, folder: str, uids: Sequence[int], add: Sequence[str], remove: Sequence[str], *, filing: bool = False
+        self, session: ImapSession, folder: str, uids: Sequence[int], add: Sequence[str], remove: Sequence[str], *, filing: bool = False, digests: Sequence[str] = ()
     ) -> tuple[Sequence[str], Sequence[str]]:
         """Add and remove keywords; one the folder would not keep is left
         out, or, where keywords are the action (``spam_action =
@@ -207,8 +207,9 @@ class ImapRun:
                 session.set_keywords(uids, add, remove)
             except ImapUnavailable:
                 # The server may have set them before the answer was lost:
-                # the pass after finds them set (see _act) and counts them then.
-                self.summary.flag_unsure(folder, session.uidvalidity, uids, add)
+                # the pass after finds them set (see _act) and counts them
+                # then, by ``digests`` (the messages' UIDs may change).
+                self.summary.flag_unsure(folder, digests, add)
                 raise
         # Told once done (or, in a dry run, as what would be done): a change
         # broken off is told by the pass that does it or finds it done.
@@ -439,7 +440,8 @@ class ImapRun:
         handled: list[tuple[Fetched, str]] = []
         moves: list[tuple[Fetched, ImapRecord]] = []
         junk: list[Fetched] = []
-        junk_before: list[int] = []  # spam that carries $Junk already
+        junk_digests: list[str] = []
+        junk_before: list[tuple[int, str]] = []  # (uid, digest) of spam that carries $Junk already
         for m, d, result in zip(messages, digests, results):
             if isinstance(result, Refusal):
                 self._event("refused", folder, m.uid, result.reason)
@@ -459,8 +461,9 @@ class ImapRun:
             elif label == model.SPAM and a.spam_action != "report":
                 if not _has_keyword(m, JUNK):
                     junk.append(m)
+                    junk_digests.append(d)
                 else:
-                    junk_before.append(m.uid)
+                    junk_before.append((m.uid, d))
                 if a.spam_action == "move":
                     target = a.spam_folder
             elif label == model.UNSURE and a.unsure_folder and a.spam_action == "move":
@@ -472,7 +475,7 @@ class ImapRun:
             else:
                 moves.append((m, record))
         # Keywords first: a message that reaches the spam folder carries $Junk.
-        flagged = {m.uid: m for m in _flagged(junk, *self._keywords(session, folder, [m.uid for m in junk], [JUNK], []))}
+        flagged = {m.uid: m for m in _flagged(junk, *self._keywords(session, folder, [m.uid for m in junk], [JUNK], [], digests=junk_digests))}
         self._handled(folder, stay, [(flagged.get(m.uid, m), d) for m, d in handled])
         # Counted once recorded: a pass broken off before this classifies these again.
         for result in results:
@@ -481,7 +484,7 @@ class ImapRun:
             else:
                 self.summary.errors += 1
         # Or set by a broken pass of this run that did not hear so.
-        for uid in self.summary.flag_found(folder, session.uidvalidity, junk_before, JUNK):
+        for uid in self.summary.flag_found(folder, junk_before, JUNK):
             self._event("flagged", folder, uid, f"+{JUNK} (by a pass that was broken off)")
         self._move(session, folder, [(flagged.get(m.uid, m), r) for m, r in moves])
 
