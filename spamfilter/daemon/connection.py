@@ -162,11 +162,12 @@ class Connection:
         """The spool failed (no temporary directory, a full disk): say why,
         and read the rest of the message without keeping it."""
         self.spool_error = str(exc.strerror or exc)
-        self._close_spool()
+        self.drop_spool()
 
-    def _close_spool(self) -> None:
-        """Close and forget the spool; closing flushes it, which fails again
-        on the disk that failed its write."""
+    def drop_spool(self) -> None:
+        """Close and forget the spool (the rest of the message is read and
+        not kept); closing flushes it, which fails again on the disk that
+        failed its write."""
         if self.spool is not None:
             with contextlib.suppress(OSError):
                 self.spool.close()
@@ -227,7 +228,7 @@ class Connection:
             pass
 
     def close(self) -> None:
-        self._close_spool()
+        self.drop_spool()
         self._out.clear()
         self._out_file = None
         try:

@@ -39,8 +39,8 @@ and drained, so the client reads the reply rather than a reset.
 Messages longer than ``max_size`` are not scanned, as spamc does with its
 own ``-s``: PROCESS gives the message back unchanged (without a ``Spam``
 line; it is spooled to a temporary file, at most ``spool_limit`` bytes for
-all connections at once, beyond which such a request gets
-``EX_TEMPFAIL``), HEADERS its header block, the other commands an
+all connections at once, counted as they come: a request announcing more
+than is left, or whose bytes would go past it, gets ``EX_TEMPFAIL``), HEADERS its header block, the other commands an
 ``EX_TOOBIG`` reply. A TELL the daemon accepts is learned up to
 ``TELL_MAX_SIZE`` (64 MiB) whatever ``max_size`` says.
 
@@ -325,7 +325,7 @@ class Server:
                 rest = conn.feed_head(data)
                 if rest is not None:
                     self._headed(conn, rest, now)
-            elif conn.feed_body(data):
+            elif self._feed(conn, data):
                 self._whole(conn, now)
         except ProtocolError as exc:
             logger.warning("%s: protocol error: %s", conn.who, exc)
@@ -363,12 +363,26 @@ class Server:
                 why = f"not scanned: {self.sockets.spooled} bytes spooled already, the limit is {self.options.spool_limit}"
                 self._answer(conn, replies.error(spamd.EX_TEMPFAIL, "spool full, not scanned", why=why), now)
                 return
-            self.sockets.spooled += conn.size
-            conn.spooled = conn.size
             conn.start_spool()
         conn.state = State.BODY
-        if conn.feed_body(rest) if rest else conn.size == 0:
+        if self._feed(conn, rest) if rest else conn.size == 0:
             self._whole(conn, now)
+
+    def _feed(self, conn: Connection, data: bytes) -> bool:
+        """``conn.feed_body``, charging spooled bytes to the spool limit as
+        they come, not as announced: a client that announces much and sends
+        little holds only what it sent. Past the limit the spool is dropped
+        (the answer is EX_TEMPFAIL) and its bytes given back."""
+        if conn.spool is not None and data:
+            if self.sockets.spooled + len(data) > self.options.spool_limit:
+                conn.spool_error = f"spool full: {self.sockets.spooled} bytes spooled already, the limit is {self.options.spool_limit}"
+                conn.drop_spool()
+                self.sockets.spooled -= conn.spooled
+                conn.spooled = 0
+            else:
+                self.sockets.spooled += len(data)
+                conn.spooled += len(data)
+        return conn.feed_body(data)
 
     def _whole(self, conn: Connection, now: float) -> None:
         """The message is whole: answer it here, or hand it to a thread."""

@@ -214,18 +214,39 @@ def test_oversized_process_bodies_are_spooled_within_the_limit(tmp_path: Path, c
     try:
         first = spamd.connect(d.address, HANG)
         request = _request("PROCESS", body)
-        first.sendall(request[:100])  # 3,000 bytes announced: spooled
+        first.sendall(request[:-100])  # 2,900 of its 3,000 bytes: spooled
         assert d.raw(b"PING SPAMC/1.5\r\n\r\n") == b"SPAMD/1.5 0 PONG\r\n"
         second = d.raw(_request("PROCESS", body))
         assert second.startswith(b"SPAMD/1.5 75 EX_TEMPFAIL spool full")
-        first.sendall(request[100:])
+        first.sendall(request[-100:])
         first.shutdown(socket.SHUT_WR)
         assert _read_all(first) == b"SPAMD/1.5 0 EX_OK\r\nContent-length: 3000\r\n\r\n" + body
         first.close()
         # Released: the next one is spooled and given back.
         assert d.raw(_request("PROCESS", body)).endswith(b"\r\n\r\n" + body)
+        # Counted as they come, not as announced: a client that announces
+        # 4,000 bytes and sends 10 held the spool for all others until its
+        # timeout; now it holds 10 bytes.
+        idle = spamd.connect(d.address, HANG)
+        idle.sendall(b"PROCESS SPAMC/1.5\r\nContent-length: 4000\r\n\r\n" + b"x" * 10)
+        assert d.raw(b"PING SPAMC/1.5\r\n\r\n") == b"SPAMD/1.5 0 PONG\r\n"
+        assert d.raw(_request("PROCESS", body)).endswith(b"\r\n\r\n" + body)
+        # Should it send the rest, the bytes past the limit are not kept:
+        # it is answered EX_TEMPFAIL, and the spool is free again.
+        third = spamd.connect(d.address, HANG)
+        third.sendall(request[:-100])
+        assert d.raw(b"PING SPAMC/1.5\r\n\r\n") == b"SPAMD/1.5 0 PONG\r\n"
+        idle.sendall(b"x" * 3990)
+        idle.shutdown(socket.SHUT_WR)
+        assert _read_all(idle).startswith(b"SPAMD/1.5 75 EX_TEMPFAIL could not spool the message")
+        idle.close()
+        third.sendall(request[-100:])
+        third.shutdown(socket.SHUT_WR)
+        assert _read_all(third).endswith(b"\r\n\r\n" + body)
+        third.close()
     finally:
         assert d.stop() == 0
+    assert "spool full: " in d.log()
 
 
 def _children(pid: int) -> set[int]:
