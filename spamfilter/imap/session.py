@@ -20,7 +20,7 @@ import socket
 import ssl
 import subprocess
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import TracebackType
 from typing import Any
 
@@ -46,6 +46,25 @@ class Fetched:
     uid: int
     raw: bytes
     flags: frozenset[str]
+
+    def has_keyword(self, keyword: str) -> bool:
+        """Whether it carries ``keyword`` (in any case, as IMAP compares them)."""
+        return keyword.lower() in {f.lower() for f in self.flags}
+
+    def message_id(self) -> str | None:
+        """Its Message-ID field, or None."""
+        head = self.raw.split(b"\r\n\r\n", 1)[0].split(b"\n\n", 1)[0]
+        for line in head.splitlines():
+            if line[:11].lower() == b"message-id:":
+                value = line[11:].strip().decode("ascii", "replace")
+                return value or None
+        return None
+
+
+def with_flags(messages: Sequence[Fetched], added: Sequence[str], removed: Sequence[str]) -> list[Fetched]:
+    """``messages`` with the flags they carry once ``added`` and ``removed`` are applied."""
+    gone = {k.lower() for k in [*added, *removed]}
+    return [replace(m, flags=frozenset({f for f in m.flags if f.lower() not in gone} | set(added))) for m in messages]
 
 
 def account_password(account: ImapAccount) -> str:

@@ -50,7 +50,7 @@ from spamfilter.answers import Refusal, Verdict
 from spamfilter.config import ImapAccount
 from spamfilter.errors import ImapError, ImapUnavailable, NotTrainedError
 from spamfilter.filter import Filter
-from spamfilter.imap.session import JUNK, NOT_JUNK, Fetched, ImapSession, account_password
+from spamfilter.imap.session import JUNK, NOT_JUNK, Fetched, ImapSession, account_password, with_flags
 from spamfilter.imap.state import JUNK_BIT, NOT_JUNK_BIT, Arrival, ImapRecord, ImapState, keyword_bits
 from spamfilter.imap.summary import Event, RunSummary
 from spamfilter.mail import MailItem, digest_bytes
@@ -277,7 +277,7 @@ class ImapRun:
         if unsure:
             session.select(target)
             for m, digest in unsure:  # only after a crash, so rarely more than a chunk
-                message_id = _message_id(m.raw)
+                message_id = m.message_id()
                 found = session.search_message_id(message_id) if message_id else []
                 if found and any(digest_bytes(f.raw) == digest for chunk in self._fetch(session, found) for f in chunk):
                     copied.append(m.uid)
@@ -330,7 +330,7 @@ class ImapRun:
             fresh = [(m, d) for m, d in zip(chunk, digests) if _needs_training(records.get(d), label)]
             self._train(is_spam, folder, [m for m, _ in fresh], f"in {folder}", [d for _, d in fresh])
             if is_spam and moving:
-                chunk = _flagged(chunk, *self._keywords(session, folder, [m.uid for m in chunk], [JUNK], [NOT_JUNK], filing=True))
+                chunk = with_flags(chunk, *self._keywords(session, folder, [m.uid for m in chunk], [JUNK], [NOT_JUNK], filing=True))
             new_records = [ImapRecord(d, label, "train", target) for d in digests]
             if moving:
                 self._move(session, folder, list(zip(chunk, new_records)))
@@ -360,7 +360,7 @@ class ImapRun:
                         arrived.append(r)
                 elif not learn:
                     continue
-                elif _has_keyword(m, NOT_JUNK) and _label(r) != model.HAM:
+                elif m.has_keyword(NOT_JUNK) and _label(r) != model.HAM:
                     # Marked "not junk" where the run did not see it (a mail
                     # client, before or after a move here): the user's word
                     # that it is ham. A message the run knows as ham carries
@@ -373,7 +373,7 @@ class ImapRun:
                     updates.append(ImapRecord(d, model.SPAM, "user", folder, False, r.log_odds if r else None))
             digest_of = dict(zip([m.uid for m in chunk], digests))
             self._train(True, folder, by_user, f"moved to {folder}", [digest_of[m.uid] for m in by_user])
-            current = {m.uid: m for m in chunk} | {m.uid: m for m in _flagged(by_user, *self._keywords(session, folder, [m.uid for m in by_user], [JUNK], [NOT_JUNK]))}
+            current = {m.uid: m for m in chunk} | {m.uid: m for m in with_flags(by_user, *self._keywords(session, folder, [m.uid for m in by_user], [JUNK], [NOT_JUNK]))}
             ham = {m.uid for m in said_ham}
             self._handled(folder, updates, [(current[u], d) for u, d in digest_of.items() if u not in ham])
             self.summary.moved += len(arrived)  # by a pass that broke off before it heard so
@@ -415,7 +415,7 @@ class ImapRun:
                         updates.append(replace(r, folder=folder))
             digest_of = dict(zip([m.uid for m in chunk], digests))
             self._train(False, folder, moved_back, f"moved back to {folder}", [digest_of[m.uid] for m in moved_back])
-            back = {m.uid: m for m in _flagged(moved_back, *self._keywords(session, folder, [m.uid for m in moved_back], [NOT_JUNK], [JUNK]))}
+            back = {m.uid: m for m in with_flags(moved_back, *self._keywords(session, folder, [m.uid for m in moved_back], [NOT_JUNK], [JUNK]))}
             self._handled(folder, updates, [(back.get(m.uid, m), d) for m, d in handled])
             if self.summary.limit_left is not None:
                 # --limit counts the messages classified, not those recognised.
@@ -439,8 +439,7 @@ class ImapRun:
         stay: list[ImapRecord] = []
         handled: list[tuple[Fetched, str]] = []
         moves: list[tuple[Fetched, ImapRecord]] = []
-        junk: list[Fetched] = []
-        junk_digests: list[str] = []
+        junk: list[tuple[Fetched, str]] = []
         junk_before: list[tuple[int, str]] = []  # (uid, digest) of spam that carries $Junk already
         for m, d, result in zip(messages, digests, results):
             if isinstance(result, Refusal):
@@ -451,7 +450,7 @@ class ImapRun:
             label = result.verdict.code
             self._event("classified", folder, m.uid, f"{result.verdict} (log-odds {result.log_odds:+.2f})")
             target = folder
-            if _has_keyword(m, NOT_JUNK):
+            if m.has_keyword(NOT_JUNK):
                 # Marked "not junk" before the filter saw it (a mail client
                 # between two runs): the user's word stands; it stays as it is.
                 # Recorded as ham, untrained (origin "filter"): what the run
@@ -459,9 +458,8 @@ class ImapRun:
                 self._event("kept", folder, m.uid, f"{NOT_JUNK} set by the user")
                 label = model.HAM
             elif label == model.SPAM and a.spam_action != "report":
-                if not _has_keyword(m, JUNK):
-                    junk.append(m)
-                    junk_digests.append(d)
+                if not m.has_keyword(JUNK):
+                    junk.append((m, d))
                 else:
                     junk_before.append((m.uid, d))
                 if a.spam_action == "move":
@@ -475,18 +473,23 @@ class ImapRun:
             else:
                 moves.append((m, record))
         # Keywords first: a message that reaches the spam folder carries $Junk.
-        flagged = {m.uid: m for m in _flagged(junk, *self._keywords(session, folder, [m.uid for m in junk], [JUNK], [], digests=junk_digests))}
+        keywords = self._keywords(session, folder, [m.uid for m, _ in junk], [JUNK], [], digests=[d for _, d in junk])
+        flagged = {m.uid: m for m in with_flags([m for m, _ in junk], *keywords)}
         self._handled(folder, stay, [(flagged.get(m.uid, m), d) for m, d in handled])
-        # Counted once recorded: a pass broken off before this classifies these again.
+        self._count_classified(folder, results, junk_before)
+        self._move(session, folder, [(flagged.get(m.uid, m), r) for m, r in moves])
+
+    def _count_classified(self, folder: str, results: Sequence[Verdict | Refusal], junk_before: Sequence[tuple[int, str]]) -> None:
+        """Count a chunk's verdicts once recorded (a pass broken off before
+        that classifies them again), and the $Junk that a broken pass of this
+        run had set on its ``junk_before`` (uid, digest) without hearing so."""
         for result in results:
             if isinstance(result, Verdict):
                 self.summary.add_verdict(result.verdict)
             else:
                 self.summary.errors += 1
-        # Or set by a broken pass of this run that did not hear so.
         for uid in self.summary.flag_found(folder, junk_before, JUNK):
             self._event("flagged", folder, uid, f"+{JUNK} (by a pass that was broken off)")
-        self._move(session, folder, [(flagged.get(m.uid, m), r) for m, r in moves])
 
     def _keyword_feedback(self, session: ImapSession, folder: str) -> None:
         """Train messages on which the user set $Junk or $NotJunk since the
@@ -534,7 +537,7 @@ class ImapRun:
         self._train(is_spam, folder, messages, f"marked {mark}", digests)
         # The other keyword goes, so the message says one thing.
         added, removed = self._keywords(session, folder, [m.uid for m in messages], [], [NOT_JUNK if is_spam else JUNK])
-        messages = _flagged(messages, added, removed)
+        messages = with_flags(messages, added, removed)
         known = self.state.records(digests)
         records = [ImapRecord(d, label, "user", target, False, _log_odds(known.get(d))) for d in digests]
         if target != folder:
@@ -550,17 +553,6 @@ def _arrival(target: str, uidvalidity: int, new_uids: dict[int, int], moves: Seq
     """The moved messages whose ``new_uids`` in ``target`` (of ``uidvalidity``) the server told."""
     told = [(new_uids[m.uid], r.digest, keyword_bits(m.flags)) for m, r in moves if m.uid in new_uids]
     return Arrival(target, uidvalidity, [(u, d) for u, d, _ in told], [(u, k) for u, _, k in told])
-
-
-def _flagged(messages: Sequence[Fetched], added: Sequence[str], removed: Sequence[str]) -> list[Fetched]:
-    """``messages`` with the flags they carry once ``added`` and ``removed`` are applied."""
-    gone = {k.lower() for k in [*added, *removed]}
-    return [replace(m, flags=frozenset({f for f in m.flags if f.lower() not in gone} | set(added))) for m in messages]
-
-
-def _has_keyword(message: Fetched, keyword: str) -> bool:
-    """Whether ``message`` carries ``keyword`` (in any case, as IMAP compares them)."""
-    return keyword.lower() in {f.lower() for f in message.flags}
 
 
 def _folders_to_create(account: ImapAccount, missing: set[str]) -> set[str]:
@@ -587,15 +579,6 @@ def _log_odds(record: ImapRecord | None) -> float | None:
 
 def _done(record: ImapRecord) -> ImapRecord:
     return ImapRecord(record.digest, record.label, record.origin, record.folder, False, record.log_odds)
-
-
-def _message_id(raw: bytes) -> str | None:
-    head = raw.split(b"\r\n\r\n", 1)[0].split(b"\n\n", 1)[0]
-    for line in head.splitlines():
-        if line[:11].lower() == b"message-id:":
-            value = line[11:].strip().decode("ascii", "replace")
-            return value or None
-    return None
 
 
 def run_account(
