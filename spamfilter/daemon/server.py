@@ -40,8 +40,8 @@ Messages longer than ``max_size`` are not scanned, as spamc does with its
 own ``-s``: PROCESS gives the message back unchanged (without a ``Spam``
 line; it is spooled to a temporary file, at most ``spool_limit`` bytes for
 all connections at once, counted as they come: a request announcing more
-than is left, or whose bytes would go past it, gets ``EX_TEMPFAIL``), HEADERS its header block, the other commands an
-``EX_TOOBIG`` reply. A TELL the daemon accepts is learned up to
+than is left, or whose bytes would go past it, gets ``EX_TEMPFAIL``),
+HEADERS its header block, the other commands an ``EX_TOOBIG`` reply. A TELL the daemon accepts is learned up to
 ``TELL_MAX_SIZE`` (64 MiB) whatever ``max_size`` says.
 
 SIGTERM (``stop``): the connections waiting in the listen backlog are
@@ -375,14 +375,18 @@ class Server:
         (the answer is EX_TEMPFAIL) and its bytes given back."""
         if conn.spool is not None and data:
             if self.sockets.spooled + len(data) > self.options.spool_limit:
-                conn.spool_error = f"spool full: {self.sockets.spooled} bytes spooled already, the limit is {self.options.spool_limit}"
+                others = self.sockets.spooled - conn.spooled
+                conn.spool_error = f"spool full: {others} bytes spooled by others, the limit is {self.options.spool_limit}"
                 conn.drop_spool()
-                self.sockets.spooled -= conn.spooled
-                conn.spooled = 0
             else:
                 self.sockets.spooled += len(data)
                 conn.spooled += len(data)
-        return conn.feed_body(data)
+        whole = conn.feed_body(data)
+        if conn.spool is None and conn.spooled:
+            # Dropped, at the limit or on a failed write: its bytes are free.
+            self.sockets.spooled -= conn.spooled
+            conn.spooled = 0
+        return whole
 
     def _whole(self, conn: Connection, now: float) -> None:
         """The message is whole: answer it here, or hand it to a thread."""

@@ -508,7 +508,7 @@ def test_a_spool_that_cannot_be_written_answers_tempfail_and_the_daemon_goes_on(
     (site / "sitecustomize.py").write_text(setup)
     monkeypatch.setenv("PYTHONPATH", str(site))
     url, config = _fresh(tmp_path, corpus)
-    d = Daemon(tmp_path / "log", url, config, "--listen", "127.0.0.1:0", "--max-size", "1000", "--processes", "1")
+    d = Daemon(tmp_path / "log", url, config, "--listen", "127.0.0.1:0", "--max-size", "1000", "--spool-limit", "300000", "--processes", "1")
     big = b"Subject: big\r\n\r\n" + b"z" * 200_000  # past the spool's memory part
     try:
         for _ in range(3):
@@ -522,6 +522,18 @@ def test_a_spool_that_cannot_be_written_answers_tempfail_and_the_daemon_goes_on(
                 sock.shutdown(socket.SHUT_WR)
                 answer = _read_all(sock)
             assert answer.startswith(b"SPAMD/1.5 75 EX_TEMPFAIL could not spool the message"), answer[:200]
+        # A spool that failed gives its bytes back at once, not when its
+        # client is done: 150,000 bytes sent and not the rest, another
+        # 200,016 still fit the 300,000 (and meet the same trouble).
+        request = _request("PROCESS", big)
+        with spamd.connect(d.address, HANG) as held:
+            for at in range(0, 150_000, 1000):
+                held.sendall(request[at : at + 1000])
+            assert d.raw(b"PING SPAMC/1.5\r\n\r\n") == b"SPAMD/1.5 0 PONG\r\n"
+            assert d.raw(request).startswith(b"SPAMD/1.5 75 EX_TEMPFAIL could not spool the message")
+            held.sendall(request[150_000:])
+            held.shutdown(socket.SHUT_WR)
+            assert _read_all(held).startswith(b"SPAMD/1.5 75 EX_TEMPFAIL could not spool the message")
         # Still serving, and a message it can hold in memory is scanned.
         assert d.raw(_request("CHECK", MESSAGE)).startswith(b"SPAMD/1.5 0 EX_OK")
         assert d.proc.poll() is None
@@ -529,7 +541,7 @@ def test_a_spool_that_cannot_be_written_answers_tempfail_and_the_daemon_goes_on(
         assert d.stop() == 0
     log = d.log()
     assert "Traceback" not in log
-    assert log.count("the spool could not take the message") == 3
+    assert log.count("the spool could not take the message") == 5
 
 
 def test_a_stop_does_not_wait_the_timeout_for_a_client_that_sent_nothing(tmp_path: Path, corpus: Corpus) -> None:
