@@ -59,6 +59,9 @@ from spamfilter.store import nothing_to_check
 
 EventSink = Callable[[Event], None]
 
+#: How an event tells a move or flag that a broken-off pass made without hearing so.
+_BROKEN_OFF = " (by a pass that was broken off)"
+
 
 class ImapRun:
     """One pass over one account on an open session."""
@@ -154,7 +157,7 @@ class ImapRun:
             self.state.commit(folder, finished)
             self.summary.moved += len(finished)  # gone from here: the broken pass moved them
             for r in finished:  # their UIDs here were not recorded
-                self._event("moved", folder, 0, f"to {r.folder} (by a pass that was broken off)")
+                self._event("moved", folder, 0, f"to {r.folder}{_BROKEN_OFF}")
         if again:
             messages = [m for chunk in self._fetch(session, sorted(again)) for m in chunk]
             self._move(session, folder, [(m, again[m.uid]) for m in messages], redo=True)
@@ -378,7 +381,7 @@ class ImapRun:
             self._handled(folder, updates, [(current[u], d) for u, d in digest_of.items() if u not in ham])
             self.summary.moved += len(arrived)  # by a pass that broke off before it heard so
             for r in arrived:
-                self._event("moved", r.source or folder, 0, f"to {folder} (by a pass that was broken off)")
+                self._event("moved", r.source or folder, 0, f"to {folder}{_BROKEN_OFF}")
             self._relabel(session, folder, said_ham, [digest_of[m.uid] for m in said_ham], False, new=True)
 
     def _classify_folder(self, session: ImapSession, folder: str) -> None:
@@ -489,7 +492,7 @@ class ImapRun:
             else:
                 self.summary.errors += 1
         for uid in self.summary.flag_found(folder, junk_before, JUNK):
-            self._event("flagged", folder, uid, f"+{JUNK} (by a pass that was broken off)")
+            self._event("flagged", folder, uid, f"+{JUNK}{_BROKEN_OFF}")
 
     def _keyword_feedback(self, session: ImapSession, folder: str) -> None:
         """Train messages on which the user set $Junk or $NotJunk since the
