@@ -414,7 +414,14 @@ def test_a_run_whose_lock_another_run_took_meanwhile_stops_before_its_next_step(
         if holding:
             return
         with admin.connect() as conn:  # the run's lock connection goes, as in a restart
-            conn.execute(sa.text("SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND pid <> pg_backend_pid()"))
+            # Only this database's (other workers run beside it), and wait
+            # until each is gone: a backend ends after the call returns.
+            conn.execute(
+                sa.text(
+                    "SELECT pg_terminate_backend(pid, 60000) FROM pg_locks WHERE locktype = 'advisory' AND pid <> pg_backend_pid()"
+                    " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+                )
+            )
         lock = other.exclusive("an imap run of account 'test'")
         lock.__enter__()  # a second run starts in the gap
         holding.append(lock)

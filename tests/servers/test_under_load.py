@@ -637,8 +637,11 @@ def test_a_vacuum_postgresql_skips_is_an_error_and_every_table_is_vacuumed(fresh
 
 
 def _terminate_other_backends(admin: sa.Engine) -> None:
+    """End every other connection to this database, as a restart would, and
+    wait until each is gone (a backend ends after the call returns, and its
+    locks with it)."""
     with admin.connect() as conn:
-        conn.execute(sa.text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"))
+        conn.execute(sa.text("SELECT pg_terminate_backend(pid, 60000) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"))
 
 
 def test_a_run_lock_lost_mid_run_is_taken_again_or_stops_the_run_before_its_next_step(fresh_postgres_url: str, caplog: pytest.LogCaptureFixture) -> None:
