@@ -97,6 +97,16 @@ class RunSummary:
         words = [k.lower() for k in keywords]
         self.unconfirmed.update((folder, d, k) for d in digests for k in words)
 
+    def flag_resent(self, folder: str, digests: Iterable[str], keywords: Iterable[str]) -> None:
+        """Keywords sent again to the messages of ``digests``: they lacked
+        them, so a lost answer for them had not set them, and a byte-identical
+        copy that carries them is not to be counted as set by this run."""
+        for k in keywords:
+            for d in digests:
+                key = (folder, d, k.lower())
+                if self.unconfirmed[key] > 0:
+                    self.unconfirmed[key] -= 1
+
     def flag_found(self, folder: str, messages: Iterable[tuple[int, str]], keyword: str) -> list[int]:
         """These (uid, digest) messages carry ``keyword``: those this run had
         set it on without hearing so (``flag_unsure``) are counted flagged

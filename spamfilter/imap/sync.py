@@ -206,6 +206,8 @@ class ImapRun:
                 return (), ()
         if not self.dry_run:
             self.still_held()
+            # Sent again: a copy found carrying them later was not set by a lost answer.
+            self.summary.flag_resent(folder, digests, add)
             try:
                 session.set_keywords(uids, add, remove)
             except ImapUnavailable:
@@ -242,6 +244,7 @@ class ImapRun:
             by_target.setdefault(r.folder, []).append((m, r))
         arrivals: list[Arrival] = []
         gone: set[int] = set()  # expunged by another client before they could be moved
+        told: list[tuple[int, str]] = []
         for target, messages in by_target.items():
             uids = [m.uid for m, _ in messages]
             missing: set[int] = set()
@@ -254,14 +257,16 @@ class ImapRun:
                 gone.update(missing)
                 if moved.uidvalidity is not None:
                     arrivals.append(_arrival(target, moved.uidvalidity, moved.uids, messages))
-            # Told once done, as flags are (see _keywords).
-            for uid in uids:
-                if uid not in missing:
-                    self._event("moved", folder, uid, f"to {target}")
+            told.extend((uid, target) for uid in uids if uid not in missing)
         # What another client expunged is recorded where it was last seen:
         # should it come back (that client moved it), it was not filed.
         done = [_done(replace(r, folder=folder) if m.uid in gone else r) for m, r in moves]
         self.state.moves_done(folder, done, [m.uid for m, _ in moves], arrivals)
+        # Told once recorded done, as flags are once set (see _keywords): a
+        # pass broken off before, even between two targets, leaves all of
+        # these to the pass that finishes them (_finish_pending tells them).
+        for uid, target in told:
+            self._event("moved", folder, uid, f"to {target}")
         # Counted where a move is recorded done: a pass that breaks off
         # before this leaves them to the next pass, which counts them there.
         self.summary.moved += len(moves) - len(gone)

@@ -998,9 +998,45 @@ def test_moves_to_two_folders_broken_between_them_are_counted_once(dovecot_serve
         return original(self, uids, target, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(imap_module.ImapSession, "move", second_target_breaks)
-    summary = run(account_config(dovecot_server, user, unsure_folder="Unsure", retries=1), tmp_path_db(tmp_path, "broken"), monkeypatch, user, sleep=lambda s: None)
+    events: list[Event] = []
+    summary = run(
+        account_config(dovecot_server, user, unsure_folder="Unsure", retries=1),
+        tmp_path_db(tmp_path, "broken"),
+        monkeypatch,
+        user,
+        sleep=lambda s: None,
+        on_event=events.append,
+    )
     assert summary.retries == 1 and len(set(targets)) == 2
     assert clean.unsure > 0 and summary.moved == clean.moved
+    # --verbose told the first target's moves twice: when made, and again
+    # when the pass after found them done.
+    assert sum(e.kind == "moved" for e in events) == summary.moved
+
+
+def test_a_copy_the_user_marked_junk_is_not_counted_as_flagged_by_a_lost_store(
+    dovecot_server: Dovecot, sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The first $Junk STORE breaks off before the server sees it; some of
+    # its spam have byte-identical copies in the inbox that the user had
+    # marked $Junk. The pass after counted those copies as flagged by the
+    # lost STORE, besides the STORE it sent again.
+    def mailbox() -> ImapUser:
+        user = dovecot_server.add_user()
+        dovecot_server.append(user, "INBOX", sample.inbox_spam[:3], flags=["$Junk"])  # in the first chunk
+        dovecot_server.append(user, "Train/Spam", sample.train_spam)
+        dovecot_server.append(user, "Train/Ham", sample.train_ham)
+        dovecot_server.append(user, "INBOX", sample.inbox)
+        return user
+
+    clean_user = mailbox()
+    clean = run(account_config(dovecot_server, clean_user), tmp_path_db(tmp_path, "clean"), monkeypatch, clean_user)
+    user = mailbox()
+    calls = _drop_once(monkeypatch, "set_keywords")
+    print("RUN2")
+    summary = run(account_config(dovecot_server, user, retries=1), tmp_path_db(tmp_path, "broken"), monkeypatch, user, sleep=lambda s: None)
+    assert summary.retries == 1 and len(calls) >= 2
+    assert counts(summary) == counts(clean)
 
 
 def test_report_creates_only_the_spam_folder_that_filed_training_mail_needs() -> None:
