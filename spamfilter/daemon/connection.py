@@ -77,6 +77,8 @@ class Connection:
         #: temporary directory), or None: the rest of it is read and dropped,
         #: and the answer is EX_TEMPFAIL.
         self.spool_error: str | None = None
+        #: The spool was dropped because the server's spool budget was spent.
+        self.spool_full = False
         #: Bytes of the server's spool budget this connection holds.
         self.spooled = 0
         self._out: deque[memoryview] = deque()

@@ -377,15 +377,15 @@ class Server:
             if self.sockets.spooled + len(data) > self.options.spool_limit:
                 others = self.sockets.spooled - conn.spooled
                 conn.spool_error = f"spool full: {others} bytes spooled by others, the limit is {self.options.spool_limit}"
+                conn.spool_full = True
                 conn.drop_spool()
             else:
                 self.sockets.spooled += len(data)
                 conn.spooled += len(data)
         whole = conn.feed_body(data)
-        if conn.spool is None and conn.spooled:
+        if conn.spool is None:
             # Dropped, at the limit or on a failed write: its bytes are free.
-            self.sockets.spooled -= conn.spooled
-            conn.spooled = 0
+            self.sockets.give_back(conn)
         return whole
 
     def _whole(self, conn: Connection, now: float) -> None:
@@ -401,7 +401,8 @@ class Server:
             self._answer(conn, answer, now)
         elif conn.spool_error is not None:
             why = f"not scanned: the spool could not take the message ({conn.spool_error})"
-            self._answer(conn, replies.error(spamd.EX_TEMPFAIL, "could not spool the message, not scanned", why=why), now)
+            short = "spool full" if conn.spool_full else "could not spool the message"
+            self._answer(conn, replies.error(spamd.EX_TEMPFAIL, f"{short}, not scanned", why=why), now)
         elif conn.oversized:
             if r.compressed:
                 # Neither given back nor cut at a header block: it is compressed.
@@ -453,6 +454,10 @@ class Server:
             return
         if conn.outcome:
             self._log(conn, now)
+        # Given back whole: the spool's bytes are free while the client
+        # takes its time to close.
+        conn.drop_spool()
+        self.sockets.give_back(conn)
         conn.linger(now)
         self.sockets.watch(conn, READ)
 

@@ -174,9 +174,13 @@ class Sockets:
         self.watch(conn, 0)
         self._events.pop(conn, None)
         self.conns.discard(conn)
+        self.give_back(conn)
+        conn.close()
+
+    def give_back(self, conn: Connection) -> None:
+        """Return the spool budget ``conn`` holds (its spool dropped, sent or closed)."""
         self.spooled -= conn.spooled
         conn.spooled = 0
-        conn.close()
 
     def wait(self, now: float) -> float:
         """Seconds until the next deadline (at most one)."""
