@@ -261,14 +261,29 @@ class ImapSession:
         right to write flags; servers without custom keywords."""
         return self.permanent is None or "\\*" in self.permanent or keyword.lower() in self.permanent
 
-    def set_keywords(self, uids: Sequence[int], add: Sequence[str] = (), remove: Sequence[str] = ()) -> None:
-        """Add and remove keywords (flags) on messages of the selected folder."""
+    def set_keywords(self, uids: Sequence[int], add: Sequence[str] = (), remove: Sequence[str] = ()) -> list[int]:
+        """Add and remove keywords (flags) on messages of the selected
+        folder. The UIDs still there: a STORE on a message another client
+        expunged meanwhile does nothing and is answered OK all the same.
+        The server tells each message it changed (an untagged FETCH); only
+        when some are not told is the folder asked which are left."""
         if not uids:
-            return
+            return []
+        told: set[int] = set()
         if add:
-            self._call("STORE +FLAGS", self.client.add_flags, list(uids), list(add), silent=True)
+            told.update(self._call("STORE +FLAGS", self.client.add_flags, list(uids), list(add), silent=False) or {})
         if remove:
-            self._call("STORE -FLAGS", self.client.remove_flags, list(uids), list(remove), silent=True)
+            told.update(self._call("STORE -FLAGS", self.client.remove_flags, list(uids), list(remove), silent=False) or {})
+        if told.issuperset(uids):
+            return list(uids)
+        return self._still_here(uids)
+
+    def _still_here(self, uids: Sequence[int]) -> list[int]:
+        """Those of ``uids`` the selected folder still holds, after taking
+        the server's news of other clients' expunges."""
+        self._call("NOOP", self.client.noop)
+        present = {int(p) for p in self._call("UID SEARCH", self.client.search, ["UID", ",".join(map(str, uids))])}
+        return [u for u in uids if u in present]
 
     def move(self, uids: Sequence[int], folder: str, *, use_move: bool = True) -> Moved:
         """Move messages of the selected folder to ``folder``: MOVE where the
@@ -316,9 +331,7 @@ class ImapSession:
                     raise
                 if tries >= EXPUNGE_TRIES:
                     raise ImapError(f"{exc} (refused {tries} times in a row: other clients kept expunging messages of {self.folder}; these were left there)") from None
-            self._call("NOOP", self.client.noop)  # take the server's news of the expunges
-            present = {int(p) for p in self._call("UID SEARCH", self.client.search, ["UID", ",".join(map(str, still))])}
-            still = [u for u in still if u in present]
+            still = self._still_here(still)
             if not still:
                 return []
             self._copyuid()

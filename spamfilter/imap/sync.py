@@ -209,7 +209,7 @@ class ImapRun:
             # Sent again: a copy found carrying them later was not set by a lost answer.
             self.summary.flag_resent(folder, digests, add)
             try:
-                session.set_keywords(uids, add, remove)
+                uids = session.set_keywords(uids, add, remove)  # less any another client expunged
             except ImapUnavailable:
                 # The server may have set them before the answer was lost:
                 # the pass after finds them set (see _act) and counts them

@@ -1039,6 +1039,33 @@ def test_a_copy_the_user_marked_junk_is_not_counted_as_flagged_by_a_lost_store(
     assert counts(summary) == counts(clean)
 
 
+def test_a_flag_set_on_a_message_another_client_expunged_is_not_counted(dovecot_server: Dovecot, sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Another client expunges one of a chunk's spam between the run's fetch
+    # and its $Junk STORE, which the server answers OK all the same: it was
+    # counted (and told) as flagged.
+    from spamfilter.imap import session as imap_module
+
+    user = setup_mailbox(dovecot_server, sample)
+    original = imap_module.ImapSession.set_keywords
+    gone: list[int] = []
+
+    def expunged_first(self: imap_module.ImapSession, uids: list[int], add: list[str] = [], remove: list[str] = []) -> list[int]:  # noqa: B006
+        if not gone and add == ["$Junk"]:
+            with dovecot_server.client(user, "INBOX") as other:
+                other.delete_messages(uids[:1])
+                other.expunge()
+            gone.append(uids[0])
+        return original(self, uids, add, remove)
+
+    monkeypatch.setattr(imap_module.ImapSession, "set_keywords", expunged_first)
+    events: list[Event] = []
+    summary = run(account_config(dovecot_server, user, spam_action="keyword"), tmp_path_db(tmp_path, "kw"), monkeypatch, user, on_event=events.append)
+    carrying = sum(b"$Junk" in flags for _, _, flags in dovecot_server.folder_messages(user, "INBOX"))
+    assert gone and carrying > 0
+    assert summary.flagged == carrying
+    assert [e.uid for e in events if e.kind == "flagged" and e.uid in gone] == []
+
+
 def test_report_creates_only_the_spam_folder_that_filed_training_mail_needs() -> None:
     from spamfilter.imap.sync import _folders_to_create
 
