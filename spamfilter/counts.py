@@ -143,6 +143,11 @@ class TokenCounts:
         result: npt.NDArray[np.bool_] = (self.doc_count[HAM] + self.doc_count[SPAM]) > 0
         return result
 
+    def known_at(self, columns: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+        """``known()`` of the given columns only (a batch's, of a large cache)."""
+        result: npt.NDArray[np.bool_] = (self.doc_count[HAM, columns] + self.doc_count[SPAM, columns]) > 0
+        return result
+
     def any_negative(self) -> int | None:
         """The first column with a negative count, or None."""
         bad = np.flatnonzero((self.doc_count < 0).any(axis=0) | (self.term_count < 0).any(axis=0))

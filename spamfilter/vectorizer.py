@@ -75,13 +75,16 @@ def count_matrix(docs: Sequence[Mapping[str, int]], vocabulary: Vocabulary, *, b
     return sp.csr_matrix((np.asarray(data, dtype=np.float64), np.asarray(indices, dtype=np.int64), indptr), shape=(len(docs), len(vocabulary)))
 
 
-def indexed_matrix(
-    docs: Sequence[Mapping[str, int]], index: Mapping[str, int], keep: npt.NDArray[np.bool_], *, binary: bool = False
-) -> tuple[sp.csr_matrix, npt.NDArray[np.int64]]:
+#: Which of some token ids to keep (``TokenCounts.known_at``: those some
+#: trained message has), asked of a batch's ids only, not of the whole index.
+Keep = Callable[[npt.NDArray[np.int64]], npt.NDArray[np.bool_]]
+
+
+def indexed_matrix(docs: Sequence[Mapping[str, int]], index: Mapping[str, int], keep: Keep, *, binary: bool = False) -> tuple[sp.csr_matrix, npt.NDArray[np.int64]]:
     """X over the ids of a token index, for a batch scored from memory.
 
-    Tokens of ``docs`` not in ``index`` (token -> id), and ids whose
-    ``keep[id]`` is False (tokens no trained message has), are dropped.
+    Tokens of ``docs`` not in ``index`` (token -> id), and ids that
+    ``keep`` says no to (tokens no trained message has), are dropped.
     Returns X of shape (len(docs), m) and ids (m,): column j of X is token
     id ids[j], ids ascending. Within a row the entries keep the message's
     token order, as ``count_matrix`` does, so X @ W sums each row in the
@@ -93,7 +96,7 @@ def indexed_matrix(
     """
     lengths, ids, data = _looked_up(docs, index, binary)
     kept = ids >= 0
-    kept[kept] = keep[ids[kept]]
+    kept[kept] = keep(ids[kept])
     row_of = np.repeat(np.arange(len(docs)), lengths)
     indptr = np.zeros(len(docs) + 1, dtype=np.int64)
     np.cumsum(np.bincount(row_of[kept], minlength=len(docs)), out=indptr[1:])
@@ -103,15 +106,15 @@ def indexed_matrix(
 
 
 def unseen_counts(
-    docs: Sequence[Mapping[str, int]], index: Mapping[str, int], keep: npt.NDArray[np.bool_], is_line: Callable[[str], bool], *, binary: bool = False
+    docs: Sequence[Mapping[str, int]], index: Mapping[str, int], keep: Keep, is_line: Callable[[str], bool], *, binary: bool = False
 ) -> npt.NDArray[np.float64]:
     """The token events of each doc that ``indexed_matrix`` drops (not in
-    ``index``, or ``keep`` False), shape (len(docs), 2): those ``is_line``
+    ``index``, or not kept), shape (len(docs), 2): those ``is_line``
     says no to, then those it says yes to (it is asked of the dropped
     tokens only)."""
     lengths, ids, data = _looked_up(docs, index, binary)
     dropped = ids < 0
-    dropped[~dropped] = ~keep[ids[~dropped]]
+    dropped[~dropped] = ~keep(ids[~dropped])
     tokens = list(chain.from_iterable(docs))
     line = np.zeros(ids.size, dtype=bool)
     where = np.flatnonzero(dropped)

@@ -158,8 +158,8 @@ class Scoring:
                 self.cache.add(missing, counts)
             gaussian = feature_densities(feature_sums(reader, view.owners)) if m.features else None
             held = self.cache.rows()
-            X, ids = indexed_matrix(docs, self.cache.index, held.known(), binary=binary)
-            unseen = unseen_counts(docs, self.cache.index, held.known(), is_header_line, binary=binary) if m.unseen_weight else None
+            X, ids = indexed_matrix(docs, self.cache.index, held.known_at, binary=binary)
+            unseen = unseen_counts(docs, self.cache.index, held.known_at, is_header_line, binary=binary) if m.unseen_weight else None
             pairs = None
             header = self.cache.header()[ids] if m.header_apart else None
             if m.dependence != "none":

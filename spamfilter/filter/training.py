@@ -152,12 +152,12 @@ class Training:
         before = TokenCounts(written.counts.doc_count - delta.written.doc_count, written.counts.term_count - delta.written.term_count)
         index = dict(zip(written.token_list, range(len(written.token_list))))
         docs, binary = [a.counts for _, a in new], not counts_occurrences(self.config.model.event_model)
-        X, ids = indexed_matrix(docs, index, before.known(), binary=binary)
+        X, ids = indexed_matrix(docs, index, before.known_at, binary=binary)
         header = unseen = None
         if self.config.model.header_apart:
             header = np.fromiter((is_header_line(written.token_list[i]) for i in ids.tolist()), dtype=bool, count=ids.size)
         if self.config.model.unseen_weight:
-            unseen = unseen_counts(docs, index, before.known(), is_header_line, binary=binary)
+            unseen = unseen_counts(docs, index, before.known_at, is_header_line, binary=binary)
         odds = self.scoring.scorer.log_odds(Evidence(before.take(ids), totals, X, header, unseen=unseen))
         self.scoring.record(tx, [label for label, _ in new], odds.tolist(), growth(int(totals.messages.sum()), len(new)))
 

@@ -117,7 +117,10 @@ def _unseen(docs: Sequence[dict[str, int]], vocabulary: Vocabulary) -> tuple[Flo
     """The token events of each doc that ``vocabulary`` lacks, of its body
     and of its header lines (``vectorizer.unseen_counts``, as the filter
     counts them): as occurrences, and as 0/1."""
-    every = np.ones(len(vocabulary), dtype=bool)
+
+    def every(ids: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+        return np.ones(ids.size, dtype=bool)
+
     terms = unseen_counts(docs, vocabulary.index, every, is_header_line)
     return terms, unseen_counts(docs, vocabulary.index, every, is_header_line, binary=True)
 
