@@ -25,7 +25,7 @@ from types import TracebackType
 from typing import Any
 
 from imapclient import IMAPClient
-from imapclient.exceptions import IMAPClientError, LoginError
+from imapclient.exceptions import IMAPClientError, LoginError, ProtocolError
 
 from spamfilter.config import ImapAccount
 from spamfilter.errors import ConfigError, ImapAuthError, ImapError, ImapUnavailable
@@ -270,13 +270,33 @@ class ImapSession:
         if not uids:
             return []
         told: set[int] = set()
-        if add:
-            told.update(self._call("STORE +FLAGS", self.client.add_flags, list(uids), list(add), silent=False) or {})
-        if remove:
-            told.update(self._call("STORE -FLAGS", self.client.remove_flags, list(uids), list(remove), silent=False) or {})
+        for what, store, keywords in (("STORE +FLAGS", self.client.add_flags, add), ("STORE -FLAGS", self.client.remove_flags, remove)):
+            if keywords:
+                told.update(self._stored(what, store, uids, keywords))
         if told.issuperset(uids):
             return list(uids)
-        return self._still_here(uids)
+        try:
+            return self._still_here(uids)
+        except ImapUnavailable:
+            # Done, but which are left is not known: all are counted, as
+            # before the server was asked; the pass after goes on from here.
+            return list(uids)
+
+    def _stored(self, what: str, store: Any, uids: Sequence[int], keywords: Sequence[str]) -> set[int]:
+        """Run a STORE; the asked UIDs the server's FETCH answers name. The
+        FETCH answers queued before it (a NOOP's news of other clients'
+        changes, keyed by sequence number, not UID) are dropped first, so
+        none is taken for an answer; an answer that cannot be read tells
+        nothing (the caller asks the folder)."""
+        getattr(self.client._imap, "untagged_responses", {}).pop("FETCH", None)
+
+        def store_and_read(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return store(*args, **kwargs)
+            except (KeyError, ProtocolError):
+                return None  # stored, but a FETCH answer without FLAGS, or not parsed
+
+        return set(self._call(what, store_and_read, list(uids), list(keywords), silent=False) or {})
 
     def _still_here(self, uids: Sequence[int]) -> list[int]:
         """Those of ``uids`` the selected folder still holds, after taking

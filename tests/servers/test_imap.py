@@ -416,12 +416,17 @@ def test_a_run_whose_lock_another_run_took_meanwhile_stops_before_its_next_step(
         with admin.connect() as conn:  # the run's lock connection goes, as in a restart
             # Only this database's (other workers run beside it), and wait
             # until each is gone: a backend ends after the call returns.
-            conn.execute(
-                sa.text(
-                    "SELECT pg_terminate_backend(pid, 60000) FROM pg_locks WHERE locktype = 'advisory' AND pid <> pg_backend_pid()"
-                    " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            ended = (
+                conn.execute(
+                    sa.text(
+                        "SELECT pg_terminate_backend(pid, 60000) FROM pg_locks WHERE locktype = 'advisory' AND pid <> pg_backend_pid()"
+                        " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+                    )
                 )
+                .scalars()
+                .all()
             )
+            assert ended and all(ended)  # false: still there after the 60 s
         lock = other.exclusive("an imap run of account 'test'")
         lock.__enter__()  # a second run starts in the gap
         holding.append(lock)
@@ -1033,7 +1038,6 @@ def test_a_copy_the_user_marked_junk_is_not_counted_as_flagged_by_a_lost_store(
     clean = run(account_config(dovecot_server, clean_user), tmp_path_db(tmp_path, "clean"), monkeypatch, clean_user)
     user = mailbox()
     calls = _drop_once(monkeypatch, "set_keywords")
-    print("RUN2")
     summary = run(account_config(dovecot_server, user, retries=1), tmp_path_db(tmp_path, "broken"), monkeypatch, user, sleep=lambda s: None)
     assert summary.retries == 1 and len(calls) >= 2
     assert counts(summary) == counts(clean)
@@ -1064,6 +1068,39 @@ def test_a_flag_set_on_a_message_another_client_expunged_is_not_counted(dovecot_
     assert gone and carrying > 0
     assert summary.flagged == carrying
     assert [e.uid for e in events if e.kind == "flagged" and e.uid in gone] == []
+
+
+def test_keywords_set_are_told_for_the_messages_still_there(dovecot_server: Dovecot, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The UIDs a keyword change reached: not one another client expunged,
+    # though a FETCH answer queued before the STORE (a NOOP's news of
+    # another client's change, keyed by sequence number) names its number.
+    user = dovecot_server.add_user()
+    dovecot_server.append(user, "INBOX", [f"Subject: m{i}\r\n\r\nbody {i}\r\n".encode() for i in range(4)])
+    account = account_config(dovecot_server, user).imap[0]
+    with ImapSession.connect(account, user.password) as session:
+        session.select("INBOX")
+        uids = session.uids()
+        with dovecot_server.client(user, "INBOX") as other:
+            other.delete_messages([uids[1]])
+            other.expunge()
+        session.client._imap.untagged_responses["FETCH"] = [f"{uids[1]} (FLAGS (\\Seen))".encode()]
+        assert session.set_keywords(uids, ["$Junk"]) == [uids[0], *uids[2:]]
+        # Told by the server for every one: nothing more is asked.
+        assert session.set_keywords(uids[2:], ["$NotJunk"], ["$Junk"]) == uids[2:]
+        # Dovecot answers no FETCH for a message the change leaves as it
+        # was: the folder is asked, and those still there are told.
+        assert session.set_keywords(uids, [], ["$Junk"]) == [uids[0], *uids[2:]]
+
+        # The connection lost while asking, after the change was made: it
+        # is told for all (the pass after goes on), not lost with an error.
+        def lost(self: ImapSession, asked: list[int]) -> list[int]:
+            raise ImapUnavailable("connection lost (injected)")
+
+        monkeypatch.setattr(ImapSession, "_still_here", lost)
+        assert session.set_keywords(uids, [], ["$Junk"]) == uids
+    with dovecot_server.client(user, "INBOX") as inbox:
+        flags = inbox.get_flags(inbox.search("ALL"))
+    assert [sorted(set(f) & {b"$Junk", b"$NotJunk"}) for f in flags.values()] == [[], [b"$NotJunk"], [b"$NotJunk"]]
 
 
 def test_report_creates_only_the_spam_folder_that_filed_training_mail_needs() -> None:

@@ -641,7 +641,12 @@ def _terminate_other_backends(admin: sa.Engine) -> None:
     wait until each is gone (a backend ends after the call returns, and its
     locks with it)."""
     with admin.connect() as conn:
-        conn.execute(sa.text("SELECT pg_terminate_backend(pid, 60000) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"))
+        ended = (
+            conn.execute(sa.text("SELECT pg_terminate_backend(pid, 60000) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"))
+            .scalars()
+            .all()
+        )
+    assert all(ended)  # false: still there after the 60 s
 
 
 def test_a_run_lock_lost_mid_run_is_taken_again_or_stops_the_run_before_its_next_step(fresh_postgres_url: str, caplog: pytest.LogCaptureFixture) -> None:

@@ -7,7 +7,8 @@ from collections import Counter
 import numpy as np
 import scipy.sparse as sp
 
-from spamfilter.vectorizer import Vocabulary, batch_vocabulary, count_matrix, term_counts
+from spamfilter.counts import TokenCounts
+from spamfilter.vectorizer import Vocabulary, batch_vocabulary, count_matrix, indexed_matrix, term_counts, unseen_counts
 
 
 def test_vocabulary_numbers_tokens_in_first_seen_order_without_repeats() -> None:
@@ -110,3 +111,22 @@ def test_tokens_to_matrix_end_to_end() -> None:
 def test_count_matrix_accepts_counters() -> None:
     X = count_matrix([Counter(["free", "free", "money"])], VOCABULARY)
     np.testing.assert_array_equal(X.toarray(), [[2, 1, 0]])
+
+
+def test_indexed_matrix_and_unseen_counts_keep_only_what_keep_allows() -> None:
+    # The count cache's ids; "b" and "hd:x" are rows whose counts went to
+    # zero (an untrained message): dropped from X, counted as unseen.
+    index = {"a": 0, "b": 1, "c": 2, "hd:x": 3, "hd:y": 4}
+    counts = TokenCounts(np.array([[1, 0, 0, 0, 2], [0, 0, 3, 0, 0]]), np.array([[1, 0, 0, 0, 2], [0, 0, 4, 0, 0]]))
+    docs = [{"c": 2, "b": 1, "a": 3, "new": 5}, {"hd:x": 1, "hd:y": 1, "hd:new": 2}, {}]
+    X, ids = indexed_matrix(docs, index, counts.known_at)
+    assert ids.tolist() == [0, 2, 4]
+    assert X.shape == (3, 3)
+    assert X.toarray().tolist() == [[3.0, 2.0, 0.0], [0.0, 0.0, 1.0], [0.0, 0.0, 0.0]]
+    assert X.indices[: X.indptr[1]].tolist() == [1, 0]  # the message's own order: c, then a
+    binary, _ = indexed_matrix(docs, index, counts.known_at, binary=True)
+    assert binary.toarray().tolist() == [[1.0, 1.0, 0.0], [0.0, 0.0, 1.0], [0.0, 0.0, 0.0]]
+    unseen = unseen_counts(docs, index, counts.known_at, lambda t: t.startswith("hd:"))
+    assert unseen.tolist() == [[1.0 + 5.0, 0.0], [0.0, 1.0 + 2.0], [0.0, 0.0]]
+    assert unseen_counts(docs, index, counts.known_at, lambda t: t.startswith("hd:"), binary=True).tolist() == [[2.0, 0.0], [0.0, 2.0], [0.0, 0.0]]
+    assert counts.known_at(np.array([], dtype=np.int64)).tolist() == []
