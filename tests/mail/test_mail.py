@@ -678,3 +678,10 @@ def test_a_device_is_not_a_mail_source(device: str) -> None:
         pytest.skip(f"no {device}")
     with pytest.raises(MailSourceError, match="is a device or socket, not a file, folder or pipe"):
         read_messages([device])
+
+
+def test_a_delivered_message_is_unquoted_where_a_line_starts_only() -> None:
+    # One level of mboxrd quoting comes off at each line start (LF, CRLF or
+    # a lone CR) and nowhere else: not inside a line, not in HTML's ">".
+    raw = b"From a@x Mon Jan  1 00:00:00 2024\n>From one\n>>From two\nx>From not at a start\n<p>>From</p> <b>>>From</b>\r\n>From crlf\r>From cr\n>From\n>>>From three\n"
+    assert delivered("-", raw).raw == (b"From one\n>From two\nx>From not at a start\n<p>>From</p> <b>>>From</b>\r\nFrom crlf\rFrom cr\n>From\n>>From three\n")
