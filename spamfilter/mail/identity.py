@@ -28,8 +28,11 @@ _FILTER_NAMES: Final = b"|".join(re.escape(name.encode("ascii")) for name in FIL
 # Python's email parser: "Subject: hi\rX-Spam-Flag: NO" holds two fields
 # for it, one for procmail, which only splits at LF.
 _FILTER_FIELD_RE: Final = re.compile(rb"(?:" + _FILTER_NAMES + rb")[ \t]*:[^\r\n]*(?:(?:\r\n|\r|\n)[ \t][^\r\n]*)*(\r\n|\r|\n|\Z)", re.IGNORECASE)
-# Where such a field may start: at the very beginning, or after a CR or LF.
-_FILTER_FIELD_START_RE: Final = re.compile(rb"(?:(?<=[\r\n])|(?<![\x00-\xff]))(?:" + _FILTER_NAMES + rb")[ \t]*:", re.IGNORECASE)
+# Such a field's name and colon; it starts a field at the very beginning or
+# after a CR or LF (`_FilterLayout.runs` checks). The pattern starts with the
+# name, so the search skips to each "X"; with a lookbehind first it was tried
+# at every byte (ten times slower).
+_FILTER_FIELD_START_RE: Final = re.compile(rb"(?:" + _FILTER_NAMES + rb")[ \t]*:", re.IGNORECASE)
 # An empty line when CR, LF and CRLF each end a line (group 1 ends the line
 # before it).
 _EMPTY_LINE_RE: Final = re.compile(rb"(\r\n|\r(?!\n)|\n)(?:\r\n|\r|\n)")
@@ -137,6 +140,8 @@ class _FilterLayout:
         field_end = -1  # where the last field dropped ended, line break included
         for m in _FILTER_FIELD_START_RE.finditer(raw, self.start, self.scan_end):
             at = m.start()
+            if at > 0 and raw[at - 1] not in (0x0A, 0x0D):
+                continue  # inside a line
             follows_drop = at == field_end
             if not (at < any_end or (at > 0 and raw[at - 1] == 0x0A) or follows_drop):
                 continue
