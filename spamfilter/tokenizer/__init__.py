@@ -149,6 +149,8 @@ _MAX_RECEIVED = 8
 
 _URL = re.compile(r"\b(?:(?:https?|ftp)://|www\.)[^\s<>\"'()]{1,500}", re.IGNORECASE)
 _EMAIL = re.compile(r"\b[\w.+\-]{1,64}@([\w\-]{1,63}(?:\.[\w\-]{1,63}){1,8})")
+#: The most an ``_EMAIL`` match holds after its "@": 63 + 8 x 64 characters.
+_EMAIL_AFTER = 63 + 8 * 64
 _CJK_RUN = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]{2,}")
 #: Deletes the ASCII digits: an ASCII word's digits are counted as what this leaves out.
 _ASCII_DIGITS = str.maketrans("", "", "0123456789")
@@ -375,7 +377,7 @@ class Tokenizer:
                 out.append(EMAIL + "domain:" + m.group(1).lower()[:100])
                 return " "
 
-            text = _EMAIL.sub(address, text)
+            text = sub_addresses(text, address)
         out.extend(self.words(text))
 
     def _attachment_tokens(self, ctype: str, name: str | None) -> Iterator[str]:
@@ -395,6 +397,34 @@ class Tokenizer:
             if len(self._stem_cache) < _STEM_CACHE_LIMIT:
                 self._stem_cache[word] = cached
         return cached
+
+
+def sub_addresses(text: str, repl: Callable[[re.Match[str]], str]) -> str:
+    """``_EMAIL.sub(repl, text)``, searched for only around each "@": the
+    pattern tried at every word of a long text was the costliest step of
+    reading an address (0.25 s against 0.03 over the 1,299 texts holding an
+    "@" of 2,000 spamassassin messages). The same matches: a match for an
+    "@" starts at most 64 characters before it and ends at most
+    ``_EMAIL_AFTER`` after it; the search starts no earlier than the last
+    match's end, where the pattern's ``\b`` still sees the character before
+    (the search is on the whole string); and a match found for a later "@"
+    in the window is left to that "@"'s own search."""
+    pieces: list[str] = []
+    last = 0
+    at = text.find("@")
+    while at >= 0:
+        m = _EMAIL.search(text, max(last, at - 64), min(len(text), at + 1 + _EMAIL_AFTER))
+        if m is None or m.start(1) != at + 1:
+            at = text.find("@", at + 1)
+            continue
+        pieces.append(text[last : m.start()])
+        pieces.append(repl(m))
+        last = m.end()
+        at = text.find("@", last)
+    if not pieces:
+        return text
+    pieces.append(text[last:])
+    return "".join(pieces)
 
 
 def _leaves(message: email.message.Message) -> Iterable[email.message.Message]:
