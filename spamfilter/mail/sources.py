@@ -523,7 +523,7 @@ def _finish(message: bytearray, last: bytes, blank: tuple[bytes, ...] = _BLANK_L
     return bytes(message)
 
 
-def _mbox_messages(lines: Iterable[bytes], path: str) -> Iterator[MailItem]:
+def _mbox_messages(lines: Iterable[bytes], path: str, *, split: bool = True) -> Iterator[MailItem]:
     """Split mbox lines (envelope line first) into messages.
 
     Lines are read one at a time and only the current message is kept, so
@@ -532,8 +532,9 @@ def _mbox_messages(lines: Iterable[bytes], path: str) -> Iterator[MailItem]:
     line (`_ENVELOPE_RE`) even without one. A UW-IMAP folder-data
     pseudo-message in first place is skipped; later messages keep their
     position in the file as their number, and a file that yields a single
-    message names it `path` alone. (A file known to hold one message is
-    read by `delivered`, on its bytes.)
+    message names it `path` alone. With ``split=False`` the first envelope
+    line is dropped and every later line is message content, for a file
+    known to hold one message; the source is then `path` alone too.
 
     An mbox whose lines end in CR alone (old Mac mail programs) comes as
     one line, or as lines each ending in a lone CR (split by a caller that
@@ -556,7 +557,7 @@ def _mbox_messages(lines: Iterable[bytes], path: str) -> Iterator[MailItem]:
     last = b""  # current's last line
     prev_blank = True
     for line in lines:
-        if line.startswith(_ENVELOPE_PREFIX) and (prev_blank or _ENVELOPE_RE.match(line) is not None):
+        if line.startswith(_ENVELOPE_PREFIX) and (split or current is None) and (prev_blank or _ENVELOPE_RE.match(line) is not None):
             if current is not None:
                 count += 1
                 raw = _finish(current, last, blank)
@@ -576,8 +577,8 @@ def _mbox_messages(lines: Iterable[bytes], path: str) -> Iterator[MailItem]:
     if current is not None:
         count += 1
         raw = _finish(current, last, blank)
-        if yielded == 0:
-            if not (count == 1 and _is_uw_imap_folder_data(raw)):
+        if not split or yielded == 0:
+            if not (split and count == 1 and _is_uw_imap_folder_data(raw)):
                 yield MailItem(path, raw)
         else:
             yield MailItem(f"{path}:{count}", raw)
@@ -630,8 +631,11 @@ def _iter_index(entries: list[tuple[bool, str]]) -> Iterator[tuple[bool, MailIte
 def _read_index_message(path: str) -> MailItem:
     try:
         with open(path, "rb") as f:
-            # `delivered` reads a message file that starts with an envelope
-            # line as the mbox reader does, on the bytes, not line by line.
-            return delivered(path, f.read())
+            if _starts_with_envelope(f):
+                # The mbox reader's lines (LF), not `delivered`'s (any of
+                # CR, LF, CRLF): the two differ on a lone CR inside a line,
+                # and an index's messages keep the bytes they were trained with.
+                return next(_mbox_messages(f, path, split=False))
+            return MailItem(path, f.read())
     except OSError as err:
         raise MailSourceError(f"cannot read mail file {path!r}: {err.strerror}") from err
