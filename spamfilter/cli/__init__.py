@@ -154,9 +154,12 @@ def _value_name(param: TyperArgument | TyperOption) -> str:
 def _plain_value(param: TyperArgument | TyperOption, value: Any) -> tuple[bool, Any]:
     """(True, what Typer's coercion would make of ``value``) where that is
     plain: nothing given for a parameter that is not required; text for a
-    ``str``; texts for a ``list[str]`` (none only where not required); the
-    text of a member's value for a case-sensitive Enum. (False, None) for
-    anything else, which Typer coerces."""
+    ``str``; the parameter's own default where it is of the annotated type
+    (a number, a flag or an Enum member the command was not given: what a
+    user types is text, which Typer converts and checks); texts for a
+    ``list[str]`` (none only where not required); the text of a member's
+    value for a case-sensitive Enum. (False, None) for anything else,
+    which Typer coerces."""
     desc = param.type_descriptor
     annotation: Any = desc.annotation
     if desc.parameter_info.parser is not None:
@@ -165,6 +168,8 @@ def _plain_value(param: TyperArgument | TyperOption, value: Any) -> tuple[bool, 
         return (not param.required), (() if param.multiple or param.nargs == -1 else None)
     if annotation is str and type(value) is str:
         return True, value
+    if isinstance(annotation, type) and type(value) is annotation and type(param.default) is annotation and value == param.default:
+        return True, value  # the parameter's own default (a number, a flag, an Enum member)
     listed = isinstance(value, (tuple, list)) and (bool(value) or not param.required)
     if get_origin(annotation) is list and get_args(annotation) == (str,) and listed and all(type(v) is str for v in value):
         return True, list(value)

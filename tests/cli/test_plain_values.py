@@ -31,9 +31,9 @@ def every_parameter() -> list[tuple[str, Any]]:
 
 def samples(param: Any) -> list[Any]:
     annotation = param.type_descriptor.annotation
-    values: list[Any] = [None, "text", "-", ("a", "b"), ()]
+    values: list[Any] = [None, "text", "-", ("a", "b"), (), param.default, 0, 1, 0.5, True, False]
     if isinstance(annotation, type) and issubclass(annotation, Enum):
-        values += [m.value for m in annotation] + [str(m.value).upper() for m in annotation]
+        values += [m.value for m in annotation] + [str(m.value).upper() for m in annotation] + list(annotation)
     return values
 
 
@@ -51,6 +51,15 @@ def test_every_plain_value_is_what_typer_would_make_of_it() -> None:
     # What a daemon-answered `filter --connect` and `mark --connect` pass, among others.
     assert {("", "db"), ("", "config_file"), ("", "user"), ("filter", "connect"), ("mark", "connect"), ("mark", "label"), ("mark", "sources")} <= checked
     assert len(checked) > 100
+
+
+@pytest.mark.parametrize(("command", "name"), [("classify", "fmt"), ("train", "margin"), ("top-words", "n"), ("top-words", "min_count")])
+def test_a_default_that_is_not_text_is_passed_as_it_is(command: str, name: str) -> None:
+    # An Enum member, a float, an int: what every run of these commands
+    # passes when the option is not given.
+    param = next(p for where, p in every_parameter() if where == command and p.name == name)
+    assert type(param.default) is not str
+    assert cli._plain_value(param, param.default) == (True, param.default)
 
 
 @pytest.mark.parametrize("value", ["3", "x", 3])

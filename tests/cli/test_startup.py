@@ -102,6 +102,25 @@ def test_filter_answered_by_a_daemon_loads_no_maths_no_database_and_no_filter(sa
     assert {name: loaded(modules, name) for name in heavy} == {name: [] for name in heavy}
 
 
+def test_classify_and_train_with_their_defaults_load_no_pydantic(sample_db: str, message: bytes, tmp_path: Path) -> None:
+    # classify's --format and train's --margin have defaults that are not
+    # text; Typer's coercion of them imported pydantic, 60 ms of each start.
+    import shutil
+
+    config = tmp_path / "config.toml"
+    config.write_text("")
+    db = tmp_path / "model.db"
+    shutil.copy(sample_db.removeprefix("sqlite:///"), db)
+    url = f"sqlite:///{db}"
+    classified = run_cli(["--config", str(config), "--db", url, "classify", "-"], message)
+    trained = run_cli(["--config", str(config), "--db", url, "train", "--spam", "-"], message)
+    assert classified[0] == 0 and classified[2].split(b"\n")[1].split()[0] in (b"spam", b"ham", b"unsure")
+    assert (trained[0], trained[2]) == (0, b"trained 1 spam, 0 ham\n")
+    assert (loaded(classified[1], "pydantic"), loaded(trained[1], "pydantic")) == ([], [])
+    # a number the user types is still Typer's to convert and check
+    assert loaded(run_cli(["--config", str(config), "--db", url, "top-words", "--n", "3"])[1], "pydantic") != []
+
+
 def test_mark_learned_by_a_daemon_loads_no_maths_no_database_and_no_filter(sample_db: str, message: bytes, tmp_path: Path) -> None:
     # What Dovecot's learn-on-move pipe runs for each moved message.
     import shutil
