@@ -102,16 +102,21 @@ def test_filter_answered_by_a_daemon_loads_no_maths_no_database_and_no_filter(sa
     assert {name: loaded(modules, name) for name in heavy} == {name: [] for name in heavy}
 
 
-def test_classify_and_train_with_their_defaults_load_no_pydantic(sample_db: str, message: bytes, tmp_path: Path) -> None:
-    # classify's --format and train's --margin have defaults that are not
-    # text; Typer's coercion of them imported pydantic, 60 ms of each start.
+def copy_of(sample_db: str, tmp_path: Path) -> tuple[Path, str]:
+    """An empty config file and a copy of the sample database (its URL), to train into."""
     import shutil
 
     config = tmp_path / "config.toml"
     config.write_text("")
     db = tmp_path / "model.db"
     shutil.copy(sample_db.removeprefix("sqlite:///"), db)
-    url = f"sqlite:///{db}"
+    return config, f"sqlite:///{db}"
+
+
+def test_classify_and_train_with_their_defaults_load_no_pydantic(sample_db: str, message: bytes, tmp_path: Path) -> None:
+    # classify's --format and train's --margin have defaults that are not
+    # text; Typer's coercion of them imported pydantic, 60 ms of each start.
+    config, url = copy_of(sample_db, tmp_path)
     classified = run_cli(["--config", str(config), "--db", url, "classify", "-"], message)
     trained = run_cli(["--config", str(config), "--db", url, "train", "--spam", "-"], message)
     assert classified[0] == 0 and classified[2].split(b"\n")[1].split()[0] in (b"spam", b"ham", b"unsure")
@@ -123,17 +128,11 @@ def test_classify_and_train_with_their_defaults_load_no_pydantic(sample_db: str,
 
 def test_mark_learned_by_a_daemon_loads_no_maths_no_database_and_no_filter(sample_db: str, message: bytes, tmp_path: Path) -> None:
     # What Dovecot's learn-on-move pipe runs for each moved message.
-    import shutil
-
     from spamfilter.config import load_config
     from spamfilter.filter import Filter
     from tests.servers.test_daemon import Daemon
 
-    config = tmp_path / "config.toml"
-    config.write_text("")
-    db = tmp_path / "model.db"
-    shutil.copy(sample_db.removeprefix("sqlite:///"), db)
-    url = f"sqlite:///{db}"
+    config, url = copy_of(sample_db, tmp_path)
     with Filter.open(load_config(config), url) as f:
         before = f.stats()
     daemon = Daemon(tmp_path / "serve.log", url, config, "--listen", "127.0.0.1:0", "--processes", "1", "--allow-tell")
