@@ -154,13 +154,34 @@ def reselect(tx: StoreTransaction, m: ModelConfig) -> Selection:
         return vocabulary.tokens[column]
 
     chosen, kids = chosen_tokens(names, doc_count, tx.ledger_counts(), m, spode_parent)
-    parent_rows, changes = pair_sums(chosen, set(kids), docs, labels, [1] * len(docs)) if chosen else ([], {})
+    written = _put_pairs(tx, chosen, kids if chosen else [], docs, labels, len(docs))
+    return Selection(chosen, len(kids) if chosen else 0, len(docs), written)
+
+
+def _put_pairs(tx: StoreTransaction, parents: list[str], kids: list[str], docs: list[dict[str, int]], labels: list[int], messages: int) -> int:
+    """Store the pair counts of ``parents`` and ``kids`` over the ledger's
+    ``docs`` in place of the owner's (chosen when it held ``messages``);
+    how many pair counts that is."""
+    parent_rows, changes = pair_sums(parents, set(kids), docs, labels, [1] * len(docs)) if parents else ([], {})
     present = {row[0] for row in parent_rows}
-    parent_rows += [(p, 0, 0, 0, 0) for p in chosen if p not in present]
+    parent_rows += [(p, 0, 0, 0, 0) for p in parents if p not in present]
     empty = np.zeros((0, PAIR_COLUMNS), dtype=np.int64)
-    tx.pairs.replace(sorted(parent_rows), {t: changes.get(t, empty) for t in kids} if chosen else {}, len(docs))
+    tx.pairs.replace(sorted(parent_rows), {t: changes.get(t, empty) for t in kids}, messages)
     tx.bump_version()  # copies of the counts held in memory (PairCache) are stale now
-    return Selection(chosen, len(kids) if chosen else 0, len(docs), sum(len(r) for r in changes.values()))
+    return sum(len(r) for r in changes.values())
+
+
+def recount(tx: StoreTransaction) -> None:
+    """Count the pairs of the parents and children chosen before again
+    from the ledger as it is now (after a prune took tokens out of its
+    entries); the choice and when it was made stay."""
+    tx.pairs.lock(exclusive=True)
+    messages = tx.pairs.selected_at()
+    if messages is None:
+        return
+    parents, _, _ = tx.pairs.parents()
+    docs, labels = _ledger(tx)
+    _put_pairs(tx, parents, list(tx.pairs.all_children()), docs, labels, messages)
 
 
 def chosen_tokens(

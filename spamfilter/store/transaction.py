@@ -472,13 +472,13 @@ class StoreTransaction:
         that message's alone. What the ledger's sums lost (terms and
         binary_terms per class).
 
-        With a one-dependence selection the entries stay as they are: its
-        pair counts hold sums over the entries (a parent's occurrences are
-        the sizes of the messages that hold it), which pruning does not
-        change.
+        A one-dependence selection's pair counts are sums over the entries
+        (a parent's occurrences are the sizes of the messages that hold
+        it): whoever prunes counts them again from the entries left
+        (``filter.dependence.recount``).
         """
         lost = ClassCounts.zeros()
-        if not pruned or self.pairs.selected_at() is not None:
+        if not pruned:
             return lost
         query = sa.select(messages.c.digest, messages.c.label, messages.c.token_counts).where(
             (messages.c.owner == self.owner) & (messages.c.digest > sa.bindparam("after"))

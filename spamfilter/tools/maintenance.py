@@ -141,7 +141,8 @@ class Maintenance:
         the vocabulary left; message counts (priors, Bernoulli denominators)
         do not change. The pruned tokens leave the ledger's entries too
         (``StoreTransaction.prune_tokens``), so forgetting a message later
-        subtracts only what is left of it. SQLite keeps the freed pages
+        subtracts only what is left of it, and a one-dependence selection's
+        pair counts are counted again from the entries left. SQLite keeps the freed pages
         for reuse; ``vacuum`` gives them back to the file system.
         """
         if min_count < 0 or older_than_days < 0:
@@ -156,6 +157,8 @@ class Maintenance:
                 tx.exclude_writers()  # before the count, or one a trainer commits meanwhile is left out of it
             before = tx.totals().vocabulary_size
             removed, counts = tx.prune_tokens(min_count, today - timedelta(days=older_than_days), dry_run=dry_run)
+            if removed and not dry_run:
+                dependence.recount(tx)  # the entries' sizes, which a selection's pairs sum, changed
         checkpointed = dry_run or (self.store.checkpoint() and checkpointed)
         return PruneSummary(
             user=self.store.owner,

@@ -854,3 +854,38 @@ def test_two_imports_into_an_empty_model_at_once_cannot_both_take_it(any_db_url:
     assert isinstance(results["two"], ModelNotEmpty)
     with Filter.open(Config(), any_db_url) as f:
         assert f.stats().spam_messages == 3
+
+
+def test_with_a_selection_forgetting_after_a_prune_leaves_a_later_message_s_count_too(any_db_url: str, sample: Path) -> None:
+    # With a one-dependence selection the ledger's entries kept the pruned
+    # tokens, so forgetting A took B's count of "zorblax" away, and db check
+    # could not see it (the token was pruned).
+    from dataclasses import replace as replaced
+
+    from spamfilter.config import ModelConfig, StoreConfig
+    from spamfilter.filter import dependence
+    from spamfilter.mail.sources import read_messages
+
+    def message(subject: str, body: str) -> MailItem:
+        return MailItem(subject, f"From: a@example.com\nSubject: {subject}\n\n{body}\n".encode())
+
+    a, b = message("hello", "zorblax quuxword common words here"), message("hello again", "zorblax another common words there")
+    model = replaced(ModelConfig(), dependence="aode", aode_parents=12, aode_children=300, aode_min_support=3, reselect_growth=0.0)
+    spam = [(True, m) for m in read_messages([str(sample / "train-spam.mbox")])]
+    ham = [(False, m) for m in read_messages([str(sample / "train-ham.mbox")])]
+    with Filter.open(Config(store=StoreConfig(url=any_db_url), model=model)) as f:
+        f.train([*spam, *ham, (False, a)])
+        assert len(Maintenance(f.store).reselect(model).parents) == 12
+        assert Maintenance(f.store).prune(2, 0).tokens_removed > 0
+        assert query(f, "SELECT count(*) FROM tokens WHERE token = 'zorblax'") == [(0,)]
+        report = Maintenance(f.store).check()
+        assert report.ok
+        f.train([(False, b)])
+        assert f.forget([a]).forgotten == 1
+        assert query(f, "SELECT ham_docs, spam_docs, ham_terms, spam_terms FROM tokens WHERE token = 'zorblax'") == [(1, 0, 1, 0)]
+        assert Maintenance(f.store).check().ok
+        with f.store.begin(write=False) as tx:
+            assert dependence.differences(tx) == []  # the pairs are the ledger's
+        assert f.forget([b]).forgotten == 1
+        assert query(f, "SELECT count(*) FROM tokens WHERE token = 'zorblax'") == [(0,)]
+        assert Maintenance(f.store).check().ok
