@@ -15,9 +15,15 @@ from spamfilter.counts import MAX_COUNT, IntArray
 from spamfilter.errors import CountsFileError
 from spamfilter.verdicts import Label
 
-#: First line of a counts file (``Maintenance.export_counts``); "v1" is the format version.
-COUNTS_HEADER = "# spamfilter counts v1"
+#: First line of a counts file (``Maintenance.export_counts``); "v2" is the
+#: format version. Version 2 adds the message features' sums and the
+#: calibration record; a version 1 file (which has neither) still reads.
+COUNTS_HEADER = "# spamfilter counts v2"
+_READABLE_HEADERS = ("# spamfilter counts v1", COUNTS_HEADER)
 TOTALS_KEYS = ("ham_messages", "spam_messages", "ham_terms", "spam_terms", "ham_binary_terms", "spam_binary_terms")
+FEATURE_KEYS = ("label", "feature", "n", "total", "total_sq")
+CALIBRATION_KEYS = ("label", "bin", "weight")
+_INTEGER = re.compile(r"-?[0-9]+")
 _ESCAPES = {"\\": "\\", "t": "\t", "n": "\n", "r": "\r", "#": "#"}
 #: A token's longest UTF-8 form in a counts file: far above the tokenizer's
 #: (about 200 characters) and below PostgreSQL's limit for a B-tree index
@@ -79,7 +85,7 @@ def read_counts_lines(stream: BinaryIO) -> Iterator[str]:
 class CountsReader:
     """Parses and checks a counts file line by line (``Maintenance.import_counts``)."""
 
-    def __init__(self, lines: Iterable[str]) -> None:
+    def __init__(self, lines: Iterable[str], *, feature_count: int = 0, calibration_bins: int = 0) -> None:
         self.lines = lines
         self.totals: IntArray | None = None
         #: How far each total may still grow: (3, 2) like ``totals``.
@@ -88,6 +94,12 @@ class CountsReader:
         self.sums = [[0, 0], [0, 0]]  # rows terms, binary_terms
         self.previous: tuple[str, int] | None = None  # the last token and its line
         self.where = "line 1"
+        #: "# features" lines: (label, feature) -> [n, total, total_sq].
+        self.features: dict[tuple[int, int], list[int]] = {}
+        #: "# calibration" lines: (label, bin) -> weight.
+        self.calibration: dict[tuple[int, int], float] = {}
+        self.feature_count = feature_count
+        self.calibration_bins = calibration_bins
 
     def fail(self, reason: str) -> CountsFileError:
         return CountsFileError(f"counts file, {self.where}: {reason}")
@@ -103,13 +115,19 @@ class CountsReader:
                 line = line[:-1] if line.endswith("\n") else line
                 line = line[:-1] if line.endswith("\r") else line
                 if number == 1:
-                    if not (line == COUNTS_HEADER or line.startswith(COUNTS_HEADER + " ")):
+                    if not any(line == h or line.startswith(h + " ") for h in _READABLE_HEADERS):
                         raise self.fail(f"not a spamfilter counts file (the first line is not {COUNTS_HEADER!r} ...)")
                     continue
                 if line.startswith("# totals "):
                     if self.totals is not None:
                         raise self.fail("a second '# totals' line")
                     self.totals = self._totals(line)
+                    continue
+                if line.startswith("# features "):
+                    self._feature_line(line)
+                    continue
+                if line.startswith("# calibration "):
+                    self._calibration_line(line)
                     continue
                 if not line or line.startswith("#"):
                     continue
@@ -144,6 +162,47 @@ class CountsReader:
                     "counts stay below 2^62, so no sum overflows the database's 64-bit integers)"
                 )
         return np.array(values, dtype=np.int64).reshape(3, 2)
+
+    def _fields(self, line: str, prefix: str, keys: tuple[str, ...]) -> dict[str, str]:
+        if self.totals is None:
+            raise self.fail(f"a '{prefix.strip()}' line comes before the '# totals' line")
+        fields = dict(part.partition("=")[::2] for part in line[len(prefix) :].split())
+        if sorted(fields) != sorted(keys):
+            raise self.fail(f"the '{prefix.strip()}' line needs {', '.join(keys)}, each once")
+        return fields
+
+    def _feature_line(self, line: str) -> None:
+        """A message feature's sums in one class (``FeatureStats``)."""
+        fields = self._fields(line, "# features ", FEATURE_KEYS)
+        if not all(_INTEGER.fullmatch(v) for v in fields.values()):
+            raise self.fail("the features line needs whole numbers written in the digits 0-9")
+        label, feature, n, total, total_sq = (int(fields[k]) for k in FEATURE_KEYS)
+        assert self.totals is not None
+        if label not in (0, 1) or not 0 <= feature < self.feature_count:
+            raise self.fail(f"no feature {feature} of label {label} (labels 0 and 1, features 0 to {self.feature_count - 1})")
+        if (label, feature) in self.features:
+            raise self.fail(f"feature {feature} of label {label} is given again")
+        if not 0 <= n <= self.totals[0, label] or total_sq < 0 or max(abs(total), total_sq) > MAX_COUNT:
+            raise self.fail(f"feature {feature} of label {label}: n={n} (at most the class's messages), total={total}, total_sq={total_sq} (at least 0)")
+        self.features[(label, feature)] = [n, total, total_sq]
+
+    def _calibration_line(self, line: str) -> None:
+        """One bin of the calibration record (``calibration.recorded``)."""
+        fields = self._fields(line, "# calibration ", CALIBRATION_KEYS)
+        if not (_DIGITS.fullmatch(fields["label"]) and _DIGITS.fullmatch(fields["bin"])):
+            raise self.fail("the calibration line's label and bin are whole numbers written in the digits 0-9")
+        label, b = int(fields["label"]), int(fields["bin"])
+        try:
+            weight = float(fields["weight"])
+        except ValueError:
+            raise self.fail(f"the weight {fields['weight']!r} is not a number") from None
+        if label not in (0, 1) or not 0 <= b < self.calibration_bins:
+            raise self.fail(f"no calibration bin {b} of label {label} (labels 0 and 1, bins 0 to {self.calibration_bins - 1})")
+        if not 0.0 <= weight <= float(MAX_COUNT):  # NaN fails too
+            raise self.fail(f"the weight {fields['weight']} is not a finite number >= 0")
+        if (label, b) in self.calibration:
+            raise self.fail(f"calibration bin {b} of label {label} is given again")
+        self.calibration[(label, b)] = weight
 
     def _token_line(self, line: str) -> tuple[str, list[int]]:
         if self.totals is None:

@@ -22,11 +22,13 @@ from typing import TextIO
 import numpy as np
 
 from spamfilter.config import ModelConfig
-from spamfilter.counts import MAX_COUNT, ClassCounts, IntArray, TokenCounts
+from spamfilter.counts import MAX_COUNT, ClassCounts, FeatureStats, IntArray, TokenCounts
 from spamfilter.errors import ModelNotEmpty, StoreError
 from spamfilter.filter import dependence
 from spamfilter.nb import model
+from spamfilter.nb.calibration import MAP_BINS
 from spamfilter.store import Store
+from spamfilter.tokenizer.features import FEATURE_NAMES
 from spamfilter.tools.counts_file import COUNTS_HEADER, TOTALS_KEYS, CountsReader, escape_token
 from spamfilter.verdicts import Label
 
@@ -192,17 +194,24 @@ class Maintenance:
         return VacuumSummary(self.store.display_url, before, self.store.size_bytes())
 
     def export_counts(self, out: TextIO) -> int:
-        """Write this user's counts to ``out`` in the counts format v1
+        """Write this user's model to ``out`` in the counts format v2
         (``spamfilter db export``), from one read snapshot, streamed; returns
         the number of tokens written.
 
-            # spamfilter counts v1 owner=<owner>
+            # spamfilter counts v2 owner=<owner>
             # totals ham_messages=M0 spam_messages=M1 ham_terms=N0 spam_terms=N1 ham_binary_terms=B0 spam_binary_terms=B1
+            # features label=C feature=I n=N total=T total_sq=Q          (each nonzero row)
+            # calibration label=C bin=B weight=W                         (each nonzero bin)
             # token<TAB>ham_docs<TAB>spam_docs<TAB>ham_terms<TAB>spam_terms
             <token><TAB><ham_docs><TAB><spam_docs><TAB><ham_terms><TAB><spam_terms>
             ...
 
-        UTF-8, one token a line in code point order; in tokens and the owner
+        The features lines are the message features' sums per class (kept
+        by every training, scored with ``[model] features``), the
+        calibration lines the record the calibrated score is read off
+        (weights written so that they read back exactly): without them an
+        imported model gives the same log-odds but other scores and
+        verdicts. UTF-8, one token a line in code point order; in tokens and the owner
         a backslash, tab, newline and carriage return are written as \\\\,
         \\t, \\n and \\r, and a leading "#" as \\#. The ledger is not
         exported: imported counts cannot be forgotten message by message.
@@ -213,6 +222,12 @@ class Maintenance:
             out.write(f"{COUNTS_HEADER} owner={escape_token(self.store.owner)}\n")
             values = (*t.messages.tolist(), *t.terms.tolist(), *t.binary_terms.tolist())
             out.write("# totals " + " ".join(f"{key}={v}" for key, v in zip(TOTALS_KEYS, values)) + "\n")
+            sums = tx.feature_stats(len(FEATURE_NAMES))
+            for c, i in zip(*np.nonzero(sums.n | sums.total | sums.total_sq)):
+                out.write(f"# features label={c} feature={i} n={sums.n[c, i]} total={sums.total[c, i]} total_sq={sums.total_sq[c, i]}\n")
+            history = tx.calibration_history(MAP_BINS)
+            for c, b in zip(*np.nonzero(history)):
+                out.write(f"# calibration label={c} bin={b} weight={float(history[c, b])!r}\n")
             out.write("# token\tham_docs\tspam_docs\tham_terms\tspam_terms\n")
             lines: list[str] = []
             for token, hd, sd, ht, st, _ in tx.iter_tokens():
@@ -230,7 +245,8 @@ class Maintenance:
         model, in one transaction (``spamfilter db import``).
 
         ``replace`` first deletes the user's model (tokens, totals,
-        histogram and ledger); otherwise the counts are added to it, and with
+        histogram, ledger, feature sums and calibration record); otherwise
+        the counts, sums and record weights are added to it, and with
         ``into_empty`` only if it is empty, as seen inside the transaction
         (else ``ModelNotEmpty``: two imports started at once cannot both
         take an empty model for theirs). The
@@ -250,7 +266,7 @@ class Maintenance:
         line, and the transaction leaves the model as it was. Read a file
         with ``read_counts_lines``, which bounds the line length.
         """
-        reader = CountsReader(lines)
+        reader = CountsReader(lines, feature_count=len(FEATURE_NAMES), calibration_bins=MAP_BINS)
         tokens = 0
         with self.store.begin() as tx:
             if not replace:
@@ -273,6 +289,14 @@ class Maintenance:
             imported = ClassCounts.from_table(reader.finish())
             tx.add_counts([], TokenCounts.zeros(0), imported)
             tx.add_untracked(imported)
+            sums = FeatureStats.zeros(len(FEATURE_NAMES))
+            for (c, i), (n, total, total_sq) in reader.features.items():
+                sums.n[c, i], sums.total[c, i], sums.total_sq[c, i] = n, total, total_sq
+            tx.add_feature_stats(sums)
+            history = np.zeros((2, MAP_BINS))
+            for (c, b), weight in reader.calibration.items():
+                history[c, b] = weight
+            tx.record_calibration(1.0, history)
         return ImportSummary(self.store.owner, tokens, int(imported.messages[model.HAM]), int(imported.messages[model.SPAM]), replace)
 
 

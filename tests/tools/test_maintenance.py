@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import re
 import shutil
 import sqlite3
 import threading
@@ -433,13 +434,86 @@ def test_export_import_round_trip_classifies_identically(trained_url: str, tmp_p
         assert report.ok and statuses(report)[LEDGER_CHECK] == "skipped (imported)"
 
 
-def test_export_format_is_sorted_tab_separated_text(trained_url: str) -> None:
+@pytest.fixture
+def recorded_url(db_url: str, mail: dict[str, list[MailItem]]) -> str:
+    """A model trained in two runs, so the second wrote a calibration record."""
+    with Filter.open(Config(), db_url) as f:
+        f.train([(True, m) for m in mail["spam"][:20]] + [(False, m) for m in mail["ham"][:20]])
+        f.train([(True, m) for m in mail["spam"][20:]] + [(False, m) for m in mail["ham"][20:]])
+    return db_url
+
+
+def test_export_import_round_trip_keeps_the_scores_and_the_feature_sums(recorded_url: str, tmp_path: Path, mail: dict[str, list[MailItem]]) -> None:
+    # The calibration record and the feature sums were left out: the same
+    # log-odds, but other scores, and with `features` other log-odds too.
+    with_features = replace(Config(), model=replace(ModelConfig(), features=True))
+    imported = f"sqlite:///{tmp_path / 'imported.db'}"
+    trained_url = recorded_url
     with Filter.open(Config(), trained_url) as f:
+        text = export_text(f)
+        expected = [(v.score, v.log_odds, v.verdict) for v in f.classify(mail["unseen"]) if isinstance(v, Verdict)]
+        record = query(f, "SELECT label, bin, weight FROM calibration ORDER BY label, bin")
+        sums = query(f, "SELECT label, feature, n, total, total_sq FROM feature_stats ORDER BY label, feature")
+    with Filter.open(with_features, trained_url) as f:
+        featured = log_odds(f, mail["unseen"])
+    assert len(record) > 5 and len(sums) == 14 and len(expected) == 12
+    for replacing in (False, True):
+        with Filter.open(Config(), imported) as g:
+            Maintenance(g.store).import_counts(io.StringIO(text), replace=replacing)
+            assert query(g, "SELECT label, bin, weight FROM calibration ORDER BY label, bin") == record
+            assert query(g, "SELECT label, feature, n, total, total_sq FROM feature_stats ORDER BY label, feature") == sums
+            assert [(v.score, v.log_odds, v.verdict) for v in g.classify(mail["unseen"]) if isinstance(v, Verdict)] == expected
+            assert export_text(g) == text
+        with Filter.open(with_features, imported) as g:
+            assert log_odds(g, mail["unseen"]) == featured
+
+
+def test_a_counts_file_of_the_first_version_still_imports(trained_url: str, tmp_path: Path, mail: dict[str, list[MailItem]]) -> None:
+    with Filter.open(Config(), trained_url) as f:
+        lines = export_text(f).splitlines(keepends=True)
+        expected = log_odds(f, mail["unseen"])
+    old = ["# spamfilter counts v1 owner=\n", *(line for line in lines[1:] if not line.startswith(("# features ", "# calibration ")))]
+    with Filter.open(Config(), f"sqlite:///{tmp_path / 'imported.db'}") as g:
+        Maintenance(g.store).import_counts(old, replace=True)
+        assert log_odds(g, mail["unseen"]) == expected
+        assert query(g, "SELECT count(*) FROM calibration") == [(0,)]
+
+
+@pytest.mark.parametrize(
+    ("line", "fault"),
+    [
+        ("# features label=2 feature=0 n=1 total=1 total_sq=1", "no feature 0 of label 2"),
+        ("# features label=0 feature=7 n=1 total=1 total_sq=1", "no feature 7 of label 0"),
+        ("# features label=0 feature=0 n=41 total=1 total_sq=1", "n=41"),
+        ("# features label=0 feature=0 n=1 total=1 total_sq=-1", "total_sq=-1"),
+        ("# features label=0 feature=0 n=1 total=1", "needs label, feature, n, total, total_sq"),
+        ("# features label=0 feature=0 n=1.5 total=1 total_sq=1", "whole numbers"),
+        ("# calibration label=0 bin=99 weight=1.0", "no calibration bin 99"),
+        ("# calibration label=1 bin=3 weight=nan", "not a finite number"),
+        ("# calibration label=1 bin=3 weight=-0.5", "not a finite number"),
+        ("# calibration label=1 bin=3 weight=x", "is not a number"),
+    ],
+)
+def test_bad_feature_and_calibration_lines_are_refused_and_change_nothing(trained_url: str, line: str, fault: str) -> None:
+    with Filter.open(Config(), trained_url) as f:
+        lines = export_text(f).splitlines(keepends=True)
+        before = export_text(f)
+        with pytest.raises(CountsFileError, match=re.escape(fault)):
+            Maintenance(f.store).import_counts([*lines[:2], line + "\n", *lines[2:]], replace=True)
+        assert export_text(f) == before
+
+
+def test_export_format_is_sorted_tab_separated_text(recorded_url: str) -> None:
+    with Filter.open(Config(), recorded_url) as f:
         lines = export_text(f).splitlines()
         rows = token_rows(f)
-    assert lines[0] == "# spamfilter counts v1 owner="
+    assert lines[0] == "# spamfilter counts v2 owner="
     assert lines[1].startswith("# totals ham_messages=40 spam_messages=40 ham_terms=")
-    body = [line.split("\t") for line in lines[3:]]
+    columns = lines.index("# token\tham_docs\tspam_docs\tham_terms\tspam_terms")
+    # between them the feature sums (7 features in 2 classes) and the calibration record's bins
+    assert [line.split()[1] for line in lines[2:columns]] == ["features"] * 14 + ["calibration"] * (columns - 16)
+    assert columns > 16
+    body = [line.split("\t") for line in lines[columns + 1 :]]
     assert [b[0] for b in body] == sorted(b[0] for b in body)
     assert [(unescape_token(b[0]), *map(int, b[1:])) for b in body] == sorted(rows, key=lambda r: str(r[0]))
 
