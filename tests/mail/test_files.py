@@ -19,7 +19,7 @@ from spamfilter.cli import app, exitcodes
 from spamfilter.config import update_config_file
 from spamfilter.tools.maintenance import Maintenance
 
-HEADER = "# spamfilter counts v1"
+HEADER = "# spamfilter counts v2"
 
 
 def mode(path: Path) -> int:
