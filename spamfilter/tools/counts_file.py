@@ -166,6 +166,8 @@ class CountsReader:
     def _fields(self, line: str, prefix: str, keys: tuple[str, ...]) -> dict[str, str]:
         if self.totals is None:
             raise self.fail(f"a '{prefix.strip()}' line comes before the '# totals' line")
+        if self.previous is not None:
+            raise self.fail(f"a '{prefix.strip()}' line comes after the token lines (`db export` writes it before them)")
         fields = dict(part.partition("=")[::2] for part in line[len(prefix) :].split())
         if sorted(fields) != sorted(keys):
             raise self.fail(f"the '{prefix.strip()}' line needs {', '.join(keys)}, each once")

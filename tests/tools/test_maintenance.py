@@ -503,6 +503,15 @@ def test_bad_feature_and_calibration_lines_are_refused_and_change_nothing(traine
         assert export_text(f) == before
 
 
+def test_feature_lines_after_the_token_lines_are_refused(recorded_url: str) -> None:
+    # They are added before the tokens, in the order a trainer writes.
+    with Filter.open(Config(), recorded_url) as f:
+        lines = export_text(f).splitlines(keepends=True)
+        moved = [line for line in lines if not line.startswith("# features ")] + [line for line in lines if line.startswith("# features ")]
+        with pytest.raises(CountsFileError, match="comes after the token lines"):
+            Maintenance(f.store).import_counts(moved, replace=True)
+
+
 def test_export_format_is_sorted_tab_separated_text(recorded_url: str) -> None:
     with Filter.open(Config(), recorded_url) as f:
         lines = export_text(f).splitlines()
