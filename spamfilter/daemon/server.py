@@ -490,29 +490,33 @@ class Server:
         """TELLs, one at a time; one that waited past ``timeout`` for the
         writes before it is not tried (its client may be gone)."""
         while (conn := self._learning.get()) is not None:
-            assert conn.request is not None
-            if time.monotonic() - conn.active > self.options.timeout:
-                owner = self.writers.owner(conn.request.user)
-                why = f"not learned: waited over {self.options.timeout:.0f} s for the database"
-                answer = replies.error(spamd.EX_TEMPFAIL, "database busy, not learned: try again later", owner, why)
-            else:
-                answer = self._answer_from(conn, self.writers)
-            self._done.put((conn, answer))
+            self._done.put((conn, self._answer_from(conn, self.writers, waited_from=conn.active)))
             self.sockets.wake()
 
-    def _answer_from(self, conn: Connection, pool: FilterPool) -> Answer:
+    def _answer_from(self, conn: Connection, pool: FilterPool, waited_from: float | None = None) -> Answer:
+        """The answer to a whole request, whatever fails on the way: a
+        thread that raised would leave its request, and every one queued
+        behind it, without an answer (a connection at work is never timed
+        out)."""
+        try:
+            return self._worked(conn, pool, waited_from)
+        except Exception:  # noqa: BLE001 - the server outlives any one request's failure
+            logger.exception("%s: internal error", conn.who)
+            return replies.error(spamd.EX_SOFTWARE, "internal error")
+
+    def _worked(self, conn: Connection, pool: FilterPool, waited_from: float | None) -> Answer:
         assert conn.request is not None
+        if waited_from is not None and time.monotonic() - waited_from > self.options.timeout:
+            owner = pool.owner(conn.request.user)
+            why = f"not learned: waited over {self.options.timeout:.0f} s for the database"
+            return replies.error(spamd.EX_TEMPFAIL, "database busy, not learned: try again later", owner, why)
         raw = bytes(conn.body)
         if conn.request.compressed:
             try:
                 raw = spamd.inflate(raw, conn.max_size)
             except ProtocolError as exc:
                 return replies.error(exc.code, str(exc), why=f"{replies.not_done(conn.request)}: {exc}")
-        try:
-            return replies.from_pool(conn.request, raw, pool)
-        except Exception:  # noqa: BLE001 - the server outlives any one request's failure
-            logger.exception("%s: internal error", conn.who)
-            return replies.error(spamd.EX_SOFTWARE, "internal error")
+        return replies.from_pool(conn.request, raw, pool)
 
     def _log(self, conn: Connection, now: float) -> None:
         """The request's line; a warning, ending in its why, when it has one."""

@@ -608,3 +608,40 @@ def test_a_signal_sent_before_a_new_worker_has_its_handlers_waits_for_them() -> 
         os.close(write_end)
     assert os.waitstatus_to_exitcode(status) == 0
     assert not signal.pthread_sigmask(signal.SIG_BLOCK, set()) & {signal.SIGHUP, signal.SIGTERM, signal.SIGINT}  # the parent's are not held
+
+
+@pytest.mark.corpus
+def test_a_request_that_fails_before_scoring_is_answered_and_its_thread_serves_on(tmp_path: Path, corpus: Corpus, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Out of memory copying or inflating a body (a 64 MiB TELL under a
+    # memory limit) ended the thread: no answer, and every request queued
+    # behind it waited for good (a connection at work is never timed out).
+    url, config = _fresh(tmp_path, corpus)
+
+    def no_memory(data: bytes, limit: int) -> bytes:
+        raise MemoryError
+
+    monkeypatch.setattr(spamd, "inflate", no_memory)
+    server = Server(ServeOptions(spamd.Address(host="127.0.0.1", port=0), workers=1, allow_tell=True), FilterPool(load_config(config), url, None))
+    address = server.bind()
+    parent_end, parent_keeps = os.pipe()
+    serving = threading.Thread(target=server.serve, kwargs={"parent": parent_end, "announce": False})
+    serving.start()
+
+    def ask(request: bytes) -> bytes:
+        with socket.create_connection((address.host, address.port), timeout=HANG) as client:
+            client.sendall(request)
+            return _read_all(client)
+
+    try:
+        # the scoring thread, then the learning thread, each twice
+        for command, headers in (("CHECK", ()), ("TELL", ("Message-class: spam", "Set: local"))):
+            failed = ask(_request(command, MESSAGE, *headers, "Compress: zlib"))
+            assert failed.startswith(b"SPAMD/1.5 70 EX_SOFTWARE internal error"), failed
+            again = ask(_request(command, MESSAGE, *headers))
+            assert again.startswith(b"SPAMD/1.5 0 EX_OK"), again
+        assert server._scoring_now == 0
+    finally:
+        os.close(parent_keeps)  # the "parent" is gone: the server stops
+        serving.join(HANG)
+        os.close(parent_end)
+    assert not serving.is_alive()
