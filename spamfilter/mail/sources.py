@@ -182,7 +182,9 @@ def read_index(index_path: str) -> Iterator[tuple[bool, MailItem]]:
     MailSourceError
         At call time when the index cannot be read, a line is malformed
         (the message names file and line number) or a message file is
-        missing; while iterating when a message file cannot be read.
+        missing. A message file that cannot be read when its turn comes
+        (no permission, or removed since) is an item to refuse
+        (``unreadable_reason``), and the rest is still read.
 
     Examples
     --------
@@ -265,6 +267,11 @@ def _iter_source(path: str, stdin: BinaryIO | None, stdin_is_one: bool = False) 
             first = stream.readline()
             if first.startswith(_ENVELOPE_PREFIX) and not stdin_is_one:
                 yield from _mbox_messages(itertools.chain([first], stream), STDIN_SOURCE)
+            elif first.startswith(_ENVELOPE_PREFIX):
+                # One message with an envelope line (a Maildir file piped
+                # in): read as `delivered`, as `filter` and a Maildir
+                # folder read it, so it has the same digest.
+                yield delivered(STDIN_SOURCE, _read_rest(first, stream))
             else:
                 yield MailItem(STDIN_SOURCE, _read_rest(first, stream))
         except OSError as err:
@@ -327,9 +334,19 @@ def _dir_kind(path: str) -> _DirKind:
     # An MH folder need not have .mh_sequences (nmh writes it only once a
     # sequence exists); a folder holding only files named 1, 2, 3... reads the
     # same as MH or not, except that numeric order is the better one.
-    if entries and all(_is_mh_number(e.name) and e.is_file() for e in entries):
+    if entries and all(_is_mh_number(e.name) and _is_file(e) for e in entries):
         return "mh"
     return "plain"
+
+
+def _is_file(entry: os.DirEntry[str]) -> bool:
+    """``entry.is_file()``, True where asking fails (a link in a loop, or
+    into a folder this user cannot search): reading it then refuses it as
+    an unreadable file, and the rest of the folder is still read."""
+    try:
+        return entry.is_file()
+    except OSError:
+        return not entry.is_dir(follow_symlinks=False)
 
 
 def _read_maildir(path: str) -> Iterator[MailItem]:
@@ -345,7 +362,7 @@ def _read_maildir(path: str) -> Iterator[MailItem]:
             yield _unlisted(os.path.join(path, sub), err)
             continue
         for entry in entries:
-            if entry.is_file():
+            if _is_file(entry):
                 yield _item_in_folder(entry.path)
 
 
@@ -357,7 +374,7 @@ def _is_mh_number(name: str) -> bool:
 def _read_mh(path: str) -> Iterator[MailItem]:
     # Non-numeric names in an MH folder are bookkeeping (.mh_sequences),
     # deleted messages (",12") or subfolders: none is a message here.
-    numbered = [e for e in _list_dir(path) if _is_mh_number(e.name) and e.is_file()]
+    numbered = [e for e in _list_dir(path) if _is_mh_number(e.name) and _is_file(e)]
     for entry in sorted(numbered, key=lambda e: int(e.name)):
         yield _item_in_folder(entry.path)
 
@@ -419,7 +436,7 @@ def _walk(path: str, at_root: bool = True) -> Iterator[MailItem]:
                 # deleted by a mail client meanwhile) is refused like an
                 # unreadable file: the rest of the tree is still read.
                 yield _unlisted(entry.path, err)
-        elif entry.is_file():
+        elif _is_file(entry):
             try:
                 yield from _read_file(entry.path)
             except MailSourceError as err:
@@ -638,4 +655,7 @@ def _read_index_message(path: str) -> MailItem:
                 return next(_mbox_messages(f, path, split=False))
             return MailItem(path, f.read())
     except OSError as err:
-        raise MailSourceError(f"cannot read mail file {path!r}: {err.strerror}") from err
+        # Listed and found when the index was read, unreadable now (no
+        # permission, or removed since): refused like an unreadable file
+        # in a folder, and the rest of the index is still read.
+        return MailItem(path, b"", unreadable=err.strerror or str(err))

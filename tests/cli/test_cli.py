@@ -501,3 +501,52 @@ def test_the_database_drivers_cleanup_warnings_do_not_reach_stderr() -> None:
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "pipeline aborted" not in done.stderr and "spamfilter: the database is busy; trying again" in done.stderr
+
+
+def test_a_link_in_a_loop_inside_a_folder_is_skipped_and_the_rest_read(runner: CliRunner, trained: str, tmp_path: Path) -> None:
+    # is_file() raised ELOOP out of the folder readers: exit 70, nothing of
+    # the folder classified (or trained).
+    message = b"Subject: meeting\n\nproject meeting notes attached\n"
+    plain, maildir, mh = tmp_path / "plain", tmp_path / "maildir", tmp_path / "mh"
+    plain.mkdir()
+    (plain / "a.eml").write_bytes(message)
+    for sub in ("cur", "new", "tmp"):
+        (maildir / sub).mkdir(parents=True)
+    (maildir / "cur" / "1.host").write_bytes(message)
+    mh.mkdir()
+    (mh / "1").write_bytes(message)
+    for loop in (plain / "self", maildir / "new" / "self", mh / "2"):
+        loop.symlink_to(loop.name)
+        result = runner.invoke(app, ["--db", trained, "classify", "--format", "tsv", str(loop.parent if loop.parent != maildir / "new" else maildir)])
+        assert result.exit_code == 65, result.output
+        assert len(result.stdout.splitlines()) == 2  # the header and the one message
+        assert result.stderr == f"spamfilter: skipped {loop}: cannot read it: Too many levels of symbolic links\n"
+
+
+def test_an_index_s_message_file_unreadable_when_its_turn_comes_is_refused_and_the_rest_read(tmp_path: Path) -> None:
+    # It ended the run (exit 66), after the rows before it were scored.
+    from spamfilter.mail import read_index
+
+    for name in ("a", "b", "c"):
+        (tmp_path / name).write_bytes(b"Subject: " + name.encode() + b"\n\nwords\n")
+    index = tmp_path / "index"
+    index.write_text("spam a\nham b\nspam c\n")
+    items = read_index(str(index))
+    first = next(items)
+    (tmp_path / "b").unlink()  # gone since the index was checked
+    rest = list(items)
+    assert [item.unreadable_reason for _, item in [first, *rest]] == [None, f"{tmp_path / 'b'}: cannot read it: No such file or directory", None]
+    assert [is_spam for is_spam, _ in [first, *rest]] == [True, False, True]
+
+
+def test_one_message_on_stdin_with_an_envelope_line_is_the_message_of_the_maildir(runner: CliRunner, trained: str, tmp_path: Path) -> None:
+    # `mark --one-message -` kept the mboxrd quoting a Maildir file is read
+    # without: another digest, so the message was trained twice instead of relabelled.
+    maildir = tmp_path / "md"
+    for sub in ("cur", "new", "tmp"):
+        (maildir / sub).mkdir(parents=True)
+    message = maildir / "cur" / "m1"
+    message.write_bytes(b"From a@b Mon Jan  1 00:00:00 2001\nSubject: quoted lines\n\nhello\n>From the start\nbye\n")
+    assert runner.invoke(app, ["--db", trained, "train", "--spam", str(maildir)]).stdout.strip() == "trained 1 spam, 0 ham"
+    result = runner.invoke(app, ["--db", trained, "mark", "ham", "--one-message", "-"], input=message.read_bytes())
+    assert result.stdout.strip() == "trained 0 spam, 0 ham; relabelled 1", result.output
