@@ -304,7 +304,14 @@ def load_config(path: Path | None = None) -> Config:
     if path is None:
         path = default_config_path()
         # The per-user file is optional; a file named by $SPAMFILTER_CONFIG is not.
-        if not path.exists() and not os.environ.get("SPAMFILTER_CONFIG"):
+        try:
+            present = path.exists()
+        except OSError as exc:
+            # A folder on the way this user may not search ($HOME another
+            # user's, after `su` without `-`): whether it holds settings
+            # cannot be told, so they are not silently left out.
+            raise ConfigError(f"cannot tell whether the config file {path} exists: {exc.strerror} (name one with --config or $SPAMFILTER_CONFIG)") from None
+        if not present and not os.environ.get("SPAMFILTER_CONFIG"):
             return Config()
     try:
         with open(path, "rb") as fh:

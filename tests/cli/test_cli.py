@@ -550,3 +550,22 @@ def test_one_message_on_stdin_with_an_envelope_line_is_the_message_of_the_maildi
     assert runner.invoke(app, ["--db", trained, "train", "--spam", str(maildir)]).stdout.strip() == "trained 1 spam, 0 ham"
     result = runner.invoke(app, ["--db", trained, "mark", "ham", "--one-message", "-"], input=message.read_bytes())
     assert result.stdout.strip() == "trained 0 spam, 0 ham; relabelled 1", result.output
+
+
+def test_a_default_config_path_that_cannot_be_searched_exits_78_naming_it(runner: CliRunner, trained: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # $HOME another user's (`su` without `-`): Path.exists() raised
+    # PermissionError and every command, `filter` too, exited 70.
+    default = tmp_path / "home" / ".config" / "spamfilter" / "config.toml"
+    monkeypatch.delenv("SPAMFILTER_CONFIG", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(default.parent.parent))
+    exists = Path.exists
+
+    def searched(self: Path, **kwargs: bool) -> bool:
+        if self == default:
+            raise PermissionError(13, "Permission denied", str(self))
+        return exists(self, **kwargs)
+
+    monkeypatch.setattr(Path, "exists", searched)
+    result = runner.invoke(app, ["--db", trained, "stats"])
+    assert result.exit_code == 78
+    assert result.stderr == f"spamfilter: cannot tell whether the config file {default} exists: Permission denied (name one with --config or $SPAMFILTER_CONFIG)\n"
