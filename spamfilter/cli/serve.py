@@ -31,7 +31,13 @@ def serve(
         float, typer.Option("--timeout", metavar="SECONDS", min=0.1, help="Time a client has to send its request, and a request to get the database.")
     ] = 30.0,
     spool_limit: Annotated[
-        int, typer.Option("--spool-limit", metavar="BYTES", min=1, help="Oversized PROCESS messages spooled at once (to give back unscanned); beyond, EX_TEMPFAIL.")
+        int,
+        typer.Option(
+            "--spool-limit",
+            metavar="BYTES",
+            min=1,
+            help="Bytes of oversized PROCESS messages spooled (to give back unscanned) and of TELLs over --max-size held, at once; beyond, EX_TEMPFAIL.",
+        ),
     ] = 256 << 20,
     allow_tell: Annotated[bool, typer.Option("--allow-tell", help="Accept TELL: learning with spamc -L spam|ham|forget.")] = False,
     user_socket: Annotated[

@@ -85,6 +85,7 @@ STOP_GRACE = 2.0
 #: Bytes of a TELL (with --allow-tell) taken whatever --max-size says: as
 #: many as `spamfilter filter` holds of a message.
 TELL_MAX_SIZE = 64 << 20
+_LARGE_TELLS_BUSY = "too many large messages at once, not learned: try again later"
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +108,8 @@ class ServeOptions:
     allowed_ips: client networks allowed over TCP; empty means loopback
         only, and then the server must listen on a loopback address.
     allow_tell: accept TELL (learning), like spamd's --allow-tell.
-    spool_limit: bytes of oversized PROCESS messages spooled at once.
+    spool_limit: bytes of oversized PROCESS messages spooled, and of TELLs
+        over ``max_size`` held in memory, at once.
     """
 
     address: spamd.Address
@@ -364,26 +366,42 @@ class Server:
                 self._answer(conn, replies.error(spamd.EX_TEMPFAIL, "spool full, not scanned", why=why), now)
                 return
             conn.start_spool()
+        if self._large_tell(conn) and self.sockets.spooled + min(conn.size, conn.max_size) > self.options.spool_limit:
+            why = f"not learned: {self.sockets.spooled} bytes of large messages held already, the limit is {self.options.spool_limit}"
+            self._answer(conn, replies.error(spamd.EX_TEMPFAIL, _LARGE_TELLS_BUSY, why=why), now)
+            return
         conn.state = State.BODY
         if self._feed(conn, rest) if rest else conn.size == 0:
             self._whole(conn, now)
 
+    def _large_tell(self, conn: Connection) -> bool:
+        """A TELL over ``--max-size``, which is kept in memory up to
+        ``TELL_MAX_SIZE``: its bytes count against the spool limit too, or
+        a few clients could make the daemon hold 64 MiB each."""
+        r = conn.request
+        return r is not None and r.command == "TELL" and self.options.allow_tell and conn.size > self.options.max_size
+
     def _feed(self, conn: Connection, data: bytes) -> bool:
-        """``conn.feed_body``, charging spooled bytes to the spool limit as
-        they come, not as announced: a client that announces much and sends
-        little holds only what it sent. Past the limit the spool is dropped
-        (the answer is EX_TEMPFAIL) and its bytes given back."""
-        if conn.spool is not None and data:
-            if self.sockets.spooled + len(data) > self.options.spool_limit:
+        """``conn.feed_body``, charging spooled bytes (and a large TELL's,
+        ``_large_tell``) to the spool limit as they come, not as announced:
+        a client that announces much and sends little holds only what it
+        sent. Past the limit the spool (or the TELL's body) is dropped (the
+        answer is EX_TEMPFAIL) and its bytes given back."""
+        held = conn.spool is not None or (self._large_tell(conn) and conn.spool_error is None)
+        if held and data:
+            more = len(data) if conn.spool is not None else min(conn.got + len(data), conn.max_size) - conn.spooled
+            if self.sockets.spooled + more > self.options.spool_limit:
                 others = self.sockets.spooled - conn.spooled
-                conn.spool_error = f"spool full: {others} bytes spooled by others, the limit is {self.options.spool_limit}"
+                conn.spool_error = f"spool full: {others} bytes held by others, the limit is {self.options.spool_limit}"
                 conn.spool_full = True
                 conn.drop_spool()
+                conn.body = bytearray()  # nothing more is kept once spool_error is set
+                held = False
             else:
-                self.sockets.spooled += len(data)
-                conn.spooled += len(data)
+                self.sockets.spooled += more
+                conn.spooled += more
         whole = conn.feed_body(data)
-        if conn.spool is None:
+        if conn.spool is None and not (held and conn.spool_error is None):
             # Dropped, at the limit or on a failed write: its bytes are free.
             self.sockets.give_back(conn)
         return whole
@@ -399,6 +417,8 @@ class Server:
             answer = replies.error(spamd.EX_NOPERM, "TELL is not enabled (spamfilter serve --allow-tell)", why=why)
             answer.outcome = "refused"
             self._answer(conn, answer, now)
+        elif conn.spool_error is not None and r.command == "TELL":
+            self._answer(conn, replies.error(spamd.EX_TEMPFAIL, _LARGE_TELLS_BUSY, why=f"not learned: {conn.spool_error}"), now)
         elif conn.spool_error is not None:
             why = f"not scanned: the spool could not take the message ({conn.spool_error})"
             short = "spool full" if conn.spool_full else "could not spool the message"

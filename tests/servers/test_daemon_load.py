@@ -249,6 +249,53 @@ def test_oversized_process_bodies_are_spooled_within_the_limit(tmp_path: Path, c
     assert "spool full: " in d.log()
 
 
+def test_tells_over_the_max_size_are_held_within_the_spool_limit(tmp_path: Path, corpus: Corpus) -> None:
+    # A TELL is kept in memory up to 64 MiB whatever --max-size says, and
+    # nothing bounded them together: 60 clients sending 63 MiB each made
+    # the daemon hold 3.8 GB.
+    url, config = _fresh(tmp_path, corpus)
+    d = Daemon(tmp_path / "log", url, config, "--listen", "127.0.0.1:0", "--max-size", "1000", "--spool-limit", "5000", "--processes", "1", "--allow-tell")
+    body = b"Subject: big\r\n\r\n" + b"z " * 1492
+    learned = b"SPAMD/1.5 0 EX_OK\r\nDidSet: local\r\n\r\n"
+    try:
+        first = spamd.connect(d.address, HANG)
+        request = _tell(body)
+        first.sendall(request[:-100])  # 2,900 of its 3,000 bytes, held
+        assert d.raw(b"PING SPAMC/1.5\r\n\r\n") == b"SPAMD/1.5 0 PONG\r\n"
+        # announcing more than is left: refused at its head
+        assert d.raw(_tell(body)).startswith(b"SPAMD/1.5 75 EX_TEMPFAIL too many large messages at once, not learned")
+        # counted as they come: 1,500 bytes are held, then the rest is refused
+        late = spamd.connect(d.address, HANG)
+        late.sendall(b"TELL SPAMC/1.5\r\nMessage-class: spam\r\nSet: local\r\nContent-length: 2000\r\n\r\n" + body[:1500])
+        assert d.raw(b"PING SPAMC/1.5\r\n\r\n") == b"SPAMD/1.5 0 PONG\r\n"
+        first.sendall(request[-100:])
+        assert _read_all(first) == learned
+        first.close()
+        late.sendall(body[1500:2000])
+        late.shutdown(socket.SHUT_WR)
+        assert _read_all(late) == learned  # room again once the first was answered
+        late.close()
+        small = d.raw(_tell(b"Subject: small\r\n\r\nwords\r\n"))
+        assert small == learned  # under --max-size: not counted
+        # Past the limit while it comes: the rest is not kept and it is not learned.
+        crowd = [spamd.connect(d.address, HANG) for _ in range(2)]
+        for c in crowd:
+            c.sendall(b"TELL SPAMC/1.5\r\nMessage-class: ham\r\nSet: local\r\nContent-length: 3000\r\n\r\n" + body[:1000])
+        assert d.raw(b"PING SPAMC/1.5\r\n\r\n") == b"SPAMD/1.5 0 PONG\r\n"
+        for c in crowd:
+            c.sendall(body[1000:])
+        answers = []
+        for c in crowd:
+            c.shutdown(socket.SHUT_WR)
+            answers.append(_read_all(c))
+            c.close()
+        assert sorted(a[:40] for a in answers) == sorted([learned[:40], b"SPAMD/1.5 75 EX_TEMPFAIL too many large "]), answers
+    finally:
+        assert d.stop() == 0
+    log = d.log()
+    assert log.count("verdict=learned=") == 4 and "not learned: spool full: " in log
+
+
 def _children(pid: int) -> set[int]:
     found = set()
     for entry in os.listdir("/proc"):
