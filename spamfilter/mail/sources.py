@@ -421,8 +421,18 @@ def _is_trec_index(path: str) -> bool:
 
 
 def _walk(path: str, at_root: bool = True) -> Iterator[MailItem]:
-    for entry in _list_dir(path):
-        if _is_bookkeeping(entry.name, at_root) and not entry.is_dir(follow_symlinks=False):
+    """The mail of a plain folder and the folders in it, depth first in
+    name order; the folders being read are kept on a list, not in nested
+    calls, so a tree thousands of folders deep is read like any other
+    (nested generators ran out of Python's recursion limit at about 450)."""
+    folders = [iter(_list_dir(path))]
+    while folders:
+        entry = next(folders[-1], None)
+        if entry is None:
+            folders.pop()
+            continue
+        root = at_root and len(folders) == 1
+        if _is_bookkeeping(entry.name, root) and not entry.is_dir(follow_symlinks=False):
             continue
         if entry.name.startswith("index") and entry.is_file(follow_symlinks=False) and _is_trec_index(entry.path):
             continue
@@ -430,7 +440,11 @@ def _walk(path: str, at_root: bool = True) -> Iterator[MailItem]:
         # the tree would otherwise read the same mail forever.
         if entry.is_dir(follow_symlinks=False):
             try:
-                yield from _read_dir(entry.path, at_root=False)
+                kind = _dir_kind(entry.path)
+                if kind == "plain":
+                    folders.append(iter(_list_dir(entry.path)))
+                else:
+                    yield from _read_maildir(entry.path) if kind == "maildir" else _read_mh(entry.path)
             except MailSourceError as err:
                 # A subfolder that cannot be listed (no permission, or
                 # deleted by a mail client meanwhile) is refused like an

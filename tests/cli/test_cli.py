@@ -569,3 +569,19 @@ def test_a_default_config_path_that_cannot_be_searched_exits_78_naming_it(runner
     result = runner.invoke(app, ["--db", trained, "stats"])
     assert result.exit_code == 78
     assert result.stderr == f"spamfilter: cannot tell whether the config file {default} exists: Permission denied (name one with --config or $SPAMFILTER_CONFIG)\n"
+
+
+def test_a_folder_tree_hundreds_deep_is_read_to_its_bottom(trained: str, tmp_path: Path) -> None:
+    # Each level stacked two generators: RecursionError, exit 70, at about 450.
+    deep = tmp_path / "deep"
+    folder = deep
+    for _ in range(700):  # 1,400 characters of path, within PATH_MAX
+        folder = folder / "a"
+    folder.mkdir(parents=True)
+    (folder / "bottom.eml").write_bytes(b"Subject: meeting\n\nproject meeting notes attached\n")
+    (deep / "top.eml").write_bytes(b"Subject: lunch\n\nlunch on friday\n")
+    r = subprocess.run([sys.executable, "-m", "spamfilter", "--db", trained, "classify", "--format", "tsv", str(deep)], capture_output=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    header, *rows = r.stdout.decode().splitlines()
+    column = header.split("\t").index("source")
+    assert [row.split("\t")[column] for row in rows] == [str(folder / "bottom.eml"), str(deep / "top.eml")]  # depth first, in name order
