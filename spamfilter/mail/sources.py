@@ -333,10 +333,21 @@ def _dir_kind(path: str) -> _DirKind:
     entries = _list_dir(path)
     # An MH folder need not have .mh_sequences (nmh writes it only once a
     # sequence exists); a folder holding only files named 1, 2, 3... reads the
-    # same as MH or not, except that numeric order is the better one.
-    if entries and all(_is_mh_number(e.name) and _is_file(e) for e in entries):
+    # same as MH or not, except that numeric order is the better one. Not
+    # when one of them starts with an envelope line: mboxes named by year
+    # (2019, 2020) are read as mboxes, not each as one message.
+    if entries and all(_is_mh_number(e.name) and _is_file(e) for e in entries) and not any(_starts_an_mbox(e.path) for e in entries):
         return "mh"
     return "plain"
+
+
+def _starts_an_mbox(path: str) -> bool:
+    """Whether the file at ``path`` starts with an mbox envelope line."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(_ENVELOPE_PREFIX)) == _ENVELOPE_PREFIX
+    except OSError:
+        return False
 
 
 def _is_file(entry: os.DirEntry[str]) -> bool:

@@ -585,3 +585,25 @@ def test_a_folder_tree_hundreds_deep_is_read_to_its_bottom(trained: str, tmp_pat
     header, *rows = r.stdout.decode().splitlines()
     column = header.split("\t").index("source")
     assert [row.split("\t")[column] for row in rows] == [str(folder / "bottom.eml"), str(deep / "top.eml")]  # depth first, in name order
+
+
+def test_a_folder_of_mboxes_named_by_year_is_read_as_mboxes(trained: str, tmp_path: Path) -> None:
+    # Files named by number only made it an MH folder, and each mbox was
+    # read (and trained) as one message.
+    years = tmp_path / "years"
+    years.mkdir()
+    for year in ("2019", "2020"):
+        (years / year).write_bytes(b"".join(f"From a@b Mon Jan  1 00:00:00 {year}\nSubject: note {n}\n\nwords of note {n}\n\n".encode() for n in range(3)))
+    r = subprocess.run([sys.executable, "-m", "spamfilter", "--db", trained, "classify", "--format", "tsv", str(years)], capture_output=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    header, *rows = r.stdout.decode().splitlines()
+    column = header.split("\t").index("source")
+    assert [row.split("\t")[column] for row in rows] == [f"{years / y}:{n}" for y in ("2019", "2020") for n in (1, 2, 3)]
+    # numbered files that are single messages are still read as MH, in numeric order
+    mh = tmp_path / "mh"
+    mh.mkdir()
+    for n in (10, 9):
+        (mh / str(n)).write_bytes(f"Subject: message {n}\n\nwords\n".encode())
+    r = subprocess.run([sys.executable, "-m", "spamfilter", "--db", trained, "classify", "--format", "tsv", str(mh)], capture_output=True, timeout=60)
+    header, *rows = r.stdout.decode().splitlines()
+    assert [row.split("\t")[column] for row in rows] == [str(mh / "9"), str(mh / "10")]
