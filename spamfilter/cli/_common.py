@@ -100,7 +100,9 @@ def report_refusals(refused: Iterable[Refusal]) -> int:
     for r in refused:
         # A reason from the parser may start with the source already.
         reason = r.reason.removeprefix(f"{r.source}: ")
-        typer.echo(f"spamfilter: skipped {r.source}: {reason}", err=True)
+        # One line whatever the file is named: a newline in a name would
+        # start a line that reads like a message of its own.
+        typer.echo(f"spamfilter: skipped {tsv_field(r.source)}: {tsv_field(reason)}", err=True)
         n += 1
     return exitcodes.DATA_ERROR if n else exitcodes.OK
 

@@ -607,3 +607,14 @@ def test_a_folder_of_mboxes_named_by_year_is_read_as_mboxes(trained: str, tmp_pa
     r = subprocess.run([sys.executable, "-m", "spamfilter", "--db", trained, "classify", "--format", "tsv", str(mh)], capture_output=True, timeout=60)
     header, *rows = r.stdout.decode().splitlines()
     assert [row.split("\t")[column] for row in rows] == [str(mh / "9"), str(mh / "10")]
+
+
+def test_a_skipped_file_whose_name_holds_a_newline_is_named_on_one_line(runner: CliRunner, trained: str, tmp_path: Path) -> None:
+    folder = tmp_path / "mail"
+    folder.mkdir()
+    (folder / "good.eml").write_bytes(b"Subject: meeting\n\nproject meeting notes attached\n")
+    odd = folder / "x\nspamfilter: all is well"
+    odd.write_bytes(b"")
+    result = runner.invoke(app, ["--db", trained, "classify", str(folder)])
+    assert result.exit_code == 65
+    assert result.stderr == f"spamfilter: skipped {folder}/x\\nspamfilter: all is well: empty message\n"
