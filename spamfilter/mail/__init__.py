@@ -30,8 +30,9 @@ from __future__ import annotations
 
 from spamfilter.headers import FILTER_HEADERS
 from spamfilter.mail.identity import digest_bytes, filter_fields, filtered_pieces, with_filter_headers
+from spamfilter.mail.index import read_index
 from spamfilter.mail.parse import NestingTooDeepDefect, parse_message
-from spamfilter.mail.sources import STDIN_SOURCE, MailItem, read_index, read_messages
+from spamfilter.mail.sources import STDIN_SOURCE, MailItem, read_messages
 
 __all__ = [
     "FILTER_HEADERS",

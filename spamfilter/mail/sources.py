@@ -32,7 +32,7 @@ _ENVELOPE_RE: Final = re.compile(
 )
 
 _BLANK_LINES: Final = (b"\n", b"\r\n")
-#: The blank line of an mbox whose lines end in CR alone (`_mbox_messages`).
+#: The blank line of an mbox whose lines end in CR alone (`mbox_messages`).
 _CR_BLANK: Final = (b"\r",)
 #: A ">" before any more ">" and "From ": the one mboxrd quoting put there
 #: when it starts a line (`_unquote_lines`). The pattern starts with the
@@ -148,61 +148,13 @@ def read_messages(
     return _iter_sources(list(paths), stdin, on_empty, stdin_is_one)
 
 
-def read_index(index_path: str) -> Iterator[tuple[bool, MailItem]]:
-    """Yield ``(is_spam, item)`` for each line of a TREC spam-track index.
-
-    Each non-empty line is ``spam <path>`` or ``ham <path>`` (label in any
-    case), the path relative to the index file's folder. The path is the rest
-    of the line after the first run of whitespace, so it may contain spaces;
-    trailing whitespace is dropped, as it is far more often an editing slip
-    than part of a file name.
-
-    The whole index is checked (syntax, and that every message file exists)
-    before the first message is read, so a broken index fails before an
-    hour-long evaluation instead of during it.
-
-    An index line names one message, so a message file is never split: a
-    file that starts with an mbox envelope line (as mail saved from an mbox
-    does) has that line removed and mboxrd quoting undone, giving the same
-    bytes as `read_messages` gives for ``path:1``. The item's source is the
-    path as written, joined to the index's folder.
-
-    Parameters
-    ----------
-    index_path : str
-        The index file.
-
-    Returns
-    -------
-    iterator of (bool, MailItem)
-        In index order; the bool is True for spam.
-
-    Raises
-    ------
-    MailSourceError
-        At call time when the index cannot be read, a line is malformed
-        (the message names file and line number) or a message file is
-        missing. A message file that cannot be read when its turn comes
-        (no permission, or removed since) is an item to refuse
-        (``unreadable_reason``), and the rest is still read.
-
-    Examples
-    --------
-    >>> for is_spam, item in read_index("corpora/spamassassin/index"):  # doctest: +SKIP
-    ...     print(is_spam, item.source)
-    True corpora/spamassassin/spam_2/00159.6b641c70d79fd5a69b84a94b4e88150a
-    """
-    entries = _load_index(index_path)
-    return _iter_index(entries)
-
-
 def _is_device_mode(mode: int) -> bool:
     """Whether a file of ``mode`` is a character or block device or a socket
     (which never end, like /dev/zero, or hold no mail)."""
     return stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISSOCK(mode)
 
 
-def _is_device(path: str) -> bool:
+def is_device(path: str) -> bool:
     """`_is_device_mode` of ``path``; False if it cannot be looked at
     (opening it then says why)."""
     try:
@@ -266,7 +218,7 @@ def _iter_source(path: str, stdin: BinaryIO | None, stdin_is_one: bool = False) 
             # stdin; here the envelope line alone says so).
             first = stream.readline()
             if first.startswith(_ENVELOPE_PREFIX) and not stdin_is_one:
-                yield from _mbox_messages(itertools.chain([first], stream), STDIN_SOURCE)
+                yield from mbox_messages(itertools.chain([first], stream), STDIN_SOURCE)
             elif first.startswith(_ENVELOPE_PREFIX):
                 # One message with an envelope line (a Maildir file piped
                 # in): read as `delivered`, as `filter` and a Maildir
@@ -482,7 +434,7 @@ def delivered(source: str, raw: bytes) -> MailItem:
     same however it came. A message that is nothing but that line is empty."""
     if not raw.startswith(_ENVELOPE_PREFIX):
         return MailItem(source, raw)
-    # What `_mbox_messages` makes of a file of one message, on the bytes
+    # What `mbox_messages` makes of a file of one message, on the bytes
     # rather than a list of their lines: 10 MB of empty lines made 10
     # million line objects, 900 MB for one message (a TELL may carry 64 MiB).
     brk = _LINE_BREAK_RE.search(raw)
@@ -522,7 +474,7 @@ def _item_in_folder(path: str) -> MailItem:
         return MailItem(path, b"", unreadable=err.strerror or str(err))
 
 
-def _starts_with_envelope(f: io.BufferedReader) -> bool:
+def starts_with_envelope(f: io.BufferedReader) -> bool:
     """Whether a file just opened starts with an mbox envelope line.
 
     A regular file is sniffed below its buffer and rewound: after a peek,
@@ -541,8 +493,8 @@ def _read_file(path: str) -> Iterator[MailItem]:
     """Yield the messages of one file: several for an mbox, else one."""
     try:
         with open(path, "rb") as f:
-            if _starts_with_envelope(f):
-                yield from _mbox_messages(f, path)
+            if starts_with_envelope(f):
+                yield from mbox_messages(f, path)
             else:
                 yield MailItem(path, f.read())
     except OSError as err:
@@ -565,7 +517,7 @@ def _finish(message: bytearray, last: bytes, blank: tuple[bytes, ...] = _BLANK_L
     return bytes(message)
 
 
-def _mbox_messages(lines: Iterable[bytes], path: str, *, split: bool = True) -> Iterator[MailItem]:
+def mbox_messages(lines: Iterable[bytes], path: str, *, split: bool = True) -> Iterator[MailItem]:
     """Split mbox lines (envelope line first) into messages.
 
     Lines are read one at a time and only the current message is kept, so
@@ -634,53 +586,3 @@ def _is_uw_imap_folder_data(raw: bytes) -> bool:
 
 
 # --- TREC index ------------------------------------------------------------
-
-
-def _load_index(index_path: str) -> list[tuple[bool, str]]:
-    """Read and check a whole index: labels, syntax, message files present."""
-    entries: list[tuple[bool, str]] = []
-    folder = os.path.dirname(index_path)
-    try:
-        if _is_device(index_path):
-            raise MailSourceError(f"index {index_path!r} is a device or socket, not a file or pipe")
-        with open(index_path, "rb") as f:
-            lines = f.read().removeprefix(b"\xef\xbb\xbf").splitlines()  # a UTF-8 byte-order mark is no part of a label
-    except OSError as err:
-        raise MailSourceError(f"cannot read index {index_path!r}: {err.strerror}") from err
-    for lineno, line in enumerate(lines, start=1):
-        parts = line.split(None, 1)
-        if not parts:
-            continue
-        label = parts[0].lower()
-        if len(parts) != 2 or label not in (b"spam", b"ham"):
-            text = line.decode("utf-8", "replace")
-            raise MailSourceError(f"{index_path}:{lineno}: malformed index line {text!r}: expected 'spam <path>' or 'ham <path>'")
-        # fsdecode: file names are bytes to the OS; surrogateescape keeps
-        # names that are not valid UTF-8 openable.
-        path = os.path.join(folder, os.fsdecode(parts[1].rstrip()))
-        if not os.path.isfile(path):
-            what = "is a folder, not a message file" if os.path.isdir(path) else "does not exist"
-            raise MailSourceError(f"{index_path}:{lineno}: message file {path!r} {what}")
-        entries.append((label == b"spam", path))
-    return entries
-
-
-def _iter_index(entries: list[tuple[bool, str]]) -> Iterator[tuple[bool, MailItem]]:
-    for is_spam, path in entries:
-        yield is_spam, _read_index_message(path)
-
-
-def _read_index_message(path: str) -> MailItem:
-    try:
-        with open(path, "rb") as f:
-            if _starts_with_envelope(f):
-                # The mbox reader's lines (LF), not `delivered`'s (any of
-                # CR, LF, CRLF): the two differ on a lone CR inside a line,
-                # and an index's messages keep the bytes they were trained with.
-                return next(_mbox_messages(f, path, split=False))
-            return MailItem(path, f.read())
-    except OSError as err:
-        # Listed and found when the index was read, unreadable now (no
-        # permission, or removed since): refused like an unreadable file
-        # in a folder, and the rest of the index is still read.
-        return MailItem(path, b"", unreadable=err.strerror or str(err))

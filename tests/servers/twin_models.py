@@ -37,11 +37,14 @@ def copy_sqlite(source: str, target: Path) -> str:
 
 
 def counts(url: str, config: Path, user: str | None = None) -> str:
-    """``user``'s model at ``url`` in the counts format of ``db export``."""
+    """``user``'s token counts and totals at ``url`` in the counts format
+    of ``db export``: without its feature sums, which the bytes a mail
+    server hands over move (its own line endings, a size), while the
+    tokens are the message's."""
     out = io.StringIO()
     with Filter.open(load_config(config), url, user, create=False) as f:
         Maintenance(f.store).export_counts(out)
-    return out.getvalue()
+    return "".join(line for line in out.getvalue().splitlines(keepends=True) if not line.startswith("# features "))
 
 
 @dataclass(frozen=True)
