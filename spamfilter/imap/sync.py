@@ -430,10 +430,11 @@ class ImapRun:
                 unknown = unknown[: self.summary.limit_left]
                 self.summary.limit_left -= len(unknown)
             if unknown:
-                self._act(session, folder, unknown, [digest_of[m.uid] for m in unknown])
+                # Filed by this pass: a copy in a later chunk was not moved back.
+                filed |= self._act(session, folder, unknown, [digest_of[m.uid] for m in unknown])
 
-    def _act(self, session: ImapSession, folder: str, messages: list[Fetched], digests: Sequence[str]) -> None:
-        """Classify ``messages`` of ``folder`` (with their ``digests``) and file them."""
+    def _act(self, session: ImapSession, folder: str, messages: list[Fetched], digests: Sequence[str]) -> set[str]:
+        """Classify and file ``messages`` of ``folder``; the digests of those moved out."""
         a = self.account
         try:
             results = list(self.filter.classify(self._item(folder, m, d) for m, d in zip(messages, digests)))
@@ -443,7 +444,7 @@ class ImapRun:
             # A dry run on an empty model: the real run trains first.
             for m in messages:
                 self._event("classified", folder, m.uid, "after training (the model is not trained yet)")
-            return
+            return set()
         stay: list[ImapRecord] = []
         handled: list[tuple[Fetched, str]] = []
         moves: list[tuple[Fetched, ImapRecord]] = []
@@ -486,6 +487,7 @@ class ImapRun:
         self._handled(folder, stay, [(flagged.get(m.uid, m), d) for m, d in handled])
         self._count_classified(folder, results, junk_before)
         self._move(session, folder, [(flagged.get(m.uid, m), r) for m, r in moves])
+        return {r.digest for _, r in moves}
 
     def _count_classified(self, folder: str, results: Sequence[Verdict | Refusal], junk_before: Sequence[tuple[int, str]]) -> None:
         """Count a chunk's verdicts once recorded (a pass broken off before

@@ -723,6 +723,27 @@ def test_a_second_copy_of_filed_spam_is_not_taken_for_a_move_back(dovecot_server
     assert (quiet.classified, quiet.moved, quiet.trained_spam, quiet.trained_ham) == (0, 0, 0, 0)
 
 
+def test_a_second_copy_of_spam_in_a_later_chunk_of_the_same_pass_is_not_taken_for_a_move_back(
+    dovecot_server: Dovecot, sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The spam folder's digests were read once before the pass: a copy in a
+    # later chunk of one the pass had filed looked moved back, was learned
+    # as ham and left in the inbox with $NotJunk.
+    user = dovecot_server.add_user()
+    dovecot_server.append(user, "Train/Spam", sample.train_spam)
+    dovecot_server.append(user, "Train/Ham", sample.train_ham)
+    spam = sample.inbox_spam[:1]
+    dovecot_server.append(user, "INBOX", [*spam, *sample.inbox_ham[:2], *spam])
+    config = account_config(dovecot_server, user, chunk_size=2)
+    db = f"sqlite:///{tmp_path / 'sf.db'}"
+    summary = run(config, db, monkeypatch, user)
+    assert summary.trained_ham == len(sample.train_ham)  # no spam trained as ham
+    assert list(digests(dovecot_server, user, "Junk").values()) == [2]  # both copies filed
+    assert len(digests(dovecot_server, user, "INBOX")) == 2
+    quiet = run(config, db, monkeypatch, user)
+    assert (quiet.classified, quiet.moved, quiet.trained_spam, quiet.trained_ham) == (0, 0, 0, 0)
+
+
 def test_limit_counts_classified_messages_only(dovecot_server: Dovecot, sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     user = setup_mailbox(dovecot_server, sample)
     config = account_config(dovecot_server, user)
