@@ -36,6 +36,7 @@ import hashlib
 import math
 import re
 import socket
+import time
 import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -356,10 +357,22 @@ class Reply:
     text: str = ""
 
 
-def _read_reply(sock: socket.socket, limit: int) -> Reply:
+def _recv(sock: socket.socket, size: int, deadline: float) -> bytes:
+    """``sock.recv(size)``, within the whole reply's ``deadline`` (a
+    ``time.monotonic()`` time): a server sending a byte now and then kept a
+    delivery waiting for minutes, each wait within the socket's timeout."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("the reply took longer than the timeout")
+    sock.settimeout(left)
+    return sock.recv(size)
+
+
+def _read_reply(sock: socket.socket, limit: int, timeout: float) -> Reply:
+    deadline = time.monotonic() + timeout
     data = bytearray()
     while b"\r\n\r\n" not in data:
-        chunk = sock.recv(65536)
+        chunk = _recv(sock, 65536, deadline)
         if not chunk:
             break
         data += chunk
@@ -367,7 +380,7 @@ def _read_reply(sock: socket.socket, limit: int) -> Reply:
             raise ProtocolError("reply head too long")
     head, sep, rest = bytes(data).partition(b"\r\n\r\n")
     lines = head.decode("utf-8", "replace").split("\r\n")
-    m = re.match(r"SPAMD/\d+\.\d+ (\d+)", lines[0])
+    m = re.match(r"SPAMD/\d+\.\d+ ([0-9]{1,3})\b", lines[0])
     if m is None:
         raise ProtocolError("bad reply line")
     headers = {}
@@ -386,14 +399,14 @@ def _read_reply(sock: socket.socket, limit: int) -> Reply:
     length_text = headers.get("content-length")
     if length_text is None:
         return Reply(code, headers, rest)
-    if not _is_count(length_text):
+    if not _is_count(length_text) or len(length_text) > 18:
         raise ProtocolError(f"bad Content-length in the reply: {length_text[:20]!r}")
     length = int(length_text)
     if length > limit:
         raise ProtocolError("reply larger than asked for")
     body = bytearray(rest)
     while len(body) < length:
-        chunk = sock.recv(min(1 << 20, length - len(body)))
+        chunk = _recv(sock, min(1 << 20, length - len(body)), deadline)
         if not chunk:
             raise ProtocolError(f"reply ended after {len(body)} of {length} bytes")
         body += chunk
@@ -420,7 +433,7 @@ def request(address: Address, command: str, message: bytes, *, user: str | None 
         sock.sendall(message)
         sock.shutdown(socket.SHUT_WR)
         # PROCESS adds a few header lines; anything much longer is not ours.
-        return _read_reply(sock, limit=len(message) + 65536)
+        return _read_reply(sock, limit=len(message) + 65536, timeout=timeout)
 
 
 def _answered_ok(reply: Reply) -> Reply:

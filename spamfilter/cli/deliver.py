@@ -105,7 +105,12 @@ def _ask_own_daemon(ctx: typer.Context, raw: bytes) -> RemoteVerdict | None:
     same database and user, by the ``Model`` its reply names); None, without
     a word, when there is no such daemon."""
     path = default_socket_path()
-    if path is None or not path.is_socket():
+    try:
+        if path is None or not path.is_socket():
+            return None
+    except OSError:
+        # A runtime folder this user may not search ($XDG_RUNTIME_DIR
+        # another user's, after `su` without `-`): no daemon of its own.
         return None
     s = state(ctx)
     owner = s.user if s.user is not None else s.config.store.user

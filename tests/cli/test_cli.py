@@ -618,3 +618,23 @@ def test_a_skipped_file_whose_name_holds_a_newline_is_named_on_one_line(runner: 
     result = runner.invoke(app, ["--db", trained, "classify", str(folder)])
     assert result.exit_code == 65
     assert result.stderr == f"spamfilter: skipped {folder}/x\\nspamfilter: all is well: empty message\n"
+
+
+def test_filter_with_a_runtime_folder_it_cannot_search_filters_in_process(runner: CliRunner, trained: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # $XDG_RUNTIME_DIR another user's (`su` without `-`): looking for the
+    # per-user daemon's socket raised PermissionError, and every message
+    # went out unfiltered with exit 70.
+    socket_path = tmp_path / "run" / "spamfilter" / "spamd.sock"
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
+    is_socket = Path.is_socket
+
+    def searched(self: Path) -> bool:
+        if self == socket_path:
+            raise PermissionError(13, "Permission denied", str(self))
+        return is_socket(self)
+
+    monkeypatch.setattr(Path, "is_socket", searched)
+    message = b"Subject: meeting\n\nproject meeting notes attached\n"
+    result = runner.invoke(app, ["--db", trained, "filter"], input=message)
+    assert result.exit_code in (0, 1, 2), result.output
+    assert b"X-Spam-Status: " in result.stdout_bytes and result.stdout_bytes.endswith(message.split(b"\n\n", 1)[1])

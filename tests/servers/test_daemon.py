@@ -3,6 +3,7 @@ for what spamc never sends (broken requests, trickling clients, huge bodies)."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import pwd
@@ -964,6 +965,9 @@ def test_filter_connect_falls_back_on_a_broken_answer(tmp_path: Path, trained: t
         b"SPAMD/1.5 0 EX_OK\r\nContent-length: 4876\r\nSpam: False ; -23.4 / 3.89\r\nVerdict: ham\r\nProbability: 0\r\nLog-odds: -23.4\r\n",
         # a Content-length that is no number: whatever came is not the message
         b"SPAMD/1.5 0 EX_OK\r\nContent-length: 12abc\r\nSpam: False ; -1 / 3.89\r\nVerdict: ham\r\nProbability: 0.2\r\nLog-odds: -1\r\n\r\nXYZ",
+        # numbers past what int() converts (4,300 digits): exit 70, no fallback
+        b"SPAMD/1.5 0 EX_OK\r\nContent-length: " + b"9" * 5000 + b"\r\nVerdict: ham\r\n\r\n",
+        b"SPAMD/1.5 " + b"0" * 5000 + b" EX_OK\r\nVerdict: ham\r\n\r\n",
     ]
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
@@ -983,6 +987,37 @@ def test_filter_connect_falls_back_on_a_broken_answer(tmp_path: Path, trained: t
             assert (r.returncode, r.stdout) == (local.returncode, local.stdout)
             assert b"filtering in-process" in r.stderr
         t.join(HANG)
+
+
+def test_a_reply_sent_a_byte_at_a_time_ends_at_the_timeout_for_the_whole_reply() -> None:
+    # Each recv was within the timeout, so a server that sent a byte every
+    # two seconds held a delivery for minutes (188 s for one reply).
+    reply = b"SPAMD/1.5 0 EX_OK\r\nSpam: True ; 9 / 3.89\r\nVerdict: spam\r\nProbability: 0.99\r\nLog-odds: 9\r\n\r\n"
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        stop = threading.Event()
+
+        def trickle() -> None:
+            conn, _ = server.accept()
+            with conn:
+                conn.recv(65536)
+                for byte in reply:
+                    if stop.wait(0.2):
+                        return
+                    with contextlib.suppress(OSError):
+                        conn.sendall(bytes([byte]))
+
+        t = threading.Thread(target=trickle)
+        t.start()
+        started = time.monotonic()
+        try:
+            with pytest.raises(TimeoutError):  # "timed out", or "longer than the timeout"
+                spamd.classify_remote(spamd.Address(host="127.0.0.1", port=server.getsockname()[1]), b"Subject: x\n\nwords\n", user=None, timeout=1.0)
+        finally:
+            stop.set()
+            t.join(HANG)
+        assert time.monotonic() - started < HANG  # a guard against a hang, not a timing test
 
 
 def test_filter_connect_with_a_user_name_spamd_cannot_carry_filters_in_process(trained: tuple[str, Path]) -> None:
