@@ -296,6 +296,13 @@ def database_url(url: str | None, config: Config) -> str:
     return "sqlite:///" + quote(str(Path(chosen).expanduser().absolute()), safe="/")
 
 
+def scoring_settings(config: Config) -> str:
+    """What of ``config`` a verdict depends on (the tokenizer, the model,
+    the decision's costs and cutoffs), as text to compare: a daemon's
+    verdict stands for the filter's own only when the two are equal."""
+    return repr((config.tokenizer, config.model, config.decision))
+
+
 def load_config(path: Path | None = None) -> Config:
     """Read ``path`` (or the default config file if it exists) over the defaults.
 

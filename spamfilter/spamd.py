@@ -247,12 +247,13 @@ def _number(x: float) -> str:
     return f"{min(max(x, -1e9), 1e9):.4f}".replace("-0.0000", "0.0000")
 
 
-def model_id(url: str, owner: str) -> str:
+def model_id(url: str, owner: str, settings: str = "") -> str:
     """A short name of the model of ``owner`` in the database at ``url``
-    (16 hex digits of a SHA-256), sent as the ``Model`` header of a verdict
-    so that ``spamfilter filter`` uses a daemon it found by itself only when
-    it scores with the model the filter would use."""
-    return hashlib.sha256(f"{url}\0{owner}".encode()).hexdigest()[:16]
+    scored with ``settings`` (``config.scoring_settings``; 16 hex digits of
+    a SHA-256), sent as the ``Model`` header of a verdict so that
+    ``spamfilter filter`` uses a daemon it found by itself only when it
+    scores with the model and the settings the filter would use."""
+    return hashlib.sha256(f"{url}\0{owner}\0{settings}".encode()).hexdigest()[:16]
 
 
 def verdict_headers(verdict: Decision, score: float, log_odds: float, threshold: float, model: str = "") -> list[tuple[str, str]]:

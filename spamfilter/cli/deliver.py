@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from spamfilter.cli import Connect, app, delivery, exitcodes, fail, state, usage_error
-from spamfilter.config import database_url
+from spamfilter.config import database_url, scoring_settings
 from spamfilter.errors import ProtocolError
 from spamfilter.locations import default_socket_path
 from spamfilter.mail.identity import filter_fields, filtered_pieces
@@ -118,4 +118,4 @@ def _ask_own_daemon(ctx: typer.Context, raw: bytes) -> RemoteVerdict | None:
         remote = classify_remote(Address(path=str(path)), raw, user=s.user, timeout=OWN_DAEMON_TIMEOUT)
     except (OSError, ProtocolError):
         return None
-    return remote if remote.model == model_id(database_url(s.db_url, s.config), owner) else None
+    return remote if remote.model == model_id(database_url(s.db_url, s.config), owner, scoring_settings(s.config)) else None

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from spamfilter import spamd
 from spamfilter.answers import Refusal, Verdict
+from spamfilter.config import scoring_settings
 from spamfilter.daemon.pool import FilterPool
 from spamfilter.errors import MailParseError, NotTrainedError, SpamfilterError, StoreBusyError, StoreError
 from spamfilter.filter import Filter
@@ -92,7 +93,9 @@ def _scored(request: spamd.Request, raw: bytes, item: MailItem, f: Filter, owner
         if isinstance(result, Refusal):
             raise MailParseError(result.reason)
         verdict = result
-    headers = spamd.verdict_headers(verdict.verdict, verdict.score, verdict.log_odds, f.thresholds.spam_min, spamd.model_id(f.store.url, f.store.owner))
+    headers = spamd.verdict_headers(
+        verdict.verdict, verdict.score, verdict.log_odds, f.thresholds.spam_min, spamd.model_id(f.store.url, f.store.owner, scoring_settings(f.config))
+    )
     old_client = spamd.before_1_3(request.version)
     if old_client:
         headers = headers[:1]  # the Spam line alone, as spamd answers SPAMC/1.2

@@ -188,8 +188,15 @@ def test_filter_finds_the_per_user_daemon_of_its_own_model_and_no_other(sample_d
         assert daemon.logged("CHECK user=", 1) == 1
         elsewhere = run_cli(["--config", str(config), "--db", f"sqlite:///{other}", "filter"], message)
         assert daemon.logged("CHECK user=", 2) == 2  # asked, and its Model was not this one
+        # The same model with other cutoffs (a config `tune --write` changed,
+        # the daemon not yet reloaded): its verdict is not this command's.
+        strict = tmp_path / "strict.toml"
+        strict.write_text("[decision]\nspam_cutoff = 0.5\nham_cutoff = 0.5\n")
+        own_settings = run_cli(["--config", str(strict), "--db", sample_db, "filter"], message)
+        assert daemon.logged("CHECK user=", 3) == 3
     finally:
         assert daemon.stop() == 0
+    assert "spamfilter.filter" in own_settings[1]  # filtered in-process
     # Answered by the daemon without --connect: the in-process bytes and code, no filter loaded.
     assert (code, out) == (local[0], local[2])
     heavy = ["numpy", "sqlalchemy", "spamfilter.filter", "spamfilter.store"]
