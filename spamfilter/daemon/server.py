@@ -401,7 +401,7 @@ class Server:
                 self.sockets.spooled += more
                 conn.spooled += more
         whole = conn.feed_body(data)
-        if conn.spool is None and not (held and conn.spool_error is None):
+        if not held or conn.spool_error is not None:
             # Dropped, at the limit or on a failed write: its bytes are free.
             self.sockets.give_back(conn)
         return whole

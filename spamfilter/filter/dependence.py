@@ -175,10 +175,10 @@ def recount(tx: StoreTransaction) -> None:
     """Count the pairs of the parents and children chosen before again
     from the ledger as it is now (after a prune took tokens out of its
     entries); the choice and when it was made stay."""
-    tx.pairs.lock(exclusive=True)
     messages = tx.pairs.selected_at()
     if messages is None:
-        return
+        return  # no selection: nothing to lock or count
+    tx.pairs.lock(exclusive=True)
     parents, _, _ = tx.pairs.parents()
     docs, labels = _ledger(tx)
     _put_pairs(tx, parents, list(tx.pairs.all_children()), docs, labels, messages)

@@ -219,13 +219,11 @@ def _iter_source(path: str, stdin: BinaryIO | None, stdin_is_one: bool = False) 
             first = stream.readline()
             if first.startswith(_ENVELOPE_PREFIX) and not stdin_is_one:
                 yield from mbox_messages(itertools.chain([first], stream), STDIN_SOURCE)
-            elif first.startswith(_ENVELOPE_PREFIX):
-                # One message with an envelope line (a Maildir file piped
-                # in): read as `delivered`, as `filter` and a Maildir
-                # folder read it, so it has the same digest.
-                yield delivered(STDIN_SOURCE, _read_rest(first, stream))
             else:
-                yield MailItem(STDIN_SOURCE, _read_rest(first, stream))
+                # One message: with an envelope line (a Maildir file piped
+                # in) read as `filter` and a Maildir folder read it, so it
+                # has the same digest.
+                yield delivered(STDIN_SOURCE, _read_rest(first, stream))
         except OSError as err:
             raise MailSourceError(f"cannot read standard input: {err}") from err
     elif os.path.isdir(path):
@@ -259,12 +257,12 @@ def _is_empty_file(path: str) -> bool:
 
 def _read_dir(path: str, at_root: bool = True) -> Iterator[MailItem]:
     kind = _dir_kind(path)
-    if kind == "maildir":
-        yield from _read_maildir(path)
-    elif kind == "mh":
-        yield from _read_mh(path)
-    else:
-        yield from _walk(path, at_root)
+    yield from _walk(path, at_root) if kind == "plain" else _read_mail_folder(path, kind)
+
+
+def _read_mail_folder(path: str, kind: _DirKind) -> Iterator[MailItem]:
+    """A Maildir or MH folder's messages."""
+    return _read_maildir(path) if kind == "maildir" else _read_mh(path)
 
 
 def _list_dir(path: str) -> list[os.DirEntry[str]]:
@@ -297,7 +295,7 @@ def _starts_an_mbox(path: str) -> bool:
     """Whether the file at ``path`` starts with an mbox envelope line."""
     try:
         with open(path, "rb") as f:
-            return f.read(len(_ENVELOPE_PREFIX)) == _ENVELOPE_PREFIX
+            return starts_with_envelope(f)
     except OSError:
         return False
 
@@ -407,7 +405,7 @@ def _walk(path: str, at_root: bool = True) -> Iterator[MailItem]:
                 if kind == "plain":
                     folders.append(iter(_list_dir(entry.path)))
                 else:
-                    yield from _read_maildir(entry.path) if kind == "maildir" else _read_mh(entry.path)
+                    yield from _read_mail_folder(entry.path, kind)
             except MailSourceError as err:
                 # A subfolder that cannot be listed (no permission, or
                 # deleted by a mail client meanwhile) is refused like an

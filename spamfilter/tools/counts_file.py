@@ -82,6 +82,11 @@ def read_counts_lines(stream: BinaryIO) -> Iterator[str]:
             raise CountsFileError(f"counts file, line {number}: not UTF-8 ({exc.reason})") from None
 
 
+def _key_values(line: str, prefix: str) -> dict[str, str]:
+    """The ``key=value`` fields of a comment line after its ``prefix``."""
+    return dict(part.partition("=")[::2] for part in line[len(prefix) :].split())
+
+
 class CountsReader:
     """Parses and checks a counts file line by line (``Maintenance.import_counts``)."""
 
@@ -151,7 +156,7 @@ class CountsReader:
             yield chunk
 
     def _totals(self, line: str) -> IntArray:
-        fields = dict(part.partition("=")[::2] for part in line[len("# totals ") :].split())
+        fields = _key_values(line, "# totals ")
         if not all(_DIGITS.fullmatch(fields.get(key, "")) for key in TOTALS_KEYS):
             raise self.fail(f"the totals line needs whole numbers written in the digits 0-9 for {', '.join(TOTALS_KEYS)}")
         values = [int(fields[key]) for key in TOTALS_KEYS]
@@ -168,7 +173,7 @@ class CountsReader:
             raise self.fail(f"a '{prefix.strip()}' line comes before the '# totals' line")
         if self.previous is not None:
             raise self.fail(f"a '{prefix.strip()}' line comes after the token lines (`db export` writes it before them)")
-        fields = dict(part.partition("=")[::2] for part in line[len(prefix) :].split())
+        fields = _key_values(line, prefix)
         if sorted(fields) != sorted(keys):
             raise self.fail(f"the '{prefix.strip()}' line needs {', '.join(keys)}, each once")
         return fields

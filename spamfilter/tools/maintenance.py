@@ -281,11 +281,9 @@ class Maintenance:
                 # delete takes while it waits for the tokens: a deadlock.
                 tx.exclude_writers()
                 tx.clear_model()
-            features = False
             for chunk in reader.chunks(5000):
-                if not features:
-                    # before the tokens, as a trainer writes them (see exclude_writers)
-                    features = self._import_features(tx, reader)
+                if not tokens:  # before the tokens, as a trainer writes them (see exclude_writers)
+                    self._import_features(tx, reader)
                 token_list = list(chunk)
                 table = np.array([chunk[t] for t in token_list], dtype=np.int64).reshape(-1, 4).T
                 tx.add_counts(token_list, TokenCounts(table[0:2].copy(), table[2:4].copy()), ClassCounts.zeros())
@@ -293,7 +291,7 @@ class Maintenance:
             imported = ClassCounts.from_table(reader.finish())
             tx.add_counts([], TokenCounts.zeros(0), imported)
             tx.add_untracked(imported)
-            if not features:
+            if not tokens:  # a file of no tokens
                 self._import_features(tx, reader)
             history = np.zeros((2, MAP_BINS))
             for (c, b), weight in reader.calibration.items():
@@ -302,14 +300,13 @@ class Maintenance:
         return ImportSummary(self.store.owner, tokens, int(imported.messages[model.HAM]), int(imported.messages[model.SPAM]), replace)
 
     @staticmethod
-    def _import_features(tx: StoreTransaction, reader: CountsReader) -> bool:
+    def _import_features(tx: StoreTransaction, reader: CountsReader) -> None:
         """Add the features lines' sums read so far (all of them: they come
         before the token lines)."""
         sums = FeatureStats.zeros(len(FEATURE_NAMES))
         for (c, i), (n, total, total_sq) in reader.features.items():
             sums.n[c, i], sums.total[c, i], sums.total_sq[c, i] = n, total, total_sq
         tx.add_feature_stats(sums)
-        return True
 
 
 # -- check results --------------------------------------------------------------
