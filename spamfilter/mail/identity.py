@@ -28,6 +28,10 @@ _FILTER_NAMES: Final = b"|".join(re.escape(name.encode("ascii")) for name in FIL
 # Python's email parser: "Subject: hi\rX-Spam-Flag: NO" holds two fields
 # for it, one for procmail, which only splits at LF.
 _FILTER_FIELD_RE: Final = re.compile(rb"(?:" + _FILTER_NAMES + rb")[ \t]*:[^\r\n]*(?:(?:\r\n|\r|\n)[ \t][^\r\n]*)*(\r\n|\r|\n|\Z)", re.IGNORECASE)
+# The same field without its continuation lines: one past the header block
+# of a CRLF message (procmail's header, everyone else's body), where the
+# indented lines after it are the body's own (code, a quoted bounce).
+_FILTER_LINE_RE: Final = re.compile(rb"(?:" + _FILTER_NAMES + rb")[ \t]*:[^\r\n]*(\r\n|\r|\n|\Z)", re.IGNORECASE)
 # Such a field's name and colon; it starts a field at the very beginning or
 # after a CR or LF (`_FilterLayout.runs` checks). The pattern starts with the
 # name, so the search skips to each "X"; with a lookbehind first it was tried
@@ -129,6 +133,9 @@ class _FilterLayout:
     #: a line), and where fields stop being looked for.
     any_end: int
     scan_end: int
+    #: Where the header block ends for a parser that ends lines at LF or
+    #: CRLF; past it a field is dropped without its continuation lines.
+    crlf_end: int
 
     @property
     def dropped(self) -> tuple[tuple[int, int], ...]:
@@ -145,7 +152,7 @@ class _FilterLayout:
             follows_drop = at == field_end
             if not (at < any_end or (at > 0 and raw[at - 1] == 0x0A) or follows_drop):
                 continue
-            found = _FILTER_FIELD_RE.match(raw, at, self.scan_end)
+            found = (_FILTER_FIELD_RE if at < self.crlf_end else _FILTER_LINE_RE).match(raw, at, self.scan_end)
             assert found is not None  # the start pattern is a prefix of this one
             begin, field_end = at, found.end()
             if run is not None:
@@ -201,7 +208,7 @@ def _filter_layout(raw: bytes, *, lf_only_readers: bool = True) -> _FilterLayout
     while raw[insert : insert + 1] in (b" ", b"\t"):
         brk = _LINE_BREAK_RE.search(raw, insert)
         insert = len(raw) if brk is None else brk.end()
-    return _FilterLayout(start, insert, _header_eol(raw, start, any_end), raw, any_end, lf_end)
+    return _FilterLayout(start, insert, _header_eol(raw, start, any_end), raw, any_end, lf_end, crlf_end)
 
 
 def _header_end(raw: bytes, start: int) -> int:

@@ -438,7 +438,7 @@ def delivered(source: str, raw: bytes) -> MailItem:
     brk = _LINE_BREAK_RE.search(raw)
     if brk is None:
         return MailItem(source, b"")
-    message = _unquote_lines(memoryview(raw)[brk.end() :])
+    message = _unquote_lines(memoryview(raw)[brk.end() :], cr_lines=brk.group() == b"\r")
     # The blank line at the end belongs to no message (`_finish`): a line
     # that is only its line break, CR alone in a file whose lines end so.
     last = b"\r\n" if message.endswith(b"\r\n") else message[-1:]
@@ -448,13 +448,17 @@ def delivered(source: str, raw: bytes) -> MailItem:
     return MailItem(source, message)
 
 
-def _unquote_lines(data: bytes | memoryview) -> bytes:
+def _unquote_lines(data: bytes | memoryview, *, cr_lines: bool = False) -> bytes:
     """Undo one level of mboxrd quoting on every line of ``data`` at once
-    (`_unquote` of each line)."""
+    (`_unquote` of each line). Lines end at LF, as `mbox_messages` reads
+    them, or at CR alone with ``cr_lines`` (a file whose lines end so): a
+    lone CR inside an LF line starts no line there, so ``a\\r>From`` keeps
+    its ">" as it does in an mbox, and the message keeps its digest."""
+    starts = (10, 13) if cr_lines else (10,)
 
     def unquoted(m: re.Match[bytes]) -> bytes:
         at = m.start()
-        return b"" if at == 0 or data[at - 1] in (10, 13) else b">"
+        return b"" if at == 0 or data[at - 1] in starts else b">"
 
     return _QUOTED_FROM_RE.sub(unquoted, data)
 

@@ -18,7 +18,9 @@ from dataclasses import dataclass
 # ASCII case folding only: under Unicode rules "<\u017ftyle>" (long s) matched
 # as <style> and, never closed, hid the rest of the part from the filter
 # while a browser shows it.
-_DROP_OPEN = re.compile(r"<(script|style|head|title)\b|<!--", re.IGNORECASE | re.ASCII)
+# The tag name must end where a browser ends it (blank, "/" or ">"): with
+# "\b", "<style-box>" (a custom element, shown) was taken for a style block.
+_DROP_OPEN = re.compile(r"<(script|style|head|title)(?=[\s/>])|<!--", re.IGNORECASE | re.ASCII)
 # Possessive "\s*+": with two plain "\s*" around "/?" a "<" followed by
 # 40,000 blanks took 22 s (each split of the blanks between them was tried).
 _TAG = re.compile(r"<\s*+(/?)\s*+([a-zA-Z][a-zA-Z0-9]{0,15})([^<>]{0,4000})>")
@@ -102,14 +104,38 @@ def _drop_blocks(markup: str) -> str:
             pieces.append(markup[pos:])
             break
         pieces.append(markup[pos : m.start()])
-        closing = "-->" if m.group(0) == "<!--" else "</" + m.group(1).lower()
-        end = lower.find(closing, m.end())
+        pieces.append(" ")
+        if m.group(0) == "<!--":
+            pos = _comment_end(markup, m.end())
+            continue
+        name = m.group(1).lower()
+        end = lower.find("</" + name, m.end())
+        if name == "head":
+            # </head> may be left out: the body starts at <body> all the same.
+            body = lower.find("<body", m.end(), len(lower) if end < 0 else end)
+            if body >= 0:
+                pos = body
+                continue
         if end < 0:
             break
         gt = lower.find(">", end)
         pos = len(markup) if gt < 0 else gt + 1
-        pieces.append(" ")
     return "".join(pieces)
+
+
+def _comment_end(markup: str, start: int) -> int:
+    """Where the comment whose "<!--" ends at ``start`` ends, as a browser
+    reads it: "<!-->" and "<!--->" are whole (empty) comments, "--!>"
+    closes one as "-->" does, and one never closed runs to the end."""
+    if markup.startswith(">", start):
+        return start + 1
+    if markup.startswith("->", start):
+        return start + 2
+    ends = [i for i in (markup.find("-->", start), markup.find("--!>", start)) if i >= 0]
+    if not ends:
+        return len(markup)
+    end = min(ends)
+    return end + (3 if markup.startswith("-->", end) else 4)
 
 
 def _shorten_reference(m: re.Match[str]) -> str:

@@ -153,7 +153,7 @@ def test_filter_output_cut_short_by_a_file_size_limit_exits_74(tmp_path: Path, u
     assert proc.stderr.decode().endswith("spamfilter: cannot write the output: File too large\n")
 
 
-@pytest.mark.parametrize("args", [["stats"], ["filter"], ["filter", "--verdict-only"]])
+@pytest.mark.parametrize("args", [["stats"], ["filter"], ["filter", "--verdict-only"], ["--version"], ["--help"]])
 def test_output_that_cannot_be_written_exits_74_with_one_line(tmp_path: Path, args: list[str]) -> None:
     # A closed stdout, and a full disk: Python's own flush at exit made
     # that exit 120 with an "Exception ignored" message, or exit 0.
@@ -482,7 +482,9 @@ def messages(draw: st.DrawFn) -> tuple[bytes, bytes]:
     return b"".join(line for line, _ in lines), clean
 
 
-BODY_LINE = st.binary(min_size=1, max_size=12).map(lambda b: re.sub(rb"(?i)x-spam-|[\r\n]", b"", b).lstrip(b" \t") or b"text")
+# Lines indented too: after a forged field past the header they are the
+# body's own (code, a quoted bounce), not its continuation, and stay.
+BODY_LINE = st.binary(min_size=1, max_size=12).map(lambda b: re.sub(rb"(?i)x-spam-|[\r\n]", b"", b) or b"text")
 
 
 @st.composite
@@ -518,6 +520,12 @@ def test_after_a_crlf_blank_line_the_fields_procmail_reads_are_removed_and_nothi
     assert without_added(out, SPAM_FIELDS) == clean, (raw, out)
     assert digest_bytes(out) == digest_bytes(clean)
     assert with_filter_headers(out, SPAM_FIELDS) == out
+
+
+def test_indented_body_lines_after_a_forged_field_in_a_crlf_body_are_kept() -> None:
+    raw = b"From: a@b.example\r\nSubject: s\r\n\r\nThe bounce said:\r\nX-Spam-Status: Yes, hits=9\r\n    def main():\r\n        return 0\r\nEnd.\r\n"
+    out = with_filter_headers(raw, SPAM_FIELDS)
+    assert without_added(out, SPAM_FIELDS) == raw.replace(b"X-Spam-Status: Yes, hits=9\r\n", b"")
 
 
 def without_added(out: bytes, fields: list[tuple[str, str]]) -> bytes:

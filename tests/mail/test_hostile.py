@@ -628,6 +628,13 @@ EXTREMES: list[tuple[str, Callable[[], bytes]]] = [
     ("charset x-unknown", lambda: HEAD + b"Content-Type: text/plain; charset=x-unknown\n\ncaf\xe9 \xc3\xa9\n"),
     ("charset utf-7", lambda: HEAD + b"Content-Type: text/plain; charset=utf-7\n\n+AGEAYgBj- +" + b"+" * 10_000 + b"\n"),
     ("charset utf-7 in an encoded word", lambda: b"Subject: =?utf-7?b?" + b"K" * 100_000 + b"?=\n\nbody\n"),
+    ("charset punycode, 190 KB of digits", lambda: HEAD + b"Content-Type: text/plain; charset=punycode\n\n-" + b"9" * 190_000 + b"\n"),
+    ("charset idna in an encoded word of 190 KB", lambda: b"Subject: =?idna?q?xn--" + b"9" * 190_000 + b"?=\n\nbody\n"),
+    ("multipart Content-Type of 190 KB of ';' after a quote", lambda: b'Content-Type: multipart/mixed; a="' + b";" * 190_000 + b"\n\nbody\n"),
+    (
+        "a part's Content-Type of 190 KB of ';'",
+        lambda: HEAD + b'Content-Type: multipart/mixed; boundary=B\n\n--B\nContent-Type: multipart/alternative; a="' + b";" * 190_000 + b"\n\nx\n--B--\n",
+    ),
     ("charset name of 8,000 characters", lambda: HEAD + b"Content-Type: text/plain; charset=" + b"x" * 8000 + b"\n\nhello\n"),
     ("charset name of 100,000 characters", lambda: HEAD + b'Content-Type: text/html; charset="' + b"y" * 100_000 + b'"\n\n<b>hello</b>\n'),
     ("base64 cut to 4n+1 characters", lambda: encoded(b"base64", b"aGVsbG8gd29ybGQh" + b"Y")),
@@ -652,6 +659,74 @@ def test_extreme_message_is_handled_with_bounded_work(trained: Filter, make: Cal
     tokens = outcome.tokens or []
     assert len(tokens) <= MAX_BYTES
     assert sum(map(len, tokens)) <= 8 * MAX_BYTES
+
+
+SURROGATE_MAIL = {
+    "a UTF-7 body decoding to a lone surrogate in a URL": (HEAD + b"Content-Type: text/plain; charset=utf-7\n\nsee http://x+2AA-y.example/ now\n", "\ufffd"),
+    "a UTF-7 encoded word in From": (b"From: =?utf-7?q?a+2AA-b?=@x.example\nSubject: s\n\nbody words\n", "\ufffd"),
+    "a UTF-7 RFC 2231 file name": (
+        HEAD
+        + b"Content-Type: multipart/mixed; boundary=B\n\n--B\nContent-Type: text/plain\n\nhello\n--B\nContent-Type: application/octet-stream\n"
+        + b"Content-Disposition: attachment; filename*=utf-7''a%2B2AA-b.exe\n\nxx\n--B--\n",
+        "attachment:ext:exe",
+    ),
+}
+
+
+@pytest.mark.parametrize(("raw", "read"), list(SURROGATE_MAIL.values()), ids=list(SURROGATE_MAIL))
+def test_text_that_decodes_to_lone_surrogates_is_classified(trained: Filter, raw: bytes, read: str) -> None:
+    # UTF-7 decodes "+2AA-" to U+D800, which no store, digest or output can
+    # encode: one such message ended a whole classify or train run (exit 70),
+    # or, in a file name, was refused and so never filtered.
+    outcome = check(trained, raw)
+    assert isinstance(outcome.result, Verdict)
+    assert outcome.tokens
+    assert all(t.encode("utf-8") for t in outcome.tokens)
+    assert read in " ".join(outcome.tokens)
+
+
+def test_codecs_no_mail_charset_needs_are_not_used() -> None:
+    # punycode and idna decode in quadratic time (190 KB took 7.6 and 21 s);
+    # such text is read as UTF-8 instead.
+    from spamfilter.tokenizer import mime
+
+    for name in ("punycode", "idna", "unicode-escape", "raw_unicode_escape", "undefined"):
+        assert mime.codec_for(name) is None
+    assert mime.decode_bytes(b"-" + b"9" * 1000, "punycode") == "-" + "9" * 1000
+    assert mime.codec_for("utf-7") == "utf-7" and mime.codec_for("ISO-8859-15") == "iso8859-15"
+
+
+def test_made_up_charset_names_are_not_remembered(trained: Filter) -> None:
+    # The standard library keeps every codec name it did not know for the
+    # life of the process: a daemon grew by 180 KB a message of made-up
+    # charsets (in a part, an encoded word, an RFC 2231 charset and name).
+    import encodings
+
+    def message(i: int) -> bytes:
+        name = b"x-made-up-%d-" % i + b"q" * 30
+        return (
+            b"Subject: =?" + name + b"?q?hello?=\nMIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=B\n\n--B\n"
+            b"Content-Type: text/plain; charset*=" + name + b"''" + name + b"\n\nhello\n--B\nContent-Type: text/plain; charset=" + name + b"\n"
+            b"Content-Disposition: attachment; filename*=" + name + b"''a%E9.txt\n\nbody\n--B--\n"
+        )
+
+    check(trained, message(-1))
+    before = len(encodings._cache)
+    for i in range(200):
+        check(trained, message(i))
+    assert len(encodings._cache) == before
+
+
+def test_a_content_type_too_long_to_parse_leaves_the_body_unparsed() -> None:
+    # Any part's: the standard library's parser splits a multipart's
+    # parameters in quadratic time (190 KB of ";" took 38 s).
+    inner = b'--B\nContent-Type: multipart/alternative; a="' + b";" * 9000 + b"\n\nmoney words\n--B--\n"
+    msg = parse_message(MailItem("-", HEAD + b"Content-Type: multipart/mixed; boundary=B\n\n" + inner), max_bytes=MAX_BYTES)
+    assert not msg.is_multipart()
+    assert "money words" in msg.get_payload()
+    assert any("Content-Type field too long" in str(d) for d in msg.defects)
+    short = parse_message(MailItem("-", HEAD + b"Content-Type: multipart/mixed; boundary=B\n\n" + inner.replace(b";" * 9000, b";" * 100)), max_bytes=MAX_BYTES)
+    assert short.is_multipart()
 
 
 def test_nesting_too_costly_to_parse_keeps_headers_and_body_text() -> None:

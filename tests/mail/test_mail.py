@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from spamfilter.errors import MailParseError, MailSourceError
 from spamfilter.mail import FILTER_HEADERS, MailItem, NestingTooDeepDefect, digest_bytes, parse_message, read_index, read_messages
-from spamfilter.mail.sources import delivered
+from spamfilter.mail.sources import delivered, mbox_messages
 
 MAX_BYTES = 1 << 20
 
@@ -681,7 +681,27 @@ def test_a_device_is_not_a_mail_source(device: str) -> None:
 
 
 def test_a_delivered_message_is_unquoted_where_a_line_starts_only() -> None:
-    # One level of mboxrd quoting comes off at each line start (LF, CRLF or
-    # a lone CR) and nowhere else: not inside a line, not in HTML's ">".
+    # One level of mboxrd quoting comes off at each line start (LF, CRLF)
+    # and nowhere else: not inside a line, not in HTML's ">", not after a
+    # lone CR inside an LF line; the same bytes read as an mbox give the
+    # same message, so the same digest.
     raw = b"From a@x Mon Jan  1 00:00:00 2024\n>From one\n>>From two\nx>From not at a start\n<p>>From</p> <b>>>From</b>\r\n>From crlf\r>From cr\n>From\n>>>From three\n"
-    assert delivered("-", raw).raw == (b"From one\n>From two\nx>From not at a start\n<p>>From</p> <b>>>From</b>\r\nFrom crlf\rFrom cr\n>From\n>>From three\n")
+    assert delivered("-", raw).raw == (b"From one\n>From two\nx>From not at a start\n<p>>From</p> <b>>>From</b>\r\nFrom crlf\r>From cr\n>From\n>>From three\n")
+    assert [m.raw for m in mbox_messages(io.BytesIO(raw), "-")] == [delivered("-", raw).raw]
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"From a@x Mon Jan  1 00:00:00 2024\nSubject: s\n\nline one\r>From here on\n",
+        b"From a@x Mon Jan  1 00:00:00 2024\r\nSubject: s\r\n\r\nline one\r>From here\r\n>From there\r\n",
+        b"From a@x Mon Jan  1 00:00:00 2024\rSubject: s\r\rline one\r>From here on\r>>From two\r",
+    ],
+)
+def test_a_message_delivered_and_the_same_in_an_mbox_are_one_message(raw: bytes) -> None:
+    # A Maildir file (read as delivered) and an mbox of the same bytes: the
+    # same message, so one digest, trained once (a lone CR before ">From"
+    # in an LF file gave two digests).
+    from_mbox = [m.raw for m in mbox_messages(io.BytesIO(raw), "-")]
+    assert from_mbox == [delivered("-", raw).raw]
+    assert digest_bytes(from_mbox[0]) == digest_bytes(delivered("-", raw).raw)

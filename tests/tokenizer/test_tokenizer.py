@@ -892,3 +892,29 @@ def test_header_line_tokens_are_told_from_the_rest() -> None:
     ]
     assert [t for t in header if is_header_line(t)] == header
     assert [t for t in rest if is_header_line(t)] == []
+
+
+@pytest.mark.parametrize(
+    ("markup", "shown"),
+    [
+        pytest.param("<html><head><title>t</title><body>cheap pills</body>", "cheap pills", id="head-never-closed"),
+        pytest.param("<head><meta charset=x></head><body>cheap pills</body>", "cheap pills", id="head-closed"),
+        pytest.param("<p>cheap<!-->pills", "cheap pills", id="empty-comment"),
+        pytest.param("<p>cheap<!--->pills", "cheap pills", id="empty-comment-with-dash"),
+        pytest.param("<p>cheap<!-- hidden --!>pills", "cheap pills", id="comment-closed-by-dash-dash-bang"),
+        pytest.param("<style-box>cheap pills</style-box>", "cheap pills", id="custom-element-named-like-style"),
+        pytest.param("<title-x>cheap pills</title-x><head-line>now</head-line>", "cheap pills now", id="custom-elements-named-like-title-and-head"),
+    ],
+)
+def test_html_text_a_browser_shows_is_read(markup: str, shown: str) -> None:
+    # An unclosed <head> (</head> may be left out), comment endings browsers
+    # accept, and custom elements whose names start like style or title hid
+    # the rest of the part from the filter.
+    assert html_text.extract(markup).text.split() == shown.split()
+
+
+@pytest.mark.parametrize(
+    "markup", ["<head><title>t</title></head><body>x", "a<!-- hidden -->b", "a<!--!>hidden", "<style>hidden{}</style>x", "<script>hidden()</script>x", "a<!-- hidden"]
+)
+def test_html_what_a_browser_hides_stays_hidden(markup: str) -> None:
+    assert "hidden" not in html_text.extract(markup).text
