@@ -290,10 +290,19 @@ def database_url(url: str | None, config: Config) -> str:
     config file); a plain file path (no ``://``) names a SQLite file, as
     ``sqlite:///`` and its absolute path."""
     chosen = url or environment_db_url() or config.store.url or default_location_url()
+    if chosen is None:
+        raise ConfigError("no database named and no home directory to keep one in: name one with --db or $SPAMFILTER_DB")
     if "://" in chosen:
         return chosen
-    # Quoted: in a URL "?" starts the options and "%" an escape.
-    return "sqlite:///" + quote(str(Path(chosen).expanduser().absolute()), safe="/")
+    try:
+        path = str(Path(chosen).expanduser().absolute())
+    except RuntimeError as exc:  # "~nosuchuser/x.db"
+        raise ConfigError(f"database {chosen!r}: {exc}") from None
+    try:
+        # Quoted: in a URL "?" starts the options and "%" an escape.
+        return "sqlite:///" + quote(path, safe="/")
+    except UnicodeEncodeError:
+        raise ConfigError(f"database {chosen!r}: the path is not UTF-8; name one that is") from None
 
 
 def scoring_settings(config: Config) -> str:
@@ -310,6 +319,8 @@ def load_config(path: Path | None = None) -> Config:
     """
     if path is None:
         path = default_config_path()
+        if path is None:
+            return Config()  # no home directory, so no per-user file
         # The per-user file is optional; a file named by $SPAMFILTER_CONFIG is not.
         try:
             present = path.exists()
@@ -333,6 +344,8 @@ def load_config(path: Path | None = None) -> Config:
         raise ConfigError(f"{path}: invalid TOML: not UTF-8 ({exc.reason} at byte {exc.start})") from None
     except RecursionError:
         raise ConfigError(f"{path}: invalid TOML: arrays or tables nested too deep") from None
+    except ValueError as exc:  # an integer of more digits than Python converts
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
     return config_from_dict(data, origin=str(path))
 
 
@@ -401,7 +414,17 @@ def _overlay(default: Any, table: dict[str, Any], where: str) -> Any:
             expected, wanted = (str,), "a string"
         if not isinstance(value, expected) or (isinstance(value, bool) and bool not in expected):
             raise ConfigError(f"{where}.{key}: expected {wanted}, got {value!r}")
-        values[key] = float(value) if float in expected and not isinstance(value, bool) else value
+        if float in expected and not isinstance(value, bool):
+            # No setting means anything at infinity: 1e12 s or inf as a
+            # timeout failed every operation, and 1 followed by 400 zeros
+            # as alpha is no float at all.
+            try:
+                value = float(value)
+            except OverflowError:
+                value = math.inf
+            if not math.isfinite(value):
+                raise ConfigError(f"{where}.{key}: expected a finite number, got {table[key]!r}")
+        values[key] = value
     return replace(default, **values)
 
 
@@ -487,7 +510,7 @@ def validate(config: Config, origin: str = "config") -> None:
         need(1 <= a.chunk_size <= 10_000, f"{key}.chunk_size", "must be between 1 and 10000", a.chunk_size)
         need(a.chunk_bytes >= 1_000_000, f"{key}.chunk_bytes", "must be >= 1000000", a.chunk_bytes)
         need(0 <= a.retries <= 20, f"{key}.retries", "must be between 0 and 20", a.retries)
-        need(a.timeout > 0, f"{key}.timeout", "must be > 0", a.timeout)
+        need(0 < a.timeout <= 86_400, f"{key}.timeout", "must be more than 0 and at most 86400 seconds", a.timeout)
     names = [a.name for a in config.imap]
     need(len(set(names)) == len(names), "imap", "account names must differ", names)
 

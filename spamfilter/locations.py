@@ -15,13 +15,23 @@ import stat
 from pathlib import Path
 
 
-def default_config_path() -> Path:
-    """``$SPAMFILTER_CONFIG``, else ``$XDG_CONFIG_HOME/spamfilter/config.toml``."""
+def default_config_path() -> Path | None:
+    """``$SPAMFILTER_CONFIG``, else ``$XDG_CONFIG_HOME/spamfilter/config.toml``
+    (``~/.config`` when unset); None when neither is set and the user has no
+    home directory (no ``$HOME`` and no password entry: a container, ``env -i``)."""
     explicit = os.environ.get("SPAMFILTER_CONFIG")
     if explicit:
         return Path(explicit)
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "spamfilter" / "config.toml"
+    base = os.environ.get("XDG_CONFIG_HOME") or _in_home(".config")
+    return None if base is None else Path(base) / "spamfilter" / "config.toml"
+
+
+def _in_home(*parts: str) -> str | None:
+    """``~/parts``, or None when the user's home cannot be told."""
+    try:
+        return str(Path.home().joinpath(*parts))
+    except (RuntimeError, KeyError, OSError):
+        return None
 
 
 def environment_db_url() -> str | None:
@@ -29,11 +39,12 @@ def environment_db_url() -> str | None:
     return os.environ.get("SPAMFILTER_DB") or None
 
 
-def default_location_url() -> str:
+def default_location_url() -> str | None:
     """The SQLite file in the user's data directory (its folders are created
-    on first use, unlike those of a database named by the user)."""
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return "sqlite:///" + str(Path(base) / "spamfilter" / "spamfilter.db")
+    on first use, unlike those of a database named by the user); None when
+    there is no such directory (`default_config_path`)."""
+    base = os.environ.get("XDG_DATA_HOME") or _in_home(".local", "share")
+    return None if base is None else "sqlite:///" + str(Path(base) / "spamfilter" / "spamfilter.db")
 
 
 def make_private_dirs(folder: Path) -> list[Path]:

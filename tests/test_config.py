@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -132,7 +133,9 @@ def test_wrong_type_raises(data: dict[str, Any], message: str) -> None:
 @pytest.mark.parametrize("alpha", [0.0, -1.0, 1e-11, float("nan"), float("inf"), 1e308])
 def test_out_of_range_alpha_raises(alpha: float) -> None:
     # 1e308: every probability the same, and the log-odds NaN.
-    with pytest.raises(ConfigError, match=r"model\.alpha must be between 1e-10 and 1e6"):
+    # nan and inf are refused as no number a setting can take.
+    said = r"model\.alpha must be between 1e-10 and 1e6" if math.isfinite(alpha) else r"model\.alpha: expected a finite number"
+    with pytest.raises(ConfigError, match=said):
         config_from_dict({"model": {"alpha": alpha}})
 
 
@@ -221,3 +224,55 @@ def test_error_names_the_file(tmp_path: Path) -> None:
     path.write_text("[model]\nalpha = 0\n")
     with pytest.raises(ConfigError, match=str(path)):
         load_config(path)
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("[model]\nalpha = 1" + "0" * 400 + "\n", r"model\.alpha: expected a finite number"),
+        ("[model]\nalpha = inf\n", r"model\.alpha: expected a finite number"),
+        ("[model]\ntempering = nan\n", r"model\.tempering: expected a finite number"),
+        ("[store]\nbusy_timeout = -inf\n", r"store\.busy_timeout: expected a finite number"),
+        ("[model]\nalpha = 1" + "0" * 5000 + "\n", "invalid TOML: .*digits"),
+    ],
+)
+def test_a_number_no_float_can_hold_is_a_config_error(tmp_path: Path, text: str, said: str) -> None:
+    # It was an internal error (exit 70), and a SIGHUP that read it ended
+    # a running daemon.
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=said):
+        load_config(path)
+
+
+@pytest.mark.parametrize("timeout", ["1e12", "86401", "0"])
+def test_an_imap_timeout_is_bounded(timeout: str) -> None:
+    # 1e12 passed validation, then failed every operation (exit 70).
+    account = {"host": "127.0.0.1", "security": "none", "username": "u", "password_env": "P", "timeout": float(timeout)}
+    with pytest.raises(ConfigError, match=r"imap\.t\.timeout"):
+        config_from_dict({"imap": {"t": account}})
+    config_from_dict({"imap": {"t": {**account, "timeout": 86400.0}}})
+
+
+def test_a_database_path_that_cannot_be_made_a_url_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="~nosuchuser"):
+        database_url("~nosuchuser-for-spamfilter/x.db", Config())
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        database_url("/tmp/\udcff.db", Config())
+
+
+def test_without_a_home_directory_there_is_no_default_config_or_database(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # No $HOME and no password entry (a container, `env -i`): every command
+    # was an internal error, even with --db.
+    for name in ("HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "SPAMFILTER_CONFIG", "SPAMFILTER_DB"):
+        monkeypatch.delenv(name, raising=False)
+
+    def no_home() -> Path:
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(Path, "home", staticmethod(no_home))
+    assert default_config_path() is None
+    assert load_config() == Config()
+    with pytest.raises(ConfigError, match="--db"):
+        database_url(None, Config())
+    assert database_url(str(tmp_path / "x.db"), Config()) == f"sqlite:///{tmp_path}/x.db"

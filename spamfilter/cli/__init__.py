@@ -395,6 +395,12 @@ class _Group(_LazyCommands):
         except typer.TyperException as exc:
             self._usage_code(exc)
             raise
+        except OSError as exc:
+            # --help and --version print here, before any command runs: to
+            # a full disk or a closed stdout.
+            if exc.errno not in _OUTPUT_FULL:
+                raise
+            fail(f"cannot write the output: {exc.strerror or exc}", exitcodes.OUTPUT_ERROR)
 
     def invoke(self, ctx: Any) -> Any:
         try:

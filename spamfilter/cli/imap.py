@@ -95,7 +95,7 @@ def run(
     account: Annotated[str | None, typer.Option("--account", metavar="NAME", help="The [imap.NAME] account (default: the first).")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Change nothing on the server or in the database; print what would be done.")] = False,
     loop: Annotated[bool, typer.Option("--loop", help="Run again every --interval seconds until interrupted.")] = False,
-    interval: Annotated[float, typer.Option("--interval", min=1, help="Seconds between runs with --loop.")] = 300,
+    interval: Annotated[float, typer.Option("--interval", min=1, max=86_400, help="Seconds between runs with --loop.")] = 300,
     limit: Annotated[int | None, typer.Option("--limit", min=1, help="Classify at most N new messages per run.")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Print every action.")] = False,
     fmt: Annotated[TableOrJson, typer.Option("--format", help="Summary as a table line or json.")] = TableOrJson.table,

@@ -38,7 +38,7 @@ def milter(
     processes: Processes = None,
     max_connections: Annotated[int, typer.Option("--max-connections", min=1, help="MTA connections served at once, per process.")] = 256,
     max_size: Annotated[int, typer.Option("--max-size", metavar="BYTES", min=1, help="Longer messages are accepted unscanned.")] = 512_000,
-    timeout: Annotated[float, typer.Option("--timeout", metavar="SECONDS", min=0.1, help="Time the MTA may stay silent on a connection.")] = 600.0,
+    timeout: Annotated[float, typer.Option("--timeout", metavar="SECONDS", min=0.1, max=86_400, help="Time the MTA may stay silent on a connection.")] = 600.0,
     per_user: Annotated[
         bool | None,
         typer.Option(

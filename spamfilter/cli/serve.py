@@ -10,7 +10,7 @@ import typer
 from spamfilter.cli import app, state
 from spamfilter.cli._daemons import AllowedIps, Listen, Processes, SocketGroup, SocketMode, SocketPath, ip_list, listen_address, run
 from spamfilter.config import load_config
-from spamfilter.locations import default_socket_path, make_private_dirs
+from spamfilter.locations import default_socket_path, make_private_dirs, not_a_folder
 
 
 @app.command()
@@ -28,7 +28,7 @@ def serve(
     ] = 256,
     max_size: Annotated[int, typer.Option("--max-size", metavar="BYTES", min=1, help="Longer messages are passed back unscanned.")] = 512_000,
     timeout: Annotated[
-        float, typer.Option("--timeout", metavar="SECONDS", min=0.1, help="Time a client has to send its request, and a request to get the database.")
+        float, typer.Option("--timeout", metavar="SECONDS", min=0.1, max=86_400, help="Time a client has to send its request, and a request to get the database.")
     ] = 30.0,
     spool_limit: Annotated[
         int,
@@ -100,5 +100,8 @@ def _user_socket() -> Path:
     path = default_socket_path()
     if path is None:
         raise typer.BadParameter("needs $XDG_RUNTIME_DIR (the per-user runtime folder) to be set", param_hint="--user-socket")
-    make_private_dirs(path.parent)
+    try:
+        make_private_dirs(path.parent)
+    except OSError as exc:
+        raise typer.BadParameter(f"cannot make {path.parent}: {not_a_folder(path) or exc.strerror}", param_hint="--user-socket") from None
     return path

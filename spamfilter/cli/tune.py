@@ -13,6 +13,7 @@ from spamfilter.cli import app, exitcodes, state
 from spamfilter.cli._common import TableOrJson, index_length, jobs_or_default, one_stream, progress, report_refusals
 from spamfilter.cli.reading import Jobs
 from spamfilter.config import DEPENDENCES, EVENT_MODELS, check_config_writable, update_config_file
+from spamfilter.errors import ConfigError
 from spamfilter.locations import default_config_path
 from spamfilter.mail import read_index
 from spamfilter.tools import tuning
@@ -107,6 +108,8 @@ def tune(
             raise typer.BadParameter(f"{d!r} is not one of {', '.join(DEPENDENCES)}", param_hint="--dependence")
     path = s.config_path or default_config_path()
     if write:
+        if path is None:
+            raise ConfigError("no config file to write to and no home directory for one: name one with --config")
         # Before the run, not after it: the file must take the settings.
         check_config_writable(path, tuning.written_keys())
     total = index_length(index)
@@ -149,7 +152,7 @@ def tune(
                 f"{'*' if c.near_best else ' '} {c.event_model:<19} {'yes' if c.bigrams else 'no':>6} {c.alpha:6g} {c.tempering:6g} {c.min_evidence:6g} {c.max_tokens or 'all':>5} {c.dependence:>5} {c.feature_weight or 'off':>5} {c.unseen_weight:6g} {c.loss_per_message:9.4f} {c.one_minus_roca:8.3f} "
                 f"{c.hm:6.2f} {c.sm:6.2f} {c.unsure:7.2f} {c.cutoffs.ham_max:8.2f} {c.cutoffs.spam_min:8.2f}"
             )
-    if write:
+    if write and path is not None:
         tuning.require_separation(best, holdout)
         tuning.require_improvement(best, configured)
         update_config_file(path, tuning.written_settings(best))

@@ -266,6 +266,9 @@ def reload_config(pools: Sequence[FilterPool], load: Callable[[], Config] | None
     except SpamfilterError as exc:
         log.error("reload failed, keeping the old configuration: %s", exc)
         return
+    except Exception:  # a reload never ends the daemon
+        log.exception("reload failed (internal error), keeping the old configuration")
+        return
     for pool in pools:
         pool.replace(config)
     log.info("configuration reloaded; %s", pools[0].describe())

@@ -7,6 +7,8 @@ from datetime import date, timedelta
 
 import sqlalchemy as sa
 
+from spamfilter.errors import StoreInconsistent
+
 #: The Alembic head this code reads and writes; tests check it is the
 #: migrations' head. Kept as a constant so opening a store needs no Alembic import.
 SCHEMA_REVISION = "0008"
@@ -29,11 +31,15 @@ class DayNumber(sa.types.TypeDecorator[date]):
         return None if value is None else day_number(value)
 
     def process_result_value(self, value: int | str | None, dialect: sa.Dialect) -> date | None:
-        if isinstance(value, str):
-            # An ISO date a process of the code before revision 0008 wrote
-            # into a SQLite file upgraded under it (SQLite keeps the text).
-            return date.fromisoformat(value)
-        return None if value is None else EPOCH + timedelta(days=value)
+        try:
+            if isinstance(value, str):
+                # An ISO date a process of the code before revision 0008 wrote
+                # into a SQLite file upgraded under it (SQLite keeps the text).
+                return date.fromisoformat(value)
+            return None if value is None else EPOCH + timedelta(days=value)
+        except (ValueError, OverflowError, TypeError) as exc:
+            # A damaged file: said as such (exit 73), not an internal error.
+            raise StoreInconsistent(f"a token's last training day is not a date ({value!r}: {exc}); the database is damaged") from None
 
 
 def day_number(day: date) -> int:

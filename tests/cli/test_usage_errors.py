@@ -59,6 +59,11 @@ CASES = [
     (["db", "import", "-"], "db import", "db import - reads the counts from standard input, which is a terminal: pipe them in or give a file"),
     (["db", "import", "{tmp}/counts.tsv"], "db import", "the model of the default user is not empty: give --replace or --add"),
     (["serve", "--socket-mode", "9"], "serve", "Invalid value for --socket-mode: not an octal mode: 9"),
+    # Infinite waits: the daemon answered every request EX_SOFTWARE, and
+    # imap run --loop stopped with an internal error.
+    (["serve", "--timeout", "inf"], "serve", "Invalid value for '--timeout': Input should be less than or equal to 86400"),
+    (["milter", "--timeout", "1e12"], "milter", "Invalid value for '--timeout': Input should be less than or equal to 86400"),
+    (["imap", "run", "--loop", "--interval", "inf"], "imap run", "Invalid value for '--interval': Input should be less than or equal to 86400"),
     # A label of train without its source: click took the next option for
     # the source and blamed what followed ("unexpected extra argument").
     (["train", "--spam", "--ham", "{tmp}/index"], "train", "--spam needs a source (a file, folder or -) before --ham"),
@@ -90,6 +95,16 @@ def test_every_usage_error_shows_the_usage_line(
     result = CliRunner().invoke(app, ["--db", str(db), *(a.format(**where) for a in args)], prog_name="spamfilter")
     assert result.exit_code == exitcodes.USAGE, result.output
     assert_usage_error(result.stderr, command, message.format(**where))
+
+
+def test_a_user_socket_under_a_runtime_folder_that_is_a_file_is_a_usage_error(tmp_path: Path) -> None:
+    # It was an internal error (NotADirectoryError, exit 70).
+    (tmp_path / "runtime").write_text("a file\n")
+    result = CliRunner().invoke(
+        app, ["--db", str(tmp_path / "s.db"), "serve", "--user-socket"], env={"XDG_RUNTIME_DIR": str(tmp_path / "runtime")}, prog_name="spamfilter"
+    )
+    assert result.exit_code == exitcodes.USAGE, result.output
+    assert_usage_error(result.stderr, "serve", f"Invalid value for --user-socket: cannot make {tmp_path}/runtime/spamfilter: {tmp_path}/runtime is not a folder")
 
 
 def test_filter_with_a_terminal_on_stdin_is_a_usage_error(tmp_path: Path) -> None:

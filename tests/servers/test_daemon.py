@@ -4,6 +4,7 @@ for what spamc never sends (broken requests, trickling clients, huge bodies)."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import os
 import pwd
@@ -26,7 +27,7 @@ from hypothesis import strategies as st
 
 from spamfilter import spamd
 from spamfilter.answers import Verdict
-from spamfilter.config import load_config
+from spamfilter.config import Config, load_config
 from spamfilter.daemon.pool import FilterPool
 from spamfilter.errors import ProtocolError
 from spamfilter.filter import Filter
@@ -1030,3 +1031,29 @@ def test_filter_connect_with_a_user_name_spamd_cannot_carry_filters_in_process(t
     r = subprocess.run([*args, "filter", "--connect", "127.0.0.1:9"], input=message, capture_output=True, timeout=HANG)
     assert (r.returncode, r.stdout) == (local.returncode, local.stdout)
     assert b"internal error" not in r.stderr
+
+
+def test_a_reload_that_fails_in_any_way_keeps_the_old_configuration(caplog: pytest.LogCaptureFixture) -> None:
+    # Only configuration errors were caught: anything else a reload raised
+    # ended the daemon (a SIGHUP after a config edit, exit 70).
+    from spamfilter.daemon.pool import reload_config
+
+    given: list[object] = []
+
+    class Pool:
+        def replace(self, config: object) -> None:
+            given.append(config)
+
+        def describe(self) -> str:
+            return "one model"
+
+    def broken() -> Config:
+        raise RuntimeError("unexpected")
+
+    log = logging.getLogger("test-reload")
+    with caplog.at_level(logging.ERROR, logger="test-reload"):
+        reload_config([Pool()], broken, log)  # type: ignore[list-item]
+    assert given == []
+    assert "reload failed (internal error), keeping the old configuration" in caplog.text
+    reload_config([Pool()], Config, log)  # type: ignore[list-item]
+    assert given == [Config()]

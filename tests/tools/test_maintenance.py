@@ -252,6 +252,20 @@ def test_check_reports_a_damaged_file_and_writers_refuse_it(trained_url: str, tm
     assert f"the database file is damaged (Page {root}: " in vacuum.stderr and "spamfilter db check" in vacuum.stderr
 
 
+@pytest.mark.parametrize("day", ["-2419801", "'abc'"])
+def test_a_stored_date_that_is_no_date_is_called_damaged(trained_url: str, runner: CliRunner, day: str) -> None:
+    # db check and db export ended with an internal error (exit 70).
+    path = Path(trained_url.removeprefix("sqlite:///"))
+    con = sqlite3.connect(path)
+    with con:
+        con.execute(f"UPDATE tokens SET last_seen = {day} WHERE token = (SELECT min(token) FROM tokens)")
+    con.close()
+    for command in (["db", "check"], ["db", "export", "-"]):
+        result = runner.invoke(app, ["--db", trained_url, *command])
+        assert result.exit_code == exitcodes.STORE_INCONSISTENT, result.output
+        assert "is not a date" in result.stderr and "the database is damaged" in result.stderr
+
+
 def test_a_truncated_file_is_called_damaged_even_where_check_cannot_start(trained_url: str, runner: CliRunner) -> None:
     path = Path(trained_url.removeprefix("sqlite:///"))
     Store.open(trained_url).checkpoint()
