@@ -138,7 +138,7 @@ class Filter:
             total = total + summary
             if isinstance(step.result, Refusal):
                 total = total + TrainSummary(refused=(step.result,))
-            elif not step.trained:
+            elif not step.trained and not (summary.unchanged or summary.conflicts):
                 total = total + TrainSummary(skipped=1)
         return total
 

@@ -4,7 +4,7 @@ TREC spam-track protocol, and ``train --train-mode toe|tune``).
 Each message is scored and, if the learning rule (``nb.learning``) wants
 it, trained in one write transaction, so the verdict comes from exactly the
 counts the training then updates. Every scored message goes into the
-calibration record.
+calibration record, but those the model holds already.
 """
 
 from __future__ import annotations
@@ -45,14 +45,23 @@ def learn(training: Training, read: Iterable[tuple[Label, Analysed | Refusal]], 
             # One write transaction for both steps (tried again while the
             # database is busy).
             with training.write_transaction() as tx:
+                # A message the model holds already (trained before, or a
+                # copy earlier in the stream) scores what it was taught,
+                # not what a model that never saw it says: it goes into
+                # neither the record nor the counts, so training the same
+                # mail twice changes nothing.
+                known = tx.trained_labels([analysed.digest]).get(analysed.digest)
                 try:
                     verdict = scoring.verdicts([analysed], tx)[0]
-                    scoring.record(tx, [label], [verdict.log_odds])
+                    if known is None:
+                        scoring.record(tx, [label], [verdict.log_odds])
                     own = scoring.own_decision(verdict.log_odds)
                 except NotTrainedError:
                     verdict = Verdict(analysed.source, analysed.digest, 0.5, 0.0, Decision.UNSURE)
                     own = Decision.UNSURE
                 classified = time.perf_counter()
+                if known is not None:
+                    return verdict, False, TrainSummary(unchanged=1) if known == label else TrainSummary(conflicts=1), classified
                 train = wants_training(train_mode, label, own, verdict.log_odds, thresholds.ham_max, thresholds.spam_min, margin)
                 summary = training.train_batch(tx, [(label, analysed)], relabel=False, record=False) if train else TrainSummary()
                 return verdict, train, summary, classified

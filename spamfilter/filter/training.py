@@ -164,13 +164,17 @@ class Training:
     def forget(self, items: Iterable[MailItem]) -> TrainSummary:
         """Untrain messages: subtract exactly the counts their training added."""
         total = TrainSummary()
+        # Copies of one message (another line ending, the filter's fields)
+        # are one message, counted once however the batches fall.
+        seen: set[str] = set()
         # Forgetting needs only the identity, not a parse: even a message the
         # current settings would refuse can be forgotten.
         for batch in batched(items, self.config.store.batch_size):
             # A file found in a folder that could not be read has no identity.
             refused = tuple(Refusal(item.source, item.unreadable_reason) for item in batch if item.unreadable_reason is not None)
             total = total + TrainSummary(refused=refused)
-            digests = sorted({item.digest for item in batch if item.unreadable is None})
+            digests = sorted({item.digest for item in batch if item.unreadable is None} - seen)
+            seen.update(digests)
 
             def step(digests: list[str] = digests) -> int:
                 with self.write_transaction() as tx:

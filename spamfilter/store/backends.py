@@ -107,6 +107,9 @@ class _SqliteCountSQL(_CountSQL):
         c.executemany("INSERT INTO temp.count_delta VALUES (?, ?, ?, ?, ?)", zip(token_list, *columns))
 
     def upsert_tokens(self, owner: str, today: date, token_list: list[str], columns: list[list[int]]) -> list[tuple[Any, ...]]:
+        # A token's day moves to ``today`` only where a message adds to its
+        # counts: forgetting one is not training it, and must not keep it
+        # from `db prune --older-than`.
         self._load_delta(token_list, columns)
         # "WHERE true" tells SQLite's parser the ON CONFLICT belongs to the upsert.
         return self.rows(
@@ -114,7 +117,8 @@ class _SqliteCountSQL(_CountSQL):
             "SELECT ?, token, hd, sd, ht, st, ? FROM temp.count_delta WHERE true "
             "ON CONFLICT (owner, token) DO UPDATE SET ham_docs = ham_docs + excluded.ham_docs, "
             "spam_docs = spam_docs + excluded.spam_docs, ham_terms = ham_terms + excluded.ham_terms, "
-            "spam_terms = spam_terms + excluded.spam_terms, last_seen = excluded.last_seen "
+            "spam_terms = spam_terms + excluded.spam_terms, "
+            "last_seen = CASE WHEN excluded.ham_docs > 0 OR excluded.spam_docs > 0 THEN excluded.last_seen ELSE last_seen END "
             "RETURNING token, ham_docs, spam_docs, ham_terms, spam_terms",
             (owner, day_number(today)),
         )
@@ -161,7 +165,8 @@ class _PgCountSQL(_CountSQL):
             "WITH ORDINALITY AS u(token, hd, sd, ht, st, n) ORDER BY u.n "
             "ON CONFLICT (owner, token) DO UPDATE SET ham_docs = t.ham_docs + excluded.ham_docs, "
             "spam_docs = t.spam_docs + excluded.spam_docs, ham_terms = t.ham_terms + excluded.ham_terms, "
-            "spam_terms = t.spam_terms + excluded.spam_terms, last_seen = excluded.last_seen "
+            "spam_terms = t.spam_terms + excluded.spam_terms, "
+            "last_seen = CASE WHEN excluded.ham_docs > 0 OR excluded.spam_docs > 0 THEN excluded.last_seen ELSE t.last_seen END "
             "RETURNING t.token, t.ham_docs, t.spam_docs, t.ham_terms, t.spam_terms",
             (owner, day_number(today), [token_list[i] for i in order], *columns),
         )

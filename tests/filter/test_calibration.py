@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from spamfilter.answers import Verdict
 from spamfilter.cli import app
-from spamfilter.config import Config
+from spamfilter.config import Config, TrainMode
 from spamfilter.filter import Filter
 from spamfilter.filter.training import Training
 from spamfilter.mail import MailItem, read_index
@@ -257,6 +257,26 @@ def test_an_online_run_records_every_scored_message_trained_or_not(tmp_path: Pat
         d, a = recorded(np.array([s.result.log_odds]), np.array([s.is_spam]))
         W = d * W + a
     assert history == pytest.approx(W, rel=1e-9, abs=1e-12)
+
+
+@pytest.mark.parametrize("mode", [TrainMode.toe, TrainMode.tune])
+def test_messages_the_model_holds_are_not_recorded_again(tmp_path: Path, spamassassin: list[tuple[bool, MailItem]], mode: TrainMode) -> None:
+    # train --train-mode toe|tune over mail trained before recorded each
+    # message again, at the score of a model that had learned it: the
+    # counts stayed, the scores and verdicts moved.
+    with Filter.open(Config(), f"sqlite:///{tmp_path / 'c.db'}") as f:
+        f.train(spamassassin[:60])
+        f.train(spamassassin[60:120])  # scored by the first 60, and recorded
+        with f.store.begin(write=False) as tx:
+            before = tx.calibration_history(MAP_BINS)
+        again = f.train(spamassassin[:120], train_mode=mode)
+        flipped = f.train([(not s, item) for s, item in spamassassin[:3]], train_mode=mode)
+        with f.store.begin(write=False) as tx:
+            after = tx.calibration_history(MAP_BINS)
+    assert before.any()
+    assert (after == before).all()
+    assert (again.unchanged, again.skipped, again.trained_ham + again.trained_spam) == (120, 0, 0)
+    assert (flipped.conflicts, flipped.skipped) == (3, 0)
 
 
 @pytest.mark.parametrize("unseen_weight", [0.0, 0.5])

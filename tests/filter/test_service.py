@@ -154,6 +154,18 @@ def test_forget_restores_the_exact_previous_state(trained: Filter) -> None:
     assert state(trained) == before
 
 
+@pytest.mark.parametrize("batch_size", [1, 2, 200])
+def test_copies_of_a_forgotten_message_are_counted_once_whatever_the_batches(tmp_path: Path, batch_size: int) -> None:
+    # A copy in a later batch was counted as "not trained", one in the same
+    # batch not at all: the summary depended on the batch size.
+    one, two = (m for _, m in LABELLED[:2])
+    copies = [one, MailItem("crlf", one.raw.replace(b"\n", b"\r\n")), MailItem("filtered", b"X-Spam-Flag: YES\n" + one.raw), two]
+    with open_filter(tmp_path, "a", batch_size=batch_size) as f:
+        f.train(LABELLED[:2])
+        assert f.forget(copies) == TrainSummary(forgotten=2)
+        assert f.forget(copies) == TrainSummary(unknown=2)
+
+
 def test_forgetting_everything_empties_the_store(trained: Filter) -> None:
     assert trained.forget([m for _, m in LABELLED]) == TrainSummary(forgotten=len(LABELLED))
     assert state(trained) == {"tokens": [], "class_totals": [(0, 0, 0, 0), (1, 0, 0, 0)], "doc_histogram": [], "messages": []}

@@ -509,3 +509,31 @@ def test_urls_are_shown_without_their_password_and_a_bad_one_is_a_store_error() 
         with pytest.raises(StoreError, match="not a database URL") as info:
             Store.open(bad)
         assert "s3" not in str(info.value) and "cret" not in str(info.value)
+
+
+def test_forgetting_a_message_leaves_its_tokens_training_day_alone(any_db_url: str) -> None:
+    # Forgetting is not training: it set the day of every token of the
+    # message to today, which kept tokens left in one message from
+    # `db prune --older-than`. Relabelling with `mark` is training.
+    from spamfilter.config import Config
+    from spamfilter.filter import Filter
+
+    one = MailItem("one", b"Subject: shared words\n\nshared apple\n")
+    two = MailItem("two", b"Subject: shared words\n\nshared pear\n")
+    with Filter.open(Config(), any_db_url) as f:
+        f.train([(True, one), (False, two)])
+    engine = sa.create_engine(any_db_url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE tokens SET last_seen = 18000"))
+    with Filter.open(Config(), any_db_url) as f:
+        assert f.forget([one]).forgotten == 1
+    with engine.connect() as conn:
+        days = dict(conn.execute(sa.text("SELECT token, last_seen FROM tokens")).all())
+    assert days and set(days.values()) == {18000}, days
+    with Filter.open(Config(), any_db_url) as f:
+        assert f.mark([(True, two)]).relabelled == 1
+    with engine.connect() as conn:
+        days = dict(conn.execute(sa.text("SELECT token, last_seen FROM tokens")).all())
+    engine.dispose()
+    today = (datetime.now(timezone.utc).date() - date(1970, 1, 1)).days
+    assert set(days.values()) <= {today, today - 1} and "pear" in days, days
