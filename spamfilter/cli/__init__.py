@@ -577,6 +577,11 @@ def root(
     Example: spamfilter train --spam Junk/ --ham INBOX.mbox && spamfilter classify new.mbox
     """
     _show_warnings()
+    # Empty (--db "$UNSET" in a script): it meant the default database, the
+    # user's real one, for train; refused rather than guessed.
+    for name, value in (("--db", db), ("--config", config_file)):
+        if value == "":
+            usage_error(ctx, f"{name}: empty; name a {'database (a URL or a file)' if name == '--db' else 'config file'}")
     config = Path(config_file) if config_file is not None else None
     try:
         cfg = load_config(config)

@@ -45,9 +45,11 @@ class Daemon(Forkable, Protocol):
     def bind(self) -> spamd.Address: ...
 
 
-def listen_address(listen: str, socket_path: Path | None, socket_mode: str, default_port: int) -> tuple[spamd.Address, int]:
-    """Where to listen (``--socket`` over ``--listen``) and the socket's
-    mode from its octal text; a bad one is a usage error."""
+def listen_address(ctx: typer.Context, listen: str, socket_path: Path | None, socket_mode: str, default_port: int) -> tuple[spamd.Address, int]:
+    """Where to listen (``--socket``, else ``--listen``; both given is a
+    usage error, `one_place`) and the socket's mode from its octal text; a
+    bad one is a usage error."""
+    one_place(ctx, *[name for name in _PLACES if name in ctx.params])
     try:
         mode = int(socket_mode, 8)
         address = spamd.Address(path=str(socket_path)) if socket_path is not None else spamd.parse_address(listen, default_port)
@@ -56,6 +58,18 @@ def listen_address(listen: str, socket_path: Path | None, socket_mode: str, defa
     except ProtocolError as exc:
         raise typer.BadParameter(str(exc), param_hint="--listen") from None
     return address, mode
+
+
+#: The option each listening parameter is given as.
+_PLACES = {"listen": "--listen", "socket_path": "--socket", "user_socket": "--user-socket"}
+
+
+def one_place(ctx: typer.Context, *names: str) -> None:
+    """Refuse more than one of the listening options ``names`` given on the
+    command line (``--socket`` won over ``--listen`` without a word)."""
+    given = [n for n in names if getattr(ctx.get_parameter_source(n), "name", "") == "COMMANDLINE" and ctx.params.get(n) not in (None, False)]
+    if len(given) > 1:
+        raise typer.BadParameter(f"give one of {', '.join(_PLACES[n] for n in names)}, not {' and '.join(_PLACES[n] for n in given)}", param_hint=_PLACES[given[-1]])
 
 
 def ip_list(text: str) -> tuple[str, ...]:

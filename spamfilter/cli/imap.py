@@ -106,6 +106,8 @@ def run(
     Example: SPAMFILTER_IMAP_PASSWORD=... spamfilter imap run --account home --dry-run
     """
     s = state(ctx)
+    if not loop and getattr(ctx.get_parameter_source("interval"), "name", "") == "COMMANDLINE":
+        raise typer.BadParameter("is the wait between the runs of --loop; without --loop there is one run", param_hint="--interval")
     acct = s.config.imap_account(account)
     # A dry run writes nothing, so it does not create the database either.
     with open_filter(ctx, create=not dry_run) as f:

@@ -63,7 +63,7 @@ def milter(
     from spamfilter.daemon.pool import FilterPool
 
     s = state(ctx)
-    address, mode = listen_address(listen, socket_path, socket_mode, 8895)
+    address, mode = listen_address(ctx, listen, socket_path, socket_mode, 8895)
     options = MilterOptions(
         address=address,
         socket_mode=mode,

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from spamfilter.cli import app, state
-from spamfilter.cli._daemons import AllowedIps, Listen, Processes, SocketGroup, SocketMode, SocketPath, ip_list, listen_address, run
+from spamfilter.cli._daemons import AllowedIps, Listen, Processes, SocketGroup, SocketMode, SocketPath, ip_list, listen_address, one_place, run
 from spamfilter.config import load_config
 from spamfilter.locations import default_socket_path, make_private_dirs, not_a_folder
 
@@ -76,9 +76,10 @@ def serve(
     from spamfilter.daemon.server import ServeOptions, Server
 
     s = state(ctx)
+    one_place(ctx, "listen", "socket_path", "user_socket")
     if user_socket:
         socket_path = _user_socket()
-    address, mode = listen_address(listen, socket_path, socket_mode, spamd.DEFAULT_PORT)
+    address, mode = listen_address(ctx, listen, socket_path, socket_mode, spamd.DEFAULT_PORT)
     options = ServeOptions(
         address=address,
         socket_mode=mode,

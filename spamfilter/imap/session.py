@@ -87,7 +87,13 @@ def account_password(account: ImapAccount) -> str:
 
 
 def _ssl_context(account: ImapAccount) -> ssl.SSLContext:
-    context = ssl.create_default_context(cafile=account.ca_file or None)
+    try:
+        context = ssl.create_default_context(cafile=account.ca_file or None)
+    except (OSError, ssl.SSLError) as exc:
+        # The file, not the network: a config error at once, not a server
+        # "unreachable" tried again for seconds (exit 68).
+        reason = getattr(exc, "strerror", None) or getattr(exc, "reason", None) or str(exc)
+        raise ConfigError(f"imap.{account.name}.ca_file: cannot load {account.ca_file!r}: {reason}") from None
     if not account.verify:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE

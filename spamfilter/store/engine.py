@@ -252,11 +252,20 @@ def _connect_error(exc: DBAPIError, what: str, dialect: str, reached: bool) -> S
     # libpq reports the server's own refusals (no such role or database, a
     # wrong password) at connect time as "FATAL:" lines, without a SQLSTATE.
     answered = getattr(exc.orig, "sqlstate", None) is not None or "FATAL:" in text
+    if dialect != "sqlite" and not answered and _CLIENT_REFUSAL_RE.search(text):
+        # The driver's own refusal of the URL (sslmode=bogus, port 99999,
+        # an unknown option): no server was asked, and trying again later
+        # (75, which an MTA queues mail for, for days) cannot help.
+        return StoreError(f"{what}: the database URL is not one the driver takes ({text})")
     if dialect != "sqlite" and not answered:
         if reached:
             return StoreDisconnected(f"{what}: the server cannot be reached ({text})")
         return StoreUnreachable(f"{what}: the server cannot be reached ({text})")
     return _store_error(exc, what)
+
+
+#: How libpq words a connection string it refuses before connecting.
+_CLIENT_REFUSAL_RE = re.compile(r"\binvalid (?:[\w-]+ )*(?:value|number|option)\b")
 
 
 def _names_missing_database(text: str) -> bool:

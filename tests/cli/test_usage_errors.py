@@ -58,7 +58,22 @@ CASES = [
     (["db", "import", "--replace", "--add", "{tmp}/counts.tsv"], "db import", "give --replace or --add, not both"),
     (["db", "import", "-"], "db import", "db import - reads the counts from standard input, which is a terminal: pipe them in or give a file"),
     (["db", "import", "{tmp}/counts.tsv"], "db import", "the model of the default user is not empty: give --replace or --add"),
+    # An empty --db ("$UNSET" in a script) trained the user's real database.
+    (["--db", "", "train", "--ham", "{tmp}/index"], "", "--db: empty; name a database (a URL or a file)"),
+    (["--config", "", "stats"], "", "--config: empty; name a config file"),
     (["serve", "--socket-mode", "9"], "serve", "Invalid value for --socket-mode: not an octal mode: 9"),
+    # One place to listen: --socket won over --listen without a word.
+    (
+        ["serve", "--socket", "{tmp}/s.sock", "--listen", "127.0.0.1:17999"],
+        "serve",
+        "Invalid value for --socket: give one of --listen, --socket, --user-socket, not --listen and --socket",
+    ),
+    (
+        ["milter", "--listen", "127.0.0.1:17999", "--socket", "{tmp}/m.sock"],
+        "milter",
+        "Invalid value for --socket: give one of --listen, --socket, not --listen and --socket",
+    ),
+    (["imap", "run", "--interval", "5"], "imap run", "Invalid value for --interval: is the wait between the runs of --loop; without --loop there is one run"),
     # Infinite waits: the daemon answered every request EX_SOFTWARE, and
     # imap run --loop stopped with an internal error.
     (["serve", "--timeout", "inf"], "serve", "Invalid value for '--timeout': Input should be less than or equal to 86400"),

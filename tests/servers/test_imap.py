@@ -562,6 +562,18 @@ def test_library_errors(dovecot_server: Dovecot, tmp_path: Path, monkeypatch: py
     assert pauses == [1.0, 2.0]
 
 
+@pytest.mark.parametrize("ca_file", ["/nonexistent/ca.pem", "{tmp}", "{tmp}/not-a-certificate.pem"])
+def test_a_ca_file_that_cannot_be_loaded_is_a_config_error_before_any_connection(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ca_file: str) -> None:
+    # It was taken for an unreachable server (68) and tried again for 16 s.
+    (tmp_path / "not-a-certificate.pem").write_text("hello\n")
+    monkeypatch.setenv(PASSWORD_ENV, "x")
+    account = ImapAccount(name="x", host="127.0.0.1", port=1, security="tls", username="u", password_env=PASSWORD_ENV, ca_file=ca_file.format(tmp=tmp_path), retries=2)
+    pauses: list[float] = []
+    with Filter.open(Config(), "sqlite://") as f, pytest.raises(ConfigError, match=r"imap\.x\.ca_file: cannot load"):
+        run_account(f, account, sleep=pauses.append)
+    assert pauses == []
+
+
 def test_killed_runs_end_like_one_clean_run(dovecot_server: Dovecot, sample: Sample, tmp_path: Path) -> None:
     clean_user = setup_mailbox(dovecot_server, sample)
     killed_user = setup_mailbox(dovecot_server, sample)

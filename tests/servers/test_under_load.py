@@ -508,6 +508,18 @@ def test_a_train_goes_on_after_a_server_restart_and_a_gone_server_is_75(fresh_po
     assert done.stdout == SPAM.decode()
 
 
+@pytest.mark.parametrize("query", ["?sslmode=bogus", "?foo=bar", ":99999"])
+def test_a_postgresql_url_the_driver_refuses_is_a_store_error_not_a_wait(query: str) -> None:
+    # libpq's own refusal of the URL, before any server is asked, was taken
+    # for a server out of reach (75): an MTA queues mail for days on that.
+    url = f"postgresql+psycopg://nobody@127.0.0.1{query if query.startswith(':') else ''}/x{query if query.startswith('?') else ''}"
+    for args in (["stats"], ["filter"]):
+        done = subprocess.run(spamfilter(url, *args), input=SPAM.decode(), capture_output=True, text=True, timeout=HANG_GUARD)
+        assert done.returncode == exitcodes.STORE_ERROR, done.stderr
+        assert "the database URL is not one the driver takes" in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert done.stdout == SPAM.decode()
+
+
 @pytest.mark.corpus
 def test_a_classify_goes_on_after_a_server_restart(fresh_postgres_url: str, corpora_dir: Path, tmp_path: Path) -> None:
     # Scoring reads were never tried again: one dropped connection ended a
