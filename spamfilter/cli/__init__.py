@@ -507,6 +507,15 @@ def usage_error(ctx: typer.Context, message: str) -> NoReturn:
     ctx.fail(message)
 
 
+def refuse_unused(ctx: typer.Context, where: str, *names: str) -> None:
+    """A usage error (64) when one of the parameters ``names`` was given on
+    the command line but does nothing ``where`` (e.g. "with --protocol cv"):
+    an option silently ignored reads as one obeyed."""
+    for name in names:
+        if getattr(ctx.get_parameter_source(name), "name", "") == "COMMANDLINE":
+            usage_error(ctx, f"--{name.replace('_', '-')} does nothing {where}")
+
+
 def writable_output(ctx: typer.Context, path: Path, option: str) -> None:
     """A usage error (64) now, before any work, if ``option``'s file ``path``
     cannot be written: a folder, or in a folder that does not exist or is

@@ -12,7 +12,7 @@ from typing import Annotated
 import numpy as np
 import typer
 
-from spamfilter.cli import app, exitcodes, fail, state, usage_error, writable_output
+from spamfilter.cli import app, exitcodes, fail, refuse_unused, state, usage_error, writable_output
 from spamfilter.cli._common import Margin, TableOrJson, index_length, jobs_or_default, one_stream, progress, report_refusals, tsv_field
 from spamfilter.cli.reading import Jobs
 from spamfilter.config import ONLINE_TRAIN_MODE, TUNE_MARGIN, TrainMode
@@ -140,6 +140,10 @@ def evaluate(
     s = state(ctx)
     if s.db_url is not None and protocol is Protocol.cv:
         usage_error(ctx, "--db: cross-validation trains a model per fold in memory; it cannot use one database")
+    unused = {Protocol.online: ("head", "folds", "seed"), Protocol.train_once: ("train_mode", "margin", "folds", "seed"), Protocol.cv: ("train_mode", "margin", "head")}
+    refuse_unused(ctx, f"with --protocol {protocol.value}", *unused[protocol])
+    if train_mode is not TrainMode.tune:
+        refuse_unused(ctx, f"with --train-mode {train_mode.value}", "margin")
     for option, path in (("--out", out), ("--roc", roc), ("--learning-curve", learning_curve)):
         if path is not None:
             writable_output(ctx, path, option)

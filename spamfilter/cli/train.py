@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from spamfilter.cli import PlainCommand, app, usage_error
+from spamfilter.cli import PlainCommand, app, refuse_unused, usage_error
 from spamfilter.cli._common import Margin, describe, index_length, open_filter, progress, read_indexes, report_refusals
 from spamfilter.cli.reading import SOURCES_HELP, Jobs, SourceTally
 from spamfilter.config import TUNE_MARGIN, TrainMode
@@ -109,6 +109,8 @@ def train(
     """
     if not (spam or ham or index):
         raise typer.BadParameter("give --spam, --ham or --index", param_hint="SRC")
+    if train_mode is not TrainMode.tune:
+        refuse_unused(ctx, f"with --train-mode {train_mode.value}", "margin")
     tally = SourceTally()
     labelled = _labelled(spam, ham, tally)
     total = None

@@ -62,6 +62,12 @@ CASES = [
     (["--db", "", "train", "--ham", "{tmp}/index"], "", "--db: empty; name a database (a URL or a file)"),
     (["--config", "", "stats"], "", "--config: empty; name a config file"),
     (["serve", "--socket-mode", "9"], "serve", "Invalid value for --socket-mode: not an octal mode: 9"),
+    # Options that do nothing in the mode chosen were ignored without a word.
+    (["evaluate", "--index", "{tmp}/index", "--protocol", "split", "--train-mode", "toe"], "evaluate", "--train-mode does nothing with --protocol split"),
+    (["evaluate", "--index", "{tmp}/index", "--head", "5"], "evaluate", "--head does nothing with --protocol online"),
+    (["evaluate", "--index", "{tmp}/index", "--protocol", "split", "--seed", "4"], "evaluate", "--seed does nothing with --protocol split"),
+    (["evaluate", "--index", "{tmp}/index", "--train-mode", "toe", "--margin", "3"], "evaluate", "--margin does nothing with --train-mode toe"),
+    (["train", "--margin", "3", "--spam", "{tmp}/index"], "train", "--margin does nothing with --train-mode teft"),
     # One place to listen: --socket won over --listen without a word.
     (
         ["serve", "--socket", "{tmp}/s.sock", "--listen", "127.0.0.1:17999"],
