@@ -42,7 +42,10 @@ def downgrade() -> None:
         op.execute("ALTER TABLE tokens ALTER COLUMN last_seen TYPE date USING (DATE '1970-01-01' + last_seen)")
         return
     # The other way round: the copy casts each value to the new type, which
-    # would make a date's text the number of its year.
+    # would make a date's text the number of its year. So a date a process
+    # of older code wrote as text after the upgrade becomes a day number
+    # first, as every other row is (it came back as 1975).
+    op.execute(f"UPDATE tokens SET last_seen = CAST(julianday(last_seen) - {_UNIX_EPOCH_JULIAN} AS INTEGER) WHERE typeof(last_seen) = 'text'")
     with op.batch_alter_table("tokens", recreate="always") as batch:
         batch.alter_column("last_seen", type_=sa.Date(), existing_type=sa.Integer(), existing_nullable=True)
     op.execute(f"UPDATE tokens SET last_seen = date(last_seen + {_UNIX_EPOCH_JULIAN}) WHERE last_seen IS NOT NULL")

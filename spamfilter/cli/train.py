@@ -78,13 +78,14 @@ class _SpreadCommand(PlainCommand):
 
 
 def _labelled(spam: list[str], ham: list[str], tally: SourceTally) -> Iterator[tuple[bool, MailItem]]:
-    # Open every source first so a typo fails before any training happens.
+    """The labelled messages of the sources, every source checked now, so a
+    typo fails before any training happens, and before a new database is
+    made (as a generator the checks ran only once it was read, after)."""
     if STDIN_SOURCE in spam and STDIN_SOURCE in ham:
         raise MailSourceError("standard input ('-') can be read only once; give it for --spam or for --ham")
     spam_items = read_messages(spam, on_empty=tally.empty.append) if spam else iter(())
     ham_items = read_messages(ham, on_empty=tally.empty.append) if ham else iter(())
-    yield from ((True, item) for item in spam_items)
-    yield from ((False, item) for item in ham_items)
+    return itertools.chain(((True, item) for item in spam_items), ((False, item) for item in ham_items))
 
 
 @app.command(cls=_SpreadCommand)

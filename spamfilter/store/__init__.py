@@ -277,6 +277,10 @@ class Store:
         if current is not None and current not in self._known_revisions():
             raise StoreError(f"{self.display_url}: schema revision {current} is unknown to this spamfilter (newer?): not upgraded")
         try:
+            if path is not None and self._has_tables():
+                # Migrating rewrites tables: not in a damaged file, as no
+                # other write does.
+                self._refuse_damaged()
             if path is not None and not self._has_tables():
                 # The counts say a lot about someone's mail: owner-only file.
                 _make_owner_only(path)
@@ -287,6 +291,9 @@ class Store:
                     if self.engine.dialect.name == "postgresql":
                         conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _UPGRADE_LOCK})
                     found = _revision_on(conn)
+                    if found is None and set(sa.inspect(conn).get_table_names()) - {"alembic_version"}:
+                        # Another program's database, as `open` refuses it.
+                        raise StoreError(f"{self.display_url}: has tables but no spamfilter schema revision: not upgraded")
                     cfg.attributes["connection"] = conn
                     command.upgrade(cfg, revision)
                     return found

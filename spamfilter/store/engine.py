@@ -107,6 +107,13 @@ def _switch_to_wal(dbapi_conn, busy_timeout: float) -> None:  # type: ignore[no-
         pause = min(pause * 2, 0.1)
 
 
+def _foreign_sqlite(cursor) -> bool:  # type: ignore[no-untyped-def]
+    """Whether the file holds tables but no spamfilter schema (another
+    program's database): it is refused, and left in its journal mode."""
+    tables, ours = cursor.execute("SELECT count(*), coalesce(sum(name = 'alembic_version'), 0) FROM sqlite_master WHERE type = 'table'").fetchone()
+    return bool(tables) and not ours
+
+
 def _empty_sqlite_file(path: Path) -> bool:
     """Whether ``path`` holds nothing yet: no byte in it or its write-ahead
     log (a new WAL database's first pages may be in the log alone)."""
@@ -161,7 +168,7 @@ def _make_engine(url: str, busy_timeout: float, create: bool = True, create_dirs
         dbapi_conn.isolation_level = None
         cursor = dbapi_conn.cursor()
         cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
-        if path is not None and not read_only:
+        if path is not None and not read_only and not _foreign_sqlite(cursor):
             _switch_to_wal(dbapi_conn, busy_timeout)
             # WAL + NORMAL: a commit is atomic and survives a killed process;
             # only a power cut can lose the last commits, never half of one.

@@ -435,7 +435,13 @@ class StoreTransaction:
             self.exclude_writers()
         condition = (tokens.c.owner == self.owner) & ((tokens.c.ham_docs + tokens.c.spam_docs) < min_count)
         if last_seen_by is not None:
-            condition = condition & (tokens.c.last_seen.is_(None) | (tokens.c.last_seen <= last_seen_by))
+            old = tokens.c.last_seen.is_(None) | (tokens.c.last_seen <= last_seen_by)
+            if self.conn.dialect.name == "sqlite":
+                # A date a process of the code before revision 0008 wrote as
+                # ISO text (`DayNumber`): SQLite ranks text above every number.
+                as_text = sa.type_coerce(tokens.c.last_seen, sa.Text)
+                old = old | ((sa.func.typeof(as_text) == "text") & (sa.func.date(as_text) <= last_seen_by.isoformat()))
+            condition = condition & old
         sums = [sa.func.coalesce(sa.func.sum(tokens.c[name]), 0) for name in COUNT_COLUMNS]
         # PostgreSQL sums bigints as numeric (a Decimal); SQLite's sum of a
         # column holding text is a REAL, which _whole refuses.

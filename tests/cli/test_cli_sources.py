@@ -53,6 +53,16 @@ def test_train_from_an_mbox_on_stdin_trains_every_message(runner: CliRunner, db_
     assert result.stdout.strip() == "trained 0 spam, 0 ham; 60 already trained"
 
 
+@pytest.mark.parametrize("label", ["--spam", "--ham"])
+def test_a_missing_source_makes_no_new_database_or_folder(runner: CliRunner, tmp_path: Path, label: str) -> None:
+    # The sources were checked only once training read them: after the new
+    # database (and with --create-dirs its folders) had been made.
+    db = tmp_path / "new" / "deeper" / "model.db"
+    result = runner.invoke(app, ["--create-dirs", "--db", str(db), "train", label, str(tmp_path / "no-such.mbox")])
+    assert result.exit_code == exitcodes.NO_INPUT == 66, result.output
+    assert not (tmp_path / "new").exists()
+
+
 def test_stdin_for_both_labels_is_refused_before_training(runner: CliRunner, db_url: str, sample: Path) -> None:
     # It trained the whole of stdin as spam and called the empty rest a ham.
     result = runner.invoke(app, ["--db", db_url, "train", "--spam", "-", "--ham", "-"], input=mbox_of(sample / "train-spam.mbox", 5))

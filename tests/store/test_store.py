@@ -7,6 +7,7 @@ on a fresh PostgreSQL database (see ``any_db_url`` in conftest.py).
 from __future__ import annotations
 
 import os
+import sqlite3
 import stat
 import zlib
 from datetime import date, datetime, timezone
@@ -448,6 +449,21 @@ def test_a_text_date_written_by_a_process_of_the_old_code_still_reads(tmp_path: 
         )
     with store.begin(write=False) as tx:
         assert [(t, when) for t, *_, when in tx.iter_tokens()] == [("new", date(2026, 11, 27)), ("old", date(2026, 11, 26))]
+    # Pruned by its date (SQLite ranks text above every number, so no
+    # --older-than took it), and a downgrade keeps its date (it became
+    # 1975-07-14: its year read as a day number).
+    with store.begin() as tx:
+        assert tx.prune_tokens(2, date(2026, 11, 26), dry_run=True)[0] == 1
+        assert tx.prune_tokens(2, date(2026, 11, 25), dry_run=True)[0] == 0
+        assert tx.prune_tokens(2, date(2026, 11, 27), dry_run=True)[0] == 2
+    from alembic import command
+
+    cfg = store._alembic_config()
+    with store.engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0007")
+    with store.engine.connect() as conn:
+        assert [tuple(r) for r in conn.execute(sa.text("SELECT token, last_seen FROM tokens ORDER BY token"))] == [("new", "2026-11-27"), ("old", "2026-11-26")]
     store.close()
 
 
@@ -537,3 +553,47 @@ def test_forgetting_a_message_leaves_its_tokens_training_day_alone(any_db_url: s
     engine.dispose()
     today = (datetime.now(timezone.utc).date() - date(1970, 1, 1)).days
     assert set(days.values()) <= {today, today - 1} and "pear" in days, days
+
+
+def test_another_programs_database_is_refused_and_left_as_it_was(any_db_url: str) -> None:
+    # Refused by every command, but a refused command switched a SQLite
+    # file to WAL, and `db upgrade` wrote spamfilter's tables beside its own.
+    engine = sa.create_engine(any_db_url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT)"))
+    engine.dispose()
+    with pytest.raises(StoreError, match="has tables but no spamfilter schema revision"):
+        Store.open(any_db_url)
+    store = Store.open(any_db_url, check=False)
+    with pytest.raises(StoreError, match="has tables but no spamfilter schema revision: not upgraded"):
+        store.upgrade()
+    store.close()
+    engine = sa.create_engine(any_db_url)
+    with engine.connect() as conn:
+        assert sa.inspect(conn).get_table_names() == ["notes"]
+        if engine.dialect.name == "sqlite":
+            assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "delete"
+    engine.dispose()
+
+
+def test_upgrade_refuses_a_damaged_file(tmp_path: Path) -> None:
+    # Every other write refused the file; `db upgrade` rewrote tables in it.
+    path = tmp_path / "s.db"
+    store = Store.open(f"sqlite:///{path}")
+    with store.begin() as tx:
+        tx.add_counts([f"token{i}" for i in range(3000)], TokenCounts(np.ones((2, 3000), dtype=np.int64), np.ones((2, 3000), dtype=np.int64)), ClassCounts.zeros())
+    store.checkpoint()
+    store.close()
+    con = sqlite3.connect(path)
+    (root,) = con.execute("SELECT rootpage FROM sqlite_master WHERE name = 'tokens'").fetchone()
+    (page,) = con.execute("PRAGMA page_size").fetchone()
+    con.close()
+    with open(path, "r+b") as fh:
+        fh.seek((root - 1) * page)
+        fh.write(b"\xab" * page)
+    before = path.read_bytes()
+    store = Store.open(f"sqlite:///{path}", check=False)
+    with pytest.raises(StoreError, match="damaged"):
+        store.upgrade()
+    store.close()
+    assert path.read_bytes() == before
