@@ -7,7 +7,6 @@ on a fresh PostgreSQL database (see ``any_db_url`` in conftest.py).
 from __future__ import annotations
 
 import os
-import sqlite3
 import stat
 import zlib
 from datetime import date, datetime, timezone
@@ -577,6 +576,8 @@ def test_another_programs_database_is_refused_and_left_as_it_was(any_db_url: str
 
 
 def test_upgrade_refuses_a_damaged_file(tmp_path: Path) -> None:
+    from tests.tools.test_maintenance import damage_the_tokens_table
+
     # Every other write refused the file; `db upgrade` rewrote tables in it.
     path = tmp_path / "s.db"
     store = Store.open(f"sqlite:///{path}")
@@ -584,13 +585,7 @@ def test_upgrade_refuses_a_damaged_file(tmp_path: Path) -> None:
         tx.add_counts([f"token{i}" for i in range(3000)], TokenCounts(np.ones((2, 3000), dtype=np.int64), np.ones((2, 3000), dtype=np.int64)), ClassCounts.zeros())
     store.checkpoint()
     store.close()
-    con = sqlite3.connect(path)
-    (root,) = con.execute("SELECT rootpage FROM sqlite_master WHERE name = 'tokens'").fetchone()
-    (page,) = con.execute("PRAGMA page_size").fetchone()
-    con.close()
-    with open(path, "r+b") as fh:
-        fh.seek((root - 1) * page)
-        fh.write(b"\xab" * page)
+    damage_the_tokens_table(path)
     before = path.read_bytes()
     store = Store.open(f"sqlite:///{path}", check=False)
     with pytest.raises(StoreError, match="damaged"):
