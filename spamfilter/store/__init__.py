@@ -115,6 +115,8 @@ class Store:
         dbapi = getattr(engine.dialect, "dbapi", None)
         self._driver_error: type[Exception] = getattr(dbapi, "Error", DBAPIError)
         self.statements = _Statements(engine.dialect.name)
+        #: This process made the schema in an empty server database (`open`).
+        self.made_schema = False
         self._checked = False  # the file passed a quick check (begin)
         self._reached = False  # a connection was made (then a refused one is a disconnect)
 
@@ -151,7 +153,7 @@ class Store:
                     )
                 if not upgrade_new:
                     raise SchemaOutOfDate(f"{store.display_url}: empty database; run `spamfilter db upgrade`")
-                store.upgrade()
+                store.made_schema = store.upgrade() is None
             elif revision != SCHEMA_REVISION:
                 if revision in store._known_revisions():
                     raise SchemaOutOfDate(f"{store.display_url}: schema revision {revision} is older than {SCHEMA_REVISION}; run `spamfilter db upgrade`")
@@ -180,30 +182,47 @@ class Store:
         path (``db import``) would otherwise leave behind. False, and nothing
         deleted, when it created no file or one of its tables has a row
         (another process may have written into it meanwhile)."""
+        if self.made_schema and self.engine.dialect.name == "postgresql":
+            return self._drop_unused_schema()
         if not self.created or self.created[-1].is_dir():
             return False
-        # A new schema holds zero class totals and model version 1 (the
-        # migrations'); every write of counts raises the version.
-        written = {
-            "class_totals": (class_totals.c.messages != 0) | (class_totals.c.terms != 0) | (class_totals.c.binary_terms != 0),
-            "model_versions": model_versions.c.version > 1,
-        }
         try:
             with self.engine.connect() as conn:
-                used = any(conn.execute(sa.select(sa.literal(1)).select_from(t).where(written.get(t.name, sa.true())).limit(1)).first() for t in metadata.sorted_tables)
+                used = any(conn.execute(sa.select(sa.literal(1)).select_from(t).where(_written(t)).limit(1)).first() for t in metadata.sorted_tables)
         except DBAPIError:
             used = True  # not even the schema can be read: leave it to the user
         self.close()
         if used:
             return False
         path = self.created[-1]
-        for name in (path.name, path.name + "-wal", path.name + "-shm", path.name + "-journal"):
-            path.with_name(name).unlink(missing_ok=True)
+        with _unless_open_elsewhere(path.with_name(path.name + "-shm")) as free:
+            if not free:
+                return False  # another process has it open, and may write
+            for name in (path.name, path.name + "-wal", path.name + "-shm", path.name + "-journal"):
+                path.with_name(name).unlink(missing_ok=True)
         for folder in reversed(self.created[:-1]):
             try:
                 folder.rmdir()
             except OSError:
                 break  # not empty (someone else's file): it and its parents stay
+        return True
+
+    def _drop_unused_schema(self) -> bool:
+        """`remove_if_unused` on a server database whose schema this process
+        made: the tables dropped in one transaction that first locks them
+        all (a writer's transaction ends first, and then its rows keep them)."""
+        names = [t.name for t in reversed(metadata.sorted_tables)]
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(sa.text(f"LOCK TABLE {', '.join(names)} IN ACCESS EXCLUSIVE MODE"))
+                if any(conn.execute(sa.select(sa.literal(1)).select_from(t).where(_written(t)).limit(1)).first() for t in metadata.sorted_tables):
+                    return False
+                metadata.drop_all(conn)
+                conn.execute(sa.text("DROP TABLE IF EXISTS alembic_version"))
+        except DBAPIError:
+            return False
+        finally:
+            self.close()
         return True
 
     def __enter__(self) -> Store:
@@ -568,6 +587,44 @@ class Store:
         except self._driver_error as exc:
             # The SQLite statements run on the raw driver cursor.
             raise self._driver_failure(exc, f"cannot vacuum {self.display_url}") from None
+
+
+def _written(table: sa.Table) -> sa.ColumnElement[bool]:
+    """Which rows of ``table`` a new schema does not hold: it holds zero
+    class totals and model version 1 (the migrations'), and nothing else;
+    every write of counts raises the version."""
+    if table is class_totals:
+        return (class_totals.c.messages != 0) | (class_totals.c.terms != 0) | (class_totals.c.binary_terms != 0)
+    if table is model_versions:
+        return model_versions.c.version > 1
+    return sa.true()
+
+
+@contextmanager
+def _unless_open_elsewhere(shm: Path) -> Iterator[bool]:
+    """Whether no other process has the SQLite file of WAL index ``shm``
+    open, holding, while the block runs, the write lock a new connection
+    would need, so that none attaches meanwhile. An open connection in WAL
+    mode keeps a shared lock on its WAL index (SQLite's unix VFS: byte 128,
+    past the 8 lock bytes at 120); a file being deleted under it would take
+    its writes into nothing."""
+    try:
+        fd = os.open(shm, os.O_RDWR)
+    except FileNotFoundError:
+        yield True  # no WAL index: no connection is open
+        return
+    except OSError:
+        yield False
+        return
+    try:
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 16, 120)
+        except OSError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)
 
 
 def _revision_on(conn: Connection) -> str | None:

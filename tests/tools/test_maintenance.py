@@ -10,6 +10,8 @@ import json
 import re
 import shutil
 import sqlite3
+import subprocess
+import sys
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
@@ -669,6 +671,51 @@ def test_a_new_database_another_process_wrote_into_is_not_removed(tmp_path: Path
     assert (tmp_path / "new" / "model.db").exists()
     with Store.open(url) as again:
         assert again.created == () and not again.remove_if_unused()
+
+
+def test_a_new_database_another_process_has_open_is_not_removed(tmp_path: Path) -> None:
+    # A failed import removed the new file while a train in another process
+    # had it open: the train wrote into the deleted file and reported success.
+    path = tmp_path / "model.db"
+    created = Store.open(f"sqlite:///{path}")
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import sqlite3, sys, time; c = sqlite3.connect({str(path)!r}); c.execute('SELECT count(*) FROM sqlite_master').fetchall(); print('open', flush=True); sys.stdin.read()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "open\n"
+        assert not created.remove_if_unused()
+        assert path.exists()
+    finally:
+        holder.communicate("", timeout=60)
+    assert Store.open(f"sqlite:///{path}").remove_if_unused() is False  # not created by this open
+    again = Store.open(f"sqlite:///{tmp_path / 'other.db'}")
+    assert again.remove_if_unused() and not (tmp_path / "other.db").exists()
+
+
+def test_a_failed_import_into_an_empty_server_database_leaves_it_empty(fresh_postgres_url: str, tmp_path: Path, runner: CliRunner) -> None:
+    # The schema made for the import stayed: stats then showed an empty model
+    # where it had said "no spamfilter database" (66).
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("not counts\n")
+    assert runner.invoke(app, ["--db", fresh_postgres_url, "db", "import", str(bad)]).exit_code == exitcodes.DATA_ERROR
+    engine = sa.create_engine(fresh_postgres_url)
+    with engine.connect() as conn:
+        assert sa.inspect(conn).get_table_names() == []
+    engine.dispose()
+    assert runner.invoke(app, ["--db", fresh_postgres_url, "stats"]).exit_code == exitcodes.NO_INPUT
+    # A schema that was there before stays, rows and all.
+    good = tmp_path / "good.tsv"
+    good.write_text(HAND_MADE)
+    assert runner.invoke(app, ["--db", fresh_postgres_url, "db", "import", str(good)]).exit_code == 0
+    assert runner.invoke(app, ["--db", fresh_postgres_url, "db", "import", "--add", str(bad)]).exit_code == exitcodes.DATA_ERROR
+    assert runner.invoke(app, ["--db", fresh_postgres_url, "stats"]).exit_code == 0
 
 
 def test_prune_through_the_command_line(trained_url: str, runner: CliRunner) -> None:
