@@ -17,6 +17,7 @@ parent does, however the parent ends (`_end_with_parent`).
 
 from __future__ import annotations
 
+import email.message
 import os
 import signal
 from collections import deque
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 from spamfilter.answers import Refusal
 from spamfilter.config import TokenizerConfig
 from spamfilter.errors import MailParseError, WorkerLost
-from spamfilter.mail import MailItem, parse_message
+from spamfilter.mail import MailItem, parse_message, without_filter_fields
 from spamfilter.tokenizer import Tokenizer
 from spamfilter.tokenizer.features import TextShape, message_features
 from spamfilter.vectorizer import term_counts
@@ -103,7 +104,15 @@ class Analyser:
 
     def tokens(self, item: MailItem) -> list[str]:
         """The message's tokens; raises ``MailParseError`` if it is not mail."""
-        return self.tokenizer.tokenize(parse_message(item, max_bytes=self.max_bytes))
+        return self.tokenizer.tokenize(self._parse(item)[0])
+
+    def _parse(self, item: MailItem) -> tuple[email.message.Message, int]:
+        """The parsed message and its size, both without the filter's own
+        fields (`without_filter_fields`), so a message filtered, then
+        trained from its folder, reads as the one that came in."""
+        head, size = without_filter_fields(item.raw, self.max_bytes)
+        read = item if len(head) == min(len(item.raw), self.max_bytes) and size == len(item.raw) else MailItem(item.source, head)
+        return parse_message(read, max_bytes=self.max_bytes), size
 
     def one(self, item: MailItem) -> Analysed | Refusal:
         """Digest, token counts and features of one message, or why it is refused."""
@@ -114,12 +123,12 @@ class Analyser:
 
     def _read(self, item: MailItem) -> tuple[dict[str, int], tuple[int, ...]]:
         """Token counts and features from one parse and one tokenizer pass."""
-        message = parse_message(item, max_bytes=self.max_bytes)
+        message, size = self._parse(item)
         if not self.features:
             return term_counts(self.tokenizer.tokenize(message)), ()
         shape = TextShape()
         tokens = self.tokenizer.tokenize(message, shape)
-        return term_counts(tokens), message_features(message, tokens, len(item.raw), shape)
+        return term_counts(tokens), message_features(message, tokens, size, shape)
 
     def _outcome(self, item: MailItem) -> Outcome | str:
         try:

@@ -288,6 +288,43 @@ class _RstrippedHash:
         return self._kept.hexdigest()
 
 
+#: How the names of the filter's fields start as mail writes them (the
+#: filter itself writes "X-Spam-"): a message with none of these is read as
+#: it is. Another casing is still left out of the tokens by name, but read
+#: in the ``max_bytes`` window and the size as it came.
+_FIELD_PREFIXES: Final = (b"X-Spam-", b"x-spam-", b"X-SPAM-")
+
+
+def without_filter_fields(raw: bytes, limit: int) -> tuple[bytes, int]:
+    """What the filter reads of a message: its first ``limit`` bytes with
+    the `FILTER_HEADERS` fields left out where `digest_bytes` leaves them
+    out, and its length without them. So a message reads the same before
+    and after `filter` added its fields: they moved the ``max_bytes``
+    window of a long message, and its size (a message feature). ``raw``'s
+    own bytes when it holds none (no copy of the part past ``limit``)."""
+    if not any(name in raw for name in _FIELD_PREFIXES):
+        # Most mail: a few fast substring scans, not the header's layout.
+        return raw[:limit], len(raw)
+    layout = _filter_layout(raw, lf_only_readers=False)
+    view = memoryview(raw)
+    head: list[bytes] = [raw[: layout.start]]
+    kept = layout.start
+    dropped = 0
+    pos = layout.start
+    for begin, end in layout.runs():
+        if kept < limit:
+            piece = view[pos:begin][: limit - kept].tobytes()
+            head.append(piece)
+            kept += len(piece)
+        dropped += end - begin
+        pos = end
+    if dropped == 0:
+        return raw[:limit], len(raw)
+    if kept < limit:
+        head.append(view[pos:][: limit - kept].tobytes())
+    return b"".join(head)[:limit], len(raw) - dropped
+
+
 def filtered_pieces(raw: bytes, fields: Sequence[tuple[str, str]]) -> list[bytes | memoryview]:
     """The message with `FILTER_HEADERS` fields removed and ``fields`` added,
     as pieces to write one after the other; all but the added lines are
