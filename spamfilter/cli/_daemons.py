@@ -22,13 +22,42 @@ if TYPE_CHECKING:
     from spamfilter.daemon.pool import FilterPool
 
 
+def _networks_given(text: str) -> str:
+    """``--allowed-ips`` checked as the command line's: a usage error (64)."""
+    from spamfilter.daemon.listen import allowed_networks
+
+    try:
+        allowed_networks(ip_list(text))
+    except ConfigError as exc:
+        raise typer.BadParameter(str(exc).removeprefix("allowed ips: ")) from None
+    return text
+
+
+def _group_given(name: str) -> str:
+    """``--socket-group`` checked as the command line's: a usage error (64)."""
+    import grp
+
+    if name:
+        try:
+            grp.getgrnam(name)
+        except KeyError:
+            raise typer.BadParameter(f"no such group: {name}") from None
+    return name
+
+
 #: The options every daemon takes for where it listens.
 Listen = Annotated[str, typer.Option("--listen", metavar="HOST:PORT", help="TCP address to listen on.")]
 SocketPath = Annotated[Path | None, typer.Option("--socket", metavar="PATH", help="Listen on this Unix socket instead of TCP.")]
 SocketMode = Annotated[str, typer.Option("--socket-mode", metavar="OCTAL", help="Permissions of the Unix socket.")]
-SocketGroup = Annotated[str, typer.Option("--socket-group", metavar="GROUP", help="Group of the Unix socket.")]
+SocketGroup = Annotated[str, typer.Option("--socket-group", metavar="GROUP", callback=_group_given, help="Group of the Unix socket.")]
 AllowedIps = Annotated[
-    str, typer.Option("--allowed-ips", metavar="NETS", help="Comma-separated client networks allowed over TCP (default: loopback only; needed to listen elsewhere).")
+    str,
+    typer.Option(
+        "--allowed-ips",
+        metavar="NETS",
+        callback=_networks_given,
+        help="Comma-separated client networks allowed over TCP (default: loopback only; needed to listen elsewhere).",
+    ),
 ]
 
 

@@ -108,6 +108,8 @@ def run(
     s = state(ctx)
     if not loop and getattr(ctx.get_parameter_source("interval"), "name", "") == "COMMANDLINE":
         raise typer.BadParameter("is the wait between the runs of --loop; without --loop there is one run", param_hint="--interval")
+    if account is not None and s.config.imap and account not in [a.name for a in s.config.imap]:
+        raise typer.BadParameter(f"no IMAP account named {account!r} (configured: {', '.join(a.name for a in s.config.imap)})", param_hint="--account")
     acct = s.config.imap_account(account)
     # A dry run writes nothing, so it does not create the database either.
     with open_filter(ctx, create=not dry_run) as f:

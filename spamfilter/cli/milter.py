@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from enum import Enum
 from typing import Annotated
 
@@ -17,6 +18,24 @@ class OnError(str, Enum):
     tempfail = "tempfail"
 
 
+def _finite_or_none(value: float | None) -> float | None:
+    """``--reject-above`` is a log-odds: nan or inf is a usage error (64)."""
+    if value is not None and not math.isfinite(value):
+        raise typer.BadParameter(f"must be a finite log-odds, not {value}")
+    return value
+
+
+RejectAbove = Annotated[
+    float | None,
+    typer.Option(
+        "--reject-above",
+        metavar="LOGODDS",
+        callback=_finite_or_none,
+        help="Refuse (550 5.7.1) a spam whose log-odds are above this, instead of marking it (unsure mail is never refused).",
+    ),
+]
+
+
 @app.command()
 def milter(
     ctx: typer.Context,
@@ -25,12 +44,7 @@ def milter(
     socket_mode: SocketMode = "0600",
     socket_group: SocketGroup = "",
     allowed_ips: AllowedIps = "",
-    reject_above: Annotated[
-        float | None,
-        typer.Option(
-            "--reject-above", metavar="LOGODDS", help="Refuse (550 5.7.1) a spam whose log-odds are above this, instead of marking it (unsure mail is never refused)."
-        ),
-    ] = None,
+    reject_above: RejectAbove = None,
     on_error: Annotated[
         OnError, typer.Option("--on-error", help="What the MTA is told when a message cannot be scored: accept it unscanned, or tempfail it.")
     ] = OnError.accept,

@@ -62,6 +62,9 @@ CASES = [
     (["--db", "", "train", "--ham", "{tmp}/index"], "", "--db: empty; name a database (a URL or a file)"),
     (["--config", "", "stats"], "", "--config: empty; name a config file"),
     (["serve", "--socket-mode", "9"], "serve", "Invalid value for --socket-mode: not an octal mode: 9"),
+    # Arguments, not the config file: usage errors (they were 78).
+    (["serve", "--allowed-ips", "garbage"], "serve", "Invalid value for '--allowed-ips': 'garbage' does not appear to be an IPv4 or IPv6 network"),
+    (["milter", "--socket-group", "no-such-group-for-spamfilter"], "milter", "Invalid value for '--socket-group': no such group: no-such-group-for-spamfilter"),
     # Options that do nothing in the mode chosen were ignored without a word.
     (["evaluate", "--index", "{tmp}/index", "--protocol", "split", "--train-mode", "toe"], "evaluate", "--train-mode does nothing with --protocol split"),
     (["evaluate", "--index", "{tmp}/index", "--head", "5"], "evaluate", "--head does nothing with --protocol online"),
@@ -147,3 +150,13 @@ def test_help_after_a_label_flag_is_the_help_not_a_source(args: list[str], tmp_p
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith("Usage: spamfilter train [OPTIONS]") and "Learn from labelled mail." in result.stdout
     assert not (tmp_path / "none.db").exists()
+
+
+def test_an_imap_account_the_config_does_not_name_is_a_usage_error(tmp_path: Path) -> None:
+    # It was a config error (78), although the config is right and the
+    # argument wrong.
+    config = tmp_path / "config.toml"
+    config.write_text('[imap.home]\nhost = "127.0.0.1"\nsecurity = "none"\nusername = "u"\npassword_env = "P"\n')
+    result = CliRunner().invoke(app, ["--db", str(tmp_path / "s.db"), "--config", str(config), "imap", "run", "--account", "work"], prog_name="spamfilter")
+    assert result.exit_code == exitcodes.USAGE, result.output
+    assert_usage_error(result.stderr, "imap run", "Invalid value for --account: no IMAP account named 'work' (configured: home)")

@@ -248,8 +248,9 @@ def test_a_reject_limit_that_is_not_a_number_is_refused(tmp_path: Path, trained:
         text=True,
         timeout=60,
     )
-    assert done.returncode == 78, done.stderr
-    assert "--reject-above must be a finite log-odds" in done.stderr and "Traceback" not in done.stderr
+    # An argument of the command line: a usage error (it was 78, a config error).
+    assert done.returncode == 64, done.stderr
+    assert "Invalid value for '--reject-above': must be a finite log-odds, not nan" in done.stderr and "Traceback" not in done.stderr
 
 
 @needs_miltertest
