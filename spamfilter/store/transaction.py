@@ -304,6 +304,23 @@ class StoreTransaction:
                 continue
             yield int(label), counts
 
+    def ledger_feature_sums(self, width: int, chunk: int = 500) -> FeatureStats:
+        """The feature sums this owner's ledger gives: over its entries that
+        carry ``width`` features (one unreadable is left out; `iter_ledger`
+        names it)."""
+        out = FeatureStats.zeros(width)
+        query = sa.select(messages.c.label, messages.c.token_counts).where(messages.c.owner == self.owner)
+        for label, blob in self.conn.execute(query, execution_options={"stream_results": True, "yield_per": chunk}):
+            try:
+                x = np.asarray(unpack_features(blob), dtype=np.int64)
+            except DamagedEntry:
+                continue
+            if x.size == width:
+                out.n[int(label)] += 1
+                out.total[int(label)] += x
+                out.total_sq[int(label)] += x * x
+        return out
+
     def bump_version(self) -> int:
         """Increase this owner's model version (a change that is not a count
         write, e.g. a new choice of one-dependence parents); the new version."""

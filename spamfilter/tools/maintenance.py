@@ -103,6 +103,7 @@ class Maintenance:
             for token, expected in sorted(per_token.items()):
                 scan.differ.add(f"token {token!r}: not stored, ledger {expected}")
             pairs = dependence.differences(tx)
+            features = _features_item(tx, imported=bool((untracked > 0).any()))
         stored = np.stack([totals.messages, totals.terms, totals.binary_terms])
         scan.negative.extend(f"class_totals {Label(c).decision} {name} is {int(stored[i, c])}" for i, name in enumerate(_TOTAL_NAMES) for c in (0, 1) if stored[i, c] < 0)
         for c in (0, 1):
@@ -120,6 +121,7 @@ class Maintenance:
             _histogram_item(totals.histogram, scan.histogram),
             _compare_item("class totals = sums over the ledger" + plus, stored, ledger_rows + untracked, "the ledger" + plus + " gives", names=_TOTAL_NAMES),
         ]
+        items.append(features)
         if pairs is not None:
             found = _Findings()
             found.extend(pairs)
@@ -446,6 +448,24 @@ class _Findings:
         if self.count > len(shown):
             shown.append(f"... and {self.count - len(shown)} more")
         return CheckItem(name, "failed" if self.count else "ok", tuple(shown))
+
+
+def _features_item(tx: StoreTransaction, *, imported: bool) -> CheckItem:
+    """The message features' sums compared with those of the ledger's
+    entries (skipped where an import added sums no entry holds)."""
+    name = "message feature sums = sums over the ledger's messages"
+    if imported:
+        return CheckItem(name, "skipped (imported)")
+    width = len(FEATURE_NAMES)
+    stored, ledger = tx.feature_stats(width), tx.ledger_feature_sums(width)
+    problems = tuple(
+        f"{Label(c).decision} {FEATURE_NAMES[i]} {field}: stored {int(getattr(stored, field)[c, i])}, the ledger gives {int(getattr(ledger, field)[c, i])}"
+        for field in ("n", "total", "total_sq")
+        for c in (0, 1)
+        for i in range(width)
+        if getattr(stored, field)[c, i] != getattr(ledger, field)[c, i]
+    )
+    return CheckItem(name, "failed" if problems else "ok", problems)
 
 
 def _compare_item(name: str, stored: IntArray, expected: IntArray, what: str, *, names: Sequence[str]) -> CheckItem:
