@@ -6,7 +6,7 @@ import os
 from collections.abc import Iterator
 
 from spamfilter.errors import MailSourceError
-from spamfilter.mail.sources import MailItem, is_device, mbox_messages, starts_with_envelope
+from spamfilter.mail.sources import MailItem, is_device, mbox_messages, read_whole_or_refuse, starts_with_envelope
 
 
 def read_index(index_path: str) -> Iterator[tuple[bool, MailItem]]:
@@ -99,7 +99,7 @@ def _read_index_message(path: str) -> MailItem:
                 # CR, LF, CRLF): the two differ on a lone CR inside a line,
                 # and an index's messages keep the bytes they were trained with.
                 return next(mbox_messages(f, path, split=False))
-            return MailItem(path, f.read())
+            return read_whole_or_refuse(f, path)
     except OSError as err:
         # Listed and found when the index was read, unreadable now (no
         # permission, or removed since): refused like an unreadable file

@@ -180,3 +180,28 @@ def test_the_config_folder_tune_creates_is_owner_only_whatever_the_umask(tmp_pat
         os.umask(before)
     assert (mode(tmp_path / "config"), mode(config.parent)) == (0o700, 0o700)
     assert "alpha = 0.5" in config.read_text()
+
+
+def test_a_message_longer_than_the_limit_is_refused_unread_and_the_rest_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # One 800 MB message was held whole (868 MB), and under a memory limit
+    # ended the run before the messages after it. Now each source gives at
+    # most MAX_MESSAGE_BYTES of one message (here made small), as `filter`.
+    from spamfilter.mail import read_index, read_messages, sources
+
+    monkeypatch.setattr(sources, "MAX_MESSAGE_BYTES", 2000)
+    small = b"Subject: small\n\ncheap pills\n"
+    big = b"Subject: big\n\n" + b"x" * 3000 + b"\n"
+    folder = tmp_path / "cur"
+    folder.mkdir()
+    (folder / "1.small").write_bytes(small)
+    (folder / "2.big").write_bytes(big)
+    (folder / "3.big-envelope").write_bytes(b"From a@b Mon Jan  1 00:00:00 2024\n" + big)
+    mbox = tmp_path / "box.mbox"
+    mbox.write_bytes(b"".join(b"From a@b Mon Jan  1 00:00:00 2024\n" + m + b"\n" for m in (small, big, small)))
+    (tmp_path / "index").write_text(f"spam {folder / '1.small'}\nspam {folder / '2.big'}\nham {mbox}\n")
+    read = [*read_messages([str(folder), str(mbox), str(folder / "2.big")]), *(item for _, item in read_index(str(tmp_path / "index")))]
+    refused = [item.source for item in read if item.unreadable is not None]
+    assert refused == [str(folder / "2.big"), str(folder / "3.big-envelope"), f"{mbox}:2", str(folder / "2.big"), str(folder / "2.big"), str(mbox)]
+    assert all(item.raw == b"" and item.unreadable_reason and "larger than" in item.unreadable_reason for item in read if item.unreadable is not None)
+    assert [item.raw for item in read if item.unreadable is None] == [small] * 4
+    assert read_messages([str(mbox)]).__next__().raw == small
