@@ -244,6 +244,13 @@ def _store_error(exc: DBAPIError, what: str) -> StoreError:
         return StoreError(
             f"{what}: the database file is damaged ({text}); where SQLite can still read its schema, `spamfilter db check` lists the problems, else restore it from a backup"
         )
+    if "attempt to write a readonly database" in text:
+        # Also when only reading: in WAL mode SQLite makes the -shm file
+        # beside the database to read it, and a stats of a database in a
+        # folder the user cannot write said only this.
+        return StoreError(
+            f"{what}: {text} (this user must be able to write the file, its -wal and -shm files and the folder that holds them: SQLite writes the -shm even to read)"
+        )
     return StoreError(f"{what}: {text}")
 
 

@@ -7,8 +7,11 @@ on a fresh PostgreSQL database (see ``any_db_url`` in conftest.py).
 from __future__ import annotations
 
 import os
+import shutil
 import stat
+import tempfile
 import zlib
+from collections.abc import Callable
 from datetime import date, datetime, timezone
 from pathlib import Path
 
@@ -472,21 +475,51 @@ def test_a_database_behind_a_folder_the_user_cannot_enter_is_a_store_error(tmp_p
     # PermissionError, and mark exited 70 with "internal error".
     private = tmp_path / "private"
     private.mkdir(mode=0o700)
+    assert store_error_as_nobody(lambda: Store.open(f"sqlite:///{private / 'x.db'}").close()) == "permission denied"
+    assert not (private / "x.db").exists()
+
+
+def store_error_as_nobody(action: Callable[[], None]) -> str:
+    """The StoreError ``action`` raises in a child process that became the
+    user nobody ("none" when it raises none, "other: ..." for another error)."""
+    reader, writer = os.pipe()
     pid = os.fork()
-    if pid == 0:  # the child becomes nobody and tries
-        code = 4
+    if pid == 0:
+        said = "other"
         try:
             os.setgid(65534)
             os.setuid(65534)
-            Store.open(f"sqlite:///{private / 'x.db'}")
-            code = 3
+            action()
+            said = "none"
         except StoreError as exc:
-            code = 0 if "permission denied" in str(exc) else 2
+            said = "permission denied" if "permission denied" in str(exc) else str(exc)
         finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
-    assert not (private / "x.db").exists()
+            os.write(writer, said.encode())
+            os._exit(0)
+    os.close(writer)
+    with os.fdopen(reader, "rb") as fh:
+        said = fh.read().decode()
+    os.waitpid(pid, 0)
+    return said
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="becoming another user needs root")
+def test_reading_a_database_in_a_folder_the_user_cannot_write_says_what_sqlite_needs() -> None:
+    # `stats` said only "attempt to write a readonly database": SQLite in
+    # WAL mode makes the -shm beside the file even to read it.
+    # Not under tmp_path: pytest's own folder is owner-only.
+    shared = Path(tempfile.mkdtemp(prefix="spamfilter-shared-"))
+    shared.chmod(0o755)
+    Store.open(f"sqlite:///{shared / 'x.db'}").close()
+    (shared / "x.db").chmod(0o644)
+
+    def read() -> None:
+        with Store.open(f"sqlite:///{shared / 'x.db'}") as store, store.begin(write=False) as tx:
+            tx.totals()
+
+    said = store_error_as_nobody(read)
+    shutil.rmtree(shared)
+    assert "must be able to write the file, its -wal and -shm files and the folder that holds them" in said, said
 
 
 def test_the_urls_own_options_reach_postgresql_beside_the_lock_timeout(fresh_postgres_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
