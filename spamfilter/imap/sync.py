@@ -605,7 +605,7 @@ def run_account(
 
     Each pass is idempotent, so after a dropped connection the pass simply
     starts again; after ``account.retries`` reconnects (1, 2, 4, ... seconds
-    apart) ``ImapUnavailable`` is raised. What was done before stays recorded.
+    apart, at most a minute) ``ImapUnavailable`` is raised. What was done before stays recorded.
     A refused login (``ImapAuthError``) is not retried.
     """
     password = account_password(account)
@@ -644,6 +644,6 @@ def _passes(
                 tries = "1 attempt" if attempt == 0 else f"{attempt + 1} attempts"
                 why = str(exc) if first is exc else f"{first}; then {exc}"
                 raise ImapUnavailable(f"{why} (gave up after {tries}{'' if dry_run else summary.so_far()})") from None
-            sleep(2.0**attempt)
+            sleep(min(2.0**attempt, 60.0))  # at most a minute: 20 retries doubling waited 6 days
             attempt += 1
             summary.retries += 1

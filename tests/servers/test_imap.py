@@ -560,6 +560,11 @@ def test_library_errors(dovecot_server: Dovecot, tmp_path: Path, monkeypatch: py
     with Filter.open(config, "sqlite://") as f, pytest.raises(ImapUnavailable, match="gave up after 3 attempts"):
         run_account(f, account, sleep=pauses.append)
     assert pauses == [1.0, 2.0]
+    # Doubling without a bound, the 20 retries allowed waited 6 days.
+    pauses.clear()
+    with Filter.open(config, "sqlite://") as f, pytest.raises(ImapUnavailable, match="gave up after 11 attempts"):
+        run_account(f, replace(account, retries=10), sleep=pauses.append)
+    assert pauses == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0, 60.0, 60.0, 60.0]
 
 
 @pytest.mark.parametrize("ca_file", ["/nonexistent/ca.pem", "{tmp}", "{tmp}/not-a-certificate.pem"])
