@@ -312,6 +312,9 @@ def scoring_settings(config: Config) -> str:
     return repr((config.tokenizer, config.model, config.decision))
 
 
+_MAX_CONFIG_BYTES = 1 << 20
+
+
 def load_config(path: Path | None = None) -> Config:
     """Read ``path`` (or the default config file if it exists) over the defaults.
 
@@ -333,7 +336,12 @@ def load_config(path: Path | None = None) -> Config:
             return Config()
     try:
         with open(path, "rb") as fh:
-            data = tomllib.load(fh)
+            # At most 1 MiB: `--config /dev/zero` read for ever (a pipe,
+            # `--config <(...)`, is still read).
+            raw = fh.read(_MAX_CONFIG_BYTES + 1)
+        if len(raw) > _MAX_CONFIG_BYTES:
+            raise ConfigError(f"{path}: longer than {_MAX_CONFIG_BYTES >> 20} MiB, not a config file")
+        data = tomllib.loads(raw.decode("utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {path}") from None
     except OSError as exc:

@@ -276,3 +276,16 @@ def test_without_a_home_directory_there_is_no_default_config_or_database(tmp_pat
     with pytest.raises(ConfigError, match="--db"):
         database_url(None, Config())
     assert database_url(str(tmp_path / "x.db"), Config()) == f"sqlite:///{tmp_path}/x.db"
+
+
+def test_a_config_file_is_read_up_to_a_mebibyte(tmp_path: Path) -> None:
+    # --config /dev/zero read for ever; /dev/null is still the defaults.
+    long = tmp_path / "long.toml"
+    long.write_text("# " + "x" * (1 << 20) + "\n")
+    with pytest.raises(ConfigError, match="longer than 1 MiB, not a config file"):
+        load_config(long)
+    if Path("/dev/zero").exists():
+        with pytest.raises(ConfigError, match="longer than 1 MiB"):
+            load_config(Path("/dev/zero"))
+    if Path("/dev/null").exists():
+        assert load_config(Path("/dev/null")) == Config()

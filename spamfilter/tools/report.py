@@ -34,6 +34,7 @@ from spamfilter.answers import Stats
 from spamfilter.config import ModelConfig, counts_occurrences
 from spamfilter.errors import NotTrainedError, ScoresFileError
 from spamfilter.filter import Filter
+from spamfilter.mail.sources import is_device
 from spamfilter.nb.calibration import TAIL, calibration, score_log_odds
 from spamfilter.tools import plots
 from spamfilter.tools.evaluation import error_rates, lam_pct, roc_area, sm_at_hm
@@ -79,6 +80,9 @@ def read_scores(path: Path) -> ScoreSample:
 
     Raises ``ScoresFileError`` naming the line when it is none of these.
     """
+    if is_device(str(path)):
+        # /dev/zero was read for ever.
+        raise ScoresFileError(f"{path}: a device, not a file of scores")
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:

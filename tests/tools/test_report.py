@@ -463,3 +463,13 @@ def test_jsonl_file_round_trip(tmp_path: Path) -> None:
     path = tmp_path / "v.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows))
     assert read_scores(path).log_odds.tolist() == [-1.0986]
+
+
+def test_a_device_is_no_scores_file() -> None:
+    # report --scores /dev/zero read for ever.
+    from spamfilter.tools.report import read_scores
+
+    if not Path("/dev/zero").exists():
+        pytest.skip("no /dev/zero")
+    with pytest.raises(ScoresFileError, match="/dev/zero: a device, not a file of scores"):
+        read_scores(Path("/dev/zero"))
