@@ -111,7 +111,7 @@ class Analyser:
         fields (`without_filter_fields`), so a message filtered, then
         trained from its folder, reads as the one that came in."""
         head, size = without_filter_fields(item.raw, self.max_bytes)
-        read = item if len(head) == min(len(item.raw), self.max_bytes) and size == len(item.raw) else MailItem(item.source, head)
+        read = item if head is item.raw else MailItem(item.source, head)
         return parse_message(read, max_bytes=self.max_bytes), size
 
     def one(self, item: MailItem) -> Analysed | Refusal:

@@ -507,12 +507,18 @@ def usage_error(ctx: typer.Context, message: str) -> NoReturn:
     ctx.fail(message)
 
 
+def given_on_command_line(ctx: typer.Context, name: str) -> bool:
+    """Whether the parameter ``name`` was given on the command line (not
+    left at its default)."""
+    return getattr(ctx.get_parameter_source(name), "name", "") == "COMMANDLINE"
+
+
 def refuse_unused(ctx: typer.Context, where: str, *names: str) -> None:
     """A usage error (64) when one of the parameters ``names`` was given on
     the command line but does nothing ``where`` (e.g. "with --protocol cv"):
     an option silently ignored reads as one obeyed."""
     for name in names:
-        if getattr(ctx.get_parameter_source(name), "name", "") == "COMMANDLINE":
+        if given_on_command_line(ctx, name):
             usage_error(ctx, f"--{name.replace('_', '-')} does nothing {where}")
 
 

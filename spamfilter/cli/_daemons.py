@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Protocol
 import typer
 
 from spamfilter import spamd
+from spamfilter.cli import given_on_command_line
 from spamfilter.daemon import prefork
 from spamfilter.daemon.prefork import Forkable
 from spamfilter.errors import ConfigError, ProtocolError, StoreError
@@ -96,7 +97,7 @@ _PLACES = {"listen": "--listen", "socket_path": "--socket", "user_socket": "--us
 def one_place(ctx: typer.Context, *names: str) -> None:
     """Refuse more than one of the listening options ``names`` given on the
     command line (``--socket`` won over ``--listen`` without a word)."""
-    given = [n for n in names if getattr(ctx.get_parameter_source(n), "name", "") == "COMMANDLINE" and ctx.params.get(n) not in (None, False)]
+    given = [n for n in names if given_on_command_line(ctx, n) and ctx.params.get(n) not in (None, False)]
     if len(given) > 1:
         raise typer.BadParameter(f"give one of {', '.join(_PLACES[n] for n in names)}, not {' and '.join(_PLACES[n] for n in given)}", param_hint=_PLACES[given[-1]])
 

@@ -11,9 +11,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Column
 
-from spamfilter.cli import app, exitcodes, state
+from spamfilter.cli import app, exitcodes, given_on_command_line, state
 from spamfilter.cli._common import TableOrJson, open_filter
-from spamfilter.errors import ImapUnavailable
+from spamfilter.errors import ConfigError, ImapUnavailable
 from spamfilter.imap.summary import Event, RunSummary
 from spamfilter.imap.sync import run_account
 
@@ -106,11 +106,14 @@ def run(
     Example: SPAMFILTER_IMAP_PASSWORD=... spamfilter imap run --account home --dry-run
     """
     s = state(ctx)
-    if not loop and getattr(ctx.get_parameter_source("interval"), "name", "") == "COMMANDLINE":
+    if not loop and given_on_command_line(ctx, "interval"):
         raise typer.BadParameter("is the wait between the runs of --loop; without --loop there is one run", param_hint="--interval")
-    if account is not None and s.config.imap and account not in [a.name for a in s.config.imap]:
-        raise typer.BadParameter(f"no IMAP account named {account!r} (configured: {', '.join(a.name for a in s.config.imap)})", param_hint="--account")
-    acct = s.config.imap_account(account)
+    try:
+        acct = s.config.imap_account(account)
+    except ConfigError as exc:
+        if account is None or not s.config.imap:
+            raise  # no account at all: the config's fault (78)
+        raise typer.BadParameter(str(exc), param_hint="--account") from None
     # A dry run writes nothing, so it does not create the database either.
     with open_filter(ctx, create=not dry_run) as f:
         while True:

@@ -27,11 +27,13 @@ _FILTER_NAMES: Final = b"|".join(re.escape(name.encode("ascii")) for name in FIL
 # them (group 1). CR, LF and CRLF all end a line here, as they do for
 # Python's email parser: "Subject: hi\rX-Spam-Flag: NO" holds two fields
 # for it, one for procmail, which only splits at LF.
-_FILTER_FIELD_RE: Final = re.compile(rb"(?:" + _FILTER_NAMES + rb")[ \t]*:[^\r\n]*(?:(?:\r\n|\r|\n)[ \t][^\r\n]*)*(\r\n|\r|\n|\Z)", re.IGNORECASE)
+_FIELD_LINE: Final = rb"(?:" + _FILTER_NAMES + rb")[ \t]*:[^\r\n]*"
+_FIELD_END: Final = rb"(\r\n|\r|\n|\Z)"
+_FILTER_FIELD_RE: Final = re.compile(_FIELD_LINE + rb"(?:(?:\r\n|\r|\n)[ \t][^\r\n]*)*" + _FIELD_END, re.IGNORECASE)
 # The same field without its continuation lines: one past the header block
 # of a CRLF message (procmail's header, everyone else's body), where the
 # indented lines after it are the body's own (code, a quoted bounce).
-_FILTER_LINE_RE: Final = re.compile(rb"(?:" + _FILTER_NAMES + rb")[ \t]*:[^\r\n]*(\r\n|\r|\n|\Z)", re.IGNORECASE)
+_FILTER_LINE_RE: Final = re.compile(_FIELD_LINE + _FIELD_END, re.IGNORECASE)
 # Such a field's name and colon; it starts a field at the very beginning or
 # after a CR or LF (`_FilterLayout.runs` checks). The pattern starts with the
 # name, so the search skips to each "X"; with a lookbehind first it was tried
@@ -300,11 +302,12 @@ def without_filter_fields(raw: bytes, limit: int) -> tuple[bytes, int]:
     the `FILTER_HEADERS` fields left out where `digest_bytes` leaves them
     out, and its length without them. So a message reads the same before
     and after `filter` added its fields: they moved the ``max_bytes``
-    window of a long message, and its size (a message feature). ``raw``'s
-    own bytes when it holds none (no copy of the part past ``limit``)."""
+    window of a long message, and its size (a message feature). ``raw``
+    itself, whole and not copied, when it holds none (the parser reads its
+    first ``limit`` bytes as it does any message's)."""
     if not any(name in raw for name in _FIELD_PREFIXES):
         # Most mail: a few fast substring scans, not the header's layout.
-        return raw[:limit], len(raw)
+        return raw, len(raw)
     layout = _filter_layout(raw, lf_only_readers=False)
     view = memoryview(raw)
     head: list[bytes] = [raw[: layout.start]]
@@ -319,7 +322,7 @@ def without_filter_fields(raw: bytes, limit: int) -> tuple[bytes, int]:
         dropped += end - begin
         pos = end
     if dropped == 0:
-        return raw[:limit], len(raw)
+        return raw, len(raw)
     if kept < limit:
         head.append(view[pos:][: limit - kept].tobytes())
     return b"".join(head)[:limit], len(raw) - dropped

@@ -479,10 +479,10 @@ def _item_in_folder(path: str) -> MailItem:
     readable."""
     try:
         with open(path, "rb") as f:
-            raw = f.read(MAX_MESSAGE_BYTES + 1)
+            item = read_whole_or_refuse(f, path)
     except OSError as err:
         return MailItem(path, b"", unreadable=err.strerror or str(err))
-    return MailItem(path, b"", unreadable=_TOO_LONG) if len(raw) > MAX_MESSAGE_BYTES else delivered(path, raw)
+    return item if item.unreadable is not None else delivered(path, item.raw)
 
 
 def starts_with_envelope(f: io.BufferedReader) -> bool:
@@ -606,6 +606,3 @@ def _is_uw_imap_folder_data(raw: bytes) -> bool:
     # The pseudo-message is a few hundred bytes; its headers are in the head.
     head = raw[:2048]
     return _UW_IMAP_SUBJECT_RE.search(head) is not None and _UW_IMAP_RE.search(head) is not None
-
-
-# --- TREC index ------------------------------------------------------------

@@ -239,15 +239,22 @@ def params_parseable(part: email.message.Message, *headers: str) -> bool:
     return True
 
 
-def declared_charset(part: email.message.Message) -> str | None:
-    """The charset parameter as written, or None (also when the parameters
-    are too long or too broken to parse)."""
+def _charset_param(part: email.message.Message) -> object:
+    """The charset parameter as the parser gives it (a str, or an RFC 2231
+    (charset, language, value) tuple), or None, also when the parameters
+    are too long or too broken to parse."""
     if not params_parseable(part):
         return None
     try:
-        value = part.get_param("charset")
+        return part.get_param("charset")
     except _DECODE_ERRORS:  # TypeError from malformed RFC 2231 continuations
         return None
+
+
+def declared_charset(part: email.message.Message) -> str | None:
+    """The charset parameter as written, or None (also when the parameters
+    are too long or too broken to parse)."""
+    value = _charset_param(part)
     return value if isinstance(value, str) else None
 
 
@@ -261,12 +268,7 @@ def _content_charset(part: email.message.Message) -> str | None:
     ``get_content_charset`` gives it, but for an RFC 2231 value
     (charset*=utf-8''utf-8) read as written rather than decoded in the
     charset it names (an unbounded codec lookup; see `codec_for`)."""
-    if not params_parseable(part):
-        return None
-    try:
-        value = part.get_param("charset")
-    except _DECODE_ERRORS:  # TypeError from malformed RFC 2231 continuations
-        return None
+    value = _charset_param(part)
     if isinstance(value, tuple):
         value = value[2]
     if not isinstance(value, str) or not value.isascii():
