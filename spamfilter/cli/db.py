@@ -143,7 +143,7 @@ def prune(
     Example: spamfilter db prune --min-count 2 --older-than 90 --dry-run
     """
     with open_filter(ctx, create=False) as f:
-        s = Maintenance(f.store).prune(min_count, older_than, dry_run=dry_run)
+        s = Maintenance(f.store, f.config.store.write_deadline).prune(min_count, older_than, dry_run=dry_run)
     verb = "would prune" if s.dry_run else "pruned"
     typer.echo(
         f"{verb} {s.tokens_removed} of {s.tokens_before} tokens of {_whose(s.user)} (in fewer than {min_count} messages, last trained {older_than} or more days ago)"

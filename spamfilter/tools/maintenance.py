@@ -27,6 +27,7 @@ from spamfilter.errors import ModelNotEmpty, StoreError
 from spamfilter.filter import dependence
 from spamfilter.nb import model
 from spamfilter.nb.calibration import MAP_BINS
+from spamfilter.retry import retrying
 from spamfilter.store import Store, StoreTransaction
 from spamfilter.tokenizer.features import FEATURE_NAMES
 from spamfilter.tools.counts_file import COUNTS_HEADER, TOTALS_KEYS, CountsReader, escape_token
@@ -36,8 +37,13 @@ from spamfilter.verdicts import Label
 class Maintenance:
     """Checks, prunes, vacuums, exports and imports the model of one store's owner."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, write_deadline: float = 0.0) -> None:
         self.store = store
+        #: Seconds ``prune`` is tried again while the database is busy; a
+        #: transaction PostgreSQL ended to break a deadlock (with a `forget`
+        #: or `mark` holding a ledger entry it rewrites) is tried again
+        #: whatever this is (``retry.retrying``).
+        self.write_deadline = write_deadline
 
     def check(self) -> CheckReport:
         """Verify that the stored counts of this user's model agree with each
@@ -156,13 +162,18 @@ class Maintenance:
         # it be: the deletes fill the WAL, which would count twice.
         checkpointed = dry_run or self.store.checkpoint()
         size_before = self.store.size_bytes()
-        with self.store.begin() as tx:
-            if not dry_run:
-                tx.exclude_writers()  # before the count, or one a trainer commits meanwhile is left out of it
-            before = tx.totals().vocabulary_size
-            removed, counts = tx.prune_tokens(min_count, today - timedelta(days=older_than_days), dry_run=dry_run)
-            if removed and not dry_run:
-                dependence.recount(tx)  # the entries' sizes, which a selection's pairs sum, changed
+
+        def step() -> tuple[int, int, ClassCounts]:
+            with self.store.begin() as tx:
+                if not dry_run:
+                    tx.exclude_writers()  # before the count, or one a trainer commits meanwhile is left out of it
+                before = tx.totals().vocabulary_size
+                removed, counts = tx.prune_tokens(min_count, today - timedelta(days=older_than_days), dry_run=dry_run)
+                if removed and not dry_run:
+                    dependence.recount(tx)  # the entries' sizes, which a selection's pairs sum, changed
+            return before, removed, counts
+
+        before, removed, counts = retrying(step, self.write_deadline)
         checkpointed = dry_run or (self.store.checkpoint() and checkpointed)
         return PruneSummary(
             user=self.store.owner,

@@ -32,7 +32,7 @@ from spamfilter.mail import MailItem
 from spamfilter.store import Store, sqlite_path
 from spamfilter.store.schema import day_number
 from spamfilter.tools.counts_file import MAX_LINE_BYTES, escape_token, read_counts_lines, unescape_token
-from spamfilter.tools.maintenance import CheckReport, Maintenance
+from spamfilter.tools.maintenance import CheckReport, Maintenance, PruneSummary
 
 pytestmark = pytest.mark.corpus
 
@@ -403,6 +403,55 @@ def test_forget_on_a_store_never_pruned_still_refuses_inconsistent_counts(traine
         execute(f, f"DELETE FROM tokens WHERE token = {A_SPAM_TOKEN}")
         with pytest.raises(StoreError, match="would go negative"):
             f.forget(mail["spam"])
+
+
+def test_prune_that_postgresql_ends_to_break_a_deadlock_is_run_again(fresh_postgres_url: str, mail: dict[str, list[MailItem]]) -> None:
+    """A `forget` or `mark` holds a ledger entry that prune rewrites, then
+    waits for the tokens, which prune has locked: PostgreSQL ends prune, the
+    first to wait, and prune runs again once the other has finished."""
+    with Filter.open(Config(), fresh_postgres_url) as f:
+        f.train(labelled(mail))
+    engine = sa.create_engine(fresh_postgres_url)
+    try:
+        with engine.connect() as other:
+            first = other.execute(sa.text("SELECT digest FROM messages ORDER BY digest LIMIT 1")).scalar_one()
+            deadlocks_before = other.execute(sa.text("SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()")).scalar_one()
+            other.commit()
+            me = other.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
+            other.execute(sa.text("SELECT 1 FROM messages WHERE digest = :d FOR UPDATE"), {"d": first})
+            outcome: dict[str, object] = {}
+
+            def prune() -> None:
+                with Filter.open(Config(), fresh_postgres_url) as f:
+                    try:
+                        outcome["summary"] = Maintenance(f.store).prune(2, 0)
+                        outcome["check"] = Maintenance(f.store).check().ok
+                    except Exception as exc:  # noqa: BLE001 - reported below
+                        outcome["error"] = exc
+
+            pruning = threading.Thread(target=prune)
+            pruning.start()
+            waiting = "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid WHERE NOT l.granted AND a.datname = current_database() AND l.pid <> :me"
+            for _ in range(6000):
+                if other.execute(sa.text(waiting), {"me": me}).scalar_one():
+                    break
+                threading.Event().wait(0.005)
+            else:
+                pytest.fail("prune never waited for the ledger entry")
+            # Now wait for the tokens prune holds: a deadlock, which prune
+            # (waiting longest) is the one to detect and lose.
+            other.execute(sa.text("UPDATE tokens SET ham_docs = ham_docs WHERE token = 'never-a-token'"))
+            other.rollback()
+            pruning.join(60)
+            assert not pruning.is_alive()
+            deadlocks_after = other.execute(sa.text("SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()")).scalar_one()
+    finally:
+        engine.dispose()
+    assert "error" not in outcome, outcome.get("error")
+    assert deadlocks_after == deadlocks_before + 1
+    summary = outcome["summary"]
+    assert isinstance(summary, PruneSummary) and 0 < summary.tokens_removed < summary.tokens_before
+    assert outcome["check"] is True
 
 
 def test_prune_reports_the_file_size_with_the_wal_copied_in(trained_url: str, runner: CliRunner) -> None:
