@@ -200,6 +200,10 @@ def parse_head(head: bytes) -> Request:
         raise ProtocolError("Content-length is required")
     if "local" in set_to and message_class is None:
         raise ProtocolError("Set: local needs a Message-class")
+    if "local" in set_to and "local" in remove_from:
+        # As spamd: learning a message and forgetting it in one request is
+        # no request a client means.
+        raise ProtocolError("Set: local and Remove: local in one request")
     return Request(command, version, length, user, message_class, "local" in set_to, "local" in remove_from, unusable, own_model, compressed)
 
 

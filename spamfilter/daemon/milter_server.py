@@ -383,12 +383,22 @@ class MilterServer:
         if message.oversize:
             unscanned = milter.edits(message, [], agreed) + [milter.packet(milter.CONTINUE)]
             return _Answer(unscanned, "accept", owner, "unscanned", why=f"not scanned: over --max-size {self.options.max_size} bytes")
+        # The wait for a scoring thread counts against the wait for the
+        # model: a message queued behind others waiting for a locked
+        # database is answered within the same bound, not after all of them.
+        wait = self.pool.waits_within
+        until = None if wait is None else time.monotonic() + wait
+        if not self._work.acquire(timeout=wait):
+            why = f"not scanned: all {self.options.workers} scoring threads busy for {wait:g} s"
+            return self._on_error(owner, why, session, message)
         try:
-            with self._work, self.pool.lease(user, create=False) as (owner, f):
+            with self.pool.lease(user, create=False, until=until) as (owner, f):
                 result = next(iter(f.classify([MailItem("-", message.raw(agreed.leading_space))])))
                 event_model = f.config.model.event_model
         except SpamfilterError as exc:
             return self._on_error(owner, "not scanned: " + self.pool.unscored(owner, exc), session, message)
+        finally:
+            self._work.release()
         if isinstance(result, Refusal):
             unscanned = milter.edits(message, [], agreed) + [milter.packet(milter.CONTINUE)]
             return _Answer(unscanned, "accept", owner, "unscanned", why=f"not scanned: {result.reason}")

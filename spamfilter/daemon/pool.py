@@ -95,6 +95,12 @@ class FilterPool:
     def config(self) -> Config:
         return self._config
 
+    @property
+    def waits_within(self) -> float | None:
+        """Seconds a request waits for the model's lock, and for the
+        database, before it fails (None: as long as the store's own deadline)."""
+        return self._waits_within
+
     def for_writing(self, seconds: float) -> FilterPool:
         """A pool of other filters over the same models, whose writes (and
         waits for a lock another process holds) give up after ``seconds``."""
@@ -191,7 +197,7 @@ class FilterPool:
         return f'{exc}; the model of user {owner} (per-user mode, shared_model = "{self._config.store.shared_model}")'
 
     @contextmanager
-    def lease(self, user: str | None, *, create: bool = True) -> Iterator[tuple[str, Filter]]:
+    def lease(self, user: str | None, *, create: bool = True, until: float | None = None) -> Iterator[tuple[str, Filter]]:
         """The owner and filter of the model a request naming ``user`` uses
         (`owner`), held under its lock; without ``create`` a database that
         does not exist is ``NoSuchDatabase``, not made.
@@ -201,8 +207,12 @@ class FilterPool:
         after that many seconds with ``StoreBusyError``, and so does the
         filter's own wait for another process's lock on the database: a
         request waits twice that at most, not in a queue behind every
-        request before it."""
+        request before it. ``until`` (a ``time.monotonic`` time) ends the
+        wait for the model's lock sooner: a request that has waited for
+        something else first."""
         deadline = None if self._waits_within is None else time.monotonic() + self._waits_within
+        if until is not None:
+            deadline = until if deadline is None else min(deadline, until)
         while True:
             with self._lock:
                 config = self._config

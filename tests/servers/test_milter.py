@@ -15,6 +15,7 @@ import stat
 import struct
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -319,6 +320,43 @@ def test_a_database_locked_against_readers_gets_the_on_error_answer_soon(tmp_pat
     assert m.log().count("action=tempfail") == 2 and "locked" in m.log()
     [after] = run_miltertest(tmp_path, m.port, [("<a@example.test>", TINY, body)])
     assert after.reply == "continue" and after.status != "-"
+
+
+@needs_miltertest
+def test_messages_queued_for_a_scoring_thread_behind_a_locked_database_are_answered_within_the_same_wait(
+    tmp_path: Path, trained: tuple[str, Path], start_milter: type[Milter]
+) -> None:
+    # Before, the wait for a scoring thread had no bound: with one thread and
+    # a locked database the n-th message at once was answered after n waits
+    # (past the MTA's own timeout, which then takes its default action).
+    path = tmp_path / "model.db"
+    shutil.copy(trained[0].removeprefix("sqlite:///"), path)
+    m = start_milter(f"sqlite:///{path}", _write_config(tmp_path / "c.toml"), "--on-error", "tempfail", "--timeout", "2", "--processes", "1", "--workers", "1")
+    m.proc.send_signal(signal.SIGHUP)  # close the idle filter's connection (see above)
+    deadline = time.monotonic() + HANG
+    while "configuration reloaded" not in m.log():
+        assert time.monotonic() < deadline, m.log()
+        time.sleep(0.05)
+    lock = _locked_out(path)
+    seen: dict[int, list[Seen]] = {}
+    try:
+
+        def send(n: int) -> None:
+            (tmp_path / str(n)).mkdir()
+            seen[n] = run_miltertest(tmp_path / str(n), m.port, [("<a@example.test>", TINY, b"see you at noon\r\n")])
+
+        senders = [threading.Thread(target=send, args=(n,)) for n in range(4)]
+        for t in senders:
+            t.start()
+        for t in senders:
+            t.join(HANG * 4)
+    finally:
+        lock.close()
+    assert sorted(seen) == [0, 1, 2, 3] and all(s.reply == "tempfail" for [s] in seen.values())
+    # The one thread waits 2 s for the database; those behind it give up on
+    # the thread within the same 2 s.
+    assert m.log().count("action=tempfail") == 4
+    assert m.log().count("not scanned: all 1 scoring threads busy for 2 s") >= 2, m.log()
 
 
 @needs_miltertest
