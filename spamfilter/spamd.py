@@ -207,6 +207,17 @@ def parse_head(head: bytes) -> Request:
     return Request(command, version, length, user, message_class, "local" in set_to, "local" in remove_from, unusable, own_model, compressed)
 
 
+def is_bare_request(line: bytes) -> bool:
+    """Whether the request line ``line`` is a whole request: a PING or
+    SKIP of a protocol before 1.5, which had no headers (spamd answers it
+    at once)."""
+    m = _COMMAND_RE.fullmatch(line.decode("latin-1"))
+    if m is None or m.group(1) not in ("PING", "SKIP"):
+        return False
+    major, minor = (int(x) for x in m.group(2).split("."))
+    return (major, minor) < (1, 5)
+
+
 def _header_values(lines: list[str]) -> dict[str, str]:
     """The values of the header ``lines`` by lower-case name. One of
     `_READ_HEADERS` given twice is an error; other headers are ignored, as

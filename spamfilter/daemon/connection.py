@@ -125,6 +125,14 @@ class Connection:
         self._head += data
         ends = [(i, n) for i, n in ((self._head.find(b"\r\n\r\n"), 4), (self._head.find(b"\n\n"), 2)) if i >= 0]
         if not ends:
+            line_end = self._head.find(b"\n")
+            if line_end >= 0 and spamd.is_bare_request(bytes(self._head[:line_end]).rstrip(b"\r")):
+                # spamd answers a PING or SKIP before protocol 1.5 at its
+                # request line: a client may wait for the PONG without
+                # sending an empty line or closing (health monitors do).
+                self.request = spamd.parse_head(bytes(self._head[:line_end]).rstrip(b"\r"))
+                self._head = bytearray()
+                return b""
             if len(self._head) > spamd.MAX_HEAD:
                 raise ProtocolError(f"request head over {spamd.MAX_HEAD} bytes")
             return None

@@ -22,7 +22,8 @@ How the work is split, so that no client can hold up another:
 - One writer thread learns (TELL) with filters of its own
   (``FilterPool.for_writing``), whose wait for a lock another process holds
   is bounded by ``timeout``: a TELL that cannot get the database in that
-  time is answered ``EX_TEMPFAIL``, and scoring never waits behind it
+  time is answered ``EX_TEMPFAIL`` (one queued behind it waits its turn
+  first, up to ``timeout`` too), and scoring never waits behind it
   (SQLite in WAL mode lets readers read while another process writes).
 - ``prefork`` runs this whole server in one process per core on a shared
   listening socket. A forked process takes a new connection only while one

@@ -717,6 +717,8 @@ def test_broken_requests_get_protocol_errors_and_the_daemon_keeps_answering(daem
         b"CHECK SPAMC/1.5\r\nno colon\r\n\r\n": b"SPAMD/1.5 76 EX_PROTOCOL header not in",
         b"CHECK SPAMC/1.5\r\nUser: ../etc\r\nContent-length: 1\r\n\r\nx": b"SPAMD/1.5 76 EX_PROTOCOL User is not a user name",
         b"TELL SPAMC/1.5\r\nSet: local\r\nContent-length: 1\r\n\r\nx": b"SPAMD/1.5 76 EX_PROTOCOL Set: local needs a Message-class",
+        # spamd refuses it; it was learned, then forgotten.
+        b"TELL SPAMC/1.5\r\nMessage-class: spam\r\nSet: local\r\nRemove: local\r\nContent-length: 1\r\n\r\nx": b"SPAMD/1.5 76 EX_PROTOCOL Set: local and Remove: local in one request",
         b"CHECK SPAMC/1.5\r\nContent-length: 100\r\n\r\n" + body: b"SPAMD/1.5 76 EX_PROTOCOL connection closed after 18 of 100",
         b"CHECK SPAMC/1.5\r\nContent-length: 5\r\n\r\n" + body: b"SPAMD/1.5 76 EX_PROTOCOL more bytes than Content-length",
         b"CHECK SPAMC/1.5\r\nContent-length: 999999999999\r\n\r\n": b"SPAMD/1.5 98 EX_TOOBIG",
@@ -729,6 +731,16 @@ def test_broken_requests_get_protocol_errors_and_the_daemon_keeps_answering(daem
     for request, expected in cases.items():
         assert daemon.raw(request).startswith(expected), request[:60]
     assert daemon.raw(b"PING SPAMC/1.2\r\n") == b"SPAMD/1.5 0 PONG\r\n"  # before 1.5: no empty line
+    # ... and a client may wait for the answer without closing its side
+    # (it used to get nothing until the request timeout).
+    for line in (b"PING SPAMC/1.0\r\n", b"PING SPAMC/1.3\n"):
+        with spamd.connect(daemon.address, HANG) as sock:
+            sock.sendall(line)
+            got = b""
+            while not got.endswith(b"\r\n") and (more := sock.recv(100)):
+                got += more
+        assert got == b"SPAMD/1.5 0 PONG\r\n"
+    assert daemon.raw(b"PING SPAMC/1.5\r\nUser: x\r\n\r\n") == b"SPAMD/1.5 0 PONG\r\n"
     assert daemon.raw(b"SKIP SPAMC/1.5\r\n\r\n") == b""
     assert daemon.proc.poll() is None
 
