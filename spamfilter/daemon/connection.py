@@ -71,6 +71,8 @@ class Connection:
         self._head = bytearray()
         self.body = bytearray()
         self.got = 0
+        #: Bytes read from the client so far, for ``Sockets.quietest``.
+        self.received = 0
         #: An oversized PROCESS message, to give back unscanned.
         self.spool: IO[bytes] | None = None
         #: Why the spool could not take the message (a full or read-only

@@ -17,7 +17,8 @@ How the work is split, so that no client can hold up another:
   each reply as fast as the client takes it (``connection``). An idle or
   trickling client costs a file descriptor, never a thread. At
   ``max_connections`` the connection that has been quiet longest without a
-  whole request (a second at least) is closed to admit the new one.
+  whole request (a second at least) is closed to admit the new one, or,
+  none quiet that long, the slowest sender (``Sockets.quietest``).
 - ``workers`` threads score whole requests with the scoring pool's filters.
 - One writer thread learns (TELL) with filters of its own
   (``FilterPool.for_writing``), whose wait for a lock another process holds
@@ -314,6 +315,7 @@ class Server:
             self._lost(conn, exc)
             return
         conn.active = now
+        conn.received += len(data)
         if conn.state is State.LINGER:
             if not data:
                 self.sockets.drop(conn)

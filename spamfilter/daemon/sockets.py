@@ -134,13 +134,18 @@ class Sockets:
         return accepted
 
     def quietest(self, now: float) -> Connection | None:
-        """The connection without a whole request that has been quiet longest,
-        if for ``QUIET_SECONDS`` at least (a new one has its chance to speak)."""
+        """The connection to close to make room: one without a whole request
+        that has been quiet longest, if for ``QUIET_SECONDS`` at least (a
+        new one has its chance to speak); else, of those connected that long
+        and still without a whole request, the one sending slowest. A client
+        trickling a byte every half second is never quiet for a second, and
+        256 of them held every other client out until their timeout."""
         idle = [c for c in self.conns if c.state in (State.HEAD, State.BODY, State.LINGER)]
         quietest = min(idle, key=lambda c: c.active) if idle else None
-        if quietest is None or (quietest.state is not State.LINGER and now - quietest.active < QUIET_SECONDS):
-            return None
-        return quietest
+        if quietest is None or quietest.state is State.LINGER or now - quietest.active >= QUIET_SECONDS:
+            return quietest
+        slow = [c for c in idle if now - c.started >= QUIET_SECONDS]
+        return min(slow, key=lambda c: c.received / (now - c.started)) if slow else None
 
     def _make_room(self, now: float) -> bool:
         victim = self.quietest(now)

@@ -99,6 +99,39 @@ def test_idle_connections_beyond_the_limit_hold_up_no_client(tmp_path: Path, cor
     assert "internal error" not in d.log()
 
 
+def test_clients_trickling_bytes_beyond_the_limit_hold_up_no_client(tmp_path: Path, corpus: Corpus) -> None:
+    url, config = _fresh(tmp_path, corpus)
+    # A byte every 0.3 s: never quiet for a second. Before, with every slot
+    # taken by such clients, the next one waited for their --timeout.
+    d = Daemon(tmp_path / "log", url, config, "--listen", "127.0.0.1:0", "--timeout", "20", "--max-connections", "4", "--processes", "1")
+    stop = threading.Event()
+    trickling = [spamd.connect(d.address, HANG) for _ in range(4)]
+
+    def trickle() -> None:
+        while not stop.wait(0.3):
+            for s in trickling:
+                try:
+                    s.send(b"X")
+                except OSError:
+                    pass  # closed to make room
+
+    sender = threading.Thread(target=trickle)
+    sender.start()
+    try:
+        time.sleep(1.5)  # every one connected over a second, none quiet for one
+        expected = _check_line(_classify((url, config), [MailItem("-", MESSAGE)])[0], _threshold((url, config)))
+        assert d.spamc("-c", message=MESSAGE).stdout.decode() == expected
+        assert "to make room for another client" in d.log()
+        assert "request not complete" not in d.log()  # no one timed out to free a slot
+    finally:
+        stop.set()
+        sender.join(HANG)
+        for s in trickling:
+            s.close()
+        assert d.stop() == 0
+    assert "internal error" not in d.log()
+
+
 def test_a_database_locked_by_another_process_holds_up_no_check(tmp_path: Path, corpus: Corpus) -> None:
     url, config = _fresh(tmp_path, corpus)
     items = [item for _, item in corpus[1][:8]]
