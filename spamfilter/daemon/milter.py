@@ -147,9 +147,9 @@ def negotiate(data: bytes) -> Negotiated:
 @dataclass(slots=True)
 class Message:
     """One message as the MTA hands it over: envelope recipients, header
-    fields and body, the latter kept only up to ``max_size`` bytes in all
-    (``oversize`` says it was longer; the field names are kept whatever
-    the size, to delete forged verdict fields)."""
+    fields and body, kept only up to ``max_size`` bytes in all
+    (``oversize`` says it was longer; then only the verdict fields' names
+    are kept, to delete forged ones)."""
 
     max_size: int
     recipients: list[str] = field(default_factory=list)
@@ -159,8 +159,11 @@ class Message:
     oversize: bool = False
 
     def add_header(self, name: bytes, value: bytes) -> None:
-        self.headers.append((name, value))
         self._count(len(name) + len(value) + 4)
+        if not self.oversize:
+            self.headers.append((name, value))
+        elif _is_verdict_field(name):
+            self.headers.append((name, b""))
 
     def add_body(self, chunk: bytes) -> None:
         self._count(len(chunk))
@@ -172,6 +175,10 @@ class Message:
         if self.size > self.max_size and not self.oversize:
             self.oversize = True
             self.body = bytearray()
+            # Unscanned, the message needs only its verdict fields' names
+            # (to delete them), not a copy of every field: 6 MB of short
+            # fields held 80 MB.
+            self.headers = [(name, b"") for name, _ in self.headers if _is_verdict_field(name)]
 
     def raw(self, leading_space: bool) -> bytes:
         """The message rebuilt: each field as ``name: value`` (the space as
@@ -185,13 +192,19 @@ class Message:
 
     def verdict_fields(self) -> dict[str, int]:
         """How many fields of each `FILTER_HEADERS` name came with the message."""
-        wanted = {n.lower(): n for n in FILTER_HEADERS}
         found: dict[str, int] = {}
         for name, _ in self.headers:
-            canonical = wanted.get(name.decode("latin-1").strip().lower())
+            canonical = _VERDICT_FIELDS.get(name.decode("latin-1").strip().lower())
             if canonical is not None:
                 found[canonical] = found.get(canonical, 0) + 1
         return found
+
+
+_VERDICT_FIELDS = {n.lower(): n for n in FILTER_HEADERS}
+
+
+def _is_verdict_field(name: bytes) -> bool:
+    return name.decode("latin-1").strip().lower() in _VERDICT_FIELDS
 
 
 def _line_ends(value: bytes, eol: bytes) -> bytes:

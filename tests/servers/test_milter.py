@@ -584,6 +584,26 @@ def test_the_fields_of_each_name_are_deleted_last_first_and_ours_go_on_top() -> 
     ]
 
 
+def test_an_oversized_message_keeps_only_its_verdict_fields_names() -> None:
+    # Before, every field was kept whatever the size: 6 MB of short header
+    # lines from any sender held 80 MB in the milter, for a message it
+    # never scans.
+    message = milter.Message(max_size=1000)
+    message.add_header(b"X-Spam-Flag", b" YES")
+    message.add_header(b"Subject", b" a")
+    for n in range(2000):
+        message.add_header(b"X-Filler", b" %d" % n)
+        if n == 1000:
+            message.add_header(b"x-spam-FLAG", b" YES")
+    message.add_header(b"X-Spam-Score", b" 0")
+    message.add_body(b"body\r\n")
+    assert message.oversize and message.size > 20_000 and not message.body
+    assert message.headers == [(b"X-Spam-Flag", b""), (b"x-spam-FLAG", b""), (b"X-Spam-Score", b"")]
+    agreed = milter.Negotiated(6, milter.ACT_ADDHDRS | milter.ACT_CHGHDRS, milter.STEP_HDR_LEADSPC)
+    deletions = [p[4:5] + p[9:] for p in milter.edits(message, [], agreed)]
+    assert deletions == [b"mX-Spam-Flag\0\0", b"mX-Spam-Flag\0\0", b"mX-Spam-Score\0\0"]
+
+
 # -- Postfix ---------------------------------------------------------------------
 
 needs_postfix = pytest.mark.skipif((POSTFIX is None or os.geteuid() != 0) and not IN_CI, reason="a private Postfix needs Debian's postfix and root")
