@@ -216,9 +216,11 @@ def _line_ends(value: bytes, eol: bytes) -> bytes:
 
 def recipient_user(recipients: Iterable[str]) -> str | None:
     """The local part (lower case) the envelope recipients share, or None
-    when there is none or they differ. ``<Alice@example.org>`` -> ``alice``.
-    A local part that is not UTF-8 names no user (a model could not be
-    named after it)."""
+    when there is none or they differ. ``<Alice@example.org>`` -> ``alice``,
+    and so does ``<alice+lists@example.org>``: an address extension after
+    "+" is the user's, as Postfix delivers it with ``recipient_delimiter =
+    +``. A local part that is not UTF-8 names no user (a model could not
+    be named after it)."""
     users = set()
     for rcpt in recipients:
         address = rcpt.strip().removeprefix("<").removesuffix(">")
@@ -227,7 +229,8 @@ def recipient_user(recipients: Iterable[str]) -> str | None:
             local.encode("utf-8")
         except UnicodeEncodeError:
             return None
-        users.add(local.strip('"').lower())
+        local = local.strip('"')
+        users.add((local.partition("+")[0] or local).lower())
     users.discard("")
     return users.pop() if len(users) == 1 else None
 

@@ -52,7 +52,7 @@ from spamfilter.answers import Refusal, Verdict
 from spamfilter.config import Config
 from spamfilter.daemon import listen, milter
 from spamfilter.daemon.pool import FilterPool, reload_config
-from spamfilter.errors import ConfigError, ProtocolError, SpamfilterError
+from spamfilter.errors import ConfigError, NotTrainedError, ProtocolError, SpamfilterError
 from spamfilter.mail import MailItem, filter_fields
 from spamfilter.verdicts import Decision
 
@@ -395,6 +395,12 @@ class MilterServer:
             with self.pool.lease(user, create=False, until=until) as (owner, f):
                 result = next(iter(f.classify([MailItem("-", message.raw(agreed.leading_space))])))
                 event_model = f.config.model.event_model
+        except NotTrainedError as exc:
+            # Not a failure to try again later: mail for a user without a
+            # model (postmaster, an alias) passes unscanned, as the start-up
+            # line says, whatever --on-error says.
+            unscanned = milter.edits(message, [], agreed) + [milter.packet(milter.CONTINUE)]
+            return _Answer(unscanned, "accept", owner, "unscanned", why="not scanned: " + self.pool.unscored(owner, exc))
         except SpamfilterError as exc:
             return self._on_error(owner, "not scanned: " + self.pool.unscored(owner, exc), session, message)
         finally:

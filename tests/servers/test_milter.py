@@ -274,16 +274,38 @@ TINY = [(b"From", b" a@example.org"), (b"Subject", b" lunch")] + FORGED
 @needs_miltertest
 @pytest.mark.parametrize(("on_error", "reply", "deleted"), [("accept", "continue", True), ("tempfail", "tempfail", False)])
 def test_an_unscorable_message_is_answered_as_on_error_says(tmp_path: Path, on_error: str, reply: str, deleted: bool, start_milter: type[Milter]) -> None:
-    from spamfilter.store import Store
-
-    url = f"sqlite:///{tmp_path / 'empty.db'}"
-    Store.open(url).close()  # no model trained: every message fails to score
+    url = f"sqlite:///{tmp_path / 'typo.db'}"  # no such database: every message fails to score
     m = start_milter(url, _write_config(tmp_path / "c.toml"), "--on-error", on_error)
     [s] = run_miltertest(tmp_path, m.port, [("<user@example.test>", TINY, b"see you at noon\r\n")])
     # Accepted unscored, it still loses the verdict fields it came with: a
     # sender cannot forge a verdict by making scoring fail.
     assert (s.reply, s.status, s.flag_deleted) == (reply, "-", deleted)
     assert re.search(rf"warning: message id=- user=\(default\) verdict=error log_odds=- action={on_error} .*not scanned: ", m.log())
+
+
+@needs_miltertest
+def test_mail_for_a_model_not_trained_passes_unscanned_whatever_on_error_says(tmp_path: Path, trained: tuple[str, Path], start_milter: type[Milter]) -> None:
+    # A model not trained is no failure that trying later would mend: with
+    # --on-error tempfail such mail (to postmaster, to an alias) was put off
+    # until it bounced, while the start-up line said it passes unscanned.
+    from spamfilter.store import Store
+
+    url = f"sqlite:///{tmp_path / 'empty.db'}"
+    Store.open(url).close()
+    m = start_milter(url, _write_config(tmp_path / "c.toml"), "--on-error", "tempfail")
+    assert "every message is passed back unscanned" in m.log()
+    [s] = run_miltertest(tmp_path, m.port, [("<user@example.test>", TINY, b"see you at noon\r\n")])
+    assert (s.reply, s.status, s.flag_deleted) == ("continue", "-", True)
+    assert re.search(r"warning: message id=- user=\(default\) verdict=unscanned log_odds=- action=accept .*not scanned: ", m.log())
+    # Per-user, with no shared model to fall back on: mail for users who
+    # have no model passes unscanned, and an address extension names the
+    # user it extends (it named a user "alice+lists").
+    shared = _write_config(tmp_path / "shared.toml", '[store]\nshared_model = "none"\n')
+    per_user = start_milter(trained[0], shared, "--per-user", "--on-error", "tempfail")
+    seen = run_miltertest(tmp_path, per_user.port, [(rcpt, TINY, b"see you at noon\r\n") for rcpt in ("<postmaster@example.test>", "<alice+lists@example.test>")])
+    assert [(s.reply, s.status, s.flag_deleted) for s in seen] == [("continue", "-", True)] * 2
+    log = per_user.log()
+    assert "user=postmaster verdict=unscanned" in log and "user=alice verdict=unscanned" in log and "action=tempfail" not in log
 
 
 def _locked_out(path: Path) -> sqlite3.Connection:
@@ -423,6 +445,9 @@ def test_the_user_is_the_local_part_all_recipients_share() -> None:
     assert milter.recipient_user(["<carol@example.test>", "<CAROL@other.test>"]) == "carol"
     assert milter.recipient_user(["<carol@example.test>", "<dave@example.test>"]) is None
     assert milter.recipient_user(["<>"]) is None
+    # An address extension is the user's (Postfix's recipient_delimiter = +).
+    assert milter.recipient_user(["<Carol+Lists@example.test>", "<carol@example.test>"]) == "carol"
+    assert milter.recipient_user(["<+tag@example.test>"]) == "+tag"
 
 
 def test_recipients_whose_local_parts_are_not_utf8_name_no_user() -> None:
