@@ -137,9 +137,36 @@ class _Listener(socketserver.ThreadingMixIn, socketserver.BaseServer):
         server.socket.close()
         server.socket = sock
         self.server_activate()
+        # Another process may take a connection this one saw waiting:
+        # accept() then fails at once instead of blocking (``serve_forever``).
+        sock.setblocking(False)
 
-    def verify_request(self, request: Any, client_address: Any) -> bool:
-        return self.milter._admit(client_address)
+    def serve_forever(self, poll_interval: float = 0.2) -> None:
+        """Accept connections until the milter stops, each only once a
+        connection slot is free: a process with every slot taken leaves a
+        new connection in the socket's backlog, which every process of a
+        ``prefork`` takes from, rather than holding it for its own slot
+        while another process has one free."""
+        milter = self.milter
+        while not milter._stopping.is_set():
+            if not milter._slots.acquire(timeout=poll_interval):
+                continue
+            handed = False
+            try:
+                if not select.select([self], [], [], poll_interval)[0]:
+                    continue
+                try:
+                    request, peer = self.get_request()
+                except OSError:
+                    continue  # another process took it, or the socket is closing
+                if milter._allowed(peer):
+                    self.process_request(request, peer)  # its thread gives the slot back
+                    handed = True
+                else:
+                    self.shutdown_request(request)
+            finally:
+                if not handed:
+                    milter._slots.release()
 
     def finish_request(self, request: Any, client_address: Any) -> None:
         self.milter._serve_connection(request, client_address)
@@ -257,7 +284,7 @@ class MilterServer:
                     self._reloading.clear()
                     self._reread_config()
         finally:
-            listener.shutdown()
+            accepting.join()  # its loop ends with _stopping
             # Closed before the drain: an MTA connecting now is refused at
             # once (and tries its other milters or its default action)
             # instead of waiting in a backlog that nobody accepts from.
@@ -293,15 +320,11 @@ class MilterServer:
     def _reread_config(self) -> None:
         reload_config((self.pool,), self._load_config, logger)
 
-    def _admit(self, peer: Any) -> bool:
-        """Whether to serve a new connection: from an allowed network, once
-        a connection slot is free (waiting for one)."""
+    def _allowed(self, peer: Any) -> bool:
+        """Whether a new connection comes from an allowed network."""
         if isinstance(peer, tuple) and not listen.is_allowed(str(peer[0]), self._networks):
             logger.warning("refused %s: not in the allowed networks", peer[0])
             return False
-        while not self._slots.acquire(timeout=0.2):
-            if self._stopping.is_set():
-                return False
         return True
 
     def _serve_connection(self, sock: socket.socket, peer: Any) -> None:

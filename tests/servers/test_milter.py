@@ -739,3 +739,24 @@ def test_two_processes_serve_one_socket_and_end_with_their_parent(tmp_path: Path
     while any(_alive(p) for p in workers):
         assert time.monotonic() < deadline, "the workers outlived their parent"
         time.sleep(0.05)
+
+
+def test_a_process_with_every_connection_slot_taken_leaves_new_connections_to_the_other(tmp_path: Path, trained: tuple[str, Path]) -> None:
+    # Before, the full process accepted the connection all the same and
+    # held it until one of its own slots was free (up to --timeout), while
+    # the other process sat idle: the MTA's wait for the negotiation ran out.
+    m = Milter(tmp_path / "forked.log", *trained, "--processes", "2", "--max-connections", "1")
+    offer = milter.packet(milter.OPTNEG, struct.pack(">III", 6, 0x1FF, 0x1FFFFF))
+    for _ in range(5):
+        held: list[socket.socket] = []
+        try:
+            for _ in range(2):  # the second once the first is held
+                sock = socket.create_connection(("127.0.0.1", m.port), timeout=30)  # far above an idle process's answer, far below --timeout
+                held.append(sock)
+                sock.sendall(offer)
+                with sock.makefile("rb") as answers:
+                    assert milter.read_packet(answers)[0] == milter.OPTNEG  # type: ignore[index]
+        finally:
+            for sock in held:
+                sock.close()
+    assert m.stop() == 0
