@@ -153,7 +153,7 @@ class _Listener(socketserver.ThreadingMixIn, socketserver.BaseServer):
                 continue
             handed = False
             try:
-                if not select.select([self], [], [], poll_interval)[0]:
+                if not select.select([self.fileno()], [], [], poll_interval)[0]:
                     continue
                 try:
                     request, peer = self.get_request()
