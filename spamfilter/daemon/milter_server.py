@@ -45,7 +45,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from spamfilter import spamd
 from spamfilter.answers import Refusal, Verdict
@@ -148,12 +148,13 @@ class _Listener(socketserver.ThreadingMixIn, socketserver.BaseServer):
         ``prefork`` takes from, rather than holding it for its own slot
         while another process has one free."""
         milter = self.milter
+        listening: socket.socket = cast(Any, self).socket  # TCPServer's and UnixStreamServer's
         while not milter._stopping.is_set():
             if not milter._slots.acquire(timeout=poll_interval):
                 continue
             handed = False
             try:
-                if not select.select([self.fileno()], [], [], poll_interval)[0]:
+                if not select.select([listening], [], [], poll_interval)[0]:
                     continue
                 try:
                     request, peer = self.get_request()
