@@ -196,8 +196,8 @@ def parse_head(head: bytes) -> Request:
     set_to = _targets(values["set"], "Set") if "set" in values else set()
     remove_from = _targets(values["remove"], "Remove") if "remove" in values else set()
     own_model, compressed = _flag(values, "user-model", "own"), _flag(values, "compress", "zlib")
-    if command in MESSAGE_COMMANDS and length is None:
-        raise ProtocolError("Content-length is required")
+    if compressed and length is None:
+        raise ProtocolError("Compress needs a Content-length")
     if "local" in set_to and message_class is None:
         raise ProtocolError("Set: local needs a Message-class")
     if "local" in set_to and "local" in remove_from:
@@ -208,14 +208,15 @@ def parse_head(head: bytes) -> Request:
 
 
 def is_bare_request(line: bytes) -> bool:
-    """Whether the request line ``line`` is a whole request: a PING or
-    SKIP of a protocol before 1.5, which had no headers (spamd answers it
-    at once)."""
+    """Whether the request line ``line`` is a whole request head, as spamd
+    reads it: a PING or SKIP of a protocol before 1.5, and any request of
+    protocol 1.0, have no headers (spamd answers such a PING at once, and
+    reads a 1.0 request's message from the next line to the end of input)."""
     m = _COMMAND_RE.fullmatch(line.decode("latin-1"))
-    if m is None or m.group(1) not in ("PING", "SKIP"):
+    if m is None or m.group(1) not in COMMANDS:
         return False
-    major, minor = (int(x) for x in m.group(2).split("."))
-    return (major, minor) < (1, 5)
+    version = tuple(int(x) for x in m.group(2).split("."))
+    return version <= (1, 0) or (m.group(1) in ("PING", "SKIP") and version < (1, 5))
 
 
 def _header_values(lines: list[str]) -> dict[str, str]:

@@ -21,6 +21,7 @@ A connection goes through these states:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import enum
 import socket
 import tempfile
@@ -73,6 +74,8 @@ class Connection:
         self.got = 0
         #: Bytes read from the client so far, for ``Sockets.quietest``.
         self.received = 0
+        #: The message came without a Content-length (``to_the_end``).
+        self.unframed = False
         #: An oversized PROCESS message, to give back unscanned.
         self.spool: IO[bytes] | None = None
         #: Why the spool could not take the message (a full or read-only
@@ -97,6 +100,13 @@ class Connection:
     @property
     def size(self) -> int:
         return 0 if self.request is None or self.request.content_length is None else self.request.content_length
+
+    @property
+    def to_the_end(self) -> bool:
+        """The message runs to the end of the client's input: a request
+        without ``Content-length`` (protocol 1.0 has none), as spamd reads it."""
+        r = self.request
+        return r is not None and r.content_length is None and r.command in spamd.MESSAGE_COMMANDS
 
     @property
     def silent(self) -> bool:
@@ -125,16 +135,18 @@ class Connection:
                 return b""
             raise ProtocolError("connection closed before the end of the request head")
         self._head += data
+        line_end = self._head.find(b"\n")
+        if line_end >= 0 and spamd.is_bare_request(bytes(self._head[:line_end]).rstrip(b"\r")):
+            # spamd answers a PING or SKIP before protocol 1.5 at its
+            # request line: a client may wait for the PONG without sending
+            # an empty line or closing (health monitors do). A 1.0
+            # request's message starts on the next line.
+            self.request = spamd.parse_head(bytes(self._head[:line_end]).rstrip(b"\r"))
+            rest = bytes(self._head[line_end + 1 :])
+            self._head = bytearray()
+            return rest
         ends = [(i, n) for i, n in ((self._head.find(b"\r\n\r\n"), 4), (self._head.find(b"\n\n"), 2)) if i >= 0]
         if not ends:
-            line_end = self._head.find(b"\n")
-            if line_end >= 0 and spamd.is_bare_request(bytes(self._head[:line_end]).rstrip(b"\r")):
-                # spamd answers a PING or SKIP before protocol 1.5 at its
-                # request line: a client may wait for the PONG without
-                # sending an empty line or closing (health monitors do).
-                self.request = spamd.parse_head(bytes(self._head[:line_end]).rstrip(b"\r"))
-                self._head = bytearray()
-                return b""
             if len(self._head) > spamd.MAX_HEAD:
                 raise ProtocolError(f"request head over {spamd.MAX_HEAD} bytes")
             return None
@@ -153,6 +165,8 @@ class Connection:
     def feed_body(self, data: bytes) -> bool:
         """Take message bytes; True once all ``Content-length`` are here.
         ``data`` empty means the client closed. Raises ``ProtocolError``."""
+        if self.to_the_end:
+            return self._feed_to_the_end(data)
         size = self.size
         if not data and self.got < size:
             raise ProtocolError(f"connection closed after {self.got} of {size} message bytes")
@@ -169,6 +183,23 @@ class Connection:
         elif self.spool_error is None and len(self.body) < self.max_size:
             self.body += data[: self.max_size - len(self.body)]
         return self.got == size
+
+    def _feed_to_the_end(self, data: bytes) -> bool:
+        """``feed_body`` for a message without a length: it is whole when
+        the client closes its side, and then has the length it came with.
+        Nothing is spooled, so one over ``max_size`` cannot be given back
+        (``unframed``)."""
+        assert self.request is not None
+        if not data:
+            self.request = dataclasses.replace(self.request, content_length=self.got)
+            self.unframed = True
+            return True
+        self.got += len(data)
+        if self.got > HARD_MAX_SIZE:
+            raise ProtocolError(f"message over {HARD_MAX_SIZE} bytes", spamd.EX_TOOBIG)
+        if len(self.body) < self.max_size:
+            self.body += data[: self.max_size - len(self.body)]
+        return False
 
     def _drop_spool(self, exc: OSError) -> None:
         """The spool failed (no temporary directory, a full disk): say why,

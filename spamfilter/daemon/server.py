@@ -374,7 +374,7 @@ class Server:
             self._answer(conn, replies.error(spamd.EX_TEMPFAIL, _LARGE_TELLS_BUSY, why=why), now)
             return
         conn.state = State.BODY
-        if self._feed(conn, rest) if rest else conn.size == 0:
+        if self._feed(conn, rest) if rest else (conn.size == 0 and not conn.to_the_end):
             self._whole(conn, now)
 
     def _large_tell(self, conn: Connection) -> bool:
@@ -430,6 +430,9 @@ class Server:
             if r.compressed:
                 # Neither given back nor cut at a header block: it is compressed.
                 answer = replies.error(spamd.EX_TOOBIG, f"message over {conn.max_size} bytes")
+            elif r.command == "PROCESS" and conn.unframed:
+                # Not spooled (its size was not known in time): not given back.
+                answer = replies.error(spamd.EX_TOOBIG, f"message over {conn.max_size} bytes without a Content-length")
             elif r.command == "PROCESS":  # given back from the spool
                 answer = Answer([replies.message_head(r.version, conn.size)], "unscanned")
             else:
@@ -439,7 +442,7 @@ class Server:
                 answer.why = f"not learned: {conn.size} bytes{compressed}, over the {TELL_MAX_SIZE >> 20} MiB a TELL may carry"
             else:
                 answer.why = f"{replies.not_done(r)}: {conn.size} bytes{compressed}, over --max-size {self.options.max_size}"
-            self._answer(conn, answer, now, spool=r.command == "PROCESS" and not r.compressed)
+            self._answer(conn, answer, now, spool=r.command == "PROCESS" and not r.compressed and not conn.unframed)
         else:
             conn.state = State.WORK
             self.sockets.watch(conn, 0)

@@ -705,7 +705,7 @@ def test_kill_9_during_a_stream_of_tells_leaves_whole_messages(tmp_path: Path, c
 def test_broken_requests_get_protocol_errors_and_the_daemon_keeps_answering(daemon: Daemon) -> None:
     body = b"Subject: x\n\nhello\n"
     cases = {
-        b"CHECK SPAMC/1.5\r\n\r\n" + body: b"SPAMD/1.5 76 EX_PROTOCOL Content-length is required",
+        b"CHECK SPAMC/1.5\r\nCompress: zlib\r\n\r\n" + body: b"SPAMD/1.5 76 EX_PROTOCOL Compress needs a Content-length",
         b"FROB SPAMC/1.5\r\nContent-length: 1\r\n\r\nx": b"SPAMD/1.5 76 EX_PROTOCOL bad request line",
         b"GET / HTTP/1.0\r\n\r\n": b"SPAMD/1.5 76 EX_PROTOCOL bad request line",
         b"\xff\xfe\x00garbage\r\n\r\n": b"SPAMD/1.5 76 EX_PROTOCOL bad request line",
@@ -742,6 +742,34 @@ def test_broken_requests_get_protocol_errors_and_the_daemon_keeps_answering(daem
         assert got == b"SPAMD/1.5 0 PONG\r\n"
     assert daemon.raw(b"PING SPAMC/1.5\r\nUser: x\r\n\r\n") == b"SPAMD/1.5 0 PONG\r\n"
     assert daemon.raw(b"SKIP SPAMC/1.5\r\n\r\n") == b""
+    assert daemon.proc.poll() is None
+
+
+def test_a_message_without_a_length_runs_to_the_end_of_the_request_as_spamd_reads_it(daemon: Daemon) -> None:
+    # Content-length is optional before and after protocol 1.0, and a 1.0
+    # request has no headers at all: the message follows the request line.
+    # Before, the first was refused (EX_PROTOCOL) and in the second the
+    # message's own header block was read as the request's, its
+    # Content-Length framing only part of the body.
+    message = b"From: a@example.org\r\nSubject: cheap meds\r\nContent-Length: 4\r\n\r\nbuy cheap meds now, best prices online\r\n"
+
+    def spam_line(reply: bytes) -> bytes:
+        assert reply.startswith(b"SPAMD/1.5 0 EX_OK\r\n"), reply
+        return next(line for line in reply.split(b"\r\n") if line.startswith(b"Spam: "))
+
+    framed = spam_line(daemon.raw(b"CHECK SPAMC/1.2\r\nContent-length: %d\r\n\r\n" % len(message) + message))
+    assert spam_line(daemon.raw(b"CHECK SPAMC/1.2\r\nUser: x\r\n\r\n" + message)) == framed
+    assert spam_line(daemon.raw(b"CHECK SPAMC/1.0\r\n" + message)) == framed
+    for request in (b"PROCESS SPAMC/1.3\r\n\r\n", b"PROCESS SPAMC/1.0\r\n"):
+        # The whole message comes back, its header block with it (not the 4
+        # bytes its own Content-Length field framed).
+        processed = daemon.raw(request + message)
+        assert processed.startswith(b"SPAMD/1.5 0 EX_OK\r\n") and b"\r\nSubject: cheap meds\r\n" in processed
+        assert processed.endswith(b"\r\n\r\nbuy cheap meds now, best prices online\r\n")
+    # Not spooled, such a message over --max-size cannot be given back.
+    big = message + b"x" * 1_100_000 + b"\r\n"
+    assert daemon.raw(b"PROCESS SPAMC/1.5\r\n\r\n" + big).startswith(b"SPAMD/1.5 98 EX_TOOBIG message over ")
+    assert daemon.raw(b"CHECK SPAMC/1.5\r\n\r\n" + big) == b"SPAMD/1.5 98 EX_TOOBIG message over 1000000 bytes, not scanned\r\n\r\n"
     assert daemon.proc.poll() is None
 
 
@@ -914,8 +942,10 @@ def test_request_lines_of_known_parts_parse_consistently(command: str, headers: 
     except ProtocolError:
         return
     assert r.command == command
-    if command in spamd.MESSAGE_COMMANDS:
-        assert r.content_length is not None and r.content_length >= 0
+    # A message command without a length reads its message to the end of
+    # the input, as spamd does; a compressed one must have a length.
+    assert r.content_length is None or r.content_length >= 0
+    assert r.content_length is not None or not r.compressed
     names = [name.lower() for name, _ in headers]
     assert all(names.count(name) <= 1 for name in ("content-length", "user", "message-class", "set", "remove"))
 
