@@ -228,7 +228,8 @@ class ImapAccount:
         spam in spam_folder and trained ham in the first classify folder.
     spam_action: "move" to spam_folder, "keyword" ($Junk on spam, left in
         place), or "report" (change nothing on the server, only report).
-    chunk_size: messages per fetch; chunk_bytes caps the bytes of one fetch.
+    chunk_size: messages per fetch (at most 1,000: a UID list is one command
+        line); chunk_bytes caps the bytes of one fetch.
     retries: reconnect attempts after a network error (1, 2, 4 ... s apart).
     timeout: seconds a network operation may take.
     """
@@ -515,7 +516,7 @@ def validate(config: Config, origin: str = "config") -> None:
         need(len(set(same)) == len(same), f"{key}", "folders must all differ (INBOX in any case is one folder)", watched)
         need(a.trained_action in TRAINED_ACTIONS, f"{key}.trained_action", f"must be one of {', '.join(TRAINED_ACTIONS)}", a.trained_action)
         need(a.spam_action in SPAM_ACTIONS, f"{key}.spam_action", f"must be one of {', '.join(SPAM_ACTIONS)}", a.spam_action)
-        need(1 <= a.chunk_size <= 10_000, f"{key}.chunk_size", "must be between 1 and 10000", a.chunk_size)
+        need(1 <= a.chunk_size <= 1000, f"{key}.chunk_size", "must be between 1 and 1000", a.chunk_size)
         need(a.chunk_bytes >= 1_000_000, f"{key}.chunk_bytes", "must be >= 1000000", a.chunk_bytes)
         need(0 <= a.retries <= 20, f"{key}.retries", "must be between 0 and 20", a.retries)
         need(0 < a.timeout <= 86_400, f"{key}.timeout", "must be more than 0 and at most 86400 seconds", a.timeout)

@@ -104,6 +104,11 @@ def _decode(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
+#: UIDs named in one command at most (a FETCH of a chunk, and of the
+#: sizes of the chunks ahead): 1,000 UIDs of 10 digits make an 11 KB line.
+MAX_UIDS = 1000
+
+
 class ImapSession:
     """A logged-in connection to one account. Use ``ImapSession.connect``."""
 
@@ -230,8 +235,12 @@ class ImapSession:
         and (but for a single larger message) ``chunk_bytes`` bytes, so memory
         stays bounded whatever the folder's size. Messages deleted meanwhile
         are left out."""
-        for start in range(0, len(uids), chunk_size * 10):
-            part = list(uids[start : start + chunk_size * 10])
+        # The sizes of several chunks are asked at once, but of at most
+        # MAX_UIDS messages: a UID list is one command line, and servers
+        # refuse long ones (Dovecot's limit is 64 KiB, about 9,000 UIDs).
+        step = min(chunk_size * 10, MAX_UIDS)
+        for start in range(0, len(uids), step):
+            part = list(uids[start : start + step])
             sizes = self._call("FETCH RFC822.SIZE", self.client.fetch, part, ["RFC822.SIZE"])
             chunk: list[int] = []
             total = 0

@@ -536,6 +536,31 @@ def test_a_move_refused_for_expunged_messages_five_times_stops_the_run(dovecot_s
     assert digests(dovecot_server, user, "INBOX") == Counter(map(digest_bytes, mail[:3]))
 
 
+def test_no_fetch_names_more_uids_than_a_command_line_holds(dovecot_server: Dovecot, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The sizes of ten chunks were asked in one FETCH: with chunk_size 1000
+    # (allowed up to 10,000 then) a folder of years of mail sent 10,000 UIDs
+    # in one line, which Dovecot refuses ("Too long argument"), every run.
+    user = dovecot_server.add_user()
+    dovecot_server.fill_maildir(user, "INBOX", (f"Subject: m{i}\r\n\r\nbody {i}\r\n".encode() for i in range(1500)))
+    account = account_config(dovecot_server, user).imap[0]
+    named: list[int] = []
+    with ImapSession.connect(account, user.password) as session:
+        session.select("INBOX")
+        uids = session.uids()
+        real_fetch = session.client.fetch
+
+        def fetch(messages: list[int], *args: object, **kwargs: object) -> object:
+            named.append(len(messages))
+            return real_fetch(messages, *args, **kwargs)
+
+        monkeypatch.setattr(session.client, "fetch", fetch)
+        got = [m.uid for chunk in session.fetch(uids, chunk_size=200, chunk_bytes=1 << 30) for m in chunk]
+    assert got == uids and len(uids) == 1500
+    assert max(named) <= 1000 and sum(named) == 3000  # every UID once for its size, once for its body
+    with pytest.raises(ConfigError, match="chunk_size must be between 1 and 1000"):
+        account_config(dovecot_server, user, chunk_size=1001)
+
+
 def test_plain_text_to_a_remote_host_is_refused() -> None:
     with pytest.raises(ConfigError, match="loopback"):
         config_from_dict({"imap": {"x": {"host": "mail.example.org", "security": "none", "username": "u", "password_env": "P"}}})
