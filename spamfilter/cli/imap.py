@@ -13,7 +13,7 @@ from rich.table import Column
 
 from spamfilter.cli import app, exitcodes, given_on_command_line, state
 from spamfilter.cli._common import TableOrJson, open_filter
-from spamfilter.errors import ConfigError, ImapUnavailable
+from spamfilter.errors import ConfigError, ImapUnavailable, StoreBusyError
 from spamfilter.imap.summary import Event, RunSummary
 from spamfilter.imap.sync import run_account
 
@@ -120,10 +120,12 @@ def run(
             display = _Display(verbose, dry_run, to_stderr=fmt is TableOrJson.json)
             try:
                 summary = run_account(f, acct, dry_run=dry_run, limit=limit, on_event=display)
-            except ImapUnavailable as exc:
+            except (ImapUnavailable, StoreBusyError) as exc:
                 if not loop:
                     raise
-                # A server that is away for a while does not end the loop.
+                # A server away for a while, or another run of the account
+                # (from cron, by hand) or a database busy meanwhile, does
+                # not end the loop.
                 typer.echo(f"spamfilter: {exc}; next try in {interval:g} s", err=True)
             else:
                 _render(summary, acct.name, fmt, dry_run)

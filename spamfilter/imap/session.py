@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import imaplib
 import os
+import re
 import socket
 import ssl
 import subprocess
@@ -135,8 +136,13 @@ class ImapSession:
             if account.security == "starttls":
                 client.starttls(context)
             client.login(account.username, password)
-        except LoginError:
+        except LoginError as exc:
             _close(client)
+            said = re.search(r"\[UNAVAILABLE\][^'\"]*", str(exc), re.IGNORECASE)
+            if said is not None:
+                # RFC 5530: the server cannot check logins now (its user
+                # database is away); the password may be right.
+                raise ImapUnavailable(f"{where}: the server cannot check the login of {account.username!r} now ({said.group(0).strip()})") from None
             raise ImapAuthError(f"{where}: the server refused the login of {account.username!r} (wrong user name or password?)") from None
         except ssl.SSLCertVerificationError as exc:
             _close(client)

@@ -33,6 +33,7 @@ from spamfilter.store import Store
 pytestmark = pytest.mark.corpus
 
 PASSWORD_ENV = "SPAMFILTER_TEST_IMAP_PASSWORD"
+HANG = 60.0  # seconds: only to turn a hang into a failure
 
 
 @dataclass(frozen=True)
@@ -391,6 +392,41 @@ def test_a_second_run_of_an_account_while_one_runs_is_refused_at_once(dovecot_se
     assert dry.returncode == 0, dry.stderr  # a dry run takes no lock
     with Store.open(db) as store, store.exclusive("an imap run of account 'test'"):
         pass  # and the lock was let go
+
+
+def test_a_loop_goes_on_past_another_run_of_the_account_and_a_login_the_server_cannot_check(dovecot_server: Dovecot, tmp_path: Path) -> None:
+    # Both ended `imap run --loop` for good: a run from cron holding the
+    # account (exit 75), and a user database away for a moment, which the
+    # server answers NO [UNAVAILABLE] and which was reported as a wrong
+    # password (exit 77).
+    user = dovecot_server.add_user()
+    account = account_config(dovecot_server, user).imap[0]
+    passwd = dovecot_server.passwd_dir / user.name
+    passwd.chmod(0)
+    try:
+        with pytest.raises(ImapUnavailable, match=r"cannot check the login of .* now \(\[UNAVAILABLE\]"):
+            ImapSession.connect(account, user.password).close()
+    finally:
+        passwd.chmod(0o644)
+    config = write_config(tmp_path / "c.toml", dovecot_server, user)
+    db = f"sqlite:///{tmp_path / 'sf.db'}"
+    err = tmp_path / "err"
+    with Store.open(db) as store, store.exclusive("an imap run of account 'test'"), open(err, "w") as stderr:
+        looping = subprocess.Popen(
+            [*spamfilter_cmd(config, db), "--loop", "--interval", "1"], env=env_with(user.password), stdout=subprocess.PIPE, stderr=stderr, text=True
+        )
+        deadline = time.monotonic() + HANG
+        while err.read_text().count("already running in another process") < 2:
+            assert looping.poll() is None, err.read_text()
+            assert time.monotonic() < deadline, err.read_text()
+            time.sleep(0.1)
+    try:
+        assert looping.stdout is not None
+        assert "classified" in looping.stdout.readline()  # a whole run once the other let go
+        assert "next try in 1 s" in err.read_text() and "Traceback" not in err.read_text()
+    finally:
+        looping.terminate()
+        looping.wait(HANG)
 
 
 def test_a_run_whose_lock_another_run_took_meanwhile_stops_before_its_next_step(
