@@ -229,8 +229,11 @@ class ImapSession:
     # -- reading ------------------------------------------------------------
 
     def uids(self) -> list[int]:
-        """Every UID of the selected folder, ascending."""
-        return sorted(int(u) for u in self._call("SEARCH ALL", self.client.search, "ALL"))
+        """The UIDs of the selected folder's messages not marked \\Deleted,
+        ascending. A mail client that moves by COPY and \\Deleted, and
+        expunges later, has moved the message all the same: its copy left
+        behind is not one to classify, nor one still in the spam folder."""
+        return sorted(int(u) for u in self._call("SEARCH UNDELETED", self.client.search, "UNDELETED"))
 
     def with_keyword(self, keyword: str) -> set[int]:
         """UIDs of the selected folder's messages carrying ``keyword``."""

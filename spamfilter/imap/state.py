@@ -32,6 +32,24 @@ def keyword_bits(flags: Iterable[str]) -> int:
     return (JUNK.lower() in lower) * JUNK_BIT | (NOT_JUNK.lower() in lower) * NOT_JUNK_BIT
 
 
+def needs_training(record: ImapRecord | None, label: int) -> bool:
+    """Whether a message so recorded is still to be trained with ``label``."""
+    return record is None or record.label != label or record.origin == "filter"
+
+
+def label_of(record: ImapRecord | None) -> int | None:
+    return None if record is None else record.label
+
+
+def log_odds_of(record: ImapRecord | None) -> float | None:
+    return None if record is None else record.log_odds
+
+
+def finished_move(record: ImapRecord) -> ImapRecord:
+    """``record`` with its move no longer pending."""
+    return ImapRecord(record.digest, record.label, record.origin, record.folder, False, record.log_odds)
+
+
 @dataclass(frozen=True, slots=True)
 class Arrival:
     """Messages a move put into ``folder``: the server's UIDVALIDITY there,

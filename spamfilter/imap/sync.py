@@ -51,7 +51,7 @@ from spamfilter.config import ImapAccount
 from spamfilter.errors import ImapError, ImapUnavailable, NotTrainedError
 from spamfilter.filter import Filter
 from spamfilter.imap.session import JUNK, NOT_JUNK, Fetched, ImapSession, account_password, with_flags
-from spamfilter.imap.state import JUNK_BIT, NOT_JUNK_BIT, Arrival, ImapRecord, ImapState, keyword_bits
+from spamfilter.imap.state import JUNK_BIT, NOT_JUNK_BIT, Arrival, ImapRecord, ImapState, finished_move, keyword_bits, label_of, log_odds_of, needs_training
 from spamfilter.imap.summary import Event, RunSummary
 from spamfilter.mail import MailItem, digest_bytes
 from spamfilter.nb import model
@@ -152,7 +152,7 @@ class ImapRun:
         for uid, digest in handled.items():
             here.setdefault(digest, []).append(uid)
         again = {uid: r for r in pending for uid in here.get(r.digest, [])}
-        finished = [_done(r) for r in pending if r.digest not in here]
+        finished = [finished_move(r) for r in pending if r.digest not in here]
         if finished:
             self.state.commit(folder, finished)
             self.summary.moved += len(finished)  # gone from here: the broken pass moved them
@@ -165,24 +165,31 @@ class ImapRun:
     def _fetch(self, session: ImapSession, uids: Sequence[int]) -> Iterator[list[Fetched]]:
         return session.fetch(uids, chunk_size=self.account.chunk_size, chunk_bytes=self.account.chunk_bytes)
 
-    def _train(self, is_spam: bool, folder: str, messages: Sequence[Fetched], why: str, digests: Sequence[str] | None = None) -> None:
-        """Train ``messages`` of ``folder`` (their ``digests`` when known)."""
-        for m in messages:
-            self._event("trained", folder, m.uid, f"{'spam' if is_spam else 'ham'} ({why})")
+    def _train(self, is_spam: bool, folder: str, messages: Sequence[Fetched], why: str, digests: Sequence[str] | None = None) -> set[int]:
+        """Train ``messages`` of ``folder`` (their ``digests`` when known);
+        the UIDs of those refused (not mail), which were not trained."""
+        refused: set[int] = set()
         if self.dry_run or not messages:
             if is_spam:
                 self.summary.trained_spam += len(messages)
             else:
                 self.summary.trained_ham += len(messages)
-            return
-        known = digests if digests is not None else [None] * len(messages)
-        self.still_held()
-        result = self.filter.mark([(is_spam, self._item(folder, m, d)) for m, d in zip(messages, known)])
-        self.summary.trained_spam += result.trained_spam + (result.relabelled if is_spam else 0)
-        self.summary.trained_ham += result.trained_ham + (0 if is_spam else result.relabelled)
-        for refusal in result.refused:
-            self.summary.errors += 1
-            self._event("refused", folder, 0, f"{refusal.source}: {refusal.reason}")
+        else:
+            known = digests if digests is not None else [None] * len(messages)
+            self.still_held()
+            items = [self._item(folder, m, d) for m, d in zip(messages, known)]
+            result = self.filter.mark([(is_spam, item) for item in items])
+            self.summary.trained_spam += result.trained_spam + (result.relabelled if is_spam else 0)
+            self.summary.trained_ham += result.trained_ham + (0 if is_spam else result.relabelled)
+            uid_of = {item.source: m.uid for item, m in zip(items, messages)}
+            for refusal in result.refused:
+                self.summary.errors += 1
+                refused.add(uid_of.get(refusal.source, 0))
+                self._event("refused", folder, 0, f"{refusal.source}: {refusal.reason}")
+        for m in messages:
+            if m.uid not in refused:
+                self._event("trained", folder, m.uid, f"{'spam' if is_spam else 'ham'} ({why})")
+        return refused
 
     def _keywords(
         self, session: ImapSession, folder: str, uids: Sequence[int], add: Sequence[str], remove: Sequence[str], *, filing: bool = False, digests: Sequence[str] = ()
@@ -260,7 +267,7 @@ class ImapRun:
             told.extend((uid, target) for uid in uids if uid not in missing)
         # What another client expunged is recorded where it was last seen:
         # should it come back (that client moved it), it was not filed.
-        done = [_done(replace(r, folder=folder) if m.uid in gone else r) for m, r in moves]
+        done = [finished_move(replace(r, folder=folder) if m.uid in gone else r) for m, r in moves]
         self.state.moves_done(folder, done, [m.uid for m, _ in moves], arrivals)
         # Told once recorded done, as flags are once set (see _keywords): a
         # pass broken off before, even between two targets, leaves all of
@@ -335,8 +342,14 @@ class ImapRun:
         target = (self.account.spam_folder if is_spam else self.inbox) if moving else folder
         for chunk, digests in self._new(session, folder):
             records = self.state.records(digests)
-            fresh = [(m, d) for m, d in zip(chunk, digests) if _needs_training(records.get(d), label)]
-            self._train(is_spam, folder, [m for m, _ in fresh], f"in {folder}", [d for _, d in fresh])
+            fresh = [(m, d) for m, d in zip(chunk, digests) if needs_training(records.get(d), label)]
+            refused = self._train(is_spam, folder, [m for m, _ in fresh], f"in {folder}", [d for _, d in fresh])
+            if refused:
+                # Not mail: handled (not read again each run), neither
+                # recorded as trained nor filed.
+                self._handled(folder, [], [(m, d) for m, d in zip(chunk, digests) if m.uid in refused])
+                kept = [(m, d) for m, d in zip(chunk, digests) if m.uid not in refused]
+                chunk, digests = [m for m, _ in kept], [d for _, d in kept]
             if is_spam and moving:
                 chunk = with_flags(chunk, *self._keywords(session, folder, [m.uid for m in chunk], [JUNK], [NOT_JUNK], filing=True))
             new_records = [ImapRecord(d, label, "train", target) for d in digests]
@@ -364,11 +377,11 @@ class ImapRun:
                     # complete; after a COPY the original may still be in
                     # the source folder, whose pass finishes the move.
                     if r.pending and atomic:
-                        updates.append(_done(r))
+                        updates.append(finished_move(r))
                         arrived.append(r)
                 elif not learn:
                     continue
-                elif m.has_keyword(NOT_JUNK) and _label(r) != model.HAM:
+                elif m.has_keyword(NOT_JUNK) and label_of(r) != model.HAM:
                     # Marked "not junk" where the run did not see it (a mail
                     # client, before or after a move here): the user's word
                     # that it is ham. A message the run knows as ham carries
@@ -519,8 +532,8 @@ class ImapRun:
         gained = {u: now[u] & ~before for u, (_, before) in handled.items() if before is not None}
         changed = {u: handled[u][0] for u, bits in gained.items() if bits}
         records = self.state.records(list(set(changed.values())))
-        to_ham = [u for u, d in changed.items() if gained[u] & NOT_JUNK_BIT and _label(records.get(d)) != model.HAM]
-        to_spam = [u for u, d in changed.items() if gained[u] == JUNK_BIT and _label(records.get(d)) != model.SPAM]
+        to_ham = [u for u, d in changed.items() if gained[u] & NOT_JUNK_BIT and label_of(records.get(d)) != model.HAM]
+        to_spam = [u for u, d in changed.items() if gained[u] == JUNK_BIT and label_of(records.get(d)) != model.SPAM]
         for uids, is_spam in ((to_spam, True), (to_ham, False)):
             for messages in self._fetch(session, sorted(uids)):
                 if self._relabel(session, folder, messages, [changed[m.uid] for m in messages], is_spam):
@@ -549,7 +562,7 @@ class ImapRun:
         added, removed = self._keywords(session, folder, [m.uid for m in messages], [], [NOT_JUNK if is_spam else JUNK])
         messages = with_flags(messages, added, removed)
         known = self.state.records(digests)
-        records = [ImapRecord(d, label, "user", target, False, _log_odds(known.get(d))) for d in digests]
+        records = [ImapRecord(d, label, "user", target, False, log_odds_of(known.get(d))) for d in digests]
         if target != folder:
             self._move(session, folder, list(zip(messages, records)))
         elif new:
@@ -573,22 +586,6 @@ def _folders_to_create(account: ImapAccount, missing: set[str]) -> set[str]:
     if account.spam_action != "report":
         return missing
     return {account.spam_folder} & missing if account.trained_action == "move" else set()
-
-
-def _needs_training(record: ImapRecord | None, label: int) -> bool:
-    return record is None or record.label != label or record.origin == "filter"
-
-
-def _label(record: ImapRecord | None) -> int | None:
-    return None if record is None else record.label
-
-
-def _log_odds(record: ImapRecord | None) -> float | None:
-    return None if record is None else record.log_odds
-
-
-def _done(record: ImapRecord) -> ImapRecord:
-    return ImapRecord(record.digest, record.label, record.origin, record.folder, False, record.log_odds)
 
 
 def run_account(

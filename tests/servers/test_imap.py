@@ -207,6 +207,26 @@ def test_learns_from_what_the_user_moves(dovecot_server: Dovecot, sample: Sample
     assert (quiet.trained_spam, quiet.trained_ham, quiet.moved, quiet.flagged) == (0, 0, 0, 0)
 
 
+def test_a_move_back_by_copy_and_deleted_is_learned_as_ham(dovecot_server: Dovecot, sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Mail clients that move by COPY, then \Deleted on the original, and
+    # expunge later: the copy left in Junk, flagged \Deleted, counted as
+    # still there, so the one in the inbox was taken for a second copy of
+    # filed spam and filed to Junk again, nothing learned.
+    user = setup_mailbox(dovecot_server, sample)
+    config = account_config(dovecot_server, user)
+    db = f"sqlite:///{tmp_path / 'sf.db'}"
+    run(config, db, monkeypatch, user)
+    back_uid, back_raw, _ = dovecot_server.folder_messages(user, "Junk")[0]
+    with dovecot_server.client(user, "Junk") as c:
+        c.copy([back_uid], "INBOX")
+        c.add_flags([back_uid], [b"\\Deleted"])
+    summary = run(config, db, monkeypatch, user)
+    assert (summary.trained_spam, summary.trained_ham, summary.classified, summary.moved) == (0, 1, 0, 0)
+    with Filter.open(config, db) as f, f.store.begin(write=False) as tx:
+        assert tx.trained_labels([digest_bytes(back_raw)]) == {digest_bytes(back_raw): 0}
+    assert digest_bytes(back_raw) in digests(dovecot_server, user, "INBOX")
+
+
 def test_keyword_mode_and_the_users_keywords(dovecot_server: Dovecot, sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     user = setup_mailbox(dovecot_server, sample)
     config = account_config(dovecot_server, user, spam_action="keyword")
@@ -254,6 +274,30 @@ def test_trained_messages_can_be_filed(dovecot_server: Dovecot, sample: Sample, 
     assert sum(junk.values()) == 30 + summary.spam and sum(inbox.values()) == 45 - summary.spam
     quiet = run(config, db, monkeypatch, user)
     assert (quiet.classified, quiet.moved, quiet.trained_spam, quiet.trained_ham) == (0, 0, 0, 0)
+
+
+def test_a_training_message_that_is_not_mail_is_neither_filed_nor_recorded_as_trained(
+    dovecot_server: Dovecot, sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It was refused, yet said to be "trained", filed in Junk and recorded
+    # as trained from the training folder.
+    user = dovecot_server.add_user()
+    junk = bytes(range(256)) * 40  # binary: refused as not mail
+    dovecot_server.append(user, "Train/Spam", [*sample.train_spam[:20], junk])
+    dovecot_server.append(user, "Train/Ham", sample.train_ham[:30])
+    config = account_config(dovecot_server, user, trained_action="move")
+    db = f"sqlite:///{tmp_path / 'sf.db'}"
+    events: list[Event] = []
+    summary = run(config, db, monkeypatch, user, on_event=events.append)
+    assert (summary.trained_spam, summary.trained_ham, summary.errors) == (20, 30, 1)
+    assert sum(e.kind == "trained" and e.folder == "Train/Spam" for e in events) == 20
+    [(_, stored, _)] = dovecot_server.folder_messages(user, "Train/Spam")  # as the server keeps it
+    assert len(digests(dovecot_server, user, "Junk")) == 20
+    with Filter.open(config, db) as f, f.store.begin(write=False) as tx:
+        assert tx.trained_labels([digest_bytes(stored)]) == {}
+        assert tx.imap.records("test", [digest_bytes(stored)]) == {}
+    quiet = run(config, db, monkeypatch, user)  # and not read again
+    assert (quiet.trained_spam, quiet.errors, quiet.seen) == (0, 0, 0)
 
 
 def test_copy_fallback_expunges_only_the_moved_messages(dovecot_server: Dovecot, sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
