@@ -410,6 +410,9 @@ class ImapRun:
         # second copy (a mail client's label, a Sieve :copy), not one the
         # user moved back.
         filed = self.state.folder_digests(a.spam_folder) | self.state.folder_digests(a.unsure_folder)
+        # A copy of a message trained from a training folder is classified
+        # as new mail (the user copied it there to teach, not to keep it).
+        training = {a.train_spam_folder, a.train_ham_folder} - {""}
         for chunk, digests in self._new(session, folder):
             if self.summary.limit_left is not None and self.summary.limit_left <= 0:
                 break
@@ -420,7 +423,7 @@ class ImapRun:
             moved_back: list[Fetched] = []
             for m, d in zip(chunk, digests):
                 r = records.get(d)
-                if r is None or (r.folder in returned_to and d in filed):
+                if r is None or (r.folder in returned_to and d in filed) or r.folder in training:
                     unknown.append(m)
                 elif r.folder == folder:
                     handled.append((m, d))

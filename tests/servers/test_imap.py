@@ -300,6 +300,21 @@ def test_a_training_message_that_is_not_mail_is_neither_filed_nor_recorded_as_tr
     assert (quiet.trained_spam, quiet.errors, quiet.seen) == (0, 0, 0)
 
 
+def test_the_inbox_copy_of_spam_copied_to_the_training_folder_is_filed(dovecot_server: Dovecot, sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Copied (not moved) to Train/Spam before the run had classified the
+    # inbox: the inbox copy was taken for one the user had moved there
+    # from another folder, and left unfiled for good.
+    user = setup_mailbox(dovecot_server, sample)
+    copied = sample.inbox_spam[0]
+    dovecot_server.append(user, "Train/Spam", [copied])
+    config = account_config(dovecot_server, user)
+    db = f"sqlite:///{tmp_path / 'sf.db'}"
+    summary = run(config, db, monkeypatch, user)
+    assert summary.trained_spam == len(sample.train_spam) + 1
+    assert digest_bytes(copied) in digests(dovecot_server, user, "Junk")
+    assert digest_bytes(copied) not in digests(dovecot_server, user, "INBOX")
+
+
 def test_copy_fallback_expunges_only_the_moved_messages(dovecot_server: Dovecot, sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     user = setup_mailbox(dovecot_server, sample)
     # Someone else's message, flagged \Deleted but not expunged, must survive.
