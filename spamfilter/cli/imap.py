@@ -86,7 +86,7 @@ def _render(summary: RunSummary, account: str, fmt: TableOrJson, dry_run: bool) 
         f"trained {summary.trained_spam} spam, {summary.trained_ham} ham; errors {summary.errors}{would}"
     )
     if summary.created:
-        typer.echo(f"{account}: created folders {', '.join(summary.created)}")
+        typer.echo(f"{account}: {'would create' if dry_run else 'created'} folders {', '.join(summary.created)}")
 
 
 @imap_app.command()

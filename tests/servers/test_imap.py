@@ -449,6 +449,8 @@ def test_a_second_run_of_an_account_while_one_runs_is_refused_at_once(dovecot_se
     assert "Traceback" not in done.stderr
     dry = subprocess.run([*spamfilter_cmd(config, db), "--dry-run"], env=env_with(user.password), capture_output=True, text=True, timeout=60)
     assert dry.returncode == 0, dry.stderr  # a dry run takes no lock
+    # ... and says what it would do ("created folders" it did not create).
+    assert "test: would create folders Junk, Train/Spam, Train/Ham" in dry.stdout and "(dry run: nothing was changed)" in dry.stdout
     with Store.open(db) as store, store.exclusive("an imap run of account 'test'"):
         pass  # and the lock was let go
 
