@@ -18,7 +18,8 @@ How the work is split, so that no client can hold up another:
   trickling client costs a file descriptor, never a thread. At
   ``max_connections`` the connection that has been quiet longest without a
   whole request (a second at least) is closed to admit the new one, or,
-  none quiet that long, the slowest sender (``Sockets.quietest``).
+  none quiet that long, the slowest sender under 1 KiB a second
+  (``Sockets.quietest``).
 - ``workers`` threads score whole requests with the scoring pool's filters.
 - One writer thread learns (TELL) with filters of its own
   (``FilterPool.for_writing``), whose wait for a lock another process holds
@@ -382,7 +383,8 @@ class Server:
         ``TELL_MAX_SIZE``: its bytes count against the spool limit too, or
         a few clients could make the daemon hold 64 MiB each."""
         r = conn.request
-        return r is not None and r.command == "TELL" and self.options.allow_tell and conn.size > self.options.max_size
+        # One without a length may be as large: counted as it comes too.
+        return r is not None and r.command == "TELL" and self.options.allow_tell and (conn.size > self.options.max_size or conn.to_the_end or conn.unframed)
 
     def _feed(self, conn: Connection, data: bytes) -> bool:
         """``conn.feed_body``, charging spooled bytes (and a large TELL's,

@@ -29,6 +29,10 @@ READ, WRITE = selectors.EVENT_READ, selectors.EVENT_WRITE
 #: Seconds a connection must have been quiet before it may be closed to
 #: make room for another (at ``max_connections``).
 QUIET_SECONDS = 1.0
+#: Bytes a second below which a connection that is never quiet for a
+#: second may still be closed to make room: a client trickling its request
+#: (a byte every half second), never one that is busy sending.
+MIN_RATE = 1024
 _NO_SOCKET = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)  # closed: wakes nothing
 _NO_SOCKET.close()
 
@@ -137,15 +141,17 @@ class Sockets:
         """The connection to close to make room: one without a whole request
         that has been quiet longest, if for ``QUIET_SECONDS`` at least (a
         new one has its chance to speak); else, of those connected that long
-        and still without a whole request, the one sending slowest. A client
-        trickling a byte every half second is never quiet for a second, and
-        256 of them held every other client out until their timeout."""
+        and still without a whole request, the slowest sending under
+        ``MIN_RATE``. A client trickling a byte every half second is never
+        quiet for a second, and 256 of them held every other client out
+        until their timeout."""
         idle = [c for c in self.conns if c.state in (State.HEAD, State.BODY, State.LINGER)]
         quietest = min(idle, key=lambda c: c.active) if idle else None
         if quietest is None or quietest.state is State.LINGER or now - quietest.active >= QUIET_SECONDS:
             return quietest
-        slow = [c for c in idle if now - c.started >= QUIET_SECONDS]
-        return min(slow, key=lambda c: c.received / (now - c.started)) if slow else None
+        rates = {c: c.received / (now - c.started) for c in idle if now - c.started >= QUIET_SECONDS}
+        slow = [c for c, rate in rates.items() if rate < MIN_RATE]
+        return min(slow, key=rates.__getitem__) if slow else None
 
     def _make_room(self, now: float) -> bool:
         victim = self.quietest(now)

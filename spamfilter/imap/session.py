@@ -228,12 +228,14 @@ class ImapSession:
 
     # -- reading ------------------------------------------------------------
 
-    def uids(self) -> list[int]:
-        """The UIDs of the selected folder's messages not marked \\Deleted,
-        ascending. A mail client that moves by COPY and \\Deleted, and
-        expunges later, has moved the message all the same: its copy left
-        behind is not one to classify, nor one still in the spam folder."""
-        return sorted(int(u) for u in self._call("SEARCH UNDELETED", self.client.search, "UNDELETED"))
+    def uids(self, *, deleted: bool = False) -> list[int]:
+        """The UIDs of the selected folder's messages not marked \\Deleted
+        (with ``deleted``, all of them), ascending. A mail client that moves
+        by COPY and \\Deleted, and expunges later, has moved the message
+        all the same: its copy left behind is not one to classify, nor one
+        still in the spam folder."""
+        which = "ALL" if deleted else "UNDELETED"
+        return sorted(int(u) for u in self._call(f"SEARCH {which}", self.client.search, which))
 
     def with_keyword(self, keyword: str) -> set[int]:
         """UIDs of the selected folder's messages carrying ``keyword``."""

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from spamfilter.filter import Filter
-from spamfilter.imap.session import JUNK, NOT_JUNK
+from spamfilter.imap.session import JUNK, NOT_JUNK, Fetched
 from spamfilter.store import ImapRecord as ImapRecord
 
 #: The junk keywords a message carries, as recorded per handled UID.
@@ -60,6 +60,12 @@ class Arrival:
     uidvalidity: int
     uids: Sequence[tuple[int, str]]
     keywords: Sequence[tuple[int, int]] = ()
+
+
+def arrival(target: str, uidvalidity: int, new_uids: dict[int, int], moves: Sequence[tuple[Fetched, ImapRecord]]) -> Arrival:
+    """The moved messages whose ``new_uids`` in ``target`` (of ``uidvalidity``) the server told."""
+    told = [(new_uids[m.uid], r.digest, keyword_bits(m.flags)) for m, r in moves if m.uid in new_uids]
+    return Arrival(target, uidvalidity, [(u, d) for u, d, _ in told], [(u, k) for u, _, k in told])
 
 
 class ImapState:

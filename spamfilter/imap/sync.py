@@ -51,7 +51,7 @@ from spamfilter.config import ImapAccount
 from spamfilter.errors import ImapError, ImapUnavailable, NotTrainedError
 from spamfilter.filter import Filter
 from spamfilter.imap.session import JUNK, NOT_JUNK, Fetched, ImapSession, account_password, with_flags
-from spamfilter.imap.state import JUNK_BIT, NOT_JUNK_BIT, Arrival, ImapRecord, ImapState, finished_move, keyword_bits, label_of, log_odds_of, needs_training
+from spamfilter.imap.state import JUNK_BIT, NOT_JUNK_BIT, Arrival, ImapRecord, ImapState, arrival, finished_move, keyword_bits, label_of, log_odds_of, needs_training
 from spamfilter.imap.summary import Event, RunSummary
 from spamfilter.mail import MailItem, digest_bytes
 from spamfilter.nb import model
@@ -106,13 +106,15 @@ class ImapRun:
         validity = session.select(folder, readonly=self.dry_run)
         known = self.state.handled(folder, validity)
         uids = session.uids()
-        present = set(uids)
+        # The originals of a COPY-and-\\Deleted move broken off before its
+        # expunge are still here to finish, \\Deleted as they are.
+        present = set(session.uids(deleted=True) if self.state.pending(folder) and not self.dry_run else uids)
         if known is None:
             # Renumbered (or new): no UID recorded here means anything, so
             # the messages a broken run was moving out are found by digest;
             # the new UIDVALIDITY is recorded only once their moves are
             # finished, so a pass broken off meanwhile looks for them again.
-            handled = self._pending_here(session, folder, uids)
+            handled = self._pending_here(session, folder, sorted(present))
             self._finish_pending(session, folder, handled)
             self.state.renumbered(folder, validity)
         else:
@@ -263,7 +265,7 @@ class ImapRun:
                 missing = set(sending) - set(moved.done)
                 gone.update(missing)
                 if moved.uidvalidity is not None:
-                    arrivals.append(_arrival(target, moved.uidvalidity, moved.uids, messages))
+                    arrivals.append(arrival(target, moved.uidvalidity, moved.uids, messages))
             told.extend((uid, target) for uid in uids if uid not in missing)
         # What another client expunged is recorded where it was last seen:
         # should it come back (that client moved it), it was not filed.
@@ -410,9 +412,9 @@ class ImapRun:
         # second copy (a mail client's label, a Sieve :copy), not one the
         # user moved back.
         filed = self.state.folder_digests(a.spam_folder) | self.state.folder_digests(a.unsure_folder)
-        # A copy of a message trained from a training folder is classified
-        # as new mail (the user copied it there to teach, not to keep it).
-        training = {a.train_spam_folder, a.train_ham_folder} - {""}
+        # A copy of a message still in a training folder is classified as
+        # new mail (copied there to teach); one moved out of it is the user's.
+        taught = set().union(*(self.state.folder_digests(f) for f in (a.train_spam_folder, a.train_ham_folder) if f))
         for chunk, digests in self._new(session, folder):
             if self.summary.limit_left is not None and self.summary.limit_left <= 0:
                 break
@@ -423,7 +425,7 @@ class ImapRun:
             moved_back: list[Fetched] = []
             for m, d in zip(chunk, digests):
                 r = records.get(d)
-                if r is None or (r.folder in returned_to and d in filed) or r.folder in training:
+                if r is None or (r.folder in returned_to and d in filed) or (r.origin == "train" and d in taught):
                     unknown.append(m)
                 elif r.folder == folder:
                     handled.append((m, d))
@@ -573,12 +575,6 @@ class ImapRun:
         else:
             self.state.commit(folder, records)
         return bool(removed)
-
-
-def _arrival(target: str, uidvalidity: int, new_uids: dict[int, int], moves: Sequence[tuple[Fetched, ImapRecord]]) -> Arrival:
-    """The moved messages whose ``new_uids`` in ``target`` (of ``uidvalidity``) the server told."""
-    told = [(new_uids[m.uid], r.digest, keyword_bits(m.flags)) for m, r in moves if m.uid in new_uids]
-    return Arrival(target, uidvalidity, [(u, d) for u, d, _ in told], [(u, k) for u, _, k in told])
 
 
 def _folders_to_create(account: ImapAccount, missing: set[str]) -> set[str]:

@@ -132,6 +132,33 @@ def test_clients_trickling_bytes_beyond_the_limit_hold_up_no_client(tmp_path: Pa
     assert "internal error" not in d.log()
 
 
+def test_a_client_busy_sending_is_not_closed_to_make_room(tmp_path: Path, corpus: Corpus) -> None:
+    # Closing the slowest sender to make room for trickling clients (above)
+    # closed one uploading at 640 KB/s when a burst of new connections came.
+    url, config = _fresh(tmp_path, corpus)
+    d = Daemon(tmp_path / "log", url, config, "--listen", "127.0.0.1:0", "--timeout", "20", "--max-connections", "4", "--processes", "1")
+    message = b"Subject: long\r\n\r\n" + b"word " * 400_000
+    sender = spamd.connect(d.address, HANG)
+    silent: list[socket.socket] = []
+    try:
+        sender.sendall(b"CHECK SPAMC/1.5\r\nContent-length: %d\r\n\r\n" % len(message))
+        started = time.monotonic()
+        for n, at in enumerate(range(0, len(message), 25_000)):
+            sender.sendall(message[at : at + 25_000])  # about 500 KB a second
+            time.sleep(0.05)
+            if n == 30:  # 1.5 s in: a burst of connections that send nothing
+                silent = [spamd.connect(d.address, HANG) for _ in range(6)]
+        assert time.monotonic() - started > 1.5  # the burst came while it was sending
+        sender.shutdown(socket.SHUT_WR)
+        assert _read_all(sender).startswith(b"SPAMD/1.5 98 EX_TOOBIG message over 512000 bytes")  # answered, not reset
+    finally:
+        sender.close()
+        for s in silent:
+            s.close()
+        assert d.stop() == 0
+    assert "closed after" in d.log()  # the silent ones made room, in turn
+
+
 def test_a_database_locked_by_another_process_holds_up_no_check(tmp_path: Path, corpus: Corpus) -> None:
     url, config = _fresh(tmp_path, corpus)
     items = [item for _, item in corpus[1][:8]]
@@ -323,10 +350,23 @@ def test_tells_over_the_max_size_are_held_within_the_spool_limit(tmp_path: Path,
             answers.append(_read_all(c))
             c.close()
         assert sorted(a[:40] for a in answers) == sorted([learned[:40], b"SPAMD/1.5 75 EX_TEMPFAIL too many large "]), answers
+        # Without a Content-length, a TELL's size shows only at its end: it
+        # is counted as it comes all the same (it was not counted at all).
+        unframed = [spamd.connect(d.address, HANG) for _ in range(3)]
+        for c in unframed:
+            c.sendall(b"TELL SPAMC/1.5\r\nMessage-class: spam\r\nSet: local\r\n\r\n" + body)
+        assert d.raw(b"PING SPAMC/1.5\r\n\r\n") == b"SPAMD/1.5 0 PONG\r\n"
+        answers = []
+        for c in unframed:
+            c.shutdown(socket.SHUT_WR)
+            answers.append(_read_all(c))
+            c.close()
+        assert sum(a == learned for a in answers) == 1, answers  # 3,000 bytes each, 5,000 in all
+        assert sum(a.startswith(b"SPAMD/1.5 75 EX_TEMPFAIL too many large messages at once") for a in answers) == 2, answers
     finally:
         assert d.stop() == 0
     log = d.log()
-    assert log.count("verdict=learned=") == 4 and "not learned: spool full: " in log
+    assert log.count("verdict=learned=") == 5 and "not learned: spool full: " in log
 
 
 def _children(pid: int) -> set[int]:

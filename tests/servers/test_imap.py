@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -313,6 +313,57 @@ def test_the_inbox_copy_of_spam_copied_to_the_training_folder_is_filed(dovecot_s
     assert summary.trained_spam == len(sample.train_spam) + 1
     assert digest_bytes(copied) in digests(dovecot_server, user, "Junk")
     assert digest_bytes(copied) not in digests(dovecot_server, user, "INBOX")
+
+
+def test_ham_taught_through_the_ham_training_folder_and_moved_back_stays_in_the_inbox(
+    dovecot_server: Dovecot, sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The way to mend a false positive through the training folders: Junk ->
+    # Train/Ham (trained ham) -> INBOX. It must stay there, not be
+    # classified again and filed to Junk (while trained as ham).
+    user = setup_mailbox(dovecot_server, sample)
+    config = account_config(dovecot_server, user)
+    db = f"sqlite:///{tmp_path / 'sf.db'}"
+    run(config, db, monkeypatch, user)
+    uid, raw, _ = dovecot_server.folder_messages(user, "Junk")[0]
+    with dovecot_server.client(user, "Junk") as c:
+        c.move([uid], "Train/Ham")
+    taught = run(config, db, monkeypatch, user)
+    assert taught.trained_ham == 1 and trained_labels(config, db, [digest_bytes(raw)]) == {digest_bytes(raw): 0}
+    uid = next(u for u, r, _ in dovecot_server.folder_messages(user, "Train/Ham") if digest_bytes(r) == digest_bytes(raw))
+    with dovecot_server.client(user, "Train/Ham") as c:
+        c.move([uid], "INBOX")
+    back = run(config, db, monkeypatch, user)
+    assert (back.classified, back.moved, back.trained_spam, back.trained_ham) == (0, 0, 0, 0)
+    assert digest_bytes(raw) in digests(dovecot_server, user, "INBOX") and digest_bytes(raw) not in digests(dovecot_server, user, "Junk")
+
+
+def test_a_copy_and_deleted_move_broken_before_its_expunge_is_finished(dovecot_server: Dovecot, sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Its originals are marked \Deleted, which the next pass no longer
+    # counts as mail in the folder: it took the moves for done and left them
+    # marked, shown in the inbox by clients that show deleted mail.
+    user = setup_mailbox(dovecot_server, sample)
+    config = account_config(dovecot_server, user)
+    db = f"sqlite:///{tmp_path / 'sf.db'}"
+    real = ImapSession.expunge
+    broken = []
+
+    def store_then_break(self: ImapSession, uids: Sequence[int]) -> None:
+        if not broken and self.folder == "INBOX":
+            broken.append(list(uids))
+            self._call("STORE +FLAGS \\Deleted", self.client.add_flags, list(uids), [b"\\Deleted"], silent=True)
+            raise ImapUnavailable("connection lost (test)")
+        real(self, uids)
+
+    monkeypatch.setattr(ImapSession, "expunge", store_then_break)
+    with pytest.raises(ImapUnavailable):
+        run(config, db, monkeypatch, user, use_move=False)
+    assert broken and broken[0]
+    monkeypatch.setattr(ImapSession, "expunge", real)
+    run(config, db, monkeypatch, user, use_move=False)
+    inbox = dovecot_server.folder_messages(user, "INBOX")
+    assert not [u for u, _, flags in inbox if b"\\Deleted" in flags]
+    assert len(inbox) + len(dovecot_server.folder_messages(user, "Junk")) == len(sample.inbox)
 
 
 def test_copy_fallback_expunges_only_the_moved_messages(dovecot_server: Dovecot, sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
