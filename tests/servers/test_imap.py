@@ -207,16 +207,23 @@ def test_learns_from_what_the_user_moves(dovecot_server: Dovecot, sample: Sample
     assert (quiet.trained_spam, quiet.trained_ham, quiet.moved, quiet.flagged) == (0, 0, 0, 0)
 
 
+def _one_run_and_its_first_spam(server: Dovecot, sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[ImapUser, Config, str, tuple[int, bytes]]:
+    """A mailbox after one run: its user, config, database, and the UID and
+    bytes of the first message the run filed in Junk."""
+    user = setup_mailbox(server, sample)
+    config = account_config(server, user)
+    db = f"sqlite:///{tmp_path / 'sf.db'}"
+    run(config, db, monkeypatch, user)
+    uid, raw, _ = server.folder_messages(user, "Junk")[0]
+    return user, config, db, (uid, raw)
+
+
 def test_a_move_back_by_copy_and_deleted_is_learned_as_ham(dovecot_server: Dovecot, sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Mail clients that move by COPY, then \Deleted on the original, and
     # expunge later: the copy left in Junk, flagged \Deleted, counted as
     # still there, so the one in the inbox was taken for a second copy of
     # filed spam and filed to Junk again, nothing learned.
-    user = setup_mailbox(dovecot_server, sample)
-    config = account_config(dovecot_server, user)
-    db = f"sqlite:///{tmp_path / 'sf.db'}"
-    run(config, db, monkeypatch, user)
-    back_uid, back_raw, _ = dovecot_server.folder_messages(user, "Junk")[0]
+    user, config, db, (back_uid, back_raw) = _one_run_and_its_first_spam(dovecot_server, sample, tmp_path, monkeypatch)
     with dovecot_server.client(user, "Junk") as c:
         c.copy([back_uid], "INBOX")
         c.add_flags([back_uid], [b"\\Deleted"])
@@ -321,11 +328,7 @@ def test_ham_taught_through_the_ham_training_folder_and_moved_back_stays_in_the_
     # The way to mend a false positive through the training folders: Junk ->
     # Train/Ham (trained ham) -> INBOX. It must stay there, not be
     # classified again and filed to Junk (while trained as ham).
-    user = setup_mailbox(dovecot_server, sample)
-    config = account_config(dovecot_server, user)
-    db = f"sqlite:///{tmp_path / 'sf.db'}"
-    run(config, db, monkeypatch, user)
-    uid, raw, _ = dovecot_server.folder_messages(user, "Junk")[0]
+    user, config, db, (uid, raw) = _one_run_and_its_first_spam(dovecot_server, sample, tmp_path, monkeypatch)
     with dovecot_server.client(user, "Junk") as c:
         c.move([uid], "Train/Ham")
     taught = run(config, db, monkeypatch, user)
