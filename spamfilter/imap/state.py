@@ -75,6 +75,9 @@ class ImapState:
         self._store = spamfilter.store
         self.account = account
         self.dry_run = dry_run
+        #: Per renumbered folder, digest -> the keyword bits recorded under
+        #: its old UIDs (``renumbered``).
+        self._before: dict[str, dict[str, int]] = {}
 
     def records(self, digests: Sequence[str]) -> dict[str, ImapRecord]:
         """What is known of the messages with these digests."""
@@ -87,6 +90,13 @@ class ImapState:
         (a handled UID without recorded keywords has None)."""
         if self.dry_run or not (records or handled):
             return
+        before = self._before.get(folder)
+        if before:
+            # Handled again under its new UIDs: a message keeps the keywords
+            # last seen under the old ones, so a change the user made since
+            # is still news to the keyword pass.
+            digest_of = dict(handled)
+            keywords = [(u, before.get(digest_of.get(u, ""), bits)) for u, bits in keywords]
         with self._store.begin() as tx:
             tx.imap.put_records(self.account, records)
             tx.imap.add_uids(self.account, folder, handled)
@@ -104,10 +114,12 @@ class ImapState:
             return {u: d for u, (d, _) in tx.imap.uids(self.account, folder).items()}
 
     def renumbered(self, folder: str, uidvalidity: int) -> None:
-        """Record ``folder``'s new UIDVALIDITY, dropping the UIDs recorded under the old one."""
+        """Record ``folder``'s new UIDVALIDITY, dropping the UIDs recorded
+        under the old one (their keyword bits kept by digest for ``commit``)."""
         if self.dry_run:
             return
         with self._store.begin() as tx:
+            self._before[folder] = {d: bits for d, bits in tx.imap.uids(self.account, folder).values() if bits is not None}
             tx.imap.set_uidvalidity(self.account, folder, uidvalidity)
 
     def forget_uids(self, folder: str, uids: Sequence[int]) -> None:

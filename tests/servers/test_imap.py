@@ -403,6 +403,28 @@ def test_uidvalidity_change_rereads_without_retraining(dovecot_server: Dovecot, 
     assert (again.classified, again.moved, again.trained_spam, again.trained_ham) == (0, 0, 0, 0)  # ... and nothing else
 
 
+def test_a_keyword_set_before_the_folder_was_renumbered_is_still_learned(
+    dovecot_server: Dovecot, sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The keywords seen were kept by UID only: renumbered, the folder's
+    # messages were recorded with the keywords they had then, and a $Junk
+    # the user had set since the last run was taken as seen, never learned.
+    user = setup_mailbox(dovecot_server, sample)
+    config = account_config(dovecot_server, user)
+    db = f"sqlite:///{tmp_path / 'sf.db'}"
+    run(config, db, monkeypatch, user)
+    uid, raw, _ = dovecot_server.folder_messages(user, "INBOX")[0]
+    with dovecot_server.client(user, "INBOX") as c:
+        c.add_flags([uid], ["$Junk"])
+    for name in os.listdir(user.maildir):  # Dovecot renumbers a Maildir whose uid list and index are gone
+        if name.startswith("dovecot-uidlist") or name.startswith("dovecot.index"):
+            os.remove(user.maildir / name)
+    again = run(config, db, monkeypatch, user)
+    assert (again.classified, again.trained_spam, again.trained_ham, again.moved) == (0, 1, 0, 1)
+    assert trained_labels(config, db, [digest_bytes(raw)]) == {digest_bytes(raw): 1}
+    assert digest_bytes(raw) in digests(dovecot_server, user, "Junk")
+
+
 def test_dry_run_changes_nothing(dovecot_server: Dovecot, sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     user = setup_mailbox(dovecot_server, sample)
     config = account_config(dovecot_server, user)
