@@ -371,6 +371,40 @@ def test_upgrade_from_0001_keeps_the_counts(db_url: str) -> None:
     store.close()
 
 
+def test_a_downgrade_below_the_feature_sums_and_back_sums_the_ledger_again(any_db_url: str) -> None:
+    """Revision 0005 made the message features' sums empty: a database
+    downgraded below it and upgraded again kept ledger entries with
+    features the sums no longer held (forgetting one drove them negative;
+    `db check` failed)."""
+    from dataclasses import replace
+
+    from alembic import command
+
+    from spamfilter.config import Config
+    from spamfilter.filter import Filter
+    from spamfilter.tools.maintenance import Maintenance
+
+    config = Config()
+    config = replace(config, model=replace(config.model, features=True))
+    mail = [(n % 2 == 0, MailItem(f"m{n}", f"Subject: note {n}\n\n{'buy cheap pills now ' * (n + 1)}see you {n}\n".encode())) for n in range(12)]
+    with Filter.open(config, any_db_url) as f:
+        f.train(mail)
+        with f.store.engine.connect() as conn:
+            before = sorted(tuple(r) for r in conn.execute(sa.text("SELECT * FROM feature_stats")))
+        assert len(before) > 1 and all(r[3] > 0 for r in before)
+        cfg = f.store._alembic_config()
+        with f.store.engine.begin() as conn:
+            cfg.attributes["connection"] = conn
+            command.downgrade(cfg, "0004")
+    old = Store.open(any_db_url, upgrade_new=False, check=False)
+    old.upgrade()
+    old.close()
+    with Filter.open(config, any_db_url) as f:
+        with f.store.engine.connect() as conn:
+            assert sorted(tuple(r) for r in conn.execute(sa.text("SELECT * FROM feature_stats"))) == before
+        assert Maintenance(f.store).check().ok
+
+
 def test_upgrade_to_day_numbers_keeps_every_date_and_downgrade_gives_them_back(any_db_url: str) -> None:
     """Revision 0008 stores ``tokens.last_seen`` as days since 1970-01-01:
     the dates a 0007 database holds come out the same through the store,
