@@ -95,7 +95,9 @@ class Scoring:
         self.scorer = Scorer(config.model)
         #: The calibration map read at the cache's model versions, until a
         #: record is added (``record``) or the versions move.
-        self._calibration: tuple[CacheKey, CalibrationMap] | None = None
+        self._calibration: tuple[tuple[CacheKey, int | None], CalibrationMap] | None = None
+        #: The calibration record versions a reader gave ``cached_model``.
+        self._records: tuple[StoreTransaction, dict[str, int]] | None = None
         d = config.decision
         self.thresholds = decision.configured_thresholds(d.ham_cutoff, d.spam_cutoff, d.cost_ham_as_spam, d.cost_spam_as_ham, d.cost_unsure)
 
@@ -111,7 +113,9 @@ class Scoring:
         """The totals and owners of the model that classifies this user's
         mail, from the cache while the model versions have not moved."""
         candidates = self.model_owners(reader.owner)
-        key = (candidates, reader.versions(candidates))
+        versions, records = reader.record_versions(candidates)
+        key = (candidates, versions)
+        self._records = (reader, dict(zip(candidates, records)))
         if not self.cache.valid_for(key):
             totals, owners = self.model_of(reader)
             self.cache.reset(key, ModelView(totals, owners))
@@ -204,8 +208,10 @@ class Scoring:
     def calibration_map(self, reader: StoreTransaction, owner: str) -> CalibrationMap:
         """The calibration map of ``owner``'s history, read again only when the
         model versions moved or a record was added since (a record another
-        process adds without training shows at its next training write)."""
-        key = self.cache.key
+        process adds is seen at once: its record version moves)."""
+        seen = self._records
+        record = seen[1].get(owner) if seen is not None and seen[0] is reader else reader.record_versions([owner])[1][0]
+        key = None if self.cache.key is None else (self.cache.key, record)
         if key is None or self._calibration is None or self._calibration[0] != key:
             history = CalibrationMap(reader.calibration_history(MAP_BINS, owner=owner))
             self._calibration = None if key is None else (key, history)

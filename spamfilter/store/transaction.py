@@ -86,6 +86,12 @@ class StoreTransaction:
         vocabulary = int(hist[0][:, 1].sum())
         return Totals(classes, vocabulary, (hist[0], hist[1]))
 
+    def record_versions(self, owners: Sequence[str]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """``versions`` of ``owners``, and of their calibration records
+        (``record_version_owner``), in one query."""
+        found = self.versions([*owners, *map(record_version_owner, owners)])
+        return found[: len(owners)], found[len(owners) :]
+
     def versions(self, owners: Sequence[str]) -> tuple[int, ...]:
         """The model version of each owner: a number every transaction that
         changes the owner's counts increases by one (0 for a model never
@@ -229,8 +235,11 @@ class StoreTransaction:
 
     def record_calibration(self, decay: float, added: FloatArray) -> None:
         """Make this owner's calibration history ``decay * history + added``
-        (an update and an upsert, each atomic on both backends)."""
+        (an update and an upsert, each atomic on both backends), and raise
+        its record version (``record_version_owner``), so that another
+        process's copy of the map is read again."""
         self.conn.execute(self.sql.decay_calibration, {"own": self.owner, "decay": decay})
+        self.counts_sql.bump_version(record_version_owner(self.owner))
         rows = [{"owner": self.owner, "label": c, "bin": b, "weight": float(added[c, b])} for c in (HAM, SPAM) for b in np.flatnonzero(added[c]).tolist()]
         if rows:
             self.conn.execute(self.sql.add_calibration, rows)
@@ -537,6 +546,15 @@ class StoreTransaction:
         self.conn.execute(sa.delete(calibration).where(calibration.c.owner == own))
         self.pairs.clear()
         self.counts_sql.bump_version(own)
+
+
+def record_version_owner(owner: str) -> str:
+    """The name under which ``model_versions`` counts the writes of
+    ``owner``'s calibration record: a record written without a count write
+    (an online run's message it scored and did not learn) moves no model
+    version, yet changes the scores. No user's name (printable only) can
+    be it."""
+    return f"{owner}\ncalibration record"
 
 
 def _whole(rows: Sequence[Sequence[Any]], table: str, start: int = 1) -> Sequence[Sequence[Any]]:

@@ -131,6 +131,34 @@ def test_training_by_another_process_drops_the_copy(tmp_path: Path, stream: list
         assert after != before
 
 
+def test_a_record_another_process_adds_without_training_is_seen_at_once(tmp_path: Path, stream: list[tuple[bool, MailItem]]) -> None:
+    # `train --train-mode toe` records the messages it scores right and does
+    # not learn: no count changes, so no model version moved, and a daemon
+    # kept giving the scores of the record before, until the next training.
+    from spamfilter.config import TrainMode
+
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    probe = [item for _, item in stream[600:700]]
+    with Filter.open(Config(), url) as reader, Filter.open(Config(), url) as writer:
+        writer.train(stream[:400])
+        before = [(v.score, v.log_odds) for v in reader.classify(probe) if isinstance(v, Verdict)]
+        # Later mail the model already files right: toe learns none of it.
+        later = stream[400:600]
+        verdicts = [v for v in writer.classify([item for _, item in later]) if isinstance(v, Verdict)]
+        right = [(is_spam, item) for (is_spam, item), v in zip(later, verdicts) if v.verdict.value == ("spam" if is_spam else "ham")]
+        assert len(right) > 100
+        with writer.store.begin(write=False) as tx:
+            counts_before = tx.versions([""])
+        summary = writer.train(right, train_mode=TrainMode.toe)
+        assert summary.trained_spam + summary.trained_ham == 0
+        with writer.store.begin(write=False) as tx:
+            assert tx.versions([""]) == counts_before  # no count moved
+        after = [(v.score, v.log_odds) for v in reader.classify(probe) if isinstance(v, Verdict)]
+        with Filter.open(Config(), url) as fresh:
+            assert after == [(v.score, v.log_odds) for v in fresh.classify(probe) if isinstance(v, Verdict)]
+        assert [s for s, _ in after] != [s for s, _ in before]
+
+
 @pytest.mark.parametrize("event_model", EVENT_MODELS)
 def test_online_learning_keeps_the_copy_exact(tmp_path: Path, stream: list[tuple[bool, MailItem]], event_model: str, monkeypatch: pytest.MonkeyPatch) -> None:
     config = config_for(event_model)
