@@ -578,10 +578,19 @@ def check_config_writable(path: Path, keys: Sequence[tuple[str, str]]) -> None:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
     current = {(section, key): getattr(getattr(before, section), key) for section, key in keys}
-    same = {k: v for k, v in current.items() if v is not None}
-    _, after = _with_changes(path, text, same)
-    if after != before:
+    # A key not set (the cutoffs, None by default) is rehearsed with a value
+    # of its own: its section must take a new line too.
+    rehearsed = {k: _REHEARSAL[k] for k, v in current.items() if v is None and k in _REHEARSAL}
+    _, after = _with_changes(path, text, {k: v for k, v in current.items() if v is not None} | rehearsed)
+    expected = before
+    for (section, key), value in rehearsed.items():
+        expected = replace(expected, **{section: replace(getattr(expected, section), **{key: value})})
+    if after != expected:
         raise ConfigError(f"{path}: its layout cannot be edited line by line; write the settings as `key = value` lines under [section] headers")
+
+
+#: Values that ``check_config_writable`` writes, in rehearsal, for keys not set.
+_REHEARSAL: dict[tuple[str, str], object] = {("decision", "ham_cutoff"): 0.25, ("decision", "spam_cutoff"): 0.75}
 
 
 def _config_target(path: Path) -> Path:

@@ -26,7 +26,7 @@ from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from spamfilter import __version__
 from spamfilter.cli import exitcodes
-from spamfilter.cli._streams import flushed, usable_streams
+from spamfilter.cli._streams import flushed, stdout_to_devnull, usable_streams
 from spamfilter.config import Config, load_config, valid_model_name
 from spamfilter.errors import SpamfilterError
 from spamfilter.locations import not_a_folder
@@ -413,10 +413,7 @@ class _Group(_LazyCommands):
         except KeyboardInterrupt:
             fail("interrupted", exitcodes.INTERRUPTED)
         except BrokenPipeError:
-            # Point stdout at /dev/null so the interpreter's final flush
-            # does not raise again.
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
+            stdout_to_devnull()
             if self.filtering:
                 # `filter`: the message (or the verdict line) was not
                 # delivered; the MDA must not take the exit code for a verdict.

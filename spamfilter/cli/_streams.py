@@ -7,6 +7,8 @@ import errno
 import io
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import typer
@@ -86,3 +88,21 @@ def flushed(code: int) -> int:
             typer.echo(f"spamfilter: cannot write the output: {exc.strerror or exc}", err=True)
             return exitcodes.OUTPUT_ERROR
     return code
+
+
+def stdout_to_devnull() -> None:
+    """Point stdout at /dev/null: its reader has left (a closed pipe), and
+    the interpreter's final flush must not raise again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
+@contextmanager
+def reader_may_leave() -> Iterator[None]:
+    """Output a reader may stop taking (`evaluate ... | head`) before the
+    command's other work is done: that work (files named by options, a
+    config write) still happens, and the command's exit code stands."""
+    try:
+        yield
+    except BrokenPipeError:
+        stdout_to_devnull()

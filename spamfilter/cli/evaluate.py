@@ -14,6 +14,7 @@ import typer
 
 from spamfilter.cli import app, exitcodes, fail, refuse_unused, state, usage_error, writable_output
 from spamfilter.cli._common import Margin, TableOrJson, index_length, jobs_or_default, one_stream, progress, report_refusals, tsv_field
+from spamfilter.cli._streams import reader_may_leave
 from spamfilter.cli.reading import Jobs
 from spamfilter.config import ONLINE_TRAIN_MODE, TUNE_MARGIN, TrainMode
 from spamfilter.mail import read_index
@@ -159,11 +160,12 @@ def evaluate(
         stream = list(labelled)
         report, scored = run_cross_validation(s.config, stream, folds=folds, seed=seed, window=window)
     report_refusals(report.unreadable)
-    if fmt is TableOrJson.json:
-        typer.echo(report_json(report))
-    else:
-        for line in render(report):
-            typer.echo(line)
+    with reader_may_leave():  # the files below are written all the same
+        if fmt is TableOrJson.json:
+            typer.echo(report_json(report))
+        else:
+            for line in render(report):
+                typer.echo(line)
     writing = out
     try:
         if out is not None:

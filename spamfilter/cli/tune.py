@@ -11,6 +11,7 @@ import typer
 from spamfilter.answers import Refusal
 from spamfilter.cli import app, exitcodes, state
 from spamfilter.cli._common import TableOrJson, index_length, jobs_or_default, one_stream, progress, report_refusals
+from spamfilter.cli._streams import reader_may_leave
 from spamfilter.cli.reading import Jobs
 from spamfilter.config import DEPENDENCES, EVENT_MODELS, check_config_writable, update_config_file
 from spamfilter.errors import ConfigError
@@ -141,17 +142,8 @@ def tune(
     configured = tuning.configured_candidate(candidates, s.config)
     candidates = [c for c in candidates if c.in_grid]
     best = candidates[0]
-    if fmt is TableOrJson.json:
-        typer.echo(json.dumps({"best": asdict(best), "candidates": [asdict(c) for c in candidates[:top]]}))
-    else:
-        typer.echo(
-            f"  {'event model':<19} {'bigram':>6} {'alpha':>6} {'temper':>6} {'min_ev':>6} {'keep':>5} {'dep':>5} {'feat':>5} {'unseen':>6} {'loss/msg':>9} {'1-ROCA%':>8} {'hm%':>6} {'sm%':>6} {'unsure%':>7} {'ham<=':>8} {'spam>':>8}"
-        )
-        for c in candidates[:top]:
-            typer.echo(
-                f"{'*' if c.near_best else ' '} {c.event_model:<19} {'yes' if c.bigrams else 'no':>6} {c.alpha:6g} {c.tempering:6g} {c.min_evidence:6g} {c.max_tokens or 'all':>5} {c.dependence:>5} {c.feature_weight or 'off':>5} {c.unseen_weight:6g} {c.loss_per_message:9.4f} {c.one_minus_roca:8.3f} "
-                f"{c.hm:6.2f} {c.sm:6.2f} {c.unsure:7.2f} {c.cutoffs.ham_max:8.2f} {c.cutoffs.spam_min:8.2f}"
-            )
+    with reader_may_leave():  # --write below writes all the same
+        _show(candidates[:top], best, fmt)
     if write and path is not None:
         tuning.require_separation(best, holdout)
         tuning.require_improvement(best, configured)
@@ -163,3 +155,18 @@ def tune(
     if refused:
         # Tuned on the others, as train trains the others.
         raise typer.Exit(exitcodes.DATA_ERROR)
+
+
+def _show(candidates: list[tuning.Candidate], best: tuning.Candidate, fmt: TableOrJson) -> None:
+    """The best settings, as a table or one JSON document."""
+    if fmt is TableOrJson.json:
+        typer.echo(json.dumps({"best": asdict(best), "candidates": [asdict(c) for c in candidates]}))
+        return
+    typer.echo(
+        f"  {'event model':<19} {'bigram':>6} {'alpha':>6} {'temper':>6} {'min_ev':>6} {'keep':>5} {'dep':>5} {'feat':>5} {'unseen':>6} {'loss/msg':>9} {'1-ROCA%':>8} {'hm%':>6} {'sm%':>6} {'unsure%':>7} {'ham<=':>8} {'spam>':>8}"
+    )
+    for c in candidates:
+        typer.echo(
+            f"{'*' if c.near_best else ' '} {c.event_model:<19} {'yes' if c.bigrams else 'no':>6} {c.alpha:6g} {c.tempering:6g} {c.min_evidence:6g} {c.max_tokens or 'all':>5} {c.dependence:>5} {c.feature_weight or 'off':>5} {c.unseen_weight:6g} {c.loss_per_message:9.4f} {c.one_minus_roca:8.3f} "
+            f"{c.hm:6.2f} {c.sm:6.2f} {c.unsure:7.2f} {c.cutoffs.ham_max:8.2f} {c.cutoffs.spam_min:8.2f}"
+        )

@@ -398,3 +398,22 @@ def test_a_split_whose_classified_part_has_one_class_says_so(index: Path) -> Non
         f"spamfilter: the messages after the first {n_ham}, the ones classified, hold {n_spam} spam and 0 ham that could be read: "
         "measuring a filter needs at least one of each (--head moves the split)"
     )
+
+
+def _reader_gone(args: list[str], cwd: Path) -> int:
+    """Run spamfilter with its stdout a pipe whose reader has left (as
+    `| true` leaves it); its exit code."""
+    proc = subprocess.Popen([sys.executable, "-m", "spamfilter", *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert proc.stdout is not None
+    proc.stdout.close()
+    return proc.wait(timeout=300)
+
+
+def test_the_files_are_written_when_the_reader_of_the_report_leaves(index: Path, tmp_path: Path) -> None:
+    # `evaluate ... --out scores.tsv | head -4` printed the report first: the
+    # closed pipe ended the command, exit 0, without the file.
+    out = tmp_path / "scores.tsv"
+    config = tmp_path / "none.toml"
+    config.write_text("")
+    assert _reader_gone(["--config", str(config), "evaluate", "--index", str(index), "--out", str(out)], tmp_path) == 0
+    assert len(read_tsv(out)) == 1 + 60

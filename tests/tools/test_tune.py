@@ -165,6 +165,20 @@ def test_tune_command_writes_the_best_settings(tmp_path: Path) -> None:
     assert result.stderr.splitlines()[-1] == f"wrote the best settings to {config}"
 
 
+def test_tune_writes_the_config_when_the_reader_of_the_table_leaves(tmp_path: Path) -> None:
+    # `tune ... --write | true`: the closed pipe ended the command while it
+    # printed the table, exit 0, the config unchanged and nothing said.
+    from tests.tools.test_evaluate import _reader_gone
+
+    index = write_index(tmp_path, trap_stream())
+    config = tmp_path / "config.toml"
+    config.write_text("[model]\nalpha = 0.001\ntempering = 0.0\n\n[tokenizer]\nbigrams = false\n")
+    args = ["--config", str(config), "tune", "--index", str(index), "--folds", "1", "--holdout", "0.2", "--model", "multinomial-binary"]
+    args += ["--alpha", "1", "--tempering", "0", "--min-evidence", "0", "--keep-tokenizer", "--write"]
+    assert _reader_gone(args, tmp_path) == 0
+    assert load_config(config).model.alpha == 1.0
+
+
 def test_update_config_file_finds_headers_with_spaces_or_comments_follows_links_and_keeps_the_mode(tmp_path: Path) -> None:
     real = tmp_path / "real.toml"
     real.write_text("[ model ]  # my settings\nalpha = 0.1\n")
@@ -182,7 +196,18 @@ def test_update_config_file_finds_headers_with_spaces_or_comments_follows_links_
     assert load_config(fresh).model.alpha == 0.5
 
 
-@pytest.mark.parametrize("layout", ["model.alpha = 0.1\n", "model = { alpha = 0.1 }\n"], ids=["dotted-keys", "inline-table"])
+@pytest.mark.parametrize(
+    "layout",
+    # The [decision] ones passed this check, as its cutoffs are not set by
+    # default: refused only after the whole run ("Cannot declare twice").
+    [
+        "model.alpha = 0.1\n",
+        "model = { alpha = 0.1 }\n",
+        "decision = { cost_unsure = 0.2 }\n[model]\nalpha = 0.1\n",
+        "decision.cost_unsure = 0.2\n[model]\nalpha = 0.1\n",
+    ],
+    ids=["dotted-keys", "inline-table", "decision-inline", "decision-dotted"],
+)
 def test_a_config_the_line_editor_cannot_change_is_refused_before_the_run(tmp_path: Path, layout: str) -> None:
     config = tmp_path / "config.toml"
     config.write_text(layout)
