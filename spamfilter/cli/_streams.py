@@ -6,10 +6,12 @@ from __future__ import annotations
 import errno
 import io
 import os
+import stat
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from pathlib import Path
+from typing import Any, TextIO
 
 import typer
 
@@ -106,3 +108,32 @@ def reader_may_leave() -> Iterator[None]:
         yield
     except BrokenPipeError:
         stdout_to_devnull()
+
+
+def write_whole(path: Path, write: Callable[[TextIO], None]) -> None:
+    """Write the text file ``path`` whole or not at all: into a new file
+    beside it, renamed over it once complete, so a failure (a full disk, a
+    file size limit) leaves no part of a page and an older file as it was.
+    A FIFO or device (not a regular file) is written as it is. The new
+    file keeps the old one's mode. Raises ``OSError``."""
+    try:
+        st = path.stat()
+    except OSError:
+        st = None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        with open(path, "w", encoding="utf-8") as fh:
+            write(fh)
+        return
+    umask = os.umask(0)
+    os.umask(umask)
+    mode = stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~umask
+    part = path.with_name(f".{path.name}.{os.getpid()}.part")
+    fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            write(fh)
+        os.chmod(part, mode)
+        os.replace(part, path)
+    except BaseException:
+        part.unlink(missing_ok=True)
+        raise

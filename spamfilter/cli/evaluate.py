@@ -7,14 +7,14 @@ import math
 from dataclasses import asdict
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, TextIO
 
 import numpy as np
 import typer
 
 from spamfilter.cli import app, exitcodes, fail, refuse_unused, state, usage_error, writable_output
 from spamfilter.cli._common import Margin, TableOrJson, index_length, jobs_or_default, one_stream, progress, report_refusals, tsv_field
-from spamfilter.cli._streams import reader_may_leave
+from spamfilter.cli._streams import reader_may_leave, write_whole
 from spamfilter.cli.reading import Jobs
 from spamfilter.config import ONLINE_TRAIN_MODE, TUNE_MARGIN, TrainMode
 from spamfilter.mail import read_index
@@ -29,12 +29,16 @@ class Protocol(str, Enum):
 
 
 def write_scores(path: Path, scored: list[Scored]) -> None:
-    """One TSV row per judged message: source, gold, score, log_odds, verdict."""
-    with open(path, "w", encoding="utf-8") as fh:
+    """One TSV row per judged message: source, gold, score, log_odds,
+    verdict; the file whole or not at all (``write_whole``)."""
+
+    def rows(fh: TextIO) -> None:
         fh.write("source\tgold\tscore\tlog_odds\tverdict\n")
         for s in scored:
             gold = Label.of(s.is_spam).decision
             fh.write(f"{tsv_field(s.source)}\t{gold}\t{s.score!r}\t{s.log_odds!r}\t{s.verdict}\n")
+
+    write_whole(path, rows)
 
 
 def render(report: EvalReport) -> list[str]:
@@ -141,7 +145,11 @@ def evaluate(
     s = state(ctx)
     if s.db_url is not None and protocol is Protocol.cv:
         usage_error(ctx, "--db: cross-validation trains a model per fold in memory; it cannot use one database")
-    unused = {Protocol.online: ("head", "folds", "seed"), Protocol.train_once: ("train_mode", "margin", "folds", "seed"), Protocol.cv: ("train_mode", "margin", "head")}
+    unused = {
+        Protocol.online: ("head", "folds", "seed"),
+        Protocol.train_once: ("train_mode", "margin", "folds", "seed"),
+        Protocol.cv: ("train_mode", "margin", "head", "jobs"),
+    }
     refuse_unused(ctx, f"with --protocol {protocol.value}", *unused[protocol])
     if train_mode is not TrainMode.tune:
         refuse_unused(ctx, f"with --train-mode {train_mode.value}", "margin")

@@ -11,12 +11,13 @@ from datetime import datetime, timezone
 from enum import Enum
 from itertools import islice
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, TextIO
 
 import typer
 
 from spamfilter.cli import app, exitcodes, fail, usage_error, writable_output
 from spamfilter.cli._common import TableOrJson, is_tty_stdin, open_filter
+from spamfilter.cli._streams import write_whole
 from spamfilter.mail import STDIN_SOURCE, read_messages
 from spamfilter.tools.insight import Explanation, Insight, WordScore
 from spamfilter.tools.report import collect, printable, read_scores, render
@@ -215,8 +216,12 @@ def report(
     with open_filter(ctx, create=False) as f:
         data = collect(f, scores=sample, now=datetime.now(timezone.utc), n=n, min_count=min_count)
     page = render(data)
+
+    def whole_page(fh: TextIO) -> None:
+        fh.write(page)
+
     try:
-        out.write_text(page, encoding="utf-8")
+        write_whole(out, whole_page)
     except OSError as exc:
         _cannot_write(out, exc)
     typer.echo(f"wrote {out}")

@@ -393,6 +393,9 @@ def run_cross_validation(
     _need_both_classes(n_spam, len(labelled) - n_spam)
     if min(n_spam, len(labelled) - n_spam) < 2:
         raise EvaluationError(f"the stream has {n_spam} spam and {len(labelled) - n_spam} ham: cross-validation needs two of each, so that every fold trains on both")
+    if folds > len(labelled):
+        # Empty folds would each train the whole stream and score nothing.
+        raise EvaluationError(f"{folds} folds of {len(labelled)} messages: at most one fold a message")
     assignment = stratified_folds([s for s, _ in labelled], folds, seed)
     results: dict[int, Scored] = {}
     unreadable: list[Refusal] = []

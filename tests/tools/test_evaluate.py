@@ -417,3 +417,17 @@ def test_the_files_are_written_when_the_reader_of_the_report_leaves(index: Path,
     config.write_text("")
     assert _reader_gone(["--config", str(config), "evaluate", "--index", str(index), "--out", str(out)], tmp_path) == 0
     assert len(read_tsv(out)) == 1 + 60
+
+
+def test_cross_validation_refuses_more_folds_than_messages(index: Path, tmp_path: Path) -> None:
+    # 100 folds of 60 messages: the 40 empty folds each trained all 60 and
+    # scored nothing (and "trained" said 5,940).
+    short = tmp_path / "index"
+    short.write_text("".join(f"{line}\n" for line in index.read_text().splitlines()[:20]).replace("msgs/", f"{index.parent}/msgs/"))
+    result = CliRunner().invoke(app, ["evaluate", "--index", str(short), "--protocol", "cv", "--folds", "21"])
+    assert result.exit_code == exitcodes.DATA_ERROR
+    assert "21 folds of 20 messages: at most one fold a message" in result.stderr
+    assert CliRunner().invoke(app, ["evaluate", "--index", str(short), "--protocol", "cv", "--folds", "20"]).exit_code == 0
+    # and trains its folds in this process, whatever --jobs said
+    jobs = CliRunner().invoke(app, ["evaluate", "--index", str(short), "--protocol", "cv", "--jobs", "2"])
+    assert jobs.exit_code == exitcodes.USAGE and "--jobs does nothing with --protocol cv" in jobs.stderr

@@ -131,6 +131,29 @@ def test_report_without_scores_says_so(sample_db: str, tmp_path: Path) -> None:
     assert page.images() == [(900, 350), (1200, 275), (1200, 900)]
 
 
+def test_a_page_that_cannot_be_written_whole_leaves_the_old_one(sample_db: str, tmp_path: Path) -> None:
+    # Written in place, a page cut short by a full disk or a file size
+    # limit was left half written, the report before it already gone.
+    import resource
+    import subprocess
+    import sys
+
+    out = tmp_path / "report.html"
+    out.write_text("the report before")
+    out.chmod(0o640)
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (50_000, 50_000))
+
+    done = subprocess.run(
+        [sys.executable, "-m", "spamfilter", "--db", sample_db, "report", "--out", str(out), "--n", "5"], preexec_fn=limit, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 74 and "cannot write" in done.stderr, done.stderr
+    assert out.read_text() == "the report before" and sorted(p.name for p in tmp_path.iterdir()) == ["report.html"]
+    assert run_report(["--db", sample_db, "report", "--out", str(out), "--n", "5"])[0] == 0
+    assert out.stat().st_size > 50_000 and oct(out.stat().st_mode & 0o777) == oct(0o640)  # whole, its mode kept
+
+
 def test_report_of_classify_jsonl_has_a_histogram_but_no_roc(sample_db: str, sample: Path, tmp_path: Path) -> None:
     verdicts = CliRunner().invoke(app, ["--db", sample_db, "classify", "--format", "jsonl", str(sample / "inbox.mbox")])
     scores = tmp_path / "verdicts.jsonl"
