@@ -541,13 +541,13 @@ def update_config_file(path: Path, changes: dict[tuple[str, str], object]) -> No
     followed (the file it names is changed), and the file keeps its mode
     (a new one is 0600). Raises ``ConfigError``."""
     path = _config_target(path)
-    text, _ = _with_changes(path, path.read_text(encoding="utf-8") if path.exists() else "", changes)
+    text, _ = _with_changes(path, _raw_text(path), changes)
     try:
         make_private_dirs(path.parent)
         mode = stat.S_IMODE(path.stat().st_mode) if path.exists() else 0o600
         tmp = path.with_name(path.name + ".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
             fh.write(text)
         os.chmod(tmp, mode)
         os.replace(tmp, path)
@@ -593,6 +593,14 @@ def check_config_writable(path: Path, keys: Sequence[tuple[str, str]]) -> None:
 _REHEARSAL: dict[tuple[str, str], object] = {("decision", "ham_cutoff"): 0.25, ("decision", "spam_cutoff"): 0.75}
 
 
+def _raw_text(path: Path) -> str:
+    """``path``'s text with its line ends as they are ("" for no file)."""
+    if not path.exists():
+        return ""
+    with open(path, encoding="utf-8", newline="") as fh:
+        return fh.read()
+
+
 def _config_target(path: Path) -> Path:
     """The file a config path names: a link's target, followed."""
     return Path(os.path.realpath(path)) if path.is_symlink() else path
@@ -618,7 +626,9 @@ def _with_changes(path: Path, text: str, changes: dict[tuple[str, str], object])
                 break
         else:
             lines.insert(end if end == len(lines) else end - (1 if not lines[end - 1].strip() else 0), rendered)
-    new = "\n".join(lines) + "\n"
+    # A file of CRLF lines keeps them (it was rewritten with LF throughout).
+    eol = "\r\n" if "\r\n" in text else "\n"
+    new = eol.join(lines) + eol
     try:
         return new, config_from_dict(tomllib.loads(new), origin=str(path))
     except tomllib.TOMLDecodeError as exc:

@@ -179,6 +179,15 @@ def test_tune_writes_the_config_when_the_reader_of_the_table_leaves(tmp_path: Pa
     assert load_config(config).model.alpha == 1.0
 
 
+def test_update_config_file_keeps_crlf_lines(tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_bytes(b"# mine\r\n[model]\r\nalpha = 0.1\r\n")
+    update_config_file(config, {("model", "alpha"): 0.5, ("decision", "ham_cutoff"): 0.2, ("decision", "spam_cutoff"): 0.9})
+    written = config.read_bytes()
+    assert written.count(b"\r\n") == written.count(b"\n") and written.startswith(b"# mine\r\n[model]\r\nalpha = 0.5\r\n")
+    assert load_config(config).decision.spam_cutoff == 0.9
+
+
 def test_update_config_file_finds_headers_with_spaces_or_comments_follows_links_and_keeps_the_mode(tmp_path: Path) -> None:
     real = tmp_path / "real.toml"
     real.write_text("[ model ]  # my settings\nalpha = 0.1\n")
