@@ -162,6 +162,13 @@ def index_length(path: str) -> int | None:
         return None
 
 
+def json_text(text: str) -> str:
+    """``text`` for a JSON string: a file name that is not UTF-8 (lone
+    surrogates, which strict JSON readers refuse) with its bytes as
+    ``\\xNN``, as ``tsv_field`` writes them."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 def tsv_field(text: str) -> str:
     """``text`` as one field of a TSV row: backslash, tab, newline and
     carriage return escaped (as in a counts file), so a file name holding

@@ -13,7 +13,7 @@ import typer
 
 from spamfilter.answers import Refusal, Verdict
 from spamfilter.cli import app
-from spamfilter.cli._common import open_filter, progress, read_indexes, report_refusals, tsv_field
+from spamfilter.cli._common import json_text, open_filter, progress, read_indexes, report_refusals, tsv_field
 from spamfilter.cli.reading import Jobs
 from spamfilter.mail import MailItem, read_messages
 
@@ -26,7 +26,7 @@ class Format(str, Enum):
 
 def _render(v: Verdict, fmt: Format) -> str:
     if fmt is Format.jsonl:
-        return json.dumps({"source": v.source, "score": v.score, "log_odds": v.log_odds, "verdict": v.verdict})
+        return json.dumps({"source": json_text(v.source), "score": v.score, "log_odds": v.log_odds, "verdict": v.verdict})
     if fmt is Format.tsv:
         return f"{tsv_field(v.source)}\t{v.score:.6g}\t{v.log_odds:.6f}\t{v.verdict}"
     # Escaped as in tsv: a newline in a file name would split the row in two.

@@ -13,7 +13,7 @@ import numpy as np
 import typer
 
 from spamfilter.cli import app, exitcodes, fail, refuse_unused, state, usage_error, writable_output
-from spamfilter.cli._common import Margin, TableOrJson, index_length, jobs_or_default, one_stream, progress, report_refusals, tsv_field
+from spamfilter.cli._common import Margin, TableOrJson, index_length, jobs_or_default, json_text, one_stream, progress, report_refusals, tsv_field
 from spamfilter.cli._streams import reader_may_leave, write_whole
 from spamfilter.cli.reading import Jobs
 from spamfilter.config import ONLINE_TRAIN_MODE, TUNE_MARGIN, TrainMode
@@ -95,7 +95,7 @@ def report_json(report: EvalReport) -> str:
             return [finite(v) for v in value]
         if isinstance(value, float) and not math.isfinite(value):
             return None
-        return value
+        return json_text(value) if isinstance(value, str) else value
 
     return json.dumps(finite(asdict(report)), allow_nan=False)
 

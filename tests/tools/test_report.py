@@ -242,6 +242,11 @@ def test_classify_tsv_of_files_named_with_tabs_and_line_breaks_reads_back(sample
     sources = sorted(row.split("\t")[0] for row in rows)
     escaped = [str(folder / n).replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n") for n in names]
     assert sources == sorted([*escaped, f"{folder}/h\\x85i.eml"])
+    # jsonl names the same file the same way: it wrote the lone surrogate
+    # "\udc85", which strict JSON readers refuse.
+    lines = runner.invoke(app, ["--db", sample_db, "classify", "--format", "jsonl", "--jobs", "1", str(folder)]).stdout.splitlines()
+    assert f"{folder}/h\\x85i.eml" in [json.loads(line)["source"] for line in lines]
+    assert all("\\udc" not in line for line in lines)
     scores = tmp_path / "s.tsv"
     scores.write_text(out.stdout, encoding="utf-8")
     assert read_scores(scores).log_odds.size == 4
