@@ -611,24 +611,28 @@ _SECTION_RE = re.compile(r"\s*\[\s*([A-Za-z0-9_-]+)\s*\]\s*(?:#.*)?")
 
 def _with_changes(path: Path, text: str, changes: dict[tuple[str, str], object]) -> tuple[str, Config]:
     """``text`` with each ``[section] key`` set, and the configuration it
-    gives (so it is validated). Raises ``ConfigError``."""
-    lines = text.splitlines()
+    gives (so it is validated). Every line keeps its own line end; a line
+    added takes the one most lines have. Raises ``ConfigError``."""
+    lines = text.splitlines(keepends=True)
+    crlf = sum(line.endswith("\r\n") for line in lines)
+    eol = "\r\n" if crlf > len(lines) - crlf else "\n"
+    if lines and lines[-1] == lines[-1].rstrip("\r\n"):
+        lines[-1] += eol
     for (section, key), value in changes.items():
         rendered = f"{key} = {_toml_value(value)}"
-        start = next((i for i, line in enumerate(lines) if (m := _SECTION_RE.fullmatch(line)) and m.group(1) == section), None)
+        start = next((i for i, line in enumerate(lines) if (m := _SECTION_RE.fullmatch(line.rstrip("\r\n"))) and m.group(1) == section), None)
         if start is None:
-            lines += ["", f"[{section}]", rendered]
+            lines += [eol, f"[{section}]{eol}", rendered + eol]
             continue
         end = next((i for i in range(start + 1, len(lines)) if lines[i].strip().startswith("[")), len(lines))
         for i in range(start + 1, end):
-            if lines[i].split("=", 1)[0].strip() == key and not lines[i].lstrip().startswith("#"):
-                lines[i] = rendered + _inline_comment(lines[i])
+            content = lines[i].rstrip("\r\n")
+            if content.split("=", 1)[0].strip() == key and not content.lstrip().startswith("#"):
+                lines[i] = rendered + _inline_comment(content) + lines[i][len(content) :]
                 break
         else:
-            lines.insert(end if end == len(lines) else end - (1 if not lines[end - 1].strip() else 0), rendered)
-    # A file of CRLF lines keeps them (it was rewritten with LF throughout).
-    eol = "\r\n" if "\r\n" in text else "\n"
-    new = eol.join(lines) + eol
+            lines.insert(end if end == len(lines) else end - (1 if not lines[end - 1].strip() else 0), rendered + eol)
+    new = "".join(lines)
     try:
         return new, config_from_dict(tomllib.loads(new), origin=str(path))
     except tomllib.TOMLDecodeError as exc:

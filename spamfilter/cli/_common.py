@@ -165,8 +165,9 @@ def index_length(path: str) -> int | None:
 def json_text(text: str) -> str:
     """``text`` for a JSON string: a file name that is not UTF-8 (lone
     surrogates, which strict JSON readers refuse) with its bytes as
-    ``\\xNN``, as ``tsv_field`` writes them."""
-    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    ``\\xNN`` and a backslash doubled, as ``tsv_field`` writes them, so
+    that two names never read the same."""
+    return text.replace("\\", "\\\\").encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def tsv_field(text: str) -> str:

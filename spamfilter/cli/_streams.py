@@ -114,13 +114,17 @@ def write_whole(path: Path, write: Callable[[TextIO], None]) -> None:
     """Write the text file ``path`` whole or not at all: into a new file
     beside it, renamed over it once complete, so a failure (a full disk, a
     file size limit) leaves no part of a page and an older file as it was.
-    A FIFO or device (not a regular file) is written as it is. The new
-    file keeps the old one's mode. Raises ``OSError``."""
+    A link is followed (the file it names is replaced, not the link), and
+    the new file keeps the old one's mode. Written as it is, as before:
+    what is not a regular file (a FIFO, a device, /dev/stdout), a file with
+    other hard links, and a file in a folder this user cannot write to.
+    Raises ``OSError``."""
+    path = Path(os.path.realpath(path))
     try:
         st = path.stat()
     except OSError:
         st = None
-    if st is not None and not stat.S_ISREG(st.st_mode):
+    if st is not None and (not stat.S_ISREG(st.st_mode) or st.st_nlink > 1 or not os.access(path.parent, os.W_OK | os.X_OK)):
         with open(path, "w", encoding="utf-8") as fh:
             write(fh)
         return

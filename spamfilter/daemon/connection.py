@@ -197,7 +197,8 @@ class Connection:
         self.got += len(data)
         if self.got > HARD_MAX_SIZE:
             raise ProtocolError(f"message over {HARD_MAX_SIZE} bytes", spamd.EX_TOOBIG)
-        if len(self.body) < self.max_size:
+        # Past the spool limit (``spool_error``) nothing more is kept.
+        if self.spool_error is None and len(self.body) < self.max_size:
             self.body += data[: self.max_size - len(self.body)]
         return False
 

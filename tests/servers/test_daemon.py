@@ -773,6 +773,25 @@ def test_a_message_without_a_length_runs_to_the_end_of_the_request_as_spamd_read
     assert daemon.proc.poll() is None
 
 
+def test_a_message_without_a_length_past_the_spool_limit_is_not_kept() -> None:
+    # Refused at the spool limit, an unframed TELL was still kept in memory
+    # up to 64 MiB a connection (the framed path kept nothing more).
+    from spamfilter.daemon.connection import Connection
+
+    ours, theirs = socket.socketpair()
+    try:
+        conn = Connection(ours, "test", time.monotonic(), 30.0, 64 << 20)
+        assert conn.feed_head(b"TELL SPAMC/1.5\r\nMessage-class: spam\r\nSet: local\r\n\r\n") == b""
+        assert conn.to_the_end
+        assert conn.feed_body(b"x" * 1000) is False and len(conn.body) == 1000
+        conn.spool_error, conn.body = "spool full", bytearray()  # as the server drops it at the limit
+        assert conn.feed_body(b"y" * 100_000) is False and len(conn.body) == 0
+        assert conn.feed_body(b"") is True and conn.size == 101_000
+    finally:
+        ours.close()
+        theirs.close()
+
+
 def test_compressed_requests_are_answered_as_the_message_itself(daemon: Daemon) -> None:
     # `Compress: zlib` (spamc -z, other spamd clients with zlib) was refused
     # with EX_PROTOCOL, and that mail went through unscanned.

@@ -152,6 +152,17 @@ def test_a_page_that_cannot_be_written_whole_leaves_the_old_one(sample_db: str, 
     assert out.read_text() == "the report before" and sorted(p.name for p in tmp_path.iterdir()) == ["report.html"]
     assert run_report(["--db", sample_db, "report", "--out", str(out), "--n", "5"])[0] == 0
     assert out.stat().st_size > 50_000 and oct(out.stat().st_mode & 0o777) == oct(0o640)  # whole, its mode kept
+    # A link is written through, not replaced by a file (a link to
+    # /proc/self/fd/1 or /dev/stdout was replaced, the page never sent);
+    # a file with other hard links is written as it is, its links kept.
+    real = tmp_path / "real.html"
+    real.write_text("old")
+    link = tmp_path / "link.html"
+    link.symlink_to(real)
+    twin = tmp_path / "twin.html"
+    os.link(real, twin)
+    assert run_report(["--db", sample_db, "report", "--out", str(link), "--n", "5"])[0] == 0
+    assert link.is_symlink() and real.stat().st_size > 50_000 and twin.read_text() == real.read_text()
 
 
 def test_report_of_classify_jsonl_has_a_histogram_but_no_roc(sample_db: str, sample: Path, tmp_path: Path) -> None:
@@ -246,6 +257,7 @@ def test_classify_tsv_of_files_named_with_tabs_and_line_breaks_reads_back(sample
     # "\udc85", which strict JSON readers refuse.
     lines = runner.invoke(app, ["--db", sample_db, "classify", "--format", "jsonl", "--jobs", "1", str(folder)]).stdout.splitlines()
     assert f"{folder}/h\\x85i.eml" in [json.loads(line)["source"] for line in lines]
+    assert f"{folder}/e\\\\f\u2028g.eml" in [json.loads(line)["source"] for line in lines]  # a backslash doubled: never read as a byte
     assert all("\\udc" not in line for line in lines)
     scores = tmp_path / "s.tsv"
     scores.write_text(out.stdout, encoding="utf-8")

@@ -186,6 +186,10 @@ def test_update_config_file_keeps_crlf_lines(tmp_path: Path) -> None:
     written = config.read_bytes()
     assert written.count(b"\r\n") == written.count(b"\n") and written.startswith(b"# mine\r\n[model]\r\nalpha = 0.5\r\n")
     assert load_config(config).decision.spam_cutoff == 0.9
+    # Mixed: each line keeps its own end (all became CRLF), a new one takes the most common.
+    config.write_bytes(b"# header comment\n[model]\nalpha = 1.0\n\n[decision]\r\ncost_unsure = 0.1\n")
+    update_config_file(config, {("model", "alpha"): 0.5, ("decision", "ham_cutoff"): 0.3, ("decision", "spam_cutoff"): 0.8})
+    assert config.read_bytes() == b"# header comment\n[model]\nalpha = 0.5\n\n[decision]\r\ncost_unsure = 0.1\nham_cutoff = 0.3\nspam_cutoff = 0.8\n"
 
 
 def test_update_config_file_finds_headers_with_spaces_or_comments_follows_links_and_keeps_the_mode(tmp_path: Path) -> None:
