@@ -13,11 +13,12 @@ from spamfilter.cli import app, exitcodes, state
 from spamfilter.cli._common import TableOrJson, index_length, jobs_or_default, one_stream, progress, report_refusals
 from spamfilter.cli._streams import reader_may_leave
 from spamfilter.cli.reading import Jobs
-from spamfilter.config import DEPENDENCES, EVENT_MODELS, check_config_writable, update_config_file
+from spamfilter.config import DEPENDENCES, EVENT_MODELS
 from spamfilter.errors import ConfigError
 from spamfilter.locations import default_config_path
 from spamfilter.mail import read_index
 from spamfilter.tools import tuning
+from spamfilter.tools.config_file import check_config_writable, update_config_file
 
 
 @app.command()

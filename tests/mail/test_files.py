@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from spamfilter.cli import app, exitcodes
-from spamfilter.config import update_config_file
+from spamfilter.tools.config_file import update_config_file
 from spamfilter.tools.maintenance import Maintenance
 
 HEADER = "# spamfilter counts v2"

@@ -15,13 +15,14 @@ from scipy.special import log_expit
 from typer.testing import CliRunner
 
 from spamfilter.cli import app
-from spamfilter.config import Config, DecisionConfig, ModelConfig, StoreConfig, TokenizerConfig, check_config_writable, load_config, update_config_file
+from spamfilter.config import Config, DecisionConfig, ModelConfig, StoreConfig, TokenizerConfig, load_config
 from spamfilter.errors import ConfigError, EvaluationError
 from spamfilter.filter import Filter
 from spamfilter.mail import MailItem
 from spamfilter.mail.sources import read_messages
 from spamfilter.nb.calibration import calibrated_in_order
 from spamfilter.nb.decision import best_cutoffs, thresholds_from_loss
+from spamfilter.tools.config_file import check_config_writable, update_config_file
 from spamfilter.tools.evaluation import roc_area
 from spamfilter.tools.maintenance import Maintenance
 from spamfilter.tools.tuning import MIN_COSTLY, Candidate, Grid, tune, written_keys, written_settings
