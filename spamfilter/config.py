@@ -11,13 +11,14 @@ from __future__ import annotations
 import ipaddress
 import math
 import os
+import re
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal, get_args
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from spamfilter.errors import ConfigError
 from spamfilter.locations import default_config_path, default_location_url, environment_db_url
@@ -306,9 +307,24 @@ def database_url(url: str | None, config: Config) -> str:
 
 def scoring_settings(config: Config) -> str:
     """What of ``config`` a verdict depends on (the tokenizer, the model,
-    the decision's costs and cutoffs), as text to compare: a daemon's
+    the decision's costs and cutoffs, which model a user without enough
+    mail of their own is scored with), as text to compare: a daemon's
     verdict stands for the filter's own only when the two are equal."""
-    return repr((config.tokenizer, config.model, config.decision))
+    s = config.store
+    return repr((config.tokenizer, config.model, config.decision, s.shared_model, s.shared_min_messages))
+
+
+_RELATIVE_SQLITE = re.compile(r"(sqlite(?:\+\w+)?:///)(?!/)([^?]*)(.*)", re.DOTALL)
+
+
+def absolute_db_url(url: str) -> str:
+    """``url`` with the path of a relative SQLite file (``sqlite:///m.db``)
+    made absolute from this process's working folder: two processes in
+    different folders name different files by it."""
+    m = _RELATIVE_SQLITE.fullmatch(url)
+    if m is None or not m.group(2):
+        return url
+    return m.group(1) + quote(str(Path(unquote(m.group(2))).absolute()), safe="/") + m.group(3)
 
 
 _MAX_CONFIG_BYTES = 1 << 20

@@ -41,6 +41,7 @@ import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from spamfilter.config import absolute_db_url
 from spamfilter.errors import ProtocolError
 from spamfilter.verdicts import Decision
 
@@ -268,8 +269,9 @@ def model_id(url: str, owner: str, settings: str = "") -> str:
     scored with ``settings`` (``config.scoring_settings``; 16 hex digits of
     a SHA-256), sent as the ``Model`` header of a verdict so that
     ``spamfilter filter`` uses a daemon it found by itself only when it
-    scores with the model and the settings the filter would use."""
-    return hashlib.sha256(f"{url}\0{owner}\0{settings}".encode()).hexdigest()[:16]
+    scores with the model and the settings the filter would use (a
+    relative SQLite path counts from the working folder: ``absolute_db_url``)."""
+    return hashlib.sha256(f"{absolute_db_url(url)}\0{owner}\0{settings}".encode()).hexdigest()[:16]
 
 
 def verdict_headers(verdict: Decision, score: float, log_odds: float, threshold: float, model: str = "") -> list[tuple[str, str]]:

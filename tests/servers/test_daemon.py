@@ -1118,3 +1118,29 @@ def test_a_reload_that_fails_in_any_way_keeps_the_old_configuration(caplog: pyte
     assert "reload failed (internal error), keeping the old configuration" in caplog.text
     reload_config([Pool()], Config, log)  # type: ignore[list-item]
     assert given == [Config()]
+
+
+def test_a_daemons_model_id_tells_apart_what_changes_its_verdicts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # `filter` takes a daemon's verdict only when the daemon names the model
+    # it would open itself. The name left out which model a user without
+    # enough mail is scored with (a fallback daemon answered for a filter
+    # that would have said "not trained"), and a relative SQLite path named
+    # every folder's file alike.
+    from dataclasses import replace
+
+    from spamfilter.config import Config, scoring_settings
+
+    config = Config()
+    fallback = replace(config, store=replace(config.store, shared_model="fallback"))
+    none = replace(config, store=replace(config.store, shared_model="none"))
+    fewer = replace(fallback, store=replace(fallback.store, shared_min_messages=fallback.store.shared_min_messages + 1))
+    ids = {spamd.model_id("sqlite:////x.db", "alice", scoring_settings(c)) for c in (fallback, none, fewer)}
+    assert len(ids) == 3
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    in_a = spamd.model_id("sqlite:///m.db", "", "s")
+    assert in_a == spamd.model_id(f"sqlite:///{tmp_path}/a/m.db", "", "s")
+    monkeypatch.chdir(tmp_path / "b")
+    assert spamd.model_id("sqlite:///m.db", "", "s") != in_a
+    assert spamd.model_id("sqlite://", "", "s") == spamd.model_id("sqlite://", "", "s")  # in memory: no path
