@@ -330,3 +330,20 @@ def test_a_message_that_starts_with_a_from_line_is_learned_as_one(sieve: Sieve, 
     sieve.move_into_junk(user, message)
     model.expect(SPAM, message)  # one message, as the expected model learns it
     model.wait_as_expected()
+
+
+def test_per_user_mode_without_a_user_learns_nothing(tmp_path: Path) -> None:
+    # The sieve scripts pass imap.user; without one, PER_USER=yes taught the
+    # model every user shares, without a word.
+    shutil.copy(CONTRIB / "spamfilter-learn", tmp_path / "spamfilter-learn")
+    marker = tmp_path / "ran"
+    fake = tmp_path / "fake-spamfilter"
+    fake.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    fake.chmod(0o755)
+    (tmp_path / "spamfilter-learn.conf").write_text(f"SPAMFILTER={fake}\nPER_USER=yes\n")
+    for args in (["spam", ""], ["spam"]):
+        done = subprocess.run(["sh", str(tmp_path / "spamfilter-learn"), *args], input=b"Subject: x\n\nbody\n", capture_output=True, timeout=60)
+        assert done.returncode == 64 and b"PER_USER=yes but no user given" in done.stderr
+    assert not marker.exists()
+    done = subprocess.run(["sh", str(tmp_path / "spamfilter-learn"), "spam", "alice"], input=b"Subject: x\n\nbody\n", capture_output=True, timeout=60)
+    assert done.returncode == 0 and marker.exists()  # with a user it runs
