@@ -106,21 +106,23 @@ class ImapRun:
         validity = session.select(folder, readonly=self.dry_run)
         known = self.state.handled(folder, validity)
         uids = session.uids()
+        # Moves out of here a broken run left (a dry run finishes none).
+        pending = [] if self.dry_run else self.state.pending(folder)
         # The originals of a COPY-and-\\Deleted move broken off before its
         # expunge are still here to finish, \\Deleted as they are.
-        present = set(session.uids(deleted=True) if self.state.pending(folder) and not self.dry_run else uids)
+        present = set(session.uids(deleted=True) if pending else uids)
         if known is None:
             # Renumbered (or new): no UID recorded here means anything, so
             # the messages a broken run was moving out are found by digest;
             # the new UIDVALIDITY is recorded only once their moves are
             # finished, so a pass broken off meanwhile looks for them again.
-            handled = self._pending_here(session, folder, sorted(present))
-            self._finish_pending(session, folder, handled)
+            handled = self._pending_here(session, pending, sorted(present))
+            self._finish_pending(session, folder, pending, handled)
             self.state.renumbered(folder, validity)
         else:
             self.state.forget_uids(folder, [u for u in known if u not in present])
             handled = {u: d for u, d in known.items() if u in present}
-            self._finish_pending(session, folder, handled)
+            self._finish_pending(session, folder, pending, handled)
         new = [u for u in uids if u not in handled]
         self._event("scanned", folder, 0, str(len(new)))
         for chunk in session.fetch(new, chunk_size=self.account.chunk_size, chunk_bytes=self.account.chunk_bytes):
@@ -129,25 +131,21 @@ class ImapRun:
             self._event("fetched", folder, 0, str(len(chunk)))
             yield chunk, digests
 
-    def _pending_here(self, session: ImapSession, folder: str, uids: Sequence[int]) -> dict[int, str]:
-        """UID -> digest of the messages of a renumbered ``folder`` that a
-        broken run was moving out (their pending records name this folder):
+    def _pending_here(self, session: ImapSession, pending: Sequence[ImapRecord], uids: Sequence[int]) -> dict[int, str]:
+        """UID -> digest of the messages among ``uids`` of a renumbered
+        folder that a broken run was moving out (``pending``, their records):
         read from the server, since the UIDs recorded for them are void.
         Without such records (nearly always) nothing is read."""
-        if self.dry_run:
+        digests = {r.digest for r in pending}
+        if not digests:
             return {}
-        pending = {r.digest for r in self.state.pending(folder)}
-        if not pending:
-            return {}
-        return {m.uid: d for chunk in self._fetch(session, uids) for m in chunk if (d := digest_bytes(m.raw)) in pending}
+        return {m.uid: d for chunk in self._fetch(session, uids) for m in chunk if (d := digest_bytes(m.raw)) in digests}
 
-    def _finish_pending(self, session: ImapSession, folder: str, handled: dict[int, str]) -> None:
-        """Moves out of ``folder`` recorded as started but not as done (the run
-        doing them was killed or lost its connection): the messages still
-        here are moved now; for the others the move is closed."""
-        if self.dry_run:
-            return
-        pending = self.state.pending(folder)
+    def _finish_pending(self, session: ImapSession, folder: str, pending: Sequence[ImapRecord], handled: dict[int, str]) -> None:
+        """Moves out of ``folder`` recorded as started but not as done
+        (``pending``: the run doing them was killed or lost its connection):
+        the messages still here are moved now; for the others the move is
+        closed."""
         if not pending:
             return
         here: dict[str, list[int]] = {}
