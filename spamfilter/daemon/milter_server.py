@@ -405,8 +405,7 @@ class MilterServer:
         assert agreed is not None
         owner = self.pool.owner(user)
         if message.oversize:
-            unscanned = milter.edits(message, [], agreed) + [milter.packet(milter.CONTINUE)]
-            return _Answer(unscanned, "accept", owner, "unscanned", why=f"not scanned: over --max-size {self.options.max_size} bytes")
+            return _unscanned(message, agreed, owner, f"over --max-size {self.options.max_size} bytes")
         # The wait for a scoring thread counts against the wait for the
         # model: a message queued behind others waiting for a locked
         # database is answered within the same bound, not after all of them.
@@ -423,15 +422,13 @@ class MilterServer:
             # Not a failure to try again later: mail for a user without a
             # model (postmaster, an alias) passes unscanned, as the start-up
             # line says, whatever --on-error says.
-            unscanned = milter.edits(message, [], agreed) + [milter.packet(milter.CONTINUE)]
-            return _Answer(unscanned, "accept", owner, "unscanned", why="not scanned: " + self.pool.unscored(owner, exc))
+            return _unscanned(message, agreed, owner, self.pool.unscored(owner, exc))
         except SpamfilterError as exc:
             return self._on_error(owner, "not scanned: " + self.pool.unscored(owner, exc), session, message)
         finally:
             self._work.release()
         if isinstance(result, Refusal):
-            unscanned = milter.edits(message, [], agreed) + [milter.packet(milter.CONTINUE)]
-            return _Answer(unscanned, "accept", owner, "unscanned", why=f"not scanned: {result.reason}")
+            return _unscanned(message, agreed, owner, result.reason)
         return self._verdict_answer(message, agreed, owner, result, event_model)
 
     def _verdict_answer(self, message: milter.Message, agreed: milter.Negotiated, owner: str, v: Verdict, event_model: str) -> _Answer:
@@ -460,6 +457,12 @@ class MilterServer:
             logger.exception("internal error while deleting the verdict fields")
             deletions = []
         return _Answer([*deletions, milter.packet(milter.CONTINUE)], "accept", owner, "error", why=why)
+
+
+def _unscanned(message: milter.Message, agreed: milter.Negotiated, owner: str, why: str) -> _Answer:
+    """Accept ``message`` without scanning it (``why`` not): the verdict
+    fields it came with deleted, none added."""
+    return _Answer([*milter.edits(message, [], agreed), milter.packet(milter.CONTINUE)], "accept", owner, "unscanned", why=f"not scanned: {why}")
 
 
 def _shut(sock: socket.socket, how: int) -> None:
