@@ -167,7 +167,7 @@ def json_text(text: str) -> str:
     surrogates, which strict JSON readers refuse) with its bytes as
     ``\\xNN`` and a backslash doubled, as ``tsv_field`` writes them, so
     that two names never read the same."""
-    return text.replace("\\", "\\\\").encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return _bytes_as_hex(text.replace("\\", "\\\\"))
 
 
 def tsv_field(text: str) -> str:
@@ -175,5 +175,9 @@ def tsv_field(text: str) -> str:
     carriage return escaped (as in a counts file), so a file name holding
     them cannot break the row or the file into more, and the bytes of a
     name that is not UTF-8 as ``\\xNN``."""
-    # A file name that is not UTF-8 comes as lone surrogates: its bytes, as \xNN.
-    return escape_field(text).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return _bytes_as_hex(escape_field(text))
+
+
+def _bytes_as_hex(text: str) -> str:
+    """A file name that is not UTF-8 comes as lone surrogates: its bytes, as \\xNN."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")

@@ -128,15 +128,14 @@ def write_whole(path: Path, write: Callable[[TextIO], None]) -> None:
         with open(path, "w", encoding="utf-8") as fh:
             write(fh)
         return
-    umask = os.umask(0)
-    os.umask(umask)
-    mode = stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~umask
     part = path.with_name(f".{path.name}.{os.getpid()}.part")
-    fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    # A new file: 0666 less the umask, as open() makes one.
+    fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             write(fh)
-        os.chmod(part, mode)
+        if st is not None:
+            os.chmod(part, stat.S_IMODE(st.st_mode))
         os.replace(part, path)
     except BaseException:
         part.unlink(missing_ok=True)
