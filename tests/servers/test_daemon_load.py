@@ -17,7 +17,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -99,63 +101,68 @@ def test_idle_connections_beyond_the_limit_hold_up_no_client(tmp_path: Path, cor
     assert "internal error" not in d.log()
 
 
-def test_clients_trickling_bytes_beyond_the_limit_hold_up_no_client(tmp_path: Path, corpus: Corpus) -> None:
-    url, config = _fresh(tmp_path, corpus)
-    # A byte every 0.3 s: never quiet for a second. Before, with every slot
-    # taken by such clients, the next one waited for their --timeout.
-    d = Daemon(tmp_path / "log", url, config, "--listen", "127.0.0.1:0", "--timeout", "20", "--max-connections", "4", "--processes", "1")
-    stop = threading.Event()
-    trickling = [spamd.connect(d.address, HANG) for _ in range(4)]
-
-    def trickle() -> None:
-        while not stop.wait(0.3):
-            for s in trickling:
-                try:
-                    s.send(b"X")
-                except OSError:
-                    pass  # closed to make room
-
-    sender = threading.Thread(target=trickle)
-    sender.start()
+@contextmanager
+def _room_for_four(tmp_path: Path, corpus: Corpus) -> Iterator[tuple[Daemon, tuple[str, Path], list[socket.socket]]]:
+    """A daemon that holds at most four connections (20 s to send a
+    request), its model, and a list of client sockets, all closed, and the
+    daemon stopped (exit 0), on the way out."""
+    model = _fresh(tmp_path, corpus)
+    d = Daemon(tmp_path / "log", *model, "--listen", "127.0.0.1:0", "--timeout", "20", "--max-connections", "4", "--processes", "1")
+    opened: list[socket.socket] = []
     try:
-        time.sleep(1.5)  # every one connected over a second, none quiet for one
-        expected = _check_line(_classify((url, config), [MailItem("-", MESSAGE)])[0], _threshold((url, config)))
-        assert d.spamc("-c", message=MESSAGE).stdout.decode() == expected
-        assert "to make room for another client" in d.log()
-        assert "request not complete" not in d.log()  # no one timed out to free a slot
+        yield d, model, opened
     finally:
-        stop.set()
-        sender.join(HANG)
-        for s in trickling:
+        for s in opened:
             s.close()
         assert d.stop() == 0
+
+
+def test_clients_trickling_bytes_beyond_the_limit_hold_up_no_client(tmp_path: Path, corpus: Corpus) -> None:
+    # A byte every 0.3 s: never quiet for a second. Before, with every slot
+    # taken by such clients, the next one waited for their --timeout.
+    with _room_for_four(tmp_path, corpus) as (d, model, trickling):
+        trickling += [spamd.connect(d.address, HANG) for _ in range(4)]
+        stop = threading.Event()
+
+        def trickle() -> None:
+            while not stop.wait(0.3):
+                for s in trickling:
+                    try:
+                        s.send(b"X")
+                    except OSError:
+                        pass  # closed to make room
+
+        sender = threading.Thread(target=trickle)
+        sender.start()
+        try:
+            time.sleep(1.5)  # every one connected over a second, none quiet for one
+            expected = _check_line(_classify(model, [MailItem("-", MESSAGE)])[0], _threshold(model))
+            assert d.spamc("-c", message=MESSAGE).stdout.decode() == expected
+            assert "to make room for another client" in d.log()
+            assert "request not complete" not in d.log()  # no one timed out to free a slot
+        finally:
+            stop.set()
+            sender.join(HANG)
     assert "internal error" not in d.log()
 
 
 def test_a_client_busy_sending_is_not_closed_to_make_room(tmp_path: Path, corpus: Corpus) -> None:
     # Closing the slowest sender to make room for trickling clients (above)
     # closed one uploading at 640 KB/s when a burst of new connections came.
-    url, config = _fresh(tmp_path, corpus)
-    d = Daemon(tmp_path / "log", url, config, "--listen", "127.0.0.1:0", "--timeout", "20", "--max-connections", "4", "--processes", "1")
     message = b"Subject: long\r\n\r\n" + b"word " * 400_000
-    sender = spamd.connect(d.address, HANG)
-    silent: list[socket.socket] = []
-    try:
+    with _room_for_four(tmp_path, corpus) as (d, _, opened):
+        sender = spamd.connect(d.address, HANG)
+        opened.append(sender)
         sender.sendall(b"CHECK SPAMC/1.5\r\nContent-length: %d\r\n\r\n" % len(message))
         started = time.monotonic()
         for n, at in enumerate(range(0, len(message), 25_000)):
             sender.sendall(message[at : at + 25_000])  # about 500 KB a second
             time.sleep(0.05)
             if n == 30:  # 1.5 s in: a burst of connections that send nothing
-                silent = [spamd.connect(d.address, HANG) for _ in range(6)]
+                opened += [spamd.connect(d.address, HANG) for _ in range(6)]
         assert time.monotonic() - started > 1.5  # the burst came while it was sending
         sender.shutdown(socket.SHUT_WR)
         assert _read_all(sender).startswith(b"SPAMD/1.5 98 EX_TOOBIG message over 512000 bytes")  # answered, not reset
-    finally:
-        sender.close()
-        for s in silent:
-            s.close()
-        assert d.stop() == 0
     assert "closed after" in d.log()  # the silent ones made room, in turn
 
 
