@@ -25,9 +25,10 @@ unsure message is ``False``: spamd has no third verdict. The numbers are
 natural-log odds, not SpamAssassin points: with the default costs the
 threshold is log(10 / 0.2 - 1) = 3.89, a message at P(spam) = 0.999 scores
 6.9. Besides ``Spam`` every verdict reply carries ``Verdict`` (spam, ham or
-unsure), ``Probability`` (the calibrated P(spam)) and ``Log-odds`` (the
-model's own, for ranking) headers, which spamc ignores and ``spamfilter
-filter --connect`` reads.
+unsure), ``Probability`` (the calibrated P(spam)), ``Log-odds`` (the
+model's own, for ranking), ``Model`` (``model_id``) and ``Event-model``
+(the event model it scored with) headers, which spamc ignores and
+``spamfilter filter --connect`` reads.
 """
 
 from __future__ import annotations
@@ -274,17 +275,22 @@ def model_id(url: str, owner: str, settings: str = "") -> str:
     return hashlib.sha256(f"{absolute_db_url(url)}\0{owner}\0{settings}".encode()).hexdigest()[:16]
 
 
-def verdict_headers(verdict: Decision, score: float, log_odds: float, threshold: float, model: str = "") -> list[tuple[str, str]]:
+def verdict_headers(verdict: Decision, score: float, log_odds: float, threshold: float, model: str = "", event_model: str = "") -> list[tuple[str, str]]:
     """The ``Spam`` line (see the module docstring for the mapping) and the
-    ``Verdict``, ``Probability``, ``Log-odds`` and (given) ``Model`` headers."""
+    ``Verdict``, ``Probability``, ``Log-odds`` and (given) ``Model`` and
+    ``Event-model`` headers."""
     is_spam = "True" if verdict is Decision.SPAM else "False"
     p = min(max(score, 1e-300), 1.0 - 1e-16)
-    return [
-        ("Spam", f"{is_spam} ; {_number(math.log(p / (1.0 - p)))} / {_number(threshold)}"),
-        ("Verdict", verdict),
-        ("Probability", f"{score:.6f}"),
-        ("Log-odds", f"{log_odds:+.4f}"),
-    ] + ([("Model", model)] if model else [])
+    return (
+        [
+            ("Spam", f"{is_spam} ; {_number(math.log(p / (1.0 - p)))} / {_number(threshold)}"),
+            ("Verdict", verdict),
+            ("Probability", f"{score:.6f}"),
+            ("Log-odds", f"{log_odds:+.4f}"),
+        ]
+        + ([("Model", model)] if model else [])
+        + ([("Event-model", event_model)] if event_model else [])
+    )
 
 
 def before(version: str, major: int, minor: int) -> bool:
@@ -472,6 +478,9 @@ class RemoteVerdict:
     log_odds: float
     #: The ``Model`` header (``model_id``), "" when the server sent none.
     model: str = ""
+    #: The ``Event-model`` header (the server's ``[model] event_model``),
+    #: "" when the server sent none (spamd does not).
+    event_model: str = ""
 
 
 def classify_remote(address: Address, message: bytes, *, user: str | None, timeout: float = 30.0) -> RemoteVerdict:
@@ -489,7 +498,7 @@ def classify_remote(address: Address, message: bytes, *, user: str | None, timeo
         raise ProtocolError("the server's verdict has no probability or log-odds") from None
     if not (0.0 <= score <= 1.0 and math.isfinite(log_odds)):
         raise ProtocolError("the server's verdict is out of range")
-    return RemoteVerdict(Decision(verdict), score, log_odds, reply.headers.get("model", ""))
+    return RemoteVerdict(Decision(verdict), score, log_odds, reply.headers.get("model", ""), reply.headers.get("event-model", ""))
 
 
 def tell_remote(address: Address, message: bytes, *, is_spam: bool, user: str | None, timeout: float = 30.0) -> bool:

@@ -63,7 +63,8 @@ def filter_(
         if verdict_only:
             message.write([f"{remote.verdict} {remote.score:.6f} {remote.log_odds:+.4f}\n".encode()])
         else:
-            fields = filter_fields(remote.verdict, remote.score, remote.log_odds, state(ctx).config.model.event_model)
+            # The event model the server scored with, not this config's.
+            fields = filter_fields(remote.verdict, remote.score, remote.log_odds, remote.event_model or "unknown")
             message.write(filtered_pieces(raw, fields))
         raise typer.Exit(exitcodes.OK if always_zero else _VERDICT_EXIT[remote.verdict])
     # On every failure below (and before this command ran) `_Group.main`

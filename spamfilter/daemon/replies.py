@@ -94,7 +94,12 @@ def _scored(request: spamd.Request, raw: bytes, item: MailItem, f: Filter, owner
             raise MailParseError(result.reason)
         verdict = result
     headers = spamd.verdict_headers(
-        verdict.verdict, verdict.score, verdict.log_odds, f.thresholds.spam_min, spamd.model_id(f.store.url, f.store.owner, scoring_settings(f.config))
+        verdict.verdict,
+        verdict.score,
+        verdict.log_odds,
+        f.thresholds.spam_min,
+        spamd.model_id(f.store.url, f.store.owner, scoring_settings(f.config)),
+        f.config.model.event_model,
     )
     old_client = spamd.before_1_3(request.version)
     if old_client:

@@ -1006,6 +1006,11 @@ def test_filter_connect_asks_the_daemon_and_falls_back_in_process(
     assert daemon.logged("CHECK user=", before + 1) == before + 1
     verdict = _filter(trained, message, "--verdict-only", "--connect", str(daemon.address))
     assert verdict.stdout == _filter(trained, message, "--verdict-only").stdout
+    # A client whose own config names another event model writes the one
+    # the daemon scored with.
+    other = _write_config(daemon.log_path.parent / "bernoulli.toml", '[store]\nshared_model = "fallback"\n[model]\nevent_model = "bernoulli"\n')
+    theirs = _filter((trained[0], other), message, "--connect", str(daemon.address))
+    assert theirs.stdout == local.stdout and b"model=multinomial-binary" in theirs.stdout
     # Nobody listening: filtered in-process, the same bytes and exit code.
     with socket.socket() as free:
         free.bind(("127.0.0.1", 0))
