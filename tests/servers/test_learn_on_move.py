@@ -347,3 +347,21 @@ def test_per_user_mode_without_a_user_learns_nothing(tmp_path: Path) -> None:
     assert not marker.exists()
     done = subprocess.run(["sh", str(tmp_path / "spamfilter-learn"), "spam", "alice"], input=b"Subject: x\n\nbody\n", capture_output=True, timeout=60)
     assert done.returncode == 0 and marker.exists()  # with a user it runs
+
+
+def test_a_timeout_that_is_not_whole_seconds_is_a_setting_error(tmp_path: Path) -> None:
+    # "20s" made the shell's arithmetic fail with its own message (exit 2),
+    # and 0 would let timeout(1) wait for ever.
+    shutil.copy(CONTRIB / "spamfilter-learn", tmp_path / "spamfilter-learn")
+    marker = tmp_path / "ran"
+    fake = tmp_path / "fake-spamfilter"
+    fake.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    fake.chmod(0o755)
+    for timeout in ("20s", "", "0", "08", "-5", "1.5", "abc"):
+        (tmp_path / "spamfilter-learn.conf").write_text(f"SPAMFILTER={fake}\nTIMEOUT={timeout}\n")
+        done = subprocess.run(["sh", str(tmp_path / "spamfilter-learn"), "spam"], input=b"Subject: x\n\nbody\n", capture_output=True, timeout=60)
+        assert done.returncode == 78 and b"not a whole number of seconds" in done.stderr, timeout
+    assert not marker.exists()
+    (tmp_path / "spamfilter-learn.conf").write_text(f"SPAMFILTER={fake}\nTIMEOUT=7\n")
+    done = subprocess.run(["sh", str(tmp_path / "spamfilter-learn"), "spam"], input=b"Subject: x\n\nbody\n", capture_output=True, timeout=60)
+    assert done.returncode == 0 and marker.exists()
