@@ -332,36 +332,42 @@ def test_a_message_that_starts_with_a_from_line_is_learned_as_one(sieve: Sieve, 
     model.wait_as_expected()
 
 
+class _Learner:
+    """contrib's spamfilter-learn in a folder of its own, calling a fake
+    spamfilter that leaves a mark when it runs."""
+
+    def __init__(self, folder: Path) -> None:
+        self.script = folder / "spamfilter-learn"
+        shutil.copy(CONTRIB / "spamfilter-learn", self.script)
+        self.marker = folder / "ran"
+        self.fake = folder / "fake-spamfilter"
+        self.fake.write_text(f"#!/bin/sh\ntouch {self.marker}\n")
+        self.fake.chmod(0o755)
+
+    def run(self, settings: str, *args: str) -> subprocess.CompletedProcess[bytes]:
+        (self.script.parent / "spamfilter-learn.conf").write_text(f"SPAMFILTER={self.fake}\n{settings}")
+        return subprocess.run(["sh", str(self.script), *args], input=b"Subject: x\n\nbody\n", capture_output=True, timeout=60)
+
+
 def test_per_user_mode_without_a_user_learns_nothing(tmp_path: Path) -> None:
     # The sieve scripts pass imap.user; without one, PER_USER=yes taught the
     # model every user shares, without a word.
-    shutil.copy(CONTRIB / "spamfilter-learn", tmp_path / "spamfilter-learn")
-    marker = tmp_path / "ran"
-    fake = tmp_path / "fake-spamfilter"
-    fake.write_text(f"#!/bin/sh\ntouch {marker}\n")
-    fake.chmod(0o755)
-    (tmp_path / "spamfilter-learn.conf").write_text(f"SPAMFILTER={fake}\nPER_USER=yes\n")
+    learner = _Learner(tmp_path)
     for args in (["spam", ""], ["spam"]):
-        done = subprocess.run(["sh", str(tmp_path / "spamfilter-learn"), *args], input=b"Subject: x\n\nbody\n", capture_output=True, timeout=60)
+        done = learner.run("PER_USER=yes\n", *args)
         assert done.returncode == 64 and b"PER_USER=yes but no user given" in done.stderr
-    assert not marker.exists()
-    done = subprocess.run(["sh", str(tmp_path / "spamfilter-learn"), "spam", "alice"], input=b"Subject: x\n\nbody\n", capture_output=True, timeout=60)
-    assert done.returncode == 0 and marker.exists()  # with a user it runs
+    assert not learner.marker.exists()
+    done = learner.run("PER_USER=yes\n", "spam", "alice")
+    assert done.returncode == 0 and learner.marker.exists()  # with a user it runs
 
 
 def test_a_timeout_that_is_not_whole_seconds_is_a_setting_error(tmp_path: Path) -> None:
     # "20s" made the shell's arithmetic fail with its own message (exit 2),
     # and 0 would let timeout(1) wait for ever.
-    shutil.copy(CONTRIB / "spamfilter-learn", tmp_path / "spamfilter-learn")
-    marker = tmp_path / "ran"
-    fake = tmp_path / "fake-spamfilter"
-    fake.write_text(f"#!/bin/sh\ntouch {marker}\n")
-    fake.chmod(0o755)
+    learner = _Learner(tmp_path)
     for timeout in ("20s", "", "0", "08", "-5", "1.5", "abc"):
-        (tmp_path / "spamfilter-learn.conf").write_text(f"SPAMFILTER={fake}\nTIMEOUT={timeout}\n")
-        done = subprocess.run(["sh", str(tmp_path / "spamfilter-learn"), "spam"], input=b"Subject: x\n\nbody\n", capture_output=True, timeout=60)
+        done = learner.run(f"TIMEOUT={timeout}\n", "spam")
         assert done.returncode == 78 and b"not a whole number of seconds" in done.stderr, timeout
-    assert not marker.exists()
-    (tmp_path / "spamfilter-learn.conf").write_text(f"SPAMFILTER={fake}\nTIMEOUT=7\n")
-    done = subprocess.run(["sh", str(tmp_path / "spamfilter-learn"), "spam"], input=b"Subject: x\n\nbody\n", capture_output=True, timeout=60)
-    assert done.returncode == 0 and marker.exists()
+    assert not learner.marker.exists()
+    done = learner.run("TIMEOUT=7\n", "spam")
+    assert done.returncode == 0 and learner.marker.exists()
