@@ -51,10 +51,11 @@ def learn(training: Training, read: Iterable[tuple[Label, Analysed | Refusal]], 
                 # neither the record nor the counts, so training the same
                 # mail twice changes nothing.
                 known = tx.trained_labels([analysed.digest]).get(analysed.digest)
+                entries: dict[str, tuple[int, float]] = {}
                 try:
                     verdict = scoring.verdicts([analysed], tx)[0]
                     if known is None:
-                        scoring.record(tx, [label], [verdict.log_odds])
+                        entries = dict(zip([analysed.digest], scoring.record(tx, [label], [verdict.log_odds])))
                     own = scoring.own_decision(verdict.log_odds)
                 except NotTrainedError:
                     verdict = Verdict(analysed.source, analysed.digest, 0.5, 0.0, Decision.UNSURE)
@@ -63,7 +64,7 @@ def learn(training: Training, read: Iterable[tuple[Label, Analysed | Refusal]], 
                 if known is not None:
                     return verdict, False, TrainSummary(unchanged=1) if known == label else TrainSummary(conflicts=1), classified
                 train = wants_training(train_mode, label, own, verdict.log_odds, thresholds.ham_max, thresholds.spam_min, margin)
-                summary = training.train_batch(tx, [(label, analysed)], relabel=False, record=False) if train else TrainSummary()
+                summary = training.train_batch(tx, [(label, analysed)], relabel=False, record=False, records=entries) if train else TrainSummary()
                 return verdict, train, summary, classified
 
         verdict, train, summary, classified = retrying(step, training.write_deadline)

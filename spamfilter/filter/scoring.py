@@ -26,7 +26,7 @@ from spamfilter.counts import FeatureStats, Totals
 from spamfilter.filter import dependence
 from spamfilter.filter.cache import CacheKey, CountCache, ModelView
 from spamfilter.nb import decision, model
-from spamfilter.nb.calibration import MAP_BINS, CalibrationMap, recorded
+from spamfilter.nb.calibration import MAP_BINS, CalibrationMap, entry_weights, moved_entries, recorded, score_bins
 from spamfilter.nb.gaussian import GaussianParams, gaussian_estimate
 from spamfilter.nb.scorer import Evidence, LogOddsParts, Scorer
 from spamfilter.store import Store, StoreTransaction
@@ -227,11 +227,22 @@ class Scoring:
         t = self.thresholds
         return history.raw_bound(t.ham_max), history.raw_bound(t.spam_min)
 
-    def record(self, tx: StoreTransaction, labels: Sequence[Label], log_odds: Sequence[float], grown: float = 1.0) -> None:
+    def record(self, tx: StoreTransaction, labels: Sequence[Label], log_odds: Sequence[float], grown: float = 1.0) -> list[tuple[int, float]]:
         """Add messages scored before they were learned to the owner's
         calibration history (``calibration.recorded``; ``grown``, n / N, when
-        learning them grows the model from n to N messages)."""
+        learning them grows the model from n to N messages); each message's
+        entry (bin, log weight less the record clock), for its ledger row."""
         self._calibration = None
-        if labels:
-            decay, added = recorded(np.asarray(log_odds, dtype=np.float64), np.asarray([label == Label.SPAM for label in labels]), grown=grown)
-            tx.record_calibration(decay, added)
+        if not labels:
+            return []
+        odds = np.asarray(log_odds, dtype=np.float64)
+        decay, added = recorded(odds, np.asarray([label == Label.SPAM for label in labels]), grown=grown)
+        clock = tx.record_calibration(decay, added)
+        return list(zip(score_bins(odds).tolist(), (np.log(entry_weights(odds.size, grown=grown)) - clock).tolist()))
+
+    def move_recorded(self, tx: StoreTransaction, entries: Sequence[tuple[int, int, float, int | None]]) -> None:
+        """Move recorded entries to their message's new class, or take them
+        out (``calibration.moved_entries``): ``mark`` and ``forget``."""
+        if entries:
+            self._calibration = None
+            tx.record_calibration(1.0, moved_entries(tx.calibration_history(MAP_BINS), tx.record_clock(), entries))

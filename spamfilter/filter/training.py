@@ -16,7 +16,7 @@ its batch, and that score goes into the calibration record
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from itertools import islice
 from typing import TypeVar
@@ -75,9 +75,13 @@ class Training:
             total = total + retrying(step, self.write_deadline) + TrainSummary(refused=refused)
         return total
 
-    def train_batch(self, tx: StoreTransaction, batch: Sequence[tuple[Label, Analysed]], relabel: bool, record: bool = True) -> TrainSummary:
+    def train_batch(
+        self, tx: StoreTransaction, batch: Sequence[tuple[Label, Analysed]], relabel: bool, record: bool = True, records: Mapping[str, tuple[int, float]] | None = None
+    ) -> TrainSummary:
         """Train one batch in ``tx`` (a ``write_transaction``); with
-        ``relabel``, a message trained with the other label moves."""
+        ``relabel``, a message trained with the other label moves, and its
+        calibration record entry with it. ``records``: the entries of
+        messages the caller recorded itself (digest -> ``Scoring.record``'s)."""
         known = tx.trained_labels([a.digest for _, a in batch])
         add: dict[str, tuple[Label, Analysed]] = {}
         unchanged = conflicts = 0
@@ -99,21 +103,27 @@ class Training:
         # Read off the write's own counts when the model is the owner's naive
         # Bayes alone (no read, no cache kept), else scored before the write.
         from_write = bool(new) and self._records_from_write(tx.owner)
+        entries = dict(records or {})
         if new and not from_write:
-            self._record_before_learning(tx, new)
+            entries.update(self._record_before_learning(tx, new))
         totals = tx.totals() if from_write else None
         # A relabelled message is untrained with exactly the counts (and
         # features) recorded when it was trained, then trained afresh with
-        # its new label.
+        # its new label; its record entry moves to the new label.
         delta = CountDelta()
+        moved = []
         for old in tx.take_messages(moving):
             delta.add(old.label, old.token_counts, -1, old.features)
+            if old.record is not None:
+                entries[old.digest] = old.record
+                moved.append((old.label, *old.record, int(add[old.digest][0])))
         for label, a in add.values():
             delta.add(label, a.counts, +1, a.features)
         written = self.apply(tx, delta)
         if totals is not None and written is not None and totals.messages.all():
-            self._record_from_write(tx, new, written, delta, totals)
-        tx.record_messages([(d, label, a.counts, a.features, a.entry) for d, (label, a) in add.items()])
+            entries.update(self._record_from_write(tx, new, written, delta, totals))
+        self.scoring.move_recorded(tx, moved)
+        tx.record_messages([(d, label, a.counts, a.features, a.entry) for d, (label, a) in add.items()], records=entries)
         # With the batch in the ledger: a new choice of parents counts it.
         dependence.reselect_if_due(tx, self.config.model)
         new_labels = [label for d, (label, _) in add.items() if d not in moving]
@@ -121,7 +131,7 @@ class Training:
             trained_ham=new_labels.count(model.HAM), trained_spam=new_labels.count(model.SPAM), unchanged=unchanged, relabelled=len(moving), conflicts=conflicts
         )
 
-    def _record_before_learning(self, tx: StoreTransaction, new: Sequence[tuple[Label, Analysed]]) -> None:
+    def _record_before_learning(self, tx: StoreTransaction, new: Sequence[tuple[Label, Analysed]]) -> dict[str, tuple[int, float]]:
         """Score the messages ``train`` is about to learn with the model as
         it is, and record those scores in the calibration history: mail the
         model has not seen yet, labelled. ``mark`` records nothing: the
@@ -129,12 +139,13 @@ class Training:
         history of them would make every score look wrong."""
         view = self.scoring.cached_model(tx)
         if not view.totals.messages.all():
-            return  # no model yet to score with
+            return {}  # no model yet to score with
         verdicts = self.scoring.verdicts([a for _, a in new], tx)
         # The model that scored grows by the batch only when it holds the
         # owner's counts (not the shared model a new user falls back on).
         grown = growth(int(view.totals.messages.sum()), len(new)) if tx.owner in view.owners else 1.0
-        self.scoring.record(tx, [label for label, _ in new], [v.log_odds for v in verdicts], grown)
+        entries = self.scoring.record(tx, [label for label, _ in new], [v.log_odds for v in verdicts], grown)
+        return {a.digest: entry for (_, a), entry in zip(new, entries)}
 
     def _records_from_write(self, owner: str) -> bool:
         """Whether ``_record_from_write`` can score a batch: naive Bayes
@@ -142,7 +153,9 @@ class Training:
         m = self.config.model
         return m.dependence == "none" and not m.features and self.scoring.model_owners(owner) == (owner,)
 
-    def _record_from_write(self, tx: StoreTransaction, new: Sequence[tuple[Label, Analysed]], written: CountsWritten, delta: CountDelta, totals: Totals) -> None:
+    def _record_from_write(
+        self, tx: StoreTransaction, new: Sequence[tuple[Label, Analysed]], written: CountsWritten, delta: CountDelta, totals: Totals
+    ) -> dict[str, tuple[int, float]]:
         """Record how the model before the batch scored its new messages,
         from what the write returned: every token of the batch with its new
         counts, less the batch's own (``delta.written``), over the totals read
@@ -159,7 +172,8 @@ class Training:
         if self.config.model.unseen_weight:
             unseen = unseen_counts(docs, index, before.known_at, is_header_line, binary=binary)
         odds = self.scoring.scorer.log_odds(Evidence(before.take(ids), totals, X, header, unseen=unseen))
-        self.scoring.record(tx, [label for label, _ in new], odds.tolist(), growth(int(totals.messages.sum()), len(new)))
+        entries = self.scoring.record(tx, [label for label, _ in new], odds.tolist(), growth(int(totals.messages.sum()), len(new)))
+        return {a.digest: entry for (_, a), entry in zip(new, entries)}
 
     def forget(self, items: Iterable[MailItem]) -> TrainSummary:
         """Untrain messages: subtract exactly the counts their training added."""
@@ -186,6 +200,8 @@ class Training:
                     for old in removed:
                         delta.add(old.label, old.token_counts, -1, old.features)
                     self.apply(tx, delta)
+                    # What is left of their calibration record entries goes too.
+                    self.scoring.move_recorded(tx, [(old.label, *old.record, None) for old in removed if old.record is not None])
                     return len(removed)
 
             forgotten = retrying(step, self.write_deadline)

@@ -28,6 +28,7 @@ whatever the tails hold: read it beside them, not instead.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -167,6 +168,13 @@ def calibration(is_spam: BoolArray, log_odds: FloatArray) -> Calibration:
 # without this scaling: there the model grows slowly against the history's
 # half-life, and scaling measured worse (docs/benchmarks.md, "The
 # calibrated score").
+#
+# Every decay of the history also moves the owner's record clock, the sum
+# of the logs of the decays applied so far. A trained message's entry is
+# kept with its ledger row as its bin and log(weight) less the clock when it
+# was recorded, so its weight now is exp(that + clock now): when ``mark``
+# moves the message to the other class, or ``forget`` takes it out, what is
+# left of its entry moves or goes with it (``moved_entries``).
 
 #: Bin edges of the raw log-odds (nats); below the first and above the
 #: last are two open bins.
@@ -196,12 +204,36 @@ def recorded(log_odds: FloatArray, is_spam: BoolArray, half_life: float = HALF_L
     (``train``; see the section comment): both parts are scaled by it."""
     odds = np.asarray(log_odds, dtype=np.float64)
     n = odds.size
-    weight = grown * 0.5 ** ((n - 1 - np.arange(n)) / half_life)
+    weight = entry_weights(n, half_life, grown)
     bins = score_bins(odds)
     y = np.asarray(is_spam, dtype=bool)
     added = np.zeros((2, MAP_BINS))
     np.add.at(added, (y.astype(np.int64), bins), weight)
     return grown * float(0.5 ** (n / half_life)), added
+
+
+def entry_weights(n: int, half_life: float = HALF_LIFE, grown: float = 1.0) -> FloatArray:
+    """Each of ``n`` messages' weight in the history right after
+    ``recorded`` added them (the last one ``grown``, each earlier one
+    halved every ``half_life`` messages)."""
+    result: FloatArray = grown * 0.5 ** ((n - 1 - np.arange(n)) / half_life)
+    return result
+
+
+def moved_entries(history: FloatArray, clock: float, entries: Sequence[tuple[int, int, float, int | None]]) -> FloatArray:
+    """What to add to ``history`` (shape (2, MAP_BINS)) to move or take out
+    recorded entries: each (label, bin, log weight less the clock when
+    recorded, new label or None to take it out). An entry takes no more
+    from its bin than the bin holds (rounding in the decays)."""
+    left = np.array(history, dtype=np.float64)
+    change = np.zeros_like(left)
+    for label, b, stored, to in entries:
+        w = min(float(np.exp(min(stored + clock, 0.0))), float(left[label, b]))
+        left[label, b] -= w
+        change[label, b] -= w
+        if to is not None:
+            change[to, b] += w
+    return change
 
 
 def growth(before: int, learned: int) -> float:

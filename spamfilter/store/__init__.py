@@ -20,7 +20,8 @@ Tables (created and changed only by the Alembic revisions in ``migrations/``):
     messages       digest -> label, trained_at, token_counts (the message's
                    own token counts, packed by pack_token_counts) so forgetting or relabelling
                    subtracts exactly what training added, whatever the
-                   tokenizer settings are by then
+                   tokenizer settings are by then; record_bin, record_weight:
+                   its calibration record entry, which moves or goes with it
     imap_folders   (account, folder) -> uidvalidity (the account column is the
                    owner's: see StoreTransaction._imap_key)
     imap_uids      (account, folder, uid) -> digest, keywords: the UIDs already

@@ -11,7 +11,7 @@ from spamfilter.errors import StoreInconsistent
 
 #: The Alembic head this code reads and writes; tests check it is the
 #: migrations' head. Kept as a constant so opening a store needs no Alembic import.
-SCHEMA_REVISION = "0008"
+SCHEMA_REVISION = "0009"
 
 metadata = sa.MetaData()
 
@@ -99,6 +99,11 @@ messages = sa.Table(
     sa.Column("label", sa.SmallInteger(), nullable=False),
     sa.Column("trained_at", sa.DateTime(timezone=True), nullable=False),
     sa.Column("token_counts", sa.LargeBinary(), nullable=False),
+    # Where training put the message in the calibration record: the bin of
+    # its score, and log(its weight there) less the owner's record clock at
+    # the time (``CLOCK_LABEL``); NULL when nothing was recorded.
+    sa.Column("record_bin", sa.SmallInteger(), nullable=True),
+    sa.Column("record_weight", sa.Float(), nullable=True),
 )
 
 untracked_totals = sa.Table("untracked_totals", metadata, *_class_total_columns())
@@ -118,7 +123,10 @@ feature_stats = sa.Table(
 
 # The calibration history (``spamfilter.nb.calibration``): per class and
 # bin of the log-odds, the decayed weight of the messages scored there
-# before they were learned.
+# before they were learned; and one row of label ``CLOCK_LABEL`` (bin 0)
+# whose weight is the owner's record clock, the sum of the logs of the
+# decays applied to the history.
+CLOCK_LABEL = 2
 calibration = sa.Table(
     "calibration",
     metadata,

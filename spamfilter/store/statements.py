@@ -7,7 +7,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite
 
-from spamfilter.store.schema import calibration, class_totals, feature_stats, imap_folders, imap_messages, imap_uids, messages, untracked_totals
+from spamfilter.store.schema import CLOCK_LABEL, calibration, class_totals, feature_stats, imap_folders, imap_messages, imap_uids, messages, untracked_totals
 
 
 class _Statements:
@@ -34,7 +34,7 @@ class _Statements:
         self.take_ledger = (
             sa.delete(messages)
             .where((messages.c.owner == own) & messages.c.digest.in_(keys))
-            .returning(messages.c.digest, messages.c.label, messages.c.trained_at, messages.c.token_counts)
+            .returning(messages.c.digest, messages.c.label, messages.c.trained_at, messages.c.token_counts, messages.c.record_bin, messages.c.record_weight)
         )
         self.record = sa.insert(messages)
         self.rewrite_ledger = (
@@ -77,7 +77,9 @@ class _Statements:
         )
         own_history = calibration.c.owner == own
         self.calibration = sa.select(calibration.c.label, calibration.c.bin, calibration.c.weight).where(own_history)
-        self.decay_calibration = sa.update(calibration).where(own_history).values(weight=calibration.c.weight * sa.bindparam("decay"))
+        self.decay_calibration = (
+            sa.update(calibration).where(own_history & (calibration.c.label != CLOCK_LABEL)).values(weight=calibration.c.weight * sa.bindparam("decay"))
+        )
         history_row = insert(calibration)
         self.add_calibration = history_row.on_conflict_do_update(
             index_elements=[calibration.c.owner, calibration.c.label, calibration.c.bin], set_={"weight": calibration.c.weight + history_row.excluded.weight}

@@ -3,7 +3,8 @@ the records it returns."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timezone
 from decimal import Decimal
@@ -21,7 +22,7 @@ from spamfilter.store.imap_rows import ImapRows
 from spamfilter.store.insight_rows import InsightRows
 from spamfilter.store.ledger import DamagedEntry, pack_ledger_entry, unpack_features, unpack_token_counts
 from spamfilter.store.pairs import PairTables
-from spamfilter.store.schema import _CHUNK, COUNT_COLUMNS, calibration, class_totals, doc_histogram, feature_stats, messages, tokens, untracked_totals
+from spamfilter.store.schema import _CHUNK, CLOCK_LABEL, COUNT_COLUMNS, calibration, class_totals, doc_histogram, feature_stats, messages, tokens, untracked_totals
 from spamfilter.store.statements import _Statements
 from spamfilter.verdicts import HAM, SPAM, Label
 
@@ -39,6 +40,9 @@ class TrainedMessage:
     trained_at: datetime
     token_counts: dict[str, int]
     features: tuple[int, ...] = ()
+    #: (bin, log weight less the record clock) of its calibration record
+    #: entry (``spamfilter.nb.calibration``), None when it has none.
+    record: tuple[int, float] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,16 +133,31 @@ class StoreTransaction:
 
     # -- writes -------------------------------------------------------------
 
-    def record_messages(self, rows: Sequence[tuple[str, int, dict[str, int], tuple[int, ...], bytes | None]], when: datetime | None = None) -> None:
+    def record_messages(
+        self,
+        rows: Sequence[tuple[str, int, dict[str, int], tuple[int, ...], bytes | None]],
+        when: datetime | None = None,
+        records: Mapping[str, tuple[int, float]] | None = None,
+    ) -> None:
         """Add (digest, label, token_counts, features, entry) rows to the
         ledger; ``entry``, when not None, is ``pack_ledger_entry`` of the
         counts and features, packed already (by the processes that read
-        the mail)."""
+        the mail). ``records``: digest -> its calibration record entry
+        (``TrainedMessage.record``)."""
         if not rows:
             return
         when = when or datetime.now(timezone.utc)
+        records = records or {}
         values = [
-            {"owner": self.owner, "digest": d, "label": lbl, "trained_at": when, "token_counts": pack_ledger_entry(c, f) if entry is None else entry}
+            {
+                "owner": self.owner,
+                "digest": d,
+                "label": lbl,
+                "trained_at": when,
+                "token_counts": pack_ledger_entry(c, f) if entry is None else entry,
+                "record_bin": records[d][0] if d in records else None,
+                "record_weight": records[d][1] if d in records else None,
+            }
             for d, lbl, c, f, entry in rows
         ]
         self.conn.execute(self.sql.record, values)
@@ -150,9 +169,10 @@ class StoreTransaction:
         result: list[TrainedMessage] = []
         for start in range(0, len(digests), _CHUNK):
             chunk = list(digests[start : start + _CHUNK])
-            for d, lbl, when, blob in self.conn.execute(self.sql.take_ledger, {"own": self.owner, "keys": chunk}):
+            for d, lbl, when, blob, b, w in self.conn.execute(self.sql.take_ledger, {"own": self.owner, "keys": chunk}):
+                record = None if b is None or w is None else (int(b), float(w))
                 try:
-                    result.append(TrainedMessage(d, int(lbl), when, unpack_token_counts(blob), unpack_features(blob)))
+                    result.append(TrainedMessage(d, int(lbl), when, unpack_token_counts(blob), unpack_features(blob), record))
                 except DamagedEntry as exc:
                     raise _damaged(d, exc) from exc
         return result
@@ -233,16 +253,24 @@ class StoreTransaction:
                 out[label, b] = weight
         return out
 
-    def record_calibration(self, decay: float, added: FloatArray) -> None:
+    def record_calibration(self, decay: float, added: FloatArray) -> float:
         """Make this owner's calibration history ``decay * history + added``
-        (an update and an upsert, each atomic on both backends), and raise
-        its record version (``record_version_owner``), so that another
-        process's copy of the map is read again."""
-        self.conn.execute(self.sql.decay_calibration, {"own": self.owner, "decay": decay})
+        (an update and an upsert, each atomic on both backends), move its
+        record clock by log(decay), and raise its record version
+        (``record_version_owner``), so that another process's copy of the
+        map is read again. The clock after."""
         self.counts_sql.bump_version(record_version_owner(self.owner))
         rows = [{"owner": self.owner, "label": c, "bin": b, "weight": float(added[c, b])} for c in (HAM, SPAM) for b in np.flatnonzero(added[c]).tolist()]
+        if decay != 1.0:
+            self.conn.execute(self.sql.decay_calibration, {"own": self.owner, "decay": decay})
+            rows.append({"owner": self.owner, "label": CLOCK_LABEL, "bin": 0, "weight": math.log(decay)})
         if rows:
             self.conn.execute(self.sql.add_calibration, rows)
+        return self.record_clock()
+
+    def record_clock(self) -> float:
+        """This owner's record clock (0 before anything was recorded)."""
+        return next((float(w) for label, _, w in self.conn.execute(self.sql.calibration, {"own": self.owner}) if label == CLOCK_LABEL), 0.0)
 
     def _add_histogram(self, delta: dict[tuple[int, int], int]) -> None:
         rows = [(label, k, n) for (label, k), n in sorted(delta.items()) if n != 0]

@@ -223,6 +223,67 @@ def test_scores_are_read_off_the_history_and_the_verdict_decided_on_them(tmp_pat
     assert ham_below < spam_above
 
 
+def test_mark_moves_what_is_left_of_a_messages_record_entry_and_forget_takes_it_out(any_db_url: str, spamassassin: list[tuple[bool, MailItem]]) -> None:
+    # A message trained with the wrong label stayed in the record under that
+    # label after `mark` corrected it (and after `forget`), for good when
+    # nothing more is recorded: a spam trained as ham kept ham at high
+    # log-odds, where the score should be near 1.
+    config = Config()
+    config = replace(config, store=replace(config.store, batch_size=100))
+    with Filter.open(config, any_db_url) as f:
+        f.train(spamassassin[:300])  # the last two batches recorded
+        with f.store.begin(write=False) as tx:
+            before, clock = tx.calibration_history(MAP_BINS), tx.record_clock()
+        assert before[0].sum() > 30 and before[1].sum() > 30 and clock < 0
+        f.mark([(not s, item) for s, item in spamassassin[:300]])
+        with f.store.begin(write=False) as tx:
+            swapped = tx.calibration_history(MAP_BINS)
+            assert tx.record_clock() == clock  # moving is no decay
+        # every recorded message moved to the other class, in its own bin
+        assert swapped == pytest.approx(before[::-1], rel=1e-9, abs=1e-12)
+        f.mark(spamassassin[:300])
+        with f.store.begin(write=False) as tx:
+            assert tx.calibration_history(MAP_BINS) == pytest.approx(before, rel=1e-9, abs=1e-12)
+        forgotten = f.forget(item for _, item in spamassassin[100:200])
+        with f.store.begin(write=False) as tx:
+            after = tx.calibration_history(MAP_BINS)
+    assert forgotten.forgotten == 100
+    # What the second batch left (its weight, then decayed by the third's
+    # recording) is gone; the third batch's entries stay as they were.
+    assert after.sum() == pytest.approx(before.sum() - _left_of_second_batch(spamassassin, config), rel=1e-6)
+    assert (after <= before + 1e-12).all() and after.sum() > 0
+
+
+def _left_of_second_batch(spamassassin: list[tuple[bool, MailItem]], config: Config) -> float:
+    """The total weight the second of three training batches of 100 has in
+    the record after the third: its entries' weights (the model grew from
+    100 to 200 messages), decayed by the third batch's recording (from 200
+    to 300)."""
+    from spamfilter.nb.calibration import entry_weights
+
+    return float(entry_weights(100, grown=100 / 200).sum() * (200 / 300) * 0.5 ** (100 / 1000.0))
+
+
+def test_an_online_run_keeps_the_record_entry_of_each_message_it_trains(tmp_path: Path, spamassassin: list[tuple[bool, MailItem]]) -> None:
+    with Filter.open(Config(), f"sqlite:///{tmp_path / 'c.db'}") as f:
+        steps = list(f.learn_online(spamassassin[:150]))
+        trained = [item for (_, item), s in zip(spamassassin[:150], steps) if s.trained]
+        f.forget(trained)
+        with f.store.begin(write=False) as tx:
+            history = tx.calibration_history(MAP_BINS)
+    # Forgetting every message the run learned leaves the record of those it
+    # only scored, as decayed by every message recorded since.
+    kept = np.zeros((2, MAP_BINS))
+    scored = 0
+    for s in steps:
+        if isinstance(s.result, Verdict) and (s.result.log_odds != 0.0 or s.result.score != 0.5):
+            d, a = recorded(np.array([s.result.log_odds]), np.array([s.is_spam]))
+            kept = d * kept + (0.0 if s.trained else a)
+            scored += 1
+    assert scored > 100 and 10 < len(trained) < scored
+    assert history == pytest.approx(kept, rel=1e-9, abs=1e-12)
+
+
 def test_raw_bound_reads_a_cutoff_on_the_score_back_as_raw_log_odds() -> None:
     rng = np.random.default_rng(3)
     history = rng.integers(0, 30, size=(2, MAP_BINS)).astype(np.float64)

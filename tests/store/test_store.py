@@ -443,6 +443,49 @@ def test_upgrade_to_day_numbers_keeps_every_date_and_downgrade_gives_them_back(a
     store.close()
 
 
+def test_a_ledger_from_before_record_entries_leaves_the_record_alone(any_db_url: str) -> None:
+    """Revision 0009 keeps each trained message's calibration record entry
+    in its ledger row. Down to 0008 and back, the rows have none (NULL) and
+    the clock row is gone: the record keeps its weights, and `mark` and
+    `forget` change the counts but leave the record as it is, as before."""
+    from dataclasses import replace
+
+    from alembic import command
+
+    from spamfilter.config import Config
+    from spamfilter.filter import Filter
+    from spamfilter.nb.calibration import MAP_BINS
+    from spamfilter.tools.maintenance import Maintenance
+
+    config = Config()
+    config = replace(config, store=replace(config.store, batch_size=4))
+    mail = [(n % 2 == 0, MailItem(f"m{n}", f"Subject: note {n}\n\n{'buy cheap pills now ' if n % 2 == 0 else 'lunch at noon '}{n}\n".encode())) for n in range(12)]
+    with Filter.open(config, any_db_url) as f:
+        f.train(mail)
+        with f.store.begin(write=False) as tx:
+            history = tx.calibration_history(MAP_BINS)
+            assert history.sum() > 0 and tx.record_clock() < 0
+        cfg = f.store._alembic_config()
+        with f.store.engine.begin() as conn:
+            cfg.attributes["connection"] = conn
+            command.downgrade(cfg, "0008")
+        with f.store.engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT count(*) FROM calibration WHERE label = 2")).scalar() == 0
+    old = Store.open(any_db_url, upgrade_new=False, check=False)
+    old.upgrade()
+    old.close()
+    with Filter.open(config, any_db_url) as f:
+        with f.store.engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT count(*) FROM messages WHERE record_bin IS NOT NULL OR record_weight IS NOT NULL")).scalar() == 0
+        f.mark([(not s, item) for s, item in mail])
+        f.forget(item for _, item in mail[:6])
+        with f.store.begin(write=False) as tx:
+            assert tx.calibration_history(MAP_BINS) == pytest.approx(history, rel=1e-12)
+            assert tx.record_clock() == 0.0
+            assert tx.totals().messages.tolist() == [3, 3]
+        assert Maintenance(f.store).check().ok
+
+
 @pytest.mark.parametrize(
     "counts",
     [

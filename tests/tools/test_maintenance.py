@@ -523,7 +523,9 @@ def test_export_import_round_trip_keeps_the_scores_and_the_feature_sums(recorded
     with Filter.open(Config(), trained_url) as f:
         text = export_text(f)
         expected = [(v.score, v.log_odds, v.verdict) for v in f.classify(mail["unseen"]) if isinstance(v, Verdict)]
-        record = query(f, "SELECT label, bin, weight FROM calibration ORDER BY label, bin")
+        # (label 2 is the record clock, which only the ledger's entries use:
+        # an import has no ledger, so it starts a clock of its own)
+        record = query(f, "SELECT label, bin, weight FROM calibration WHERE label < 2 ORDER BY label, bin")
         sums = query(f, "SELECT label, feature, n, total, total_sq FROM feature_stats ORDER BY label, feature")
     with Filter.open(with_features, trained_url) as f:
         featured = log_odds(f, mail["unseen"])
@@ -531,7 +533,7 @@ def test_export_import_round_trip_keeps_the_scores_and_the_feature_sums(recorded
     for replacing in (False, True):
         with Filter.open(Config(), imported) as g:
             Maintenance(g.store).import_counts(io.StringIO(text), replace=replacing)
-            assert query(g, "SELECT label, bin, weight FROM calibration ORDER BY label, bin") == record
+            assert query(g, "SELECT label, bin, weight FROM calibration WHERE label < 2 ORDER BY label, bin") == record
             assert query(g, "SELECT label, feature, n, total, total_sq FROM feature_stats ORDER BY label, feature") == sums
             assert [(v.score, v.log_odds, v.verdict) for v in g.classify(mail["unseen"]) if isinstance(v, Verdict)] == expected
             assert export_text(g) == text
