@@ -432,3 +432,49 @@ def test_imap_progress_keeps_the_counts_whole_on_80_columns(monkeypatch: pytest.
         display.stop()
     assert len(lines) == 1 and "2500/3000" in lines[0] and lines[0].startswith("INBOX ")
     assert all(len(line) <= 80 for line in lines)
+
+
+# -- the same message however a mail client kept it -------------------------------------
+
+
+def test_a_message_marked_read_in_an_mbox_is_the_message_already_trained(runner: CliRunner, db_url: str, sample: Path, tmp_path: Path) -> None:
+    # mutt, Dovecot and Python's mailbox write Status/X-Status into an mbox
+    # when a message is read: the same messages were trained a second time.
+    import mailbox
+
+    box = tmp_path / "Junk"
+    box.write_bytes(mbox_of(sample / "train-spam.mbox", 5))
+    assert runner.invoke(app, ["--db", db_url, "train", "--spam", str(box)]).stdout.strip() == "trained 5 spam, 0 ham"
+    mb = mailbox.mbox(str(box))
+    mb.lock()
+    for key, message in list(mb.items()):
+        message.set_flags("RO")
+        message["X-Keywords"] = "$NotJunk"
+        message["X-UID"] = "7"
+        mb[key] = message
+    mb.flush()
+    mb.unlock()
+    assert b"\nStatus: RO\n" in box.read_bytes()
+    assert runner.invoke(app, ["--db", db_url, "train", "--spam", str(box)]).stdout.strip() == "trained 0 spam, 0 ham; 5 already trained"
+    assert runner.invoke(app, ["--db", db_url, "mark", "ham", str(box)]).stdout.strip() == "trained 0 spam, 0 ham; relabelled 5"
+    assert stats(runner, url=db_url)["spam_messages"] == 0
+
+
+def test_a_from_line_quoted_by_any_mbox_writer_keeps_the_message_its_identity(runner: CliRunner, db_url: str, tmp_path: Path) -> None:
+    # Python's mailbox (mboxo) quotes "From the desk" but leaves ">From a
+    # quoted reply" alone; the reader takes a ">" off both, so the message
+    # read back differed from the one trained from its file.
+    import mailbox
+
+    eml = tmp_path / "msg.eml"
+    eml.write_bytes(b"Subject: minutes\n\nFrom the desk of the chair:\n>From a quoted reply\nsee you\n")
+    assert runner.invoke(app, ["--db", db_url, "train", "--ham", str(eml)]).exit_code == 0
+    mb = mailbox.mbox(str(tmp_path / "py.mbox"))
+    mb.add(eml.read_bytes())
+    mb.flush()
+    md = mailbox.Maildir(str(tmp_path / "md"))
+    md.add(eml.read_bytes())
+    for copy in (tmp_path / "py.mbox", tmp_path / "md"):
+        assert runner.invoke(app, ["--db", db_url, "train", "--ham", str(copy)]).stdout.strip() == "trained 0 spam, 0 ham; 1 already trained"
+    forgotten = runner.invoke(app, ["--db", db_url, "forget", str(tmp_path / "py.mbox")])
+    assert forgotten.exit_code == 0 and stats(runner, url=db_url)["ham_messages"] == 0
