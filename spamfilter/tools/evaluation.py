@@ -99,7 +99,13 @@ def sm_at_hm(is_spam: BoolArray, score: FloatArray, hm_pct: float = 0.1) -> floa
     most ``hm_pct`` percent of ham (spam needs a score above the threshold).
 
     With h ham, the threshold is the score of the (k+1)-th highest ham,
-    k = floor(h * hm_pct / 100): at most k ham score above it.
+    k = floor(h * hm_pct / 100): at most k ham score above it. Messages
+    tied at that score are read along the ROC curve's tie segment, as
+    1-ROCA counts a tie half: of the e ham tied there, a of them ranked
+    above all, k - a may be misfiled, so the same share (k - a) / e of the
+    spam tied with them passes as spam. (A filter that gives many messages
+    one score, as bogofilter's spamicity of 1.0 does, was charged every
+    tied spam as let through: 100%.)
     """
     is_spam = np.asarray(is_spam, dtype=bool)
     score = np.asarray(score, dtype=np.float64)
@@ -107,9 +113,12 @@ def sm_at_hm(is_spam: BoolArray, score: FloatArray, hm_pct: float = 0.1) -> floa
     spam = score[is_spam]
     if ham.size == 0 or spam.size == 0:
         raise ValueError("needs at least one spam and one ham")
-    k = int(math.floor(ham.size * hm_pct / 100.0))
-    threshold = ham[min(k, ham.size - 1)]
-    return 100.0 * float((spam <= threshold).mean())
+    k = min(int(math.floor(ham.size * hm_pct / 100.0)), ham.size - 1)
+    threshold = ham[k]
+    above, tied = int((ham > threshold).sum()), int((ham == threshold).sum())
+    passed_share = (k - above) / tied
+    missed = float((spam < threshold).sum()) + (1.0 - passed_share) * float((spam == threshold).sum())
+    return 100.0 * missed / spam.size
 
 
 #: Messages per window of ``windowed_roca`` on a long stream (TREC reports

@@ -158,6 +158,21 @@ def test_sm_at_hm_with_few_ham_puts_the_threshold_at_the_highest_ham() -> None:
     assert sm_at_hm(is_spam, score, 0.1) == 40.0
 
 
+def test_sm_at_hm_reads_a_tie_along_the_roc_curve_as_1_roca_does() -> None:
+    # 2,000 ham, 8 of them at the top score 1.0 with 600 of 1,000 spam (a
+    # filter whose probability saturates): 0.1% allows k = 2 ham misfiled,
+    # a quarter of the 8 tied, so a quarter of the tied spam passes too.
+    # Every tied spam used to count as let through: 100%.
+    is_spam = np.array([False] * 2000 + [True] * 1000)
+    ham = np.concatenate([np.full(8, 1.0), np.linspace(0.0, 0.5, 1992)])
+    spam = np.concatenate([np.full(600, 1.0), np.linspace(0.2, 0.9, 400)])
+    assert sm_at_hm(is_spam, np.concatenate([ham, spam]), 0.1) == pytest.approx(100.0 * (400 + 0.75 * 600) / 1000)
+    # Scores ranked the same way but told apart: the spam above the tied
+    # ham are all caught, the rest judged against the third-highest ham.
+    spread = np.concatenate([ham[:8] + np.arange(8) * 1e-3, ham[8:], spam[:600] + 0.5, spam[600:]])
+    assert sm_at_hm(is_spam, spread, 0.1) == pytest.approx(100.0 * 400 / 1000)
+
+
 def test_sm_at_hm_needs_both_classes() -> None:
     with pytest.raises(ValueError):
         sm_at_hm(np.array([True, True]), np.array([1.0, 2.0]))
