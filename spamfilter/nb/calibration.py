@@ -156,7 +156,9 @@ def calibration(is_spam: BoolArray, log_odds: FloatArray) -> Calibration:
 # map is monotone in L, so the ranking by L is unchanged and a cutoff on
 # P is a cutoff on L. A message of the most confident bin, whose history
 # holds n spam and no ham, gets P(ham) = 0.01 w / (n + w): bounded by what
-# the history can show. With an empty history P = expit(clip(L, -B, B)).
+# the history can show. With an empty history P is expit(clip(L, -B, B)) at
+# the bins' centres, interpolated in logit between them (so up to 0.24 nats
+# from it near |L| = B, where the clip bends).
 #
 # When ``train`` grows the model from n to N messages in one batch, every
 # entry of the history, the batch's own included, is then scaled by n / N:

@@ -163,6 +163,11 @@ def best_cutoffs(
     _, i1, i2 = tied[len(tied) // 2]
     ham_max = min(float(cut[i1]), ham_max_ceiling)
     spam_min = max(float(cut[i2]), spam_min_floor)
+    if cost_unsure == 0:
+        # One cut, and one threshold: bounded apart, the two would open an
+        # unsure band the costs rule out. The cut is allowed where a bound
+        # falls between the same two scores, so the bound separates them.
+        ham_max = spam_min = float(np.clip(cut[i2], min(spam_min_floor, ham_max_ceiling), max(spam_min_floor, ham_max_ceiling)))
     return Cutoffs(ham_max=ham_max, spam_min=spam_min, loss=loss)
 
 

@@ -307,6 +307,22 @@ def test_best_cutoffs_stay_within_the_bounds_given() -> None:
     assert (cut.ham_max, cut.spam_min, cut.loss) == (0.5, 0.5, 1.0)
 
 
+def test_without_an_unsure_verdict_the_two_cutoffs_stay_one() -> None:
+    # cost_unsure = 0 turns the unsure verdict off, and the loss matrix puts
+    # both bounds at log 10. A best cut above them came back as ham_max at
+    # the bound and spam_min at the cut: an unsure band for later mail
+    # (tune --write wrote ham_cutoff 0.909, spam_cutoff 0.957).
+    bound = thresholds_from_loss(10, 1, 0.0)
+    assert bound.ham_max == bound.spam_min
+    y = np.array([0, 0, 0, 1, 1, 1], dtype=bool)
+    for s in (np.array([-3.0, -1, 1, 1.2, 5, 6]), np.array([-3.0, -1, 4, 4.5, 5, 6]), np.array([-9.0, -8, -7, -6, -5, -4])):
+        cut = best_cutoffs(y, s, cost_ham_as_spam=10, cost_spam_as_ham=1, cost_unsure=0.0, spam_min_floor=bound.spam_min, ham_max_ceiling=bound.ham_max)
+        assert cut.ham_max == cut.spam_min
+        # the loss it reports is the loss of that one threshold
+        ham_as_spam, spam_as_ham = int(((s > cut.spam_min) & ~y).sum()), int(((s <= cut.ham_max) & y).sum())
+        assert cut.loss == pytest.approx(10 * ham_as_spam + spam_as_ham)
+
+
 def write_index(tmp_path: Path, stream: list[tuple[bool, MailItem]]) -> Path:
     index_dir = tmp_path / "mail"
     index_dir.mkdir()
