@@ -37,6 +37,10 @@ _MAX_CONTROL_SHARE: Final = 0.30
 _BINARY_CONTROL_SHARE: Final = 0.03
 _BINARY_HIGH_SHARE: Final = 0.25
 _HIGH_BYTES: Final = bytes(range(0x80, 0x100))
+# A bzip2 file starts with printable bytes ("BZh9" and the block magic
+# "1AY&SY", or an empty stream's end marker), so one whose next byte is a
+# colon, 1 in 256, looked like a header block.
+_BZIP2_START_RE: Final = re.compile(rb"BZh[1-9](?:1AY&SY|\x17rE8P\x90)")
 
 # The stdlib feedparser tests every line against the boundary of every
 # multipart still open around it, so parsing costs lines x nesting depth:
@@ -83,6 +87,8 @@ def _refuse_non_mail(item: MailItem) -> None:
     if not raw or raw.isspace():
         raise MailParseError(f"{item.source}: empty message")
     head = raw[:_SNIFF_BYTES]
+    if _BZIP2_START_RE.match(head):
+        raise MailParseError(f"{item.source}: not a mail message (bzip2-compressed data; compressed mail must be decompressed first)")
     if _HEADER_START_RE.match(head) is None:
         n_control = len(head) - len(head.translate(None, _CONTROL_BYTES))
         if n_control > _MAX_CONTROL_SHARE * len(head):

@@ -336,6 +336,15 @@ def test_a_mail_program_s_folder_yields_its_mail_not_its_bookkeeping(tmp_path: P
     assert sources(items, root) == ["Archive.sbd/2024", "Inbox", "lists/dovecot-users", "lists/subscriptions", "old.mbox.gz"]
     with pytest.raises(MailParseError, match="look binary: .* compressed mail must be decompressed first"):
         parse_message(items[4], max_bytes=1 << 20)
+    # A bzip2 file starts with printable bytes; one whose next (CRC) byte
+    # is a colon, 1 in 256, read as a header block and was trained.
+    import bz2
+
+    plain = b"From x Mon Jan  1 00:00:00 2024\nSubject: zipped\n\nhello\n"
+    packed = next(b for b in (bz2.compress(plain + b"%d" % i) for i in range(5000)) if b[10:11] == b":")
+    for data in (packed, bz2.compress(plain), bz2.compress(b"")):
+        with pytest.raises(MailParseError, match="bzip2-compressed data; compressed mail must be decompressed first"):
+            parse_message(MailItem("box.bz2", data), max_bytes=1 << 20)
     # Mail after a byte order mark or a blank line, with a raw binary part early on, is mail.
     binary_part = b"Subject: x\nContent-Type: application/octet-stream\nContent-Transfer-Encoding: binary\n\n" + bytes(range(256)) * 24
     for lead in (b"\xef\xbb\xbf", b"\r\n"):
