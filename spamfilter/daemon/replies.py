@@ -17,7 +17,7 @@ from spamfilter import spamd
 from spamfilter.answers import Refusal, Verdict
 from spamfilter.config import scoring_settings
 from spamfilter.daemon.pool import FilterPool
-from spamfilter.errors import MailParseError, NotTrainedError, SpamfilterError, StoreBusyError, StoreError
+from spamfilter.errors import MailParseError, NotTrainedError, SpamfilterError, StoreBusyError, StoreError, StoreUnreachable
 from spamfilter.filter import Filter
 from spamfilter.mail import MailItem, filter_fields, filtered_pieces
 from spamfilter.mail.sources import delivered
@@ -170,12 +170,15 @@ def message_head(version: str, length: int) -> bytes:
 
 
 def error_code(exc: SpamfilterError) -> int:
-    """The reply code of a failure."""
+    """The reply code of a failure: EX_TEMPFAIL for what the command line
+    also calls temporary (a busy database, a database server that does not
+    answer), so that a client that passes the code on (`spamc -x`) has its
+    mail system try again."""
     if isinstance(exc, MailParseError):
         return spamd.EX_DATAERR
     if isinstance(exc, NotTrainedError):
         return spamd.EX_UNAVAILABLE
-    if isinstance(exc, StoreBusyError):
+    if isinstance(exc, (StoreBusyError, StoreUnreachable)):
         return spamd.EX_TEMPFAIL
     if isinstance(exc, StoreError):
         return spamd.EX_IOERR

@@ -176,6 +176,19 @@ def _check_line(v: Verdict, threshold: float) -> str:
     return f"{_spamd_score(v):.1f}/{threshold:.1f}\n"
 
 
+def test_what_the_command_line_calls_temporary_the_daemon_answers_as_temporary() -> None:
+    # A database server that did not answer was "try later" (75) for
+    # `filter` but a permanent I/O error (74) in the daemon's reply, which
+    # `spamc -x` passes on to the mail system.
+    from spamfilter.cli import exitcodes
+    from spamfilter.daemon.replies import error_code
+
+    temporary = [cls for cls, code in exitcodes._BY_ERROR if code == exitcodes.STORE_BUSY]
+    assert len(temporary) >= 2
+    for cls in temporary:
+        assert error_code(cls("down")) == spamd.EX_TEMPFAIL, cls
+
+
 def test_a_score_that_rounds_to_zero_is_sent_without_a_sign() -> None:
     """spamc prints "-0.0000" as 0.0 but "-0.0001" as -0.0: the Spam line
     never carries a negative zero, so spamc -c shows what classify rounds to."""
