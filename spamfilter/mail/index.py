@@ -6,6 +6,7 @@ import os
 from collections.abc import Iterator
 
 from spamfilter.errors import MailSourceError
+from spamfilter.mail.lines import line_pieces
 from spamfilter.mail.sources import MailItem, is_device, mbox_messages, read_whole_or_refuse, starts_with_envelope
 
 
@@ -98,7 +99,7 @@ def _read_index_message(path: str) -> MailItem:
                 # The mbox reader's lines (LF), not `delivered`'s (any of
                 # CR, LF, CRLF): the two differ on a lone CR inside a line,
                 # and an index's messages keep the bytes they were trained with.
-                return next(mbox_messages(f, path, split=False))
+                return next(mbox_messages(line_pieces(f), path, split=False))
             return read_whole_or_refuse(f, path)
     except OSError as err:
         # Listed and found when the index was read, unreadable now (no

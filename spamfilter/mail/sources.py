@@ -16,6 +16,7 @@ from typing import BinaryIO, Final, Literal
 
 from spamfilter.errors import MailSourceError
 from spamfilter.mail.identity import _ENVELOPE_PREFIX, _LINE_BREAK_RE, digest_bytes
+from spamfilter.mail.lines import LINE_PIECE, cr_pieces, line_pieces
 
 #: The path that means "one message on standard input", and that message's source.
 STDIN_SOURCE: Final = "-"
@@ -224,9 +225,9 @@ def _iter_source(path: str, stdin: BinaryIO | None, stdin_is_one: bool = False) 
             # A pipe cannot be rewound, so the first line is read and
             # put back in front (sa-learn --mbox and bogofilter -M split
             # stdin; here the envelope line alone says so).
-            first = stream.readline()
+            first = stream.readline(LINE_PIECE)
             if first.startswith(_ENVELOPE_PREFIX) and not stdin_is_one:
-                yield from mbox_messages(itertools.chain([first], stream), STDIN_SOURCE)
+                yield from mbox_messages(itertools.chain([first], line_pieces(stream)), STDIN_SOURCE)
             else:
                 # One message: with an envelope line (a Maildir file piped
                 # in) read as `filter` and a Maildir folder read it, so it
@@ -447,7 +448,7 @@ def delivered(source: str, raw: bytes) -> MailItem:
     if brk is None:
         return MailItem(source, b"")
     message = _unquote_lines(memoryview(raw)[brk.end() :], cr_lines=brk.group() == b"\r")
-    # The blank line at the end belongs to no message (`_finish`): a line
+    # The blank line at the end belongs to no message (`_Gathered.finish`): a line
     # that is only its line break, CR alone in a file whose lines end so.
     last = b"\r\n" if message.endswith(b"\r\n") else message[-1:]
     at = len(message) - len(last)
@@ -505,7 +506,7 @@ def _read_file(path: str) -> Iterator[MailItem]:
     try:
         with open(path, "rb") as f:
             if starts_with_envelope(f):
-                yield from mbox_messages(f, path)
+                yield from mbox_messages(line_pieces(f), path)
             else:
                 yield read_whole_or_refuse(f, path)
     except OSError as err:
@@ -517,15 +518,6 @@ def _unquote(line: bytes) -> bytes:
     if line.startswith(b">") and line.lstrip(b">").startswith(_ENVELOPE_PREFIX):
         return line[1:]
     return line
-
-
-def _finish(message: bytearray, last: bytes, blank: tuple[bytes, ...] = _BLANK_LINES) -> bytes:
-    """The bytes of ``message``, whose last line is ``last``."""
-    # The blank line before the next envelope line (or at the end of the file)
-    # separates messages and belongs to none of them, as in Python's mailbox.
-    if last in blank:
-        del message[-len(last) :]
-    return bytes(message)
 
 
 def mbox_messages(lines: Iterable[bytes], path: str, *, split: bool = True) -> Iterator[MailItem]:
@@ -541,11 +533,10 @@ def mbox_messages(lines: Iterable[bytes], path: str, *, split: bool = True) -> I
     line is dropped and every later line is message content, for a file
     known to hold one message; the source is then `path` alone too.
 
-    An mbox whose lines end in CR alone (old Mac mail programs) comes as
-    one line, or as lines each ending in a lone CR (split by a caller that
-    splits on CR too): it is split on CR, and its blank line is a lone CR.
-    Split on LF alone, such a file was one envelope line holding
-    everything, and every message in it was refused as empty.
+    An mbox whose lines end in CR alone (old Mac mail programs) is split
+    on CR (`cr_pieces`), and its blank line is a lone CR: split on LF
+    alone, every message in it was refused as empty. A line may come in
+    pieces (`line_pieces`): the rest of a line is never a line start.
     """
     it = iter(lines)
     first = next(it, None)
@@ -553,41 +544,71 @@ def mbox_messages(lines: Iterable[bytes], path: str, *, split: bool = True) -> I
         return
     cr_only = b"\r" in first.removesuffix(b"\r\n")
     blank = _CR_BLANK if cr_only else _BLANK_LINES
-    lines = itertools.chain(first.splitlines(keepends=True) if cr_only else [first], it)
-    count = 0
-    yielded = 0
-    # The message's bytes, not a list of its lines: a line object each made
-    # a message of 10 MB of empty lines cost 900 MB.
-    current: bytearray | None = None  # None until the first envelope line
-    too_long = False  # current passed MAX_MESSAGE_BYTES: dropped, refused at its end
-    last = b""  # current's last line
-    prev_blank = True
-    for line in lines:
+    ends = (b"\r", b"\n") if cr_only else (b"\n",)
+    count = yielded = 0
+    current: _Gathered | None = None  # None until the first envelope line
+    prev_blank = at_line_start = True
+    in_envelope = False  # in the rest of a long envelope line
+    for line in cr_pieces(itertools.chain([first], it)) if cr_only else itertools.chain([first], it):
+        starts_line, at_line_start = at_line_start, line.endswith(ends)
+        if not starts_line:
+            # The rest of a line longer than LINE_PIECE: content (or the
+            # envelope line's), and not a blank line.
+            if current is not None and not in_envelope:
+                current.add(line, b"")
+            prev_blank = False
+            continue
         if line.startswith(_ENVELOPE_PREFIX) and (split or current is None) and (prev_blank or _ENVELOPE_RE.match(line) is not None):
             if current is not None:
                 count += 1
-                raw = _finish(current, last, blank)
+                raw = current.finish(blank)
                 if not (count == 1 and _is_uw_imap_folder_data(raw)):
                     yielded += 1
-                    yield _whole_or_refused(f"{path}:{count}", raw, too_long)
-            current, last, too_long, prev_blank = bytearray(), b"", False, False
+                    yield _whole_or_refused(f"{path}:{count}", raw, current.too_long)
+            current, prev_blank, in_envelope = _Gathered(), False, not at_line_start
             continue
+        in_envelope = False
         if current is None:
-            current = bytearray()  # text before the first envelope line: callers pass none
+            current = _Gathered()  # text before the first envelope line: callers pass none
         prev_blank = line in blank
-        last = _unquote(line)
-        if not too_long:
-            current += last
-            if len(current) > MAX_MESSAGE_BYTES:
-                too_long, current = True, bytearray()
+        current.add(_unquote(line))
     if current is not None:
         count += 1
-        raw = _finish(current, last, blank)
+        raw = current.finish(blank)
         if not split or yielded == 0:
             if not (split and count == 1 and _is_uw_imap_folder_data(raw)):
-                yield _whole_or_refused(path, raw, too_long)
+                yield _whole_or_refused(path, raw, current.too_long)
         else:
-            yield _whole_or_refused(f"{path}:{count}", raw, too_long)
+            yield _whole_or_refused(f"{path}:{count}", raw, current.too_long)
+
+
+class _Gathered:
+    """One message of an mbox as its lines come: its bytes (not a list of
+    its lines: a line object each made a message of 10 MB of empty lines
+    cost 900 MB), dropped once past `MAX_MESSAGE_BYTES` (``too_long``: it is
+    refused at its end), and its last line."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.too_long = False
+        self.last = b""
+
+    def add(self, line: bytes, last: bytes | None = None) -> None:
+        """Add ``line``; ``last``: what counts as the last line now (the
+        rest of a long line is not a blank line)."""
+        self.last = line if last is None else last
+        if not self.too_long:
+            self.data += line
+            if len(self.data) > MAX_MESSAGE_BYTES:
+                self.too_long, self.data = True, bytearray()
+
+    def finish(self, blank: tuple[bytes, ...]) -> bytes:
+        """The message's bytes. The blank line before the next envelope
+        line (or at the end of the file) separates messages and belongs to
+        none of them, as in Python's mailbox."""
+        if self.last in blank:
+            del self.data[-len(self.last) :]
+        return bytes(self.data)
 
 
 def read_whole_or_refuse(f: BinaryIO, path: str) -> MailItem:

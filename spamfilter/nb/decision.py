@@ -125,14 +125,13 @@ def best_cutoffs(
     (S, H: spam and ham among the lowest i), so a running minimum of the first
     bracket finds the optimum in O(n log n). Cuts fall midway between distinct
     scores and are clamped to +-``limit`` so they stay finite probabilities.
-    With cost_unsure = 0 the unsure verdict is not used.
+    With cost_unsure = 0 the unsure verdict is not used: one cutoff.
 
     ``spam_min_floor`` and ``ham_max_ceiling`` bound the cutoffs (``tune``
     passes the loss matrix's own thresholds, so a small sample can neither
     lower the spam cutoff below them nor close the unsure band): a cut is
     allowed where the bound can be placed between the same two scores, and
-    the bound is then used as the cutoff. (Over 60 lines for this
-    docstring's derivation; the code is about 35.)
+    the bound is then used as the cutoff.
     """
     order = np.argsort(odds, kind="stable")
     s = np.asarray(odds, dtype=np.float64)[order]
@@ -161,14 +160,10 @@ def best_cutoffs(
     # the widest margin on both sides, not the first.
     tied = [o for o in options if o[0] <= loss + 1e-9]
     _, i1, i2 = tied[len(tied) // 2]
-    ham_max = min(float(cut[i1]), ham_max_ceiling)
-    spam_min = max(float(cut[i2]), spam_min_floor)
-    if cost_unsure == 0:
-        # One cut, and one threshold: bounded apart, the two would open an
-        # unsure band the costs rule out. The cut is allowed where a bound
-        # falls between the same two scores, so the bound separates them.
-        ham_max = spam_min = float(np.clip(cut[i2], min(spam_min_floor, ham_max_ceiling), max(spam_min_floor, ham_max_ceiling)))
-    return Cutoffs(ham_max=ham_max, spam_min=spam_min, loss=loss)
+    if cost_unsure == 0:  # one cutoff, bounded to the same cut (two would open an unsure band)
+        one = float(np.clip(cut[i2], min(spam_min_floor, ham_max_ceiling), max(spam_min_floor, ham_max_ceiling)))
+        return Cutoffs(ham_max=one, spam_min=one, loss=loss)
+    return Cutoffs(ham_max=min(float(cut[i1]), ham_max_ceiling), spam_min=max(float(cut[i2]), spam_min_floor), loss=loss)
 
 
 def _cut_options(

@@ -181,6 +181,61 @@ def test_mbox_is_read_one_message_at_a_time(tmp_path: Path) -> None:
     assert peak < 1_000_000  # a few messages' worth, not the 16 MB file
 
 
+def test_a_line_longer_than_the_message_cap_is_not_held_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Lines were read whole before the cap applied: one of 400 MB held 911
+    # MB, and under a memory limit ended the run before the messages after
+    # it. A file whose lines end in CR alone was one line, the whole file.
+    from spamfilter.mail import sources
+
+    monkeypatch.setattr(sources, "MAX_MESSAGE_BYTES", 1 << 20)  # (and lines of 1 MiB pieces)
+    envelope = b"From a@x Mon Jan  1 00:00:00 2024\n"
+    small = b"Subject: small\n\nhello\n"
+    box = write(tmp_path / "long.mbox", envelope + small + b"\n" + envelope + b"Subject: long\n\n" + b"x" * (6 << 20) + b"\n\n" + envelope + small)
+    cr_box = write(tmp_path / "cr.mbox", (envelope + small + b"\n").replace(b"\n", b"\r") * 120_000)  # 7 MB, no LF
+    tracemalloc.start()
+    try:
+        items = list(read_messages([str(box)]))
+        _, peak_long = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        cr_items = sum(1 for item in read_messages([str(cr_box)]) if item.raw == small.replace(b"\n", b"\r"))
+        _, peak_cr = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert [(i.source.rsplit("/", 1)[-1], i.raw, i.unreadable is not None) for i in items] == [
+        ("long.mbox:1", small, False),
+        ("long.mbox:2", b"", True),
+        ("long.mbox:3", small, False),
+    ]
+    assert cr_items == 120_000
+    # a few pieces of 1 MiB each, whatever the file: not the file, nor a
+    # line object for each of its lines
+    assert peak_long < 4 << 20 and peak_cr < 7 << 20, (peak_long, peak_cr)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.sampled_from([b"From a@x Mon Jan  1 00:00:00 2024", b"From b", b">From c", b"", b"Subject: s", b"x" * 250, b"y" * 99 + b"\r", b"body"]), max_size=14),
+    st.sampled_from([b"\n", b"\r\n", b"\r"]),
+)
+def test_lines_read_in_pieces_give_the_messages_whole_lines_give(body: list[bytes], eol: bytes) -> None:
+    from spamfilter.mail import lines
+
+    data = b"From a@x Mon Jan  1 00:00:00 2024" + eol + eol.join(body)
+
+    def read(piece: int) -> list[tuple[str, bytes, str | None]]:
+        lines.LINE_PIECE = piece
+        try:
+            return [(i.source, i.raw, i.unreadable) for i in mbox_messages(lines.line_pieces(io.BytesIO(data)), "box")]
+        finally:
+            lines.LINE_PIECE = 1 << 20
+
+    # (a piece always holds enough of a line to tell an envelope line: the
+    # real one is 1 MiB)
+    whole = read(1 << 20)
+    for piece in (64, 99, 100, 101, 128):
+        assert read(piece) == whole
+
+
 # --- files and folders -------------------------------------------------------
 
 
