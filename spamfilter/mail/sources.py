@@ -226,6 +226,8 @@ def _iter_source(path: str, stdin: BinaryIO | None, stdin_is_one: bool = False) 
             # put back in front (sa-learn --mbox and bogofilter -M split
             # stdin; here the envelope line alone says so).
             first = stream.readline(LINE_PIECE)
+            if not first and not stdin_is_one:
+                return  # an empty mailbox: no message (the caller warns)
             if first.startswith(_ENVELOPE_PREFIX) and not stdin_is_one:
                 yield from mbox_messages(itertools.chain([first], line_pieces(stream)), STDIN_SOURCE)
             else:
@@ -240,7 +242,9 @@ def _iter_source(path: str, stdin: BinaryIO | None, stdin_is_one: bool = False) 
     elif _is_empty_file(path):
         # A file named on the command line with nothing in it holds no
         # message (the caller warns, and exits 66 if no source held one);
-        # inside a folder, an empty file is refused like other non-mail.
+        # so does one in a plain folder (an mbox folder's empty Trash or
+        # Sent); in a Maildir or MH folder, an empty file is a message
+        # file with nothing in it, refused like other non-mail.
         return
     else:
         yield from _read_file(path)
@@ -421,10 +425,15 @@ def _walk(path: str, at_root: bool = True) -> Iterator[MailItem]:
                 # unreadable file: the rest of the tree is still read.
                 yield _unlisted(entry.path, err)
         elif _is_file(entry):
-            try:
-                yield from _read_file(entry.path)
-            except MailSourceError as err:
-                yield _unlisted(entry.path, err)
+            if not _is_empty_file(entry.path):  # an empty mailbox holds no message
+                try:
+                    yield from _read_file(entry.path)
+                except MailSourceError as err:
+                    yield _unlisted(entry.path, err)
+        elif entry.is_symlink() and not os.path.exists(entry.path):
+            # A link to nothing is a file that cannot be read: refused,
+            # not passed over without a word.
+            yield MailItem(entry.path, b"", unreadable="a link to a file that does not exist")
 
 
 def _unlisted(path: str, err: MailSourceError) -> MailItem:

@@ -242,6 +242,38 @@ def test_an_empty_folder_is_warned_about_and_nothing_found_exits_66(runner: CliR
     assert result.stderr.strip() == f"spamfilter: warning: no messages in {empty}"
 
 
+def test_an_empty_mailbox_in_a_folder_or_on_stdin_holds_no_message(runner: CliRunner, db_url: str, tmp_path: Path, sample: Path) -> None:
+    # An mbox folder's empty Trash and Sent were refused as "empty message"
+    # (exit 65), and so was an empty standard input.
+    mail = tmp_path / "mail"
+    mail.mkdir()
+    (mail / "INBOX").write_bytes((sample / "train-ham.mbox").read_bytes())
+    (mail / "Trash").touch()
+    (mail / "Sent").touch()
+    result = runner.invoke(app, ["--db", db_url, "train", "--ham", str(mail)])
+    assert (result.exit_code, result.stdout.strip(), result.stderr) == (0, "trained 0 spam, 60 ham", "")
+    result = runner.invoke(app, ["--db", db_url, "train", "--spam", "-"], input=b"")
+    assert result.exit_code == exitcodes.NO_INPUT
+    assert result.stderr.splitlines() == ["spamfilter: warning: no messages in -", "spamfilter: no messages found in any source"]
+    # A message file in a Maildir with nothing in it is still refused.
+    for sub in ("cur", "new", "tmp"):
+        (tmp_path / "md" / sub).mkdir(parents=True)
+    (tmp_path / "md" / "cur" / "1.x:2,S").touch()
+    result = runner.invoke(app, ["--db", db_url, "train", "--spam", str(tmp_path / "md")])
+    assert result.exit_code == exitcodes.DATA_ERROR and "empty message" in result.stderr
+
+
+def test_a_link_to_nothing_in_a_folder_is_refused_not_passed_over(runner: CliRunner, db_url: str, tmp_path: Path, sample: Path) -> None:
+    mail = tmp_path / "mail"
+    mail.mkdir()
+    (mail / "INBOX").write_bytes((sample / "train-ham.mbox").read_bytes())
+    (mail / "gone").symlink_to(tmp_path / "nonexistent")
+    result = runner.invoke(app, ["--db", db_url, "train", "--ham", str(mail)])
+    assert result.exit_code == exitcodes.DATA_ERROR
+    assert "trained 0 spam, 60 ham" in result.stdout
+    assert result.stderr == f"spamfilter: skipped {mail / 'gone'}: cannot read it: a link to a file that does not exist\n"
+
+
 def test_classify_warns_about_an_empty_source_and_classifies_the_others(runner: CliRunner, db_url: str, tmp_path: Path, sample: Path) -> None:
     runner.invoke(app, ["--db", db_url, "train", "--spam", str(sample / "train-spam.mbox"), "--ham", str(sample / "train-ham.mbox")])
     empty = tmp_path / "empty"
