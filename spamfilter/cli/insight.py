@@ -97,12 +97,10 @@ def top_words(
         insight = Insight(f)
         words = insight.top_words(n, spam=is_spam, min_count=min_count)
         other = insight.top_words(n, spam=not is_spam, min_count=min_count) if plot is not None else []
-    for line in render_words(words, fmt):
-        # color=True: the machine formats go out byte for byte (click would
-        # strip what looks like an ANSI sequence from a token); the table
-        # shows control characters escaped.
-        typer.echo(line, color=fmt is not WordsFormat.table)
     if plot is not None:
+        # Drawn before the list is printed: a reader that leaves early
+        # (`| head`) ends the command at its first line, and the chart was
+        # then never written.
         from spamfilter.tools import plots
 
         spam, ham = (words, other) if is_spam else (other, words)
@@ -110,6 +108,11 @@ def top_words(
             plots.write_top_words(plot, [(w.token, w.score) for w in spam], [(w.token, w.score) for w in ham], "most class-indicative tokens")
         except OSError as exc:
             _cannot_write(plot, exc)
+    for line in render_words(words, fmt):
+        # color=True: the machine formats go out byte for byte (click would
+        # strip what looks like an ANSI sequence from a token); the table
+        # shows control characters escaped.
+        typer.echo(line, color=fmt is not WordsFormat.table)
 
 
 def explanation_json(e: Explanation) -> str:

@@ -328,6 +328,27 @@ def test_top_words_plot_is_a_png_of_the_expected_size(runner: CliRunner, sample_
     assert png_size(plot.read_bytes()) == (1200, 650)
 
 
+def test_top_words_draws_its_plot_even_when_the_reader_leaves_at_once(sample_db: str, tmp_path: Path) -> None:
+    # `top-words --plot p.png | head -1`: the list went out first, the
+    # reader's leaving ended the command (exit 0, as for any command but
+    # filter), and the chart was never drawn.
+    import os
+    import subprocess
+    import sys
+
+    plot = tmp_path / "top.png"
+    read, write = os.pipe()
+    os.close(read)  # a reader that has left before the first line
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "spamfilter", "--db", sample_db, "top-words", "--n", "3", "--plot", str(plot)], stdout=write, stderr=subprocess.PIPE, timeout=60
+        )
+    finally:
+        os.close(write)
+    assert done.returncode == 0, done.stderr
+    assert png_size(plot.read_bytes()) == (1200, 225)
+
+
 def test_top_words_plot_into_a_missing_folder_is_a_usage_error(runner: CliRunner, sample_db: str, tmp_path: Path) -> None:
     result = runner.invoke(app, ["--db", sample_db, "top-words", "--plot", str(tmp_path / "no" / "such.png")])
     assert result.exit_code == exitcodes.USAGE
