@@ -288,6 +288,12 @@ class Maintenance:
                 have = tx.totals()
                 if into_empty and (have.classes.messages.any() or have.vocabulary_size):
                     raise ModelNotEmpty("the model is not empty")
+                if into_empty:
+                    # What a model emptied by `forget` keeps (a calibration
+                    # record of messages scored and not learned, feature
+                    # sums) is not the file's: the import replaces it
+                    # rather than adding the file's record to it.
+                    tx.clear_model()
                 reader.room = MAX_COUNT - have.classes.table()
             else:
                 # A trainer of this user would otherwise hold a row this

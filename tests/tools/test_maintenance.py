@@ -541,6 +541,26 @@ def test_export_import_round_trip_keeps_the_scores_and_the_feature_sums(recorded
             assert log_odds(g, mail["unseen"]) == featured
 
 
+def test_an_import_into_a_model_emptied_by_forget_replaces_what_it_kept(recorded_url: str, tmp_path: Path, mail: dict[str, list[MailItem]]) -> None:
+    # An online run records every message it scores and learns some; once
+    # those are forgotten the model has no messages and no tokens but a
+    # record, and `db import` (no flag, "into an empty model") added the
+    # file's record to it: other scores than the same file gives a new
+    # database.
+    with Filter.open(Config(), recorded_url) as f:
+        text = export_text(f)
+        record = query(f, "SELECT label, bin, weight FROM calibration WHERE label < 2 ORDER BY label, bin")
+    emptied = f"sqlite:///{tmp_path / 'emptied.db'}"
+    with Filter.open(Config(), emptied) as g:
+        steps = list(g.learn_online(labelled(mail)))
+        g.forget(item for (_, item), step in zip(labelled(mail), steps) if step.trained)
+        assert g.stats().spam_messages == g.stats().ham_messages == 0
+        assert query(g, "SELECT count(*) FROM calibration WHERE label < 2 AND weight > 0") != [(0,)]
+        Maintenance(g.store).import_counts(io.StringIO(text), replace=False, into_empty=True)
+        assert query(g, "SELECT label, bin, weight FROM calibration WHERE label < 2 ORDER BY label, bin") == record
+        assert export_text(g) == text
+
+
 def test_a_counts_file_of_the_first_version_still_imports(trained_url: str, tmp_path: Path, mail: dict[str, list[MailItem]]) -> None:
     with Filter.open(Config(), trained_url) as f:
         lines = export_text(f).splitlines(keepends=True)
