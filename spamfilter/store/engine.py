@@ -244,6 +244,10 @@ def _store_error(exc: DBAPIError, what: str) -> StoreError:
         return StoreError(
             f"{what}: the database file is damaged ({text}); where SQLite can still read its schema, `spamfilter db check` lists the problems, else restore it from a backup"
         )
+    if "attempt to write a readonly database" in text and re.search(r"[?&]mode=ro(?:&|$)", what):
+        # Opened read-only on purpose ("?mode=ro" in its URL, which `what`
+        # names): the file's permissions are not the matter.
+        return StoreError(f"{what}: {text} (the URL opens it read-only, mode=ro: this command writes)")
     if "attempt to write a readonly database" in text:
         # Also when only reading: in WAL mode SQLite makes the -shm file
         # beside the database to read it, and a stats of a database in a
