@@ -48,9 +48,9 @@ class Delivery:
         self._raw: bytes | None = None
         self._written = False
 
-    #: The most of a message held in memory. A longer one (a stream that
-    #: never ends, such as /dev/zero, included) is not filtered: `read`
-    #: stops there and `pass_through` copies the rest in pieces.
+    #: The most of a message held in memory. A longer one is not filtered:
+    #: `read` stops there and `pass_through` copies the rest in pieces (but
+    #: not from a device such as /dev/zero, which `filter` refuses).
     limit = 64 << 20
 
     def read(self) -> bytes:
@@ -88,6 +88,10 @@ class Delivery:
                 _write_all(self._sink, self._raw)
             elif self._source.isatty():
                 return
+            from spamfilter.mail.sources import is_device_stream
+
+            if is_device_stream(self._source):
+                return  # /dev/zero never ends: nothing to pass on
             while chunk := self._source.read(1 << 16):
                 _write_all(self._sink, chunk)
             self._sink.flush()

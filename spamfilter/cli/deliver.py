@@ -51,6 +51,11 @@ def filter_(
     """
     if sys.stdin.isatty():
         usage_error(ctx, "filter reads a message on standard input")
+    from spamfilter.mail.sources import is_device_stream
+
+    if is_device_stream(sys.stdin.buffer):
+        # /dev/zero: no message, and passed through it never ended.
+        fail("standard input is a device, not a message or a mailbox", exitcodes.NO_INPUT)
     message = delivery(ctx)
     raw = message.read()
     if not message.complete:

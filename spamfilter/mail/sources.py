@@ -172,7 +172,7 @@ def is_device(path: str) -> bool:
         return False
 
 
-def _is_device_stream(stream: BinaryIO) -> bool:
+def is_device_stream(stream: BinaryIO) -> bool:
     """Whether ``stream`` reads a character or block device other than a
     terminal or /dev/null (False for a pipe, a file, or a stream with no
     descriptor)."""
@@ -217,7 +217,7 @@ def _iter_source(path: str, stdin: BinaryIO | None, stdin_is_one: bool = False) 
         # Looked up here, not as a default argument, so tests and callers
         # that replace sys.stdin are honoured.
         stream = sys.stdin.buffer if stdin is None else stdin
-        if _is_device_stream(stream):
+        if is_device_stream(stream):
             # `spamfilter classify - < /dev/zero` read for ever; a terminal
             # is a device too, and the commands say so before reading.
             raise MailSourceError("standard input is a device, not a message or a mailbox")

@@ -223,7 +223,7 @@ def test_a_closed_standard_stream_is_no_traceback(trained: str, args: list[str],
         assert err == "spamfilter: cannot write the output: standard output is closed\n"
 
 
-@pytest.mark.parametrize("args", [["classify", "-"], ["train", "--spam", "-"], ["forget", "-"]])
+@pytest.mark.parametrize("args", [["classify", "-"], ["train", "--spam", "-"], ["forget", "-"], ["filter"]])
 def test_a_device_on_stdin_is_refused_and_dev_null_is_an_empty_input(trained: str, args: list[str]) -> None:
     # `classify - < /dev/zero` read for ever into memory.
     with open("/dev/zero", "rb") as zero:

@@ -480,6 +480,15 @@ def test_read_index_missing_message_file_fails_before_any_message_is_read(tmp_pa
     index = write(tmp_path / "index", b"ham m\nspam folder\n")
     with pytest.raises(MailSourceError, match=r"index:2: message file .*folder' is a folder, not a message file"):
         read_index(str(index))
+    # A device, a pipe or a link in a loop exists: not "does not exist".
+    import os
+
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    for name in ("fifo", "loop", "/dev/zero"):
+        index = write(tmp_path / "index", b"ham m\nspam " + name.encode() + b"\n")
+        with pytest.raises(MailSourceError, match=rf"index:2: message file .*{name.lstrip('/')}' is not a regular file"):
+            read_index(str(index))
 
 
 def test_read_index_missing_index_raises_mail_source_error(tmp_path: Path) -> None:
