@@ -136,7 +136,7 @@ def explanation_lines(e: Explanation, *, colour: bool = False) -> list[str]:
         f"message    {printable(e.source)}",
         f"verdict    {verdict}   P(spam) {e.score:.6g}   log-odds {e.log_odds:+.4f}",
         f"           = prior {e.prior:+.4f} + tokens {token_sum:+.4f}",
-        f"model      {e.event_model}; {e.events} token events count, their evidence scaled by {e.factor:.4g}",
+        f"model      {e.event_model}; {e.tempering()}",
         f"tokens     {len([c for c in e.tokens if c.spam_count is not None])} known"
         + (f" ({e.ignored} left out by min_evidence, max_tokens or header_max_tokens, contributing 0)" if e.ignored else "")
         + f", {e.unknown} never seen "

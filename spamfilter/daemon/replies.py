@@ -209,7 +209,7 @@ def _report(e: Explanation, f: Filter, n: int = 10) -> bytes:
     lines = [
         f"spamfilter verdict: {e.verdict}",
         f"P(spam) = {e.score:.6f} (spam above {1 / (1 + math.exp(-t.spam_min)):.4f}, ham at or below {1 / (1 + math.exp(-t.ham_max)):.4f}), log-odds = {e.log_odds:+.4f}",
-        f"prior log-odds {e.prior:+.4f}; {e.events} token events, evidence scaled by {e.factor:.4f}",
+        f"prior log-odds {e.prior:+.4f}; {e.tempering()}",
         "",
         " contribution  token",
     ]

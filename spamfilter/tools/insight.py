@@ -82,6 +82,9 @@ class Explanation:
     absent: vocabulary tokens in the absent-token term (bernoulli), else 0.
     unseen_weight: ``[model] unseen_weight``, what each unknown token event
         counts in n (0: they are ignored; see ``events``).
+    header_events, header_factor: with the header lines scored apart
+        (``[model] header_apart``), their own n and scale; ``events`` and
+        ``factor`` are then the rest's (0 and 1 otherwise).
     """
 
     source: str
@@ -98,6 +101,15 @@ class Explanation:
     unknown: int
     absent: int
     unseen_weight: float = 0.0
+    header_events: int = 0
+    header_factor: float = 1.0
+
+    def tempering(self) -> str:
+        """How many token events count and how their evidence was scaled:
+        the body's and, scored apart, the header lines' (each its own n)."""
+        if not self.header_events:
+            return f"{self.events} token events count, their evidence scaled by {self.factor:.4g}"
+        return f"{self.events} body token events count, scaled by {self.factor:.4g}; {self.header_events} header-line token events, scaled by {self.header_factor:.4g}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,6 +257,8 @@ class Insight:
             unknown=len(counts) - len(fitted.ids),
             absent=absent,
             unseen_weight=m.unseen_weight,
+            header_events=int(terms.header_events),
+            header_factor=terms.header_factor,
         )
 
     def feature_densities(self) -> FeatureDensities:

@@ -408,6 +408,21 @@ def test_explain_table_colours_the_direction_on_a_terminal(sample_filter: Filter
     assert not any("\x1b[" in line for line in explanation_lines(e, colour=False))
 
 
+def test_explain_gives_the_header_lines_their_own_tempering(sample_filter: Filter, sample: Path) -> None:
+    # With the header lines scored apart (the default) each part's evidence
+    # is divided by its own n ** tempering; explain (and the daemon's
+    # REPORT) showed one n and one scale, the body's, for the whole.
+    item = list(read_messages([str(sample / "inbox.mbox")]))[1]
+    e = Insight(sample_filter).explain(item)
+    t = sample_filter.config.model.tempering
+    assert sample_filter.config.model.header_apart and e.header_events > 0 and e.events > 0
+    assert e.header_factor == pytest.approx(e.header_events**-t) and e.factor == pytest.approx(e.events**-t)
+    model_line = next(line for line in explanation_lines(e) if line.startswith("model"))
+    assert model_line.endswith(
+        f"{e.events} body token events count, scaled by {e.factor:.4g}; {e.header_events} header-line token events, scaled by {e.header_factor:.4g}"
+    )
+
+
 def test_hostile_tokens_cannot_reach_the_terminal() -> None:
     assert printable("plain:token") == "plain:token"
     assert printable("a\x1b[31mb\u202ec\x00") == "a\\x1b[31mb\\u202ec\\x00"
