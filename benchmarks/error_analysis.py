@@ -31,9 +31,8 @@ import scipy.sparse as sp
 
 from benchmarks.loco import CORPORA
 from benchmarks.option_grid import bogofilter_split
-from benchmarks.streams import Corpus
+from benchmarks.streams import Corpus, learned_counts
 from spamfilter.config import Config
-from spamfilter.nb.memcounts import MemoryCounts
 from spamfilter.nb.scorer import Scorer
 from spamfilter.tokenizer import BIGRAM, SUBJECT, URL, is_header_line
 
@@ -63,7 +62,7 @@ def main() -> None:
     for name in args.corpus or ["spamassassin", "csdmc2010"]:
         c = Corpus(config, name)
         head = c.y.size // 2
-        counts = MemoryCounts.of(c.binary[:head], c.terms[:head], c.y[:head])
+        counts = learned_counts(c, np.arange(head))
         scorer = Scorer(m)
         X = sp.csr_matrix(c.X(m)[head:])
         mine = scorer.log_odds(counts.evidence(X, c.header, histogram=False))

@@ -56,11 +56,11 @@ def main() -> None:
     modes = [TrainMode(t) for t in (args.train_mode or ["teft"])]
     settings = [(t, g) for t in modes for g in (args.margin or [TUNE_MARGIN] if t is TrainMode.tune else [TUNE_MARGIN])]
     for name in args.corpus:
-        docs, y = tokenized(config, name, args.limit)
-        c = Corpus.of_docs(docs, y)
+        docs, y, digests = tokenized(config, name, args.limit)
+        c = Corpus.of_docs(docs, y, digests)
         if args.check:
             items = list(stream(name, args.check))
-            head = Corpus.of_docs(docs[: args.check], y[: args.check])
+            head = Corpus.of_docs(docs[: args.check], y[: args.check], digests[: args.check])
             for mode in (TrainMode.teft, TrainMode.tune):
                 report_, scored = run_online(config, items, train_mode=mode)
                 mine, learned = online_scores(head, config.model, thresholds, mode)

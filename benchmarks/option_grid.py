@@ -39,22 +39,21 @@ import numpy as np
 from benchmarks import fisher as fisher_combining
 from benchmarks.compare import ranking
 from benchmarks.long_stream import STREAMS, logit, stream
-from benchmarks.streams import Corpus, Doc, online_scores, split_scores, tokenized
+from benchmarks.streams import Corpus, Doc, learned_counts, online_scores, split_scores, tokenized
 from spamfilter.config import Config, ModelConfig, TrainMode, load_config
 from spamfilter.nb import decision
-from spamfilter.nb.memcounts import MemoryCounts
 from spamfilter.tools.evaluation import default_window, run_online, windowed_roca
 
 
 def run(
-    docs: list[Doc], y: np.ndarray, settings: list[ModelConfig], split: str | None, fisher: tuple[float, float, float] | None = None
+    docs: list[Doc], y: np.ndarray, digests: list[str], settings: list[ModelConfig], split: str | None, fisher: tuple[float, float, float] | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Log-odds (len(settings) + bool(fisher), n scored) and the scored
     labels: online (every message trained, as ``train_mode`` teft), or
     trained on the head of the --split and scored on the rest. The counts
     are the library's in memory, the scores its scorer's
     (``benchmarks.loco``); the Fisher row needs --split."""
-    c = Corpus.of_docs(docs, y)
+    c = Corpus.of_docs(docs, y, digests)
     if split is None:
         if fisher:
             raise SystemExit("--fisher needs --split")
@@ -63,7 +62,7 @@ def run(
     head = len(docs) // 2 if split == "half" else 10_000
     rows = []
     if fisher:
-        e = MemoryCounts.of(c.binary[:head], c.terms[:head], y[:head]).evidence(c.binary[head:], histogram=False)
+        e = learned_counts(c, np.arange(head)).evidence(c.binary[head:], histogram=False)
         f = fisher_combining.robinson_probability(e.counts, e.totals, fisher[0], fisher[1])
         rows.append(fisher_combining.fisher_log_odds(e.X, f, fisher[2]))
     rows += [split_scores(c, m, head)[0] for m in settings]
@@ -151,14 +150,14 @@ def main() -> None:
     labels = ["defaults", *args.setting]
     settings = [parse_setting(config.model, s) for s in ["", *args.setting]]
     for name in args.corpus:
-        docs, y = tokenized(config, name, args.limit)
+        docs, y, digests = tokenized(config, name, args.limit)
         if args.check:
             _, scored = run_online(config, list(stream(name, args.check)), train_mode=TrainMode.teft)
-            mine, _ = run(docs[: args.check], y[: args.check], settings[:1], None)
+            mine, _ = run(docs[: args.check], y[: args.check], digests[: args.check], settings[:1], None)
             diff = np.max(np.abs(mine[0][: len(scored)] - np.array([s.log_odds for s in scored])))
             print(f"check {name}: largest |log-odds difference| against run_online over {len(scored)} messages: {diff:.2e}")
         fisher = tuple(args.fisher) if args.fisher else None
-        odds, truth = run(docs, y, settings, args.split, fisher)
+        odds, truth = run(docs, y, digests, settings, args.split, fisher)
         names = ([f"fisher s={fisher[0]:g} x={fisher[1]:g} min_dev={fisher[2]:g}"] if fisher else []) + labels
         if args.split and args.bogofilter:
             # bogofilter reads every file; spamfilter leaves unreadable ones out (none in these corpora)

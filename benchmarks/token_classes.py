@@ -166,10 +166,10 @@ def main() -> None:
     labels = ["defaults", *args.setting]
     parsed = [parse(config.model, s) for s in ["", *args.setting]]
     for name in args.corpus:
-        docs, y = tokenized(config, name, args.limit)
+        docs, y, digests = tokenized(config, name, args.limit)
         if args.slice:
             a, b = (int(float(f) * len(docs)) for f in args.slice.split(":"))
-            docs, y = docs[a:b], y[a:b]
+            docs, y, digests = docs[a:b], y[a:b], digests[a:b]
         if args.classes:
             print(f"\n{name}: class, % of token occurrences (once per message), % of the vocabulary")
             for kind, (occ, voc) in sorted(class_shares(docs).items(), key=lambda kv: -kv[1][0]):
@@ -179,7 +179,7 @@ def main() -> None:
         truth = y
         for dropped in dict.fromkeys(p.dropped for p in parsed):
             chosen = [i for i, p in enumerate(parsed) if p.dropped == dropped]
-            odds, truth = run(without(docs, dropped), y, [parsed[i].model for i in chosen], args.split)
+            odds, truth = run(without(docs, dropped), y, digests, [parsed[i].model for i in chosen], args.split)
             for i, row in zip(chosen, odds):
                 scores[i] = row
         report(f"{name}{' ' + args.slice if args.slice else ''}, {truth.size} scored, {args.split or 'online'}", labels, np.array(scores), truth, threshold)

@@ -36,17 +36,16 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.loco import CORPORA, figures, left_out_folds
-from benchmarks.streams import Corpus, online_scores, split_scores
+from benchmarks.streams import Corpus, learned_counts, online_scores, split_scores
 from spamfilter.config import Config, TrainMode
 from spamfilter.nb import decision
-from spamfilter.nb.memcounts import MemoryCounts
 from spamfilter.nb.scorer import Scorer
 
 
 def head_of(c: Corpus, head: int) -> Corpus:
     """The first ``head`` messages of ``c``, over the same vocabulary."""
     h = Corpus.__new__(Corpus)
-    h.y, h.terms, h.binary, h.tokens, h.header = c.y[:head], c.terms[:head], c.binary[:head], c.tokens, c.header
+    h.y, h.terms, h.binary, h.tokens, h.header, h.identity = c.y[:head], c.terms[:head], c.binary[:head], c.tokens, c.header, c.identity[:head]
     return h
 
 
@@ -58,7 +57,7 @@ def learned_once(c: Corpus, config: Config, mode: TrainMode, margin: float) -> t
     thresholds = decision.thresholds_from_loss(d.cost_ham_as_spam, d.cost_spam_as_ham, d.cost_unsure)
     _, trained = online_scores(head_of(c, head), m, thresholds, mode, margin)
     rows = np.flatnonzero(trained)
-    counts = MemoryCounts.of(c.binary[rows], c.terms[rows], c.y[rows])
+    counts = learned_counts(c, rows)
     evidence = counts.evidence(c.X(m)[head:], c.header, histogram=m.event_model == "bernoulli")
     return Scorer(m).log_odds(evidence), c.y[head:], int(rows.size)
 
@@ -107,7 +106,7 @@ def near_copies_once(c: Corpus, config: Config, number: np.ndarray, keep: np.nda
     m = config.model
     head = number.size
     rows = np.flatnonzero(keep)
-    counts = MemoryCounts.of(c.binary[rows], c.terms[rows], c.y[rows])
+    counts = learned_counts(c, rows)
     evidence = counts.evidence(c.X(m)[head:], c.header, histogram=m.event_model == "bernoulli")
     return Scorer(m).log_odds(evidence), c.y[head:], int(rows.size)
 
