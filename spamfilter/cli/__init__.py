@@ -179,7 +179,10 @@ def _plain_value(param: TyperArgument | TyperOption, value: Any) -> tuple[bool, 
         return True, list(value)
     if isinstance(annotation, type) and issubclass(annotation, Enum) and type(value) is str and desc.parameter_info.case_sensitive:
         member = next((m for m in annotation if m.value == value), None)
-        return member is not None, member
+        if member is None:
+            # Said here: Typer's own check words it "Value error, ..."
+            raise typer.BadParameter(f"{value!r} is not one of {', '.join(repr(m.value) for m in annotation)}.", param=param)
+        return True, member
     return False, None
 
 

@@ -160,3 +160,14 @@ def test_an_imap_account_the_config_does_not_name_is_a_usage_error(tmp_path: Pat
     result = CliRunner().invoke(app, ["--db", str(tmp_path / "s.db"), "--config", str(config), "imap", "run", "--account", "work"], prog_name="spamfilter")
     assert result.exit_code == exitcodes.USAGE, result.output
     assert_usage_error(result.stderr, "imap run", "Invalid value for --account: no IMAP account named 'work' (configured: home)")
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [(["mark", "Spam", "x"], "'Spam' is not one of 'spam', 'ham'."), (["classify", "--format", "bogus", "x"], "'bogus' is not one of 'table', 'jsonl', 'tsv'.")],
+)
+def test_a_choice_not_among_the_choices_is_said_plainly(args: list[str], said: str) -> None:
+    # Typer's own check worded it "Value error, 'Spam' is not one of ...".
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 64
+    assert result.stderr.strip().endswith(said) and "Value error" not in result.stderr
