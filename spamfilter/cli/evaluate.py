@@ -133,7 +133,8 @@ def evaluate(
 ) -> None:
     """Measure the filter on a labelled index, TREC spam-track style, starting
     from an empty model in a temporary in-memory database (the --db database
-    only if given explicitly, online or split; cv refuses it). Ranks by log-odds: 1-ROCA%, spam misclassified
+    only if given explicitly, before the command: spamfilter --db URL evaluate;
+    online or split; cv refuses it). Ranks by log-odds: 1-ROCA%, spam misclassified
     at 0.1% ham misclassified, lam%, error rates, throughput, and 1-ROCA% per
     window of --window messages in stream order, so drift over a long stream
     shows. The stream must hold spam and ham (exit 65 otherwise). --out rows
