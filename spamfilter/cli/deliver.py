@@ -49,13 +49,7 @@ def filter_(
 
     Example (procmail): :0fw | spamfilter filter --always-zero
     """
-    if sys.stdin.isatty():
-        usage_error(ctx, "filter reads a message on standard input")
-    from spamfilter.mail.sources import is_device_stream
-
-    if is_device_stream(sys.stdin.buffer):
-        # /dev/zero: no message, and passed through it never ended.
-        fail("standard input is a device, not a message or a mailbox", exitcodes.NO_INPUT)
+    _check_stdin(ctx)
     message = delivery(ctx)
     raw = message.read()
     if not message.complete:
@@ -93,6 +87,17 @@ def filter_(
         fields = filter_fields(result.verdict, result.score, result.log_odds, model_name)
         message.write(filtered_pieces(raw, fields))
     raise typer.Exit(exitcodes.OK if always_zero else _VERDICT_EXIT[result.verdict])
+
+
+def _check_stdin(ctx: typer.Context) -> None:
+    """Refuse a terminal (a usage error) or a device on stdin: /dev/zero
+    holds no message, and passed through it never ended."""
+    if sys.stdin.isatty():
+        usage_error(ctx, "filter reads a message on standard input")
+    from spamfilter.mail.sources import is_device_stream
+
+    if is_device_stream(sys.stdin.buffer):
+        fail("standard input is a device, not a message or a mailbox", exitcodes.NO_INPUT)
 
 
 def _ask_server(address: str, raw: bytes, user: str | None) -> RemoteVerdict | None:

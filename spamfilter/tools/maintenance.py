@@ -288,11 +288,7 @@ class Maintenance:
                 have = tx.totals()
                 if into_empty and (have.classes.messages.any() or have.vocabulary_size):
                     raise ModelNotEmpty("the model is not empty")
-                if into_empty:
-                    # What a model emptied by `forget` keeps (a calibration
-                    # record of messages scored and not learned, feature
-                    # sums) is not the file's: the import replaces it
-                    # rather than adding the file's record to it.
+                if into_empty:  # what a model emptied by `forget` kept (a record, sums) is not the file's
                     tx.clear_model()
                 reader.room = MAX_COUNT - have.classes.table()
             else:
