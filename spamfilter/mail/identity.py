@@ -20,78 +20,25 @@ from spamfilter.verdicts import Decision
 #: How an mbox envelope line starts (the readers in sources.py split on it too).
 _ENVELOPE_PREFIX: Final = b"From "
 
-#: Fields a mail client or server writes into a stored message to keep its
-#: own state (read, flagged, answered, keywords, its UID, a length it
-#: counts), changing as the user reads: mutt, Dovecot, UW-IMAP and Python's
-#: mailbox module in an mbox (Status, X-Status, X-Keywords, X-UID, X-IMAP,
-#: X-IMAPbase, Content-Length, Lines), Thunderbird (X-Mozilla-*). A
-#: message's identity leaves them out, as it leaves out the filter's own.
-MAILBOX_STATE_HEADERS: Final = (
-    "Status",
-    "X-Status",
-    "X-Keywords",
-    "X-UID",
-    "X-IMAP",
-    "X-IMAPbase",
-    "Content-Length",
-    "Lines",
-    "X-Mozilla-Status",
-    "X-Mozilla-Status2",
-    "X-Mozilla-Keys",
-)
+_FILTER_NAMES: Final = b"|".join(re.escape(name.encode("ascii")) for name in FILTER_HEADERS)
 
-
-@dataclass(frozen=True, slots=True)
-class _FieldPatterns:
-    """How header fields of some names are found in a message's bytes.
-
-    whole: one such field matched at a line start: the field's line, its
-    folded continuation lines and the line break after them (group 1). CR,
-    LF and CRLF all end a line here, as they do for Python's email parser:
-    "Subject: hi\rX-Spam-Flag: NO" holds two fields for it, one for
-    procmail, which only splits at LF.
-    line: the same field without its continuation lines: one past the
-    header block of a CRLF message (procmail's header, everyone else's
-    body), where the indented lines after it are the body's own (code, a
-    quoted bounce).
-    head: such a field's name and colon, matched where a line starts.
-    start: a CR or LF and then ``head``: the search skips from one line
-    break to the next (a pattern starting with the names was tried at every
-    byte once they did not all start with one letter; with a lookbehind, at
-    every byte too).
-    """
-
-    whole: re.Pattern[bytes]
-    line: re.Pattern[bytes]
-    head: re.Pattern[bytes]
-    start: re.Pattern[bytes]
-
-    def line_starts(self, raw: bytes, begin: int, end: int) -> Iterator[int]:
-        """Where such a field starts a line in ``raw[begin:end]``, ``begin``
-        being a line start."""
-        if self.head.match(raw, begin, end):
-            yield begin
-        for m in self.start.finditer(raw, begin, end):
-            yield m.start() + 1
-
-    @classmethod
-    def of(cls, names: Iterable[str]) -> _FieldPatterns:
-        # The longer of two names sharing a start first (X-Mozilla-Status2).
-        alternatives = b"|".join(re.escape(name.encode("ascii")) for name in sorted(names, key=len, reverse=True))
-        field_line = rb"(?:" + alternatives + rb")[ \t]*:[^\r\n]*"
-        field_end = rb"(\r\n|\r|\n|\Z)"
-        return cls(
-            re.compile(field_line + rb"(?:(?:\r\n|\r|\n)[ \t][^\r\n]*)*" + field_end, re.IGNORECASE),
-            re.compile(field_line + field_end, re.IGNORECASE),
-            re.compile(rb"(?:" + alternatives + rb")[ \t]*:", re.IGNORECASE),
-            re.compile(rb"[\r\n](?:" + alternatives + rb")[ \t]*:", re.IGNORECASE),
-        )
-
-
-#: The filter's own fields, which filtering replaces.
-_FILTER_FIELDS: Final = _FieldPatterns.of(FILTER_HEADERS)
-#: What a message's identity leaves out: those and the mailbox's state.
-_IDENTITY_FIELDS: Final = _FieldPatterns.of(FILTER_HEADERS + MAILBOX_STATE_HEADERS)
+# One header field whose name is in FILTER_HEADERS, matched at a line start:
+# the field's line, its folded continuation lines and the line break after
+# them (group 1). CR, LF and CRLF all end a line here, as they do for
+# Python's email parser: "Subject: hi\rX-Spam-Flag: NO" holds two fields
+# for it, one for procmail, which only splits at LF.
+_FIELD_LINE: Final = rb"(?:" + _FILTER_NAMES + rb")[ \t]*:[^\r\n]*"
+_FIELD_END: Final = rb"(\r\n|\r|\n|\Z)"
+_FILTER_FIELD_RE: Final = re.compile(_FIELD_LINE + rb"(?:(?:\r\n|\r|\n)[ \t][^\r\n]*)*" + _FIELD_END, re.IGNORECASE)
+# The same field without its continuation lines: one past the header block
+# of a CRLF message (procmail's header, everyone else's body), where the
+# indented lines after it are the body's own (code, a quoted bounce).
+_FILTER_LINE_RE: Final = re.compile(_FIELD_LINE + _FIELD_END, re.IGNORECASE)
+# Such a field's name and colon; it starts a field at the very beginning or
+# after a CR or LF (`_FilterLayout.runs` checks). The pattern starts with the
+# name, so the search skips to each "X"; with a lookbehind first it was tried
+# at every byte (ten times slower).
+_FILTER_FIELD_START_RE: Final = re.compile(rb"(?:" + _FILTER_NAMES + rb")[ \t]*:", re.IGNORECASE)
 # An empty line when CR, LF and CRLF each end a line (group 1 ends the line
 # before it).
 _EMPTY_LINE_RE: Final = re.compile(rb"(\r\n|\r(?!\n)|\n)(?:\r\n|\r|\n)")
@@ -112,14 +59,10 @@ def digest_bytes(raw: bytes) -> str:
 
     1. CRLF line ends become LF;
     2. a leading mbox envelope (``From ``) line is dropped;
-    3. the fields in `FILTER_HEADERS` and `MAILBOX_STATE_HEADERS` (any
-       case, with their folded continuation lines) are dropped from the
-       header block, which ends at the first empty line (CR, LF or CRLF;
-       see `_filter_layout`): a message marked read in an mbox keeps its
-       identity;
-    4. a line of ">"s and "From " loses its ">"s: however an mbox writer
-       quoted it, and however many levels the reader took off;
-    5. trailing whitespace at the end of the message is dropped (mbox
+    3. the fields in `FILTER_HEADERS` (any case, with their folded
+       continuation lines) are dropped from the header block, which ends at
+       the first empty line (CR, LF or CRLF; see `_filter_layout`);
+    4. trailing whitespace at the end of the message is dropped (mbox
        separators and editors add or remove final newlines).
 
     Parameters
@@ -149,13 +92,12 @@ def digest_bytes(raw: bytes) -> str:
     # header fields and every other parser as body lines. Dropping those
     # here too would make the digest of a CRLF message differ from that of
     # the same message with LF line ends (there procmail reads them as body).
-    layout = _filter_layout(raw, lf_only_readers=False, fields=_IDENTITY_FIELDS)
+    layout = _filter_layout(raw, lf_only_readers=False)
     digest = _RstrippedHash()
     # The kept pieces are made one at a time as the runs are found: a header
     # block of 10 MB of forged fields, one every other line, held 500,000
     # runs and 500,000 views of the message at once (160 MB).
-    pieces = _crlf_to_lf(_kept_pieces(raw, layout))
-    for piece in _from_lines_unquoted(pieces) if b">From " in raw else pieces:
+    for piece in _crlf_to_lf(_kept_pieces(raw, layout)):
         digest.update(piece)
     return digest.hexdigest()[:32]
 
@@ -189,8 +131,6 @@ class _FilterLayout:
     insert: int
     eol: bytes
     raw: bytes = field(repr=False, compare=False)
-    #: The fields dropped.
-    fields: _FieldPatterns = field(repr=False, compare=False)
     #: Where the header block ends for Python's parser (CR, LF or CRLF ends
     #: a line), and where fields stop being looked for.
     any_end: int
@@ -207,13 +147,14 @@ class _FilterLayout:
         raw, insert, any_end = self.raw, self.insert, self.any_end
         run: tuple[int, int] | None = None
         field_end = -1  # where the last field dropped ended, line break included
-        for at in self.fields.line_starts(raw, self.start, self.scan_end):
+        for m in _FILTER_FIELD_START_RE.finditer(raw, self.start, self.scan_end):
+            at = m.start()
             if at > 0 and raw[at - 1] not in (0x0A, 0x0D):
                 continue  # inside a line
             follows_drop = at == field_end
             if not (at < any_end or (at > 0 and raw[at - 1] == 0x0A) or follows_drop):
                 continue
-            found = (self.fields.whole if at < self.crlf_end else self.fields.line).match(raw, at, self.scan_end)
+            found = (_FILTER_FIELD_RE if at < self.crlf_end else _FILTER_LINE_RE).match(raw, at, self.scan_end)
             assert found is not None  # the start pattern is a prefix of this one
             begin, field_end = at, found.end()
             if run is not None:
@@ -234,7 +175,7 @@ class _FilterLayout:
             yield run
 
 
-def _filter_layout(raw: bytes, *, lf_only_readers: bool = True, fields: _FieldPatterns = _FILTER_FIELDS) -> _FilterLayout:
+def _filter_layout(raw: bytes, *, lf_only_readers: bool = True) -> _FilterLayout:
     """Find the envelope line, the insertion point, the fields a sender may
     have forged and the header block's line ending, without copying ``raw``.
 
@@ -269,7 +210,7 @@ def _filter_layout(raw: bytes, *, lf_only_readers: bool = True, fields: _FieldPa
     while raw[insert : insert + 1] in (b" ", b"\t"):
         brk = _LINE_BREAK_RE.search(raw, insert)
         insert = len(raw) if brk is None else brk.end()
-    return _FilterLayout(start, insert, _header_eol(raw, start, any_end), raw, fields, any_end, lf_end, crlf_end)
+    return _FilterLayout(start, insert, _header_eol(raw, start, any_end), raw, any_end, lf_end, crlf_end)
 
 
 def _header_end(raw: bytes, start: int) -> int:
@@ -317,31 +258,6 @@ def _crlf_to_lf(segments: Iterable[memoryview]) -> Iterator[bytes]:
             if piece.endswith(b"\r"):
                 piece, carry = piece[:-1], b"\r"
             yield piece.replace(b"\r\n", b"\n")
-    yield carry
-
-
-# A line quoted once or more as ">From ": mboxrd writers quote every such
-# line one level more, mboxo writers (Python's mailbox, mutt, Dovecot,
-# procmail) only "From " itself, and the mbox reader takes one level off
-# every one, so the levels a stored copy shows depend on who wrote it.
-_QUOTED_FROM_RE: Final = re.compile(rb"\n>+(?=From )")
-
-
-def _from_lines_unquoted(pieces: Iterable[bytes]) -> Iterator[bytes]:
-    """``pieces`` (LF line ends) with the ">" taken off the start of every
-    line that is ">"s and then "From "; a line split between two pieces is
-    held back until it can be told."""
-    carry = b""
-    for piece in pieces:
-        data = carry + piece
-        carry = b""
-        cut = data.rfind(b"\n")
-        if cut >= 0:
-            tail = data[cut + 1 :]
-            rest = tail.lstrip(b">")
-            if (rest != tail or not tail) and len(rest) < 5 and b"From "[: len(rest)] == rest:
-                data, carry = data[:cut], data[cut:]
-        yield _QUOTED_FROM_RE.sub(b"\n", data)
     yield carry
 
 
