@@ -119,6 +119,8 @@ class Training:
                 moved.append((old.label, *old.record, int(add[old.digest][0])))
         for label, a in add.values():
             delta.add(label, a.counts, +1, a.features)
+        if moved:
+            tx.lock_record()  # before the counts' rows, as a recording run takes them
         written = self.apply(tx, delta)
         if totals is not None and written is not None and totals.messages.all():
             entries.update(self._record_from_write(tx, new, written, delta, totals))
@@ -199,9 +201,13 @@ class Training:
                     delta = CountDelta()
                     for old in removed:
                         delta.add(old.label, old.token_counts, -1, old.features)
+                    # What is left of their calibration record entries goes
+                    # too, the record taken first (`lock_record`).
+                    entries = [(old.label, *old.record, None) for old in removed if old.record is not None]
+                    if entries:
+                        tx.lock_record()
                     self.apply(tx, delta)
-                    # What is left of their calibration record entries goes too.
-                    self.scoring.move_recorded(tx, [(old.label, *old.record, None) for old in removed if old.record is not None])
+                    self.scoring.move_recorded(tx, entries)
                     return len(removed)
 
             forgotten = retrying(step, self.write_deadline)

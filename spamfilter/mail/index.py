@@ -81,7 +81,9 @@ def _load_index(index_path: str) -> list[tuple[bool, str]]:
         # names that are not valid UTF-8 openable.
         path = os.path.join(folder, os.fsdecode(parts[1].rstrip()))
         if not os.path.isfile(path):
-            what = "is a folder, not a message file" if os.path.isdir(path) else "is not a regular file" if os.path.lexists(path) else "does not exist"
+            what = "is a folder, not a message file" if os.path.isdir(path) else "is not a regular file" if os.path.exists(path) else "does not exist"
+            if what == "does not exist" and os.path.islink(path):
+                what = "is a link to nothing, or a link in a loop"
             raise MailSourceError(f"{index_path}:{lineno}: message file {path!r} {what}")
         entries.append((label == b"spam", path))
     return entries

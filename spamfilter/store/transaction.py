@@ -250,7 +250,7 @@ class StoreTransaction:
         out = np.zeros((2, bins))
         for label, b, weight in self.conn.execute(self.sql.calibration, {"own": self.owner if owner is None else owner}):
             if label in (HAM, SPAM) and 0 <= b < bins:
-                out[label, b] = weight
+                out[label, b] = max(weight, 0.0)
         return out
 
     def record_calibration(self, decay: float, added: FloatArray) -> float:
@@ -267,6 +267,14 @@ class StoreTransaction:
         if rows:
             self.conn.execute(self.sql.add_calibration, rows)
         return self.record_clock()
+
+    def lock_record(self) -> None:
+        """Take this owner's calibration record for this transaction (its
+        record version, as `record_calibration` does first): a process
+        that records waits, so what is read of the record next stays what
+        it is until this transaction ends (PostgreSQL reads committed
+        rows)."""
+        self.counts_sql.bump_version(record_version_owner(self.owner))
 
     def record_clock(self) -> float:
         """This owner's record clock (0 before anything was recorded)."""

@@ -254,6 +254,59 @@ def test_mark_moves_what_is_left_of_a_messages_record_entry_and_forget_takes_it_
     assert (after <= before + 1e-12).all() and after.sum() > 0
 
 
+def test_a_forget_and_a_recording_run_at_once_leave_no_weight_below_zero(
+    any_db_url: str, spamassassin: list[tuple[bool, MailItem]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # On PostgreSQL a run that only recorded scores (train --train-mode toe
+    # on mail it classifies right) could commit its decay between forget's
+    # read of the record and its write: forget then took out the entries'
+    # weights as they were before the decay, bins went below zero, and
+    # scores came out NaN.
+    import threading
+
+    from spamfilter.filter import scoring
+
+    config = Config()
+    config = replace(config, store=replace(config.store, batch_size=100))
+    with Filter.open(config, any_db_url) as f:
+        f.train(spamassassin[:200])
+        later = spamassassin[200:300]
+        # mail the model calls right: a toe run records it and learns none
+        right = [
+            (s, item) for (s, item), v in zip(later, f.classify(item for _, item in later)) if isinstance(v, Verdict) and v.verdict.value == ("spam" if s else "ham")
+        ]
+    assert len(right) > 50
+    other_done = threading.Event()
+
+    def record_elsewhere() -> None:
+        with Filter.open(config, any_db_url) as g:
+            g.train(right, train_mode=TrainMode.toe)
+        other_done.set()
+
+    other = threading.Thread(target=record_elsewhere)
+    real = scoring.moved_entries
+
+    def between(*args: object) -> object:
+        # forget has read the record: the other run records now, if it can
+        if not other.is_alive() and not other_done.is_set():
+            other.start()
+            other_done.wait(3.0)  # it cannot while forget holds the record
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(scoring, "moved_entries", between)
+    with Filter.open(config, any_db_url) as f:
+        f.forget(item for _, item in spamassassin[100:200])
+    other.join(60)
+    assert other_done.is_set()
+    with Filter.open(config, any_db_url) as f, f.store.begin(write=False) as tx:
+        with f.store.engine.connect() as conn:
+            import sqlalchemy as sa
+
+            assert conn.execute(sa.text("SELECT min(weight) FROM calibration WHERE label < 2")).scalar() >= -1e-12
+        history = tx.calibration_history(MAP_BINS)
+    assert np.isfinite(CalibrationMap(history).bin_log_odds).all()
+
+
 def _left_of_second_batch(spamassassin: list[tuple[bool, MailItem]], config: Config) -> float:
     """The total weight the second of three training batches of 100 has in
     the record after the third: its entries' weights (the model grew from

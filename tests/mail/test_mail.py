@@ -485,9 +485,10 @@ def test_read_index_missing_message_file_fails_before_any_message_is_read(tmp_pa
 
     os.mkfifo(tmp_path / "fifo")
     (tmp_path / "loop").symlink_to(tmp_path / "loop")
-    for name in ("fifo", "loop", "/dev/zero"):
+    (tmp_path / "dangling").symlink_to(tmp_path / "nothing")
+    for name, said in (("fifo", "is not a regular file"), ("/dev/zero", "is not a regular file"), ("loop", "is a link to nothing"), ("dangling", "is a link to nothing")):
         index = write(tmp_path / "index", b"ham m\nspam " + name.encode() + b"\n")
-        with pytest.raises(MailSourceError, match=rf"index:2: message file .*{name.lstrip('/')}' is not a regular file"):
+        with pytest.raises(MailSourceError, match=rf"index:2: message file .*{name.lstrip('/')}' {said}"):
             read_index(str(index))
 
 
