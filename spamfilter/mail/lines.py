@@ -4,6 +4,7 @@ reader (`sources.mbox_messages`)."""
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Iterator
 from typing import BinaryIO, Final
@@ -22,8 +23,8 @@ _LINE_RE: Final = re.compile(rb"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+")
 def line_pieces(stream: BinaryIO) -> Iterator[bytes]:
     """The lines of ``stream`` (each ending at LF), a line longer than
     `LINE_PIECE` in pieces of that size, for `mbox_messages`."""
-    while piece := stream.readline(LINE_PIECE):
-        yield piece
+    # (a C iterator over readline: a generator's frame cost a tenth of the reading)
+    return iter(functools.partial(stream.readline, LINE_PIECE), b"")
 
 
 def cr_pieces(pieces: Iterable[bytes]) -> Iterator[bytes]:

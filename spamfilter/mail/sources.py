@@ -580,7 +580,12 @@ def mbox_messages(lines: Iterable[bytes], path: str, *, split: bool = True) -> I
         if current is None:
             current = _Gathered()  # text before the first envelope line: callers pass none
         prev_blank = line in blank
-        current.add(_unquote(line))
+        # (`_Gathered.add`, inline: a call a line was most of the reading)
+        current.last = last = _unquote(line) if line[:1] == b">" else line
+        if not current.too_long:
+            current.data += last
+            if len(current.data) > MAX_MESSAGE_BYTES:
+                current.too_long, current.data = True, bytearray()
     if current is not None:
         count += 1
         raw = current.finish(blank)
