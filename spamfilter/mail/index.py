@@ -81,12 +81,20 @@ def _load_index(index_path: str) -> list[tuple[bool, str]]:
         # names that are not valid UTF-8 openable.
         path = os.path.join(folder, os.fsdecode(parts[1].rstrip()))
         if not os.path.isfile(path):
-            what = "is a folder, not a message file" if os.path.isdir(path) else "is not a regular file" if os.path.exists(path) else "does not exist"
-            if what == "does not exist" and os.path.islink(path):
-                what = "is a link to nothing, or a link in a loop"
-            raise MailSourceError(f"{index_path}:{lineno}: message file {path!r} {what}")
+            raise MailSourceError(f"{index_path}:{lineno}: message file {path!r} {_not_a_file(path)}")
         entries.append((label == b"spam", path))
     return entries
+
+
+def _not_a_file(path: str) -> str:
+    """What an index entry that is not a regular file is instead."""
+    if os.path.isdir(path):
+        return "is a folder, not a message file"
+    if os.path.exists(path):
+        return "is not a regular file"
+    if os.path.islink(path):
+        return "is a link to nothing, or a link in a loop"
+    return "does not exist"
 
 
 def _iter_index(entries: list[tuple[bool, str]]) -> Iterator[tuple[bool, MailItem]]:

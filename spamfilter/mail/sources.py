@@ -563,11 +563,10 @@ def mbox_messages(lines: Iterable[bytes], path: str, *, split: bool = True) -> I
         if not starts_line:
             # The rest of a line longer than LINE_PIECE: content (or the
             # envelope line's), and not a blank line.
-            if current is not None and not in_envelope:
-                current.add(line, b"")
-            prev_blank = False
-            continue
-        if line.startswith(_ENVELOPE_PREFIX) and (split or current is None) and (prev_blank or _ENVELOPE_RE.match(line) is not None):
+            prev_blank, last = False, b""
+            if current is None or in_envelope:
+                continue
+        elif line.startswith(_ENVELOPE_PREFIX) and (split or current is None) and (prev_blank or _ENVELOPE_RE.match(line) is not None):
             if current is not None:
                 count += 1
                 raw = current.finish(blank)
@@ -576,14 +575,16 @@ def mbox_messages(lines: Iterable[bytes], path: str, *, split: bool = True) -> I
                     yield _whole_or_refused(f"{path}:{count}", raw, current.too_long)
             current, prev_blank, in_envelope = _Gathered(), False, not at_line_start
             continue
-        in_envelope = False
-        if current is None:
-            current = _Gathered()  # text before the first envelope line: callers pass none
-        prev_blank = line in blank
-        # (`_Gathered.add`, inline: a call a line was most of the reading)
-        current.last = last = _unquote(line) if line[:1] == b">" else line
+        else:
+            in_envelope = False
+            if current is None:
+                current = _Gathered()  # text before the first envelope line: callers pass none
+            prev_blank = line in blank
+            line = last = _unquote(line) if line[:1] == b">" else line
+        # Added here, not by a method: a call a line was most of the reading.
+        current.last = last
         if not current.too_long:
-            current.data += last
+            current.data += line
             if len(current.data) > MAX_MESSAGE_BYTES:
                 current.too_long, current.data = True, bytearray()
     if current is not None:
@@ -597,24 +598,16 @@ def mbox_messages(lines: Iterable[bytes], path: str, *, split: bool = True) -> I
 
 
 class _Gathered:
-    """One message of an mbox as its lines come: its bytes (not a list of
-    its lines: a line object each made a message of 10 MB of empty lines
-    cost 900 MB), dropped once past `MAX_MESSAGE_BYTES` (``too_long``: it is
-    refused at its end), and its last line."""
+    """One message of an mbox as its lines come (`mbox_messages` adds
+    them): its bytes (not a list of its lines: a line object each made a
+    message of 10 MB of empty lines cost 900 MB), dropped once past
+    `MAX_MESSAGE_BYTES` (``too_long``: it is refused at its end), and its
+    last line (the rest of a long line counts as none: not a blank line)."""
 
     def __init__(self) -> None:
         self.data = bytearray()
         self.too_long = False
         self.last = b""
-
-    def add(self, line: bytes, last: bytes | None = None) -> None:
-        """Add ``line``; ``last``: what counts as the last line now (the
-        rest of a long line is not a blank line)."""
-        self.last = line if last is None else last
-        if not self.too_long:
-            self.data += line
-            if len(self.data) > MAX_MESSAGE_BYTES:
-                self.too_long, self.data = True, bytearray()
 
     def finish(self, blank: tuple[bytes, ...]) -> bytes:
         """The message's bytes. The blank line before the next envelope

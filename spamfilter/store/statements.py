@@ -77,6 +77,7 @@ class _Statements:
         )
         own_history = calibration.c.owner == own
         self.calibration = sa.select(calibration.c.label, calibration.c.bin, calibration.c.weight).where(own_history)
+        self.record_clock = sa.select(calibration.c.weight).where(own_history & (calibration.c.label == CLOCK_LABEL) & (calibration.c.bin == 0))
         self.decay_calibration = (
             sa.update(calibration).where(own_history & (calibration.c.label != CLOCK_LABEL)).values(weight=calibration.c.weight * sa.bindparam("decay"))
         )

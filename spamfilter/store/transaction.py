@@ -259,7 +259,7 @@ class StoreTransaction:
         record clock by log(decay), and raise its record version
         (``record_version_owner``), so that another process's copy of the
         map is read again. The clock after."""
-        self.counts_sql.bump_version(record_version_owner(self.owner))
+        self.lock_record()
         rows = [{"owner": self.owner, "label": c, "bin": b, "weight": float(added[c, b])} for c in (HAM, SPAM) for b in np.flatnonzero(added[c]).tolist()]
         if decay != 1.0:
             self.conn.execute(self.sql.decay_calibration, {"own": self.owner, "decay": decay})
@@ -278,7 +278,8 @@ class StoreTransaction:
 
     def record_clock(self) -> float:
         """This owner's record clock (0 before anything was recorded)."""
-        return next((float(w) for label, _, w in self.conn.execute(self.sql.calibration, {"own": self.owner}) if label == CLOCK_LABEL), 0.0)
+        clock = self.conn.execute(self.sql.record_clock, {"own": self.owner}).scalar()
+        return 0.0 if clock is None else float(clock)
 
     def _add_histogram(self, delta: dict[tuple[int, int], int]) -> None:
         rows = [(label, k, n) for (label, k), n in sorted(delta.items()) if n != 0]
