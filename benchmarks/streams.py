@@ -43,7 +43,7 @@ def tokenized(config: Config, name: str, limit: int | None) -> tuple[list[Doc], 
     if len(STREAMS[name]) > 1 and limit is None:
         parts = [tokenized(config, part, None) for part in STREAMS[name]]
         return [d for docs, _, _ in parts for d in docs], np.concatenate([y for _, y, _ in parts]), [g for _, _, ds in parts for g in ds]
-    tag = f"{name}-{limit or 'all'}-{hashlib.sha1(repr(config.tokenizer).encode()).hexdigest()[:8]}-v2"
+    tag = f"{name}-{limit or 'all'}-{hashlib.sha1(repr(config.tokenizer).encode()).hexdigest()[:8]}-v3"
     cache = Path("results") / f"tokens-{tag}.pickle"
     cache.parent.mkdir(exist_ok=True)
     if cache.exists():

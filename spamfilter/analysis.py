@@ -50,8 +50,9 @@ MIN_PARALLEL = 4 * CHUNK
 LedgerPacker = Callable[[dict[str, int], tuple[int, ...]], bytes]
 
 #: What a worker sends back for a message it read: digest, token counts,
-#: features, and the ledger entry when the analyser packs one.
-Outcome = tuple[str, dict[str, int], tuple[int, ...], bytes | None]
+#: features, the ledger entry when the analyser packs one, and the former
+#: digest (``MailItem.former_digest``).
+Outcome = tuple[str, dict[str, int], tuple[int, ...], bytes | None, str | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +70,9 @@ class Analysed:
     #: its counts and features), packed by an analyser made for training
     #: so that the workers do it; None where the store packs it.
     entry: bytes | None = None
+    #: The digest a store trained before may hold the message under
+    #: (``MailItem.former_digest``), or None.
+    former: str | None = None
 
 
 class Analyser:
@@ -143,7 +147,7 @@ class Analyser:
             # Whatever one message raises refuses that message and names
             # the error; the run goes on.
             return f"cannot be read: {type(exc).__name__}: {exc}"
-        return item.digest, counts, features, None if self.ledger is None else self.ledger(counts, features)
+        return item.digest, counts, features, None if self.ledger is None else self.ledger(counts, features), item.former_digest
 
     def remote(self, chunk: list[MailItem]) -> list[Outcome | str]:
         """``one`` for each message of a chunk, in a worker: only the digest,

@@ -237,3 +237,20 @@ class FeatureStats:
     def any(self) -> bool:
         """Whether any statistic is non-zero."""
         return bool(self.n.any() or self.total.any() or self.total_sq.any())
+
+
+def histogram_delta(old: TokenCounts, new: TokenCounts) -> dict[tuple[int, int], int]:
+    """How the (label, doc_count) -> tokens histogram changes when the
+    tokens' counts go from ``old`` to ``new``: each token leaves the bucket
+    of its old message count and joins the one of its new count, in each
+    class, as long as it is in the vocabulary (in some message) at all."""
+    delta: dict[tuple[int, int], int] = {}
+    for counts, sign in ((old, -1), (new, 1)):
+        in_vocabulary = counts.known()
+        for label in (HAM, SPAM):
+            # A token whose count did not change adds -1 and +1 to the same
+            # bucket; the caller drops the zeros.
+            uniq, n = np.unique(counts.doc_count[label][in_vocabulary], return_counts=True)
+            for k, c in zip(uniq.tolist(), n.tolist()):
+                delta[(int(label), k)] = delta.get((int(label), k), 0) + sign * c
+    return delta

@@ -50,6 +50,7 @@ def learn(training: Training, read: Iterable[tuple[Label, Analysed | Refusal]], 
                 # not what a model that never saw it says: it goes into
                 # neither the record nor the counts, so training the same
                 # mail twice changes nothing.
+                tx.adopt_digests({analysed.former: analysed.digest} if analysed.former is not None else {})
                 known = tx.trained_labels([analysed.digest]).get(analysed.digest)
                 entries: dict[str, tuple[int, float]] = {}
                 try:

@@ -82,6 +82,7 @@ class Training:
         ``relabel``, a message trained with the other label moves, and its
         calibration record entry with it. ``records``: the entries of
         messages the caller recorded itself (digest -> ``Scoring.record``'s)."""
+        tx.adopt_digests({a.former: a.digest for _, a in batch if a.former is not None})
         known = tx.trained_labels([a.digest for _, a in batch])
         add: dict[str, tuple[Label, Analysed]] = {}
         unchanged = conflicts = 0
@@ -189,11 +190,16 @@ class Training:
             # A file found in a folder that could not be read has no identity.
             refused = tuple(Refusal(item.source, item.unreadable_reason) for item in batch if item.unreadable_reason is not None)
             total = total + TrainSummary(refused=refused)
-            digests = sorted({item.digest for item in batch if item.unreadable is None} - seen)
+            readable = [item for item in batch if item.unreadable is None]
+            # A message a store trained before holds under its former digest
+            # is moved to its digest now, then forgotten (`adopt_digests`).
+            formers = {former: item.digest for item in readable if item.digest not in seen and (former := item.former_digest) is not None}
+            digests = sorted({item.digest for item in readable} - seen)
             seen.update(digests)
 
-            def step(digests: list[str] = digests) -> int:
+            def step(digests: list[str] = digests, formers: dict[str, str] = formers) -> int:
                 with self.write_transaction() as tx:
+                    tx.adopt_digests(formers)
                     # Taken out of the ledger first (DELETE ... RETURNING):
                     # a second process forgetting the same message at once
                     # gets nothing back and subtracts nothing.

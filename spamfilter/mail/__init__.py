@@ -29,7 +29,7 @@ Examples
 from __future__ import annotations
 
 from spamfilter.headers import FILTER_HEADERS
-from spamfilter.mail.identity import digest_bytes, filter_fields, filtered_pieces, with_filter_headers, without_filter_fields
+from spamfilter.mail.identity import digest_bytes, filter_fields, filtered_pieces, former_digest, with_filter_headers, without_filter_fields
 from spamfilter.mail.index import read_index
 from spamfilter.mail.parse import NestingTooDeepDefect, parse_message
 from spamfilter.mail.sources import STDIN_SOURCE, MailItem, read_messages
@@ -40,6 +40,7 @@ __all__ = [
     "MailItem",
     "NestingTooDeepDefect",
     "digest_bytes",
+    "former_digest",
     "filter_fields",
     "filtered_pieces",
     "parse_message",

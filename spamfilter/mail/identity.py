@@ -14,31 +14,54 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from spamfilter.headers import FILTER_HEADERS
+from spamfilter.headers import FILTER_HEADERS, MAILBOX_HEADERS
 from spamfilter.verdicts import Decision
 
 #: How an mbox envelope line starts (the readers in sources.py split on it too).
 _ENVELOPE_PREFIX: Final = b"From "
 
-_FILTER_NAMES: Final = b"|".join(re.escape(name.encode("ascii")) for name in FILTER_HEADERS)
 
-# One header field whose name is in FILTER_HEADERS, matched at a line start:
-# the field's line, its folded continuation lines and the line break after
-# them (group 1). CR, LF and CRLF all end a line here, as they do for
-# Python's email parser: "Subject: hi\rX-Spam-Flag: NO" holds two fields
-# for it, one for procmail, which only splits at LF.
-_FIELD_LINE: Final = rb"(?:" + _FILTER_NAMES + rb")[ \t]*:[^\r\n]*"
-_FIELD_END: Final = rb"(\r\n|\r|\n|\Z)"
-_FILTER_FIELD_RE: Final = re.compile(_FIELD_LINE + rb"(?:(?:\r\n|\r|\n)[ \t][^\r\n]*)*" + _FIELD_END, re.IGNORECASE)
-# The same field without its continuation lines: one past the header block
-# of a CRLF message (procmail's header, everyone else's body), where the
-# indented lines after it are the body's own (code, a quoted bounce).
-_FILTER_LINE_RE: Final = re.compile(_FIELD_LINE + _FIELD_END, re.IGNORECASE)
-# Such a field's name and colon; it starts a field at the very beginning or
-# after a CR or LF (`_FilterLayout.runs` checks). The pattern starts with the
-# name, so the search skips to each "X"; with a lookbehind first it was tried
-# at every byte (ten times slower).
-_FILTER_FIELD_START_RE: Final = re.compile(rb"(?:" + _FILTER_NAMES + rb")[ \t]*:", re.IGNORECASE)
+@dataclass(frozen=True, slots=True)
+class _Fields:
+    """The patterns that find header fields of some names (any case).
+
+    field: one such field matched at a line start: its line, its folded
+    continuation lines and the line break after them (group 1). CR, LF and
+    CRLF all end a line here, as they do for Python's email parser:
+    "Subject: hi\\rX-Spam-Flag: NO" holds two fields for it, one for
+    procmail, which only splits at LF.
+    line: the same field without its continuation lines: one past the
+    header block of a CRLF message (procmail's header, everyone else's
+    body), where the indented lines after it are the body's own (code, a
+    quoted bounce).
+    start: such a field's name and colon; it starts a field at the very
+    beginning or after a CR or LF (`_FilterLayout.runs` checks). The pattern
+    starts with the name, so the search skips to each candidate; with a
+    lookbehind first it was tried at every byte (ten times slower).
+    """
+
+    field: re.Pattern[bytes]
+    line: re.Pattern[bytes]
+    start: re.Pattern[bytes]
+
+    @classmethod
+    def named(cls, names: Iterable[str]) -> _Fields:
+        alternatives = b"|".join(re.escape(name.encode("ascii")) for name in names)
+        one_line = rb"(?:" + alternatives + rb")[ \t]*:[^\r\n]*"
+        end = rb"(\r\n|\r|\n|\Z)"
+        return cls(
+            re.compile(one_line + rb"(?:(?:\r\n|\r|\n)[ \t][^\r\n]*)*" + end, re.IGNORECASE),
+            re.compile(one_line + end, re.IGNORECASE),
+            re.compile(rb"(?:" + alternatives + rb")[ \t]*:", re.IGNORECASE),
+        )
+
+
+#: The filter's own fields: what filtering replaces.
+_FILTER: Final = _Fields.named(FILTER_HEADERS)
+#: What a message's identity leaves out: the filter's fields and the
+#: mailbox annotations (``headers.MAILBOX_HEADERS``).
+_IDENTITY: Final = _Fields.named(FILTER_HEADERS + MAILBOX_HEADERS)
+_MAILBOX: Final = _Fields.named(MAILBOX_HEADERS)
 # An empty line when CR, LF and CRLF each end a line (group 1 ends the line
 # before it).
 _EMPTY_LINE_RE: Final = re.compile(rb"(\r\n|\r(?!\n)|\n)(?:\r\n|\r|\n)")
@@ -59,9 +82,11 @@ def digest_bytes(raw: bytes) -> str:
 
     1. CRLF line ends become LF;
     2. a leading mbox envelope (``From ``) line is dropped;
-    3. the fields in `FILTER_HEADERS` (any case, with their folded
-       continuation lines) are dropped from the header block, which ends at
-       the first empty line (CR, LF or CRLF; see `_filter_layout`);
+    3. the fields in `FILTER_HEADERS` and `MAILBOX_HEADERS` (any case,
+       with their folded continuation lines) are dropped from the header
+       block, which ends at the first empty line (CR, LF or CRLF; see
+       `_filter_layout`): a message keeps its identity when it is filtered,
+       read or flagged in its mailbox;
     4. trailing whitespace at the end of the message is dropped (mbox
        separators and editors add or remove final newlines).
 
@@ -87,17 +112,40 @@ def digest_bytes(raw: bytes) -> str:
     # The steps are done on the fly rather than on copies: normalising a
     # 50 MB message with replace, slices and rstrip held three copies of it
     # (157 MB); now 1 MiB at a time. The fields dropped are those that
-    # `filtered_pieces` drops and adds, so filtering keeps the digest; but
+    # `filtered_pieces` drops and adds (and the mailbox annotations), so
+    # filtering keeps the digest; but
     # for those it drops past a CRLF empty line, which procmail reads as
     # header fields and every other parser as body lines. Dropping those
     # here too would make the digest of a CRLF message differ from that of
     # the same message with LF line ends (there procmail reads them as body).
-    layout = _filter_layout(raw, lf_only_readers=False)
+    return _digest(_filter_layout(raw, lf_only_readers=False, fields=_IDENTITY))
+
+
+def former_digest(raw: bytes) -> str | None:
+    """The digest the message had before the mailbox annotations were left
+    out of it (`digest_bytes` with only the filter's fields dropped), where
+    that differs from its digest now; else None.
+
+    A store trained before keeps such a message under this digest;
+    training, `mark` and `forget` look it up there too and move it to the
+    digest it has now (`StoreTransaction.adopt_digests`).
+    """
+    layout = _filter_layout(raw, lf_only_readers=False, fields=_MAILBOX)
+    if next(layout.runs(), None) is None:
+        return None
+    former = _digest(_filter_layout(raw, lf_only_readers=False))
+    return None if former == digest_bytes(raw) else former
+
+
+def _digest(layout: _FilterLayout) -> str:
+    """The first 32 hex digits of the SHA-256 of ``layout.raw`` without the
+    envelope and the layout's fields, CRLF made LF, less its trailing white
+    space."""
     digest = _RstrippedHash()
     # The kept pieces are made one at a time as the runs are found: a header
     # block of 10 MB of forged fields, one every other line, held 500,000
     # runs and 500,000 views of the message at once (160 MB).
-    for piece in _crlf_to_lf(_kept_pieces(raw, layout)):
+    for piece in _crlf_to_lf(_kept_pieces(layout.raw, layout)):
         digest.update(piece)
     return digest.hexdigest()[:32]
 
@@ -138,6 +186,9 @@ class _FilterLayout:
     #: Where the header block ends for a parser that ends lines at LF or
     #: CRLF; past it a field is dropped without its continuation lines.
     crlf_end: int
+    #: Which fields are dropped: the filter's own, or with the mailbox
+    #: annotations (a message's identity).
+    fields: _Fields = field(default=_FILTER, repr=False, compare=False)
 
     @property
     def dropped(self) -> tuple[tuple[int, int], ...]:
@@ -147,14 +198,15 @@ class _FilterLayout:
         raw, insert, any_end = self.raw, self.insert, self.any_end
         run: tuple[int, int] | None = None
         field_end = -1  # where the last field dropped ended, line break included
-        for m in _FILTER_FIELD_START_RE.finditer(raw, self.start, self.scan_end):
+        fields = self.fields
+        for m in fields.start.finditer(raw, self.start, self.scan_end):
             at = m.start()
             if at > 0 and raw[at - 1] not in (0x0A, 0x0D):
                 continue  # inside a line
             follows_drop = at == field_end
             if not (at < any_end or (at > 0 and raw[at - 1] == 0x0A) or follows_drop):
                 continue
-            found = (_FILTER_FIELD_RE if at < self.crlf_end else _FILTER_LINE_RE).match(raw, at, self.scan_end)
+            found = (fields.field if at < self.crlf_end else fields.line).match(raw, at, self.scan_end)
             assert found is not None  # the start pattern is a prefix of this one
             begin, field_end = at, found.end()
             if run is not None:
@@ -175,7 +227,7 @@ class _FilterLayout:
             yield run
 
 
-def _filter_layout(raw: bytes, *, lf_only_readers: bool = True) -> _FilterLayout:
+def _filter_layout(raw: bytes, *, lf_only_readers: bool = True, fields: _Fields = _FILTER) -> _FilterLayout:
     """Find the envelope line, the insertion point, the fields a sender may
     have forged and the header block's line ending, without copying ``raw``.
 
@@ -210,7 +262,7 @@ def _filter_layout(raw: bytes, *, lf_only_readers: bool = True) -> _FilterLayout
     while raw[insert : insert + 1] in (b" ", b"\t"):
         brk = _LINE_BREAK_RE.search(raw, insert)
         insert = len(raw) if brk is None else brk.end()
-    return _FilterLayout(start, insert, _header_eol(raw, start, any_end), raw, any_end, lf_end, crlf_end)
+    return _FilterLayout(start, insert, _header_eol(raw, start, any_end), raw, any_end, lf_end, crlf_end, fields)
 
 
 def _header_end(raw: bytes, start: int) -> int:

@@ -37,6 +37,13 @@ class _Statements:
             .returning(messages.c.digest, messages.c.label, messages.c.trained_at, messages.c.token_counts, messages.c.record_bin, messages.c.record_weight)
         )
         self.record = sa.insert(messages)
+        other = messages.alias("other")  # not the row being updated
+        held = sa.select(other.c.digest).where((other.c.owner == sa.bindparam("own")) & (other.c.digest == sa.bindparam("new")))
+        self.adopt_digest = (
+            sa.update(messages)
+            .where((messages.c.owner == sa.bindparam("own")) & (messages.c.digest == sa.bindparam("old")) & ~held.exists())
+            .values(digest=sa.bindparam("new"))
+        )
         self.rewrite_ledger = (
             sa.update(messages).where((messages.c.owner == sa.bindparam("own")) & (messages.c.digest == sa.bindparam("d"))).values(token_counts=sa.bindparam("entry"))
         )

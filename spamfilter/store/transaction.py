@@ -15,7 +15,7 @@ import numpy.typing as npt
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from spamfilter.counts import MAX_COUNT, ClassCounts, FeatureStats, IntArray, TokenCounts, Totals
+from spamfilter.counts import MAX_COUNT, ClassCounts, FeatureStats, IntArray, TokenCounts, Totals, histogram_delta
 from spamfilter.errors import CountLimitError, StoreError, StoreInconsistent
 from spamfilter.store.backends import _CountSQL, _PgCountSQL, _SqliteCountSQL
 from spamfilter.store.imap_rows import ImapRows
@@ -131,6 +131,13 @@ class StoreTransaction:
             result.update({d: int(lbl) for d, lbl in self.conn.execute(self.sql.labels, {"own": self.owner, "keys": chunk})})
         return result
 
+    def adopt_digests(self, formers: Mapping[str, str]) -> None:
+        """Move each message the ledger holds under a former digest to the
+        digest it has now (``formers``: former -> now; ``mail.former_digest``),
+        unless the ledger holds it under that one too."""
+        if formers:
+            self.conn.execute(self.sql.adopt_digest, [{"own": self.owner, "old": old, "new": new} for old, new in formers.items()])
+
     # -- writes -------------------------------------------------------------
 
     def record_messages(
@@ -201,7 +208,7 @@ class StoreTransaction:
             bad = new.any_negative()
             if bad is not None:
                 raise StoreError(f"count of token {token_list[bad]!r} would go negative: the store is inconsistent (run `spamfilter db check`)")
-            histogram = {key: n for key, n in _histogram_delta(new - delta, new).items() if n != 0}
+            histogram = {key: n for key, n in histogram_delta(new - delta, new).items() if n != 0}
             self._add_histogram(histogram)
             if not new.known().all():
                 self.counts_sql.delete_dead(self.owner, token_list)
@@ -626,23 +633,6 @@ def _counts_at(token_list: Sequence[str], rows: Sequence[tuple[Any, ...]]) -> To
         out.doc_count[:, columns] = values[0:2]
         out.term_count[:, columns] = values[2:4]
     return out
-
-
-def _histogram_delta(old: TokenCounts, new: TokenCounts) -> dict[tuple[int, int], int]:
-    """How the (label, doc_count) -> tokens histogram changes when the
-    tokens' counts go from ``old`` to ``new``: each token leaves the bucket
-    of its old message count and joins the one of its new count, in each
-    class, as long as it is in the vocabulary (in some message) at all."""
-    delta: dict[tuple[int, int], int] = {}
-    for counts, sign in ((old, -1), (new, 1)):
-        in_vocabulary = counts.known()
-        for label in (HAM, SPAM):
-            # A token whose count did not change adds -1 and +1 to the same
-            # bucket; the caller drops the zeros.
-            uniq, n = np.unique(counts.doc_count[label][in_vocabulary], return_counts=True)
-            for k, c in zip(uniq.tolist(), n.tolist()):
-                delta[(int(label), k)] = delta.get((int(label), k), 0) + sign * c
-    return delta
 
 
 def _damaged(digest: str, exc: DamagedEntry) -> StoreInconsistent:

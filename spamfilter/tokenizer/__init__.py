@@ -59,7 +59,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 
 from spamfilter.config import Stemmer, TokenizerConfig
-from spamfilter.headers import FILTER_HEADERS
+from spamfilter.headers import FILTER_HEADERS, MAILBOX_HEADERS
 from spamfilter.tokenizer import html as html_text
 from spamfilter.tokenizer import mime
 from spamfilter.tokenizer.features import TextShape
@@ -106,9 +106,13 @@ def is_header_line(token: str) -> bool:
     return namespace not in _TEXT_NAMESPACES
 
 
-#: Headers spamfilter writes when filtering (and other filters' verdicts of
-#: the same name): never evidence, or a filtered message would vouch for itself.
-_FILTER_HEADERS = frozenset(name.lower() for name in FILTER_HEADERS)
+#: Headers that give no token, not even their name: those spamfilter writes
+#: when filtering (and other filters' verdicts of the same name), or a
+#: filtered message would vouch for itself; and the mailbox annotations a
+#: store or client writes (read, flagged, UID: ``headers.MAILBOX_HEADERS``),
+#: which a message on delivery does not have and the same message trained
+#: from a folder does.
+_NO_EVIDENCE = frozenset(name.lower() for name in FILTER_HEADERS + MAILBOX_HEADERS)
 
 # Headers that are random per message (signatures, trace ids) or are
 # handled by a dedicated routine below.
@@ -123,12 +127,6 @@ _SKIP_HEADERS = frozenset(
         "arc-authentication-results",
         "date",
         "delivered-to",
-        "content-length",
-        "lines",
-        "status",
-        "x-status",
-        "x-uid",
-        "x-keywords",
         "references",
         "in-reply-to",
         "thread-index",
@@ -259,7 +257,7 @@ class Tokenizer:
         received = 0
         for name, value in message.items():
             key = name.strip().lower()
-            if not key or key in _FILTER_HEADERS:
+            if not key or key in _NO_EVIDENCE:
                 continue
             if key not in seen:
                 seen.add(key)

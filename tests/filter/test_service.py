@@ -309,3 +309,65 @@ def test_log_odds_equal_brute_force_over_the_vocabulary(trained: Filter, event_m
     # the bernoulli absent-token sum runs over hundreds of tokens, so this is no
     # accident of a tiny vocabulary
     assert f.store.totals().vocabulary_size > 50
+
+
+# -- mailbox annotations: neither identity nor evidence ------------------------
+
+ANNOTATIONS = b"Status: RO\nX-Status: A\nX-Keywords: $Junk\nX-UID: 17\nContent-Length: 120\nX-Mozilla-Status: 0001\n"
+
+
+def annotated(item: MailItem) -> MailItem:
+    """The message as a mail client leaves it in an mbox after reading it."""
+    head, _, body = item.raw.partition(b"\n\n")
+    return MailItem(item.source + "-read", head + b"\n" + ANNOTATIONS + b"\n" + body)
+
+
+def test_a_message_read_in_its_mailbox_is_the_message_trained(trained: Filter) -> None:
+    # A mail client marking a message read (Status, X-Status, ...) made it a
+    # new message: trained twice, and `mark` relabelled a copy while the
+    # original stayed with its old label.
+    before = state(trained)
+    read = [(is_spam, annotated(m)) for is_spam, m in LABELLED]
+    assert trained.train(read) == TrainSummary(unchanged=len(LABELLED))
+    assert state(trained) == before
+    assert log_odds(trained, [m for _, m in read]) == log_odds(trained, [m for _, m in LABELLED])
+    assert trained.mark([(True, annotated(HAM[0]))]) == TrainSummary(relabelled=1)
+    assert trained.forget([annotated(HAM[0])]) == TrainSummary(forgotten=1)
+
+
+def test_a_store_trained_before_finds_its_messages_under_their_former_digest(tmp_path: Path) -> None:
+    # Digests kept the annotations before: a store trained then holds such a
+    # message under that digest, which train, mark and forget still find.
+    read = [(is_spam, annotated(m)) for is_spam, m in LABELLED]
+    with open_filter(tmp_path, "before") as f, open_filter(tmp_path, "fresh") as fresh:
+        assert f.train(read) == TrainSummary(trained_ham=4, trained_spam=3)
+        with f.store.engine.begin() as conn:
+            for _, m in read:
+                assert m.former_digest is not None and m.former_digest != m.digest
+                conn.execute(sa.text("UPDATE messages SET digest = :old WHERE digest = :new"), {"old": m.former_digest, "new": m.digest})
+        assert f.train(read) == TrainSummary(unchanged=len(read))
+        assert f.train(LABELLED) == TrainSummary(unchanged=len(read))
+        fresh.train(read)
+        assert state(f, with_times=False) == state(fresh, with_times=False)
+        # mark and forget, each on one message still under its former digest
+        with f.store.engine.begin() as conn:
+            for _, m in read[:2]:
+                conn.execute(sa.text("UPDATE messages SET digest = :old WHERE digest = :new"), {"old": m.former_digest, "new": m.digest})
+        assert f.mark([(not read[0][0], read[0][1])]) == TrainSummary(relabelled=1)
+        assert f.forget([read[1][1]]) == TrainSummary(forgotten=1)
+        fresh.mark([(not read[0][0], read[0][1])])
+        fresh.forget([read[1][1]])
+        assert state(f, with_times=False) == state(fresh, with_times=False)
+
+
+def test_a_message_held_under_both_digests_keeps_both_rows(tmp_path: Path) -> None:
+    # Trained once read and once unread under the old digests: two rows. The
+    # one under the former digest is left where it is, not merged.
+    item = annotated(SPAM[0])
+    with open_filter(tmp_path, "both") as f:
+        f.train([(True, item)])
+        with f.store.engine.begin() as conn:
+            conn.execute(sa.text("UPDATE messages SET digest = :old"), {"old": item.former_digest})
+        assert f.train([(True, SPAM[0])]) == TrainSummary(trained_spam=1)
+        assert f.train([(True, item)]) == TrainSummary(unchanged=1)
+        assert sorted(d for d, *_ in state(f)["messages"]) == sorted([item.digest, str(item.former_digest)])

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spamfilter.errors import MailParseError, MailSourceError
-from spamfilter.mail import FILTER_HEADERS, MailItem, NestingTooDeepDefect, digest_bytes, parse_message, read_index, read_messages
+from spamfilter.mail import FILTER_HEADERS, MailItem, NestingTooDeepDefect, digest_bytes, former_digest, parse_message, read_index, read_messages, with_filter_headers
 from spamfilter.mail.sources import delivered, mbox_messages
 
 MAX_BYTES = 1 << 20
@@ -556,6 +556,20 @@ def test_digest_keeps_other_spam_headers_and_filter_header_text_in_the_body() ->
     # body is content.
     assert digest_bytes(b"Subject: x\nX-Spam-Level: ***\n\nbody\n") != digest_bytes(b"Subject: x\n\nbody\n")
     assert digest_bytes(b"Subject: x\n\nX-Spam-Flag: YES\nbody\n") != digest_bytes(b"Subject: x\n\nbody\n")
+
+
+def test_digest_ignores_mailbox_annotations_and_keeps_the_former_digest() -> None:
+    plain = b"From: a@example.org\nSubject: x\n\nbody\nStatus: RO\n"
+    read = b"From: a@example.org\nStatus: RO\nx-status:  A\n\tfolded\nX-Mozilla-Status: 0001\nSubject: x\nX-UID: 7\nContent-Length: 17\n\nbody\nStatus: RO\n"
+    assert digest_bytes(read) == digest_bytes(plain) == digest_bytes(b"From x@y Mon Jan  1 00:00:00 2024\r\n" + read.replace(b"\n", b"\r\n"))
+    # The digest the message had before: the annotations kept, the filter's fields not.
+    before = hashlib.sha256(read.rstrip()).hexdigest()[:32]
+    assert former_digest(read) == former_digest(b"X-Spam-Flag: YES\n" + read) == before
+    assert former_digest(plain) is None
+    # In the body, a line like an annotation is content.
+    assert digest_bytes(b"Subject: x\n\nStatus: RO\n") != digest_bytes(b"Subject: x\n\n")
+    # Filtering keeps the annotations.
+    assert b"Status: RO\n" in with_filter_headers(read, [("X-Spam-Flag", "YES")])
 
 
 def test_digest_differs_for_different_bodies() -> None:

@@ -401,6 +401,17 @@ def test_attachment_only_message_is_marked_no_text() -> None:
 # -- special headers ---------------------------------------------------------
 
 
+def test_mailbox_annotations_give_no_tokens() -> None:
+    # Written by the mail store or client (read, flagged, UID, keywords):
+    # absent on delivery, present once the message was read in a folder; in
+    # csdmc2010 X-Mozilla-Status tells the classes apart by how each was kept.
+    annotations = b"Status: RO\nX-Status: A\nX-Keywords: $Junk NonJunk\nX-UID: 42\nX-IMAPbase: 1 2\nContent-Length: 9\nLines: 1\nX-Mozilla-Status: 0001\nX-Mozilla-Status2: 00000000\nX-Mozilla-Keys: junk\nReplied: today\n"
+    plain = b"Subject: hi\nX-Campaign: spring\n\nbody text\n"
+    head, body = plain.split(b"\n\n")
+    assert tokenize(head + b"\n" + annotations + b"\n" + body) == tokenize(plain)
+    assert "header:x-campaign" in tokenize(plain)
+
+
 def test_filter_own_headers_give_no_tokens_and_dkim_signature_only_its_header_token() -> None:
     raw = b"""Subject: hi
 X-Spam-Status: Yes, score=9.1 required=5.0 tests=LOTS
