@@ -587,3 +587,23 @@ def test_filtering_a_50_mb_crlf_message_copies_nothing(tmp_path: Path) -> None:
     assert len(out) == len(raw) - len(b"X-Spam-Flag: NO\r\n") + len(added_block(SPAM_FIELDS, b"\r\n"))
     assert out.endswith(raw[-1000:])
     assert digest_bytes(out) == digest
+
+
+def test_the_readmes_procmail_recipe_files_spam_in_junk_and_ham_in_the_inbox(tmp_path: Path, procmail: str) -> None:
+    # The recipe of README.md and docs/integration.md, whole, through the
+    # real procmail: the filter pipe (`:0fw`), then the rule on its field.
+    (tmp_path / "spam.eml").write_bytes(b"Subject: cheap pills\n\nbuy cheap pills now\n")
+    (tmp_path / "ham.eml").write_bytes(b"Subject: minutes\n\nthe meeting minutes attached\n")
+    assert spamfilter(tmp_path, "train", "--spam", "spam.eml", "--ham", "ham.eml")[0] == 0
+    rc = tmp_path / "procmailrc"
+    rc.write_text(
+        f"MAILDIR={tmp_path}\nSPAMFILTER_DB=sqlite:///{tmp_path / 'tokens.db'}\n"
+        f":0fw\n| {sys.executable} -m spamfilter filter --always-zero\n:0\n* ^X-Spam-Flag: YES\nJunk/\n:0\ninbox/\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPAMFILTER_")} | {"HOME": str(tmp_path)}
+    for raw in (b"Subject: pills\n\ncheap pills buy now\n", b"Subject: the minutes\n\nminutes of the meeting\n"):
+        subprocess.run([procmail, "-m", str(rc)], input=raw, capture_output=True, env=env, timeout=60, check=True)
+    (junk,) = (tmp_path / "Junk" / "new").iterdir()
+    (inbox,) = (tmp_path / "inbox" / "new").iterdir()
+    assert b"X-Spam-Flag: YES" in junk.read_bytes() and b"\n\ncheap pills buy now\n" in junk.read_bytes()
+    assert b"X-Spam-Status: No, verdict=ham" in inbox.read_bytes() and b"X-Spam-Flag" not in inbox.read_bytes()
