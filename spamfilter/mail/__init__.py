@@ -29,7 +29,7 @@ Examples
 from __future__ import annotations
 
 from spamfilter.headers import FILTER_HEADERS
-from spamfilter.mail.identity import digest_bytes, filter_fields, filtered_pieces, former_digest, with_filter_headers, without_filter_fields
+from spamfilter.mail.identity import digest_bytes, filter_fields, filtered_pieces, former_digest, with_filter_headers, without_filter_fields, without_mailbox_annotations
 from spamfilter.mail.index import read_index
 from spamfilter.mail.parse import NestingTooDeepDefect, parse_message
 from spamfilter.mail.sources import STDIN_SOURCE, MailItem, read_messages
@@ -48,4 +48,5 @@ __all__ = [
     "read_messages",
     "with_filter_headers",
     "without_filter_fields",
+    "without_mailbox_annotations",
 ]

@@ -137,6 +137,13 @@ def former_digest(raw: bytes) -> str | None:
     return None if former == digest_bytes(raw) else former
 
 
+def without_mailbox_annotations(raw: bytes) -> bytes:
+    """The message as it was delivered: without the mailbox annotations of
+    its header block (``headers.MAILBOX_HEADERS``), the rest byte for byte."""
+    layout = _filter_layout(raw, lf_only_readers=False, fields=_MAILBOX)
+    return raw if next(layout.runs(), None) is None else raw[: layout.start] + b"".join(_kept_pieces(raw, layout))
+
+
 def _digest(layout: _FilterLayout) -> str:
     """The first 32 hex digits of the SHA-256 of ``layout.raw`` without the
     envelope and the layout's fields, CRLF made LF, less its trailing white
