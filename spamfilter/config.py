@@ -515,6 +515,7 @@ def validate(config: Config, origin: str = "config") -> None:
     for a in config.imap:
         key = f"imap.{a.name}"
         need(bool(a.host), f"{key}.host", "must be set", a.host)
+        need(host_name_problem(a.host) is None, f"{key}.host", str(host_name_problem(a.host)), a.host)
         need(0 <= a.port <= 65535, f"{key}.port", "must be between 0 and 65535", a.port)
         need(a.security in IMAP_SECURITY, f"{key}.security", f"must be one of {', '.join(IMAP_SECURITY)}", a.security)
         need(a.security != "none" or is_loopback(a.host), f"{key}.security", '"none" sends the password in clear text: only allowed to a loopback host', a.security)
@@ -536,6 +537,16 @@ def validate(config: Config, origin: str = "config") -> None:
         need(0 < a.timeout <= 86_400, f"{key}.timeout", "must be more than 0 and at most 86400 seconds", a.timeout)
     names = [a.name for a in config.imap]
     need(len(set(names)) == len(names), "imap", "account names must differ", names)
+
+
+def host_name_problem(host: str) -> str | None:
+    """Why ``host`` cannot be looked up (an empty label, one over 63
+    characters: what the system's resolver is never asked), or None."""
+    try:
+        host.encode("idna")
+    except UnicodeError:
+        return "not a host name: a dot-separated part is empty or longer than 63 characters"
+    return None
 
 
 def is_loopback(host: str) -> bool:

@@ -42,7 +42,7 @@ import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from spamfilter.config import absolute_db_url
+from spamfilter.config import absolute_db_url, host_name_problem
 from spamfilter.errors import ProtocolError
 from spamfilter.verdicts import Decision
 
@@ -350,6 +350,9 @@ def parse_address(text: str, default_port: int = DEFAULT_PORT) -> Address:
     port = int(port_text) if port_text else default_port
     if not 0 <= port <= 65535:
         raise ProtocolError(f"port out of range in {text!r}", EX_USAGE)
+    problem = host_name_problem(host)
+    if problem is not None:
+        raise ProtocolError(f"{problem}: {text!r}", EX_USAGE)
     return Address(host=host, port=port)
 
 

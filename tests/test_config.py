@@ -254,6 +254,15 @@ def test_an_imap_timeout_is_bounded(timeout: str) -> None:
     config_from_dict({"imap": {"t": {**account, "timeout": 86400.0}}})
 
 
+@pytest.mark.parametrize("host", ["ex..ample.org", "a" * 64 + ".example.org", "."])
+def test_an_imap_host_the_resolver_cannot_be_asked_is_a_config_error(host: str) -> None:
+    # Python's IDNA encoding refused it at connect time: an internal error (70).
+    account = {"host": host, "username": "u", "password_env": "P"}
+    with pytest.raises(ConfigError, match=r"imap\.t\.host not a host name"):
+        config_from_dict({"imap": {"t": account}})
+    config_from_dict({"imap": {"t": {**account, "host": "mail.ex\u00e4mple.org"}}})
+
+
 def test_a_database_path_that_cannot_be_made_a_url_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="~nosuchuser"):
         database_url("~nosuchuser-for-spamfilter/x.db", Config())

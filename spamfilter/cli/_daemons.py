@@ -82,9 +82,12 @@ def listen_address(ctx: typer.Context, listen: str, socket_path: Path | None, so
     one_place(ctx, *[name for name in _PLACES if name in ctx.params])
     try:
         mode = int(socket_mode, 8)
+        if not 0 <= mode <= 0o777:
+            # os.chmod takes -1 as 7777 (set-id bits, and writable by all)
+            raise ValueError(socket_mode)
         address = spamd.Address(path=str(socket_path)) if socket_path is not None else spamd.parse_address(listen, default_port)
     except ValueError:
-        raise typer.BadParameter(f"not an octal mode: {socket_mode}", param_hint="--socket-mode") from None
+        raise typer.BadParameter(f"not an octal mode from 0 to 0777: {socket_mode}", param_hint="--socket-mode") from None
     except ProtocolError as exc:
         raise typer.BadParameter(str(exc), param_hint="--listen") from None
     return address, mode

@@ -61,7 +61,16 @@ CASES = [
     # An empty --db ("$UNSET" in a script) trained the user's real database.
     (["--db", "", "train", "--ham", "{tmp}/index"], "", "--db: empty; name a database (a URL or a file)"),
     (["--config", "", "stats"], "", "--config: empty; name a config file"),
-    (["serve", "--socket-mode", "9"], "serve", "Invalid value for --socket-mode: not an octal mode: 9"),
+    (["serve", "--socket-mode", "9"], "serve", "Invalid value for --socket-mode: not an octal mode from 0 to 0777: 9"),
+    # os.chmod took -1 as 7777: a socket every local user could write to.
+    (["serve", "--socket", "{tmp}/s.sock", "--socket-mode", "-1"], "serve", "Invalid value for --socket-mode: not an octal mode from 0 to 0777: -1"),
+    (["milter", "--socket-mode", "1777777"], "milter", "Invalid value for --socket-mode: not an octal mode from 0 to 0777: 1777777"),
+    # A host name the resolver is never asked about ended in an internal error (70).
+    (
+        ["serve", "--listen", "ex..ample:7830"],
+        "serve",
+        "Invalid value for --listen: not a host name: a dot-separated part is empty or longer than 63 characters: 'ex..ample:7830'",
+    ),
     # Arguments, not the config file: usage errors (they were 78).
     (["serve", "--allowed-ips", "garbage"], "serve", "Invalid value for '--allowed-ips': 'garbage' does not appear to be an IPv4 or IPv6 network"),
     (["milter", "--socket-group", "no-such-group-for-spamfilter"], "milter", "Invalid value for '--socket-group': no such group: no-such-group-for-spamfilter"),

@@ -1031,6 +1031,10 @@ def test_filter_connect_asks_the_daemon_and_falls_back_in_process(
     down = _filter(trained, message, "--connect", f"127.0.0.1:{port}")
     assert (down.returncode, down.stdout) == (local.returncode, local.stdout)
     assert b"filtering in-process" in down.stderr
+    # A host no resolver is asked about: the same (it was exit 70).
+    bad = _filter(trained, message, "--connect", "ex..ample:783")
+    assert (bad.returncode, bad.stdout) == (local.returncode, local.stdout)
+    assert b"not a host name" in bad.stderr and b"filtering in-process" in bad.stderr
 
 
 def test_filter_connect_falls_back_on_a_broken_answer(tmp_path: Path, trained: tuple[str, Path]) -> None:
