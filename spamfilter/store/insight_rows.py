@@ -13,7 +13,9 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from spamfilter.counts import TokenCounts
+from spamfilter.errors import StoreInconsistent
 from spamfilter.store.schema import COUNT_COLUMNS, messages, tokens
+from spamfilter.verdicts import HAM, SPAM
 
 
 class InsightRows:
@@ -64,5 +66,7 @@ class InsightRows:
         query = sa.select(day, messages.c.label, sa.func.count()).where(messages.c.owner == self.owner).group_by(day, messages.c.label).order_by(day, messages.c.label)
         result: list[tuple[date, int, int]] = []
         for when, label, n in self.conn.execute(query):
+            if when is None or label not in (HAM, SPAM):  # SQLite keeps any text as a time, any label
+                raise StoreInconsistent("a trained message has no training day or no label: the ledger is damaged (`spamfilter db check` lists such rows)")
             result.append((when if isinstance(when, date) else date.fromisoformat(str(when)), int(label), int(n)))
         return result

@@ -89,6 +89,8 @@ class DamagedEntry(ValueError):
 def unpack_features(blob: bytes) -> tuple[int, ...]:
     """The feature vector of a ledger entry; () for an entry without one.
     Raises ``DamagedEntry``."""
+    if not isinstance(blob, bytes):
+        raise DamagedEntry(f"{type(blob).__name__} where the entry's bytes belong")
     if not blob.startswith(_LEDGER_V3):
         return ()
     try:
@@ -174,7 +176,8 @@ def unpack_token_counts(blob: bytes) -> dict[str, int]:
     formats. Raises ``DamagedEntry`` for bytes none of them can read."""
     try:
         return _unpack_token_counts(bytes(blob))
-    except (zlib.error, UnicodeDecodeError, ValueError, struct.error, IndexError) as exc:
+    except (zlib.error, UnicodeDecodeError, ValueError, struct.error, IndexError, TypeError) as exc:
+        # TypeError: text where the bytes belong (SQLite keeps any type).
         raise DamagedEntry(f"{type(exc).__name__}: {exc}") from exc
 
 

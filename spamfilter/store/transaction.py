@@ -174,14 +174,19 @@ class StoreTransaction:
         one statement per chunk (DELETE ... RETURNING): of two transactions
         taking the same message, only one gets it."""
         result: list[TrainedMessage] = []
-        for start in range(0, len(digests), _CHUNK):
-            chunk = list(digests[start : start + _CHUNK])
-            for d, lbl, when, blob, b, w in self.conn.execute(self.sql.take_ledger, {"own": self.owner, "keys": chunk}):
-                record = None if b is None or w is None else (int(b), float(w))
-                try:
-                    result.append(TrainedMessage(d, int(lbl), when, unpack_token_counts(blob), unpack_features(blob), record))
-                except DamagedEntry as exc:
-                    raise _damaged(d, exc) from exc
+        try:
+            for start in range(0, len(digests), _CHUNK):
+                chunk = list(digests[start : start + _CHUNK])
+                for d, lbl, when, blob, b, w in self.conn.execute(self.sql.take_ledger, {"own": self.owner, "keys": chunk}):
+                    record = None if b is None or w is None else (int(b), float(w))
+                    if lbl not in (HAM, SPAM):
+                        raise _damaged(d, DamagedEntry(f"label {lbl!r}"))
+                    try:
+                        result.append(TrainedMessage(d, int(lbl), when, unpack_token_counts(blob), unpack_features(blob), record))
+                    except DamagedEntry as exc:
+                        raise _damaged(d, exc) from exc
+        except ValueError as exc:  # a training time SQLite kept as text that is not one
+            raise StoreInconsistent(f"a ledger row is damaged ({exc}): `spamfilter db check` lists such rows") from None
         return result
 
     def add_counts(self, token_list: Sequence[str], delta: TokenCounts, classes: ClassCounts) -> CountsWritten:
@@ -335,6 +340,12 @@ class StoreTransaction:
                 found += [
                     f"{table.name} {where} {name} is {value!r}" for name, value in zip(names, row[1:]) if type(value) is not int or not -MAX_COUNT <= value <= MAX_COUNT
                 ]
+        # Ledger rows no command can read: a label neither ham nor spam, a
+        # training time that is not one (SQLite keeps any text).
+        when = sa.type_coerce(messages.c.trained_at, sa.Text)
+        bad = messages.c.label.not_in([HAM, SPAM]) | (sa.func.datetime(when).is_(None) if self.conn.dialect.name == "sqlite" else sa.false())
+        query = sa.select(messages.c.digest, messages.c.label, when).where((messages.c.owner == self.owner) & bad).order_by(messages.c.digest)
+        found += [f"messages {d}: label {label!r}, trained at {at!r}" for d, label, at in self.conn.execute(query)]
         return found
 
     def iter_ledger(self, chunk: int = 500, on_damaged: Callable[[str, str], None] | None = None) -> Iterator[tuple[int, dict[str, int]]]:
@@ -349,6 +360,8 @@ class StoreTransaction:
         )
         for digest, label, blob in self.conn.execute(query, execution_options={"stream_results": True, "yield_per": chunk}):
             try:
+                if label not in (HAM, SPAM):
+                    raise DamagedEntry(f"label {label!r}")
                 counts = unpack_token_counts(blob)
             except DamagedEntry as exc:
                 if on_damaged is None:

@@ -79,7 +79,7 @@ class Maintenance:
             with store.snapshot() as tx:
                 found = _Findings()
                 found.extend(tx.counts_out_of_range())
-            in_range = found.item(f"every count is a whole number no larger than {MAX_COUNT} (2^62 - 1)")
+            in_range = found.item(f"every count is a whole number no larger than {MAX_COUNT} (2^62 - 1), every trained message ham or spam at a time")
             if in_range.status == "ok":
                 items = [in_range, *self._compare_counts()]
             else:

@@ -1110,3 +1110,34 @@ def test_with_a_selection_forgetting_after_a_prune_leaves_a_later_message_s_coun
         assert f.forget([b]).forgotten == 1
         assert query(f, "SELECT count(*) FROM tokens WHERE token = 'zorblax'") == [(0,)]
         assert Maintenance(f.store).check().ok
+
+
+@pytest.mark.parametrize(
+    ("damage", "listed"),
+    [
+        ("UPDATE messages SET label = 7", "label 7, trained at"),
+        ("UPDATE messages SET trained_at = 'garbage'", "label 0, trained at 'garbage'"),
+        ("UPDATE messages SET token_counts = 'text'", "TypeError: string argument without an encoding"),
+    ],
+    ids=["label", "trained_at", "text-entry"],
+)
+def test_a_damaged_ledger_row_is_listed_by_check_and_refused_by_forget_and_report(damage: str, listed: str, tmp_path: Path, runner: CliRunner) -> None:
+    # Each was an internal error (70) in `db check` itself, or in forget,
+    # mark and report while `db check` said ok.
+    url = f"sqlite:///{tmp_path / 'd.db'}"
+    ham = tmp_path / "ham.eml"
+    ham.write_bytes(b"Subject: minutes\n\nthe meeting minutes\n")
+    spam = tmp_path / "spam.eml"
+    spam.write_bytes(b"Subject: pills\n\ncheap pills now\n")
+    assert runner.invoke(app, ["--db", url, "train", "--ham", str(ham), "--spam", str(spam)]).exit_code == 0
+    with sqlite3.connect(tmp_path / "d.db") as conn:
+        conn.execute(damage + " WHERE label = 0")
+    check = runner.invoke(app, ["--db", url, "db", "check"])
+    assert check.exit_code == exitcodes.STORE_INCONSISTENT, check.output
+    assert listed in check.stdout
+    forget = runner.invoke(app, ["--db", url, "forget", str(ham)])
+    assert forget.exit_code == exitcodes.STORE_INCONSISTENT, forget.output
+    assert "damaged" in forget.stderr and "db check" in forget.stderr
+    report = runner.invoke(app, ["--db", url, "report", "--out", str(tmp_path / "r.html")])
+    assert report.exit_code in (0, exitcodes.STORE_INCONSISTENT), report.output
+    assert "internal error" not in report.output
