@@ -6,6 +6,10 @@ from collections.abc import Sequence
 from datetime import date
 from typing import Any
 
+import numpy as np
+
+from spamfilter.counts import TokenCounts
+from spamfilter.errors import StoreInconsistent
 from spamfilter.store.schema import day_number
 
 
@@ -183,3 +187,29 @@ class _PgCountSQL(_CountSQL):
             (owner, labels, ks, ns),
         )
         self.cursor.execute("DELETE FROM doc_histogram WHERE owner = %s AND tokens = 0", (owner,))
+
+
+def _whole(rows: Sequence[Sequence[Any]], table: str, start: int = 1) -> Sequence[Sequence[Any]]:
+    """``rows`` of ``table``, once their values from column ``start`` on are
+    seen to be whole numbers; else ``StoreInconsistent``. A SQLite sum past
+    2^63 - 1 is kept as an inexact REAL, which no count array can hold:
+    every command but ``db check`` refuses such a store, naming the check."""
+    for row in rows:
+        for value in row[start:]:
+            if type(value) is not int:
+                raise StoreInconsistent(f"{table} holds {value!r} where a count belongs: the database is damaged (`spamfilter db check` lists the problems)")
+    return rows
+
+
+def _counts_at(token_list: Sequence[str], rows: Sequence[tuple[Any, ...]]) -> TokenCounts:
+    """(token, ham_docs, spam_docs, ham_terms, spam_terms) rows as counts in
+    the order of ``token_list``; zeros for tokens without a row."""
+    out = TokenCounts.zeros(len(token_list))
+    if rows:
+        _whole(rows, "tokens")
+        position = dict(zip(token_list, range(len(token_list))))
+        columns = np.fromiter((position[row[0]] for row in rows), dtype=np.int64, count=len(rows))
+        values = np.array([row[1:] for row in rows], dtype=np.int64).T
+        out.doc_count[:, columns] = values[0:2]
+        out.term_count[:, columns] = values[2:4]
+    return out

@@ -17,7 +17,7 @@ from sqlalchemy.engine import Connection
 
 from spamfilter.counts import MAX_COUNT, ClassCounts, FeatureStats, IntArray, TokenCounts, Totals, histogram_delta
 from spamfilter.errors import CountLimitError, StoreError, StoreInconsistent
-from spamfilter.store.backends import _CountSQL, _PgCountSQL, _SqliteCountSQL
+from spamfilter.store.backends import _counts_at, _CountSQL, _PgCountSQL, _SqliteCountSQL, _whole
 from spamfilter.store.imap_rows import ImapRows
 from spamfilter.store.insight_rows import InsightRows
 from spamfilter.store.ledger import DamagedEntry, pack_ledger_entry, unpack_features, unpack_token_counts
@@ -614,38 +614,12 @@ def record_version_owner(owner: str) -> str:
     return f"{owner}\ncalibration record"
 
 
-def _whole(rows: Sequence[Sequence[Any]], table: str, start: int = 1) -> Sequence[Sequence[Any]]:
-    """``rows`` of ``table``, once their values from column ``start`` on are
-    seen to be whole numbers; else ``StoreInconsistent``. A SQLite sum past
-    2^63 - 1 is kept as an inexact REAL, which no count array can hold:
-    every command but ``db check`` refuses such a store, naming the check."""
-    for row in rows:
-        for value in row[start:]:
-            if type(value) is not int:
-                raise StoreInconsistent(f"{table} holds {value!r} where a count belongs: the database is damaged (`spamfilter db check` lists the problems)")
-    return rows
-
-
 def _past_limit(what: str) -> CountLimitError:
     """The error for a write that took a count of ``what`` past ``MAX_COUNT``."""
     return CountLimitError(
         f"training this would take a count of {what} past {MAX_COUNT} (2^62 - 1), the most the "
         "store keeps: nothing was written (`spamfilter db check` tells whether the counts are sound)"
     )
-
-
-def _counts_at(token_list: Sequence[str], rows: Sequence[tuple[Any, ...]]) -> TokenCounts:
-    """(token, ham_docs, spam_docs, ham_terms, spam_terms) rows as counts in
-    the order of ``token_list``; zeros for tokens without a row."""
-    out = TokenCounts.zeros(len(token_list))
-    if rows:
-        _whole(rows, "tokens")
-        position = dict(zip(token_list, range(len(token_list))))
-        columns = np.fromiter((position[row[0]] for row in rows), dtype=np.int64, count=len(rows))
-        values = np.array([row[1:] for row in rows], dtype=np.int64).T
-        out.doc_count[:, columns] = values[0:2]
-        out.term_count[:, columns] = values[2:4]
-    return out
 
 
 def _damaged(digest: str, exc: DamagedEntry) -> StoreInconsistent:
