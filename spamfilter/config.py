@@ -356,7 +356,9 @@ def load_config(path: Path | None = None) -> Config:
             raw = fh.read(_MAX_CONFIG_BYTES + 1)
         if len(raw) > _MAX_CONFIG_BYTES:
             raise ConfigError(f"{path}: longer than {_MAX_CONFIG_BYTES >> 20} MiB, not a config file")
-        data = tomllib.loads(raw.decode("utf-8"))
+        # "utf-8-sig": a byte order mark, as some editors write, is not TOML
+        # ("Invalid statement (at line 1, column 1)").
+        data = tomllib.loads(raw.decode("utf-8-sig"))
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {path}") from None
     except OSError as exc:

@@ -263,6 +263,12 @@ def test_an_imap_host_the_resolver_cannot_be_asked_is_a_config_error(host: str) 
     config_from_dict({"imap": {"t": {**account, "host": "mail.ex\u00e4mple.org"}}})
 
 
+def test_a_config_file_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_bytes(b"\xef\xbb\xbf[model]\nalpha = 0.2\n")
+    assert load_config(path).model.alpha == 0.2
+
+
 def test_a_database_path_that_cannot_be_made_a_url_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="~nosuchuser"):
         database_url("~nosuchuser-for-spamfilter/x.db", Config())
