@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 from spamfilter.answers import Refusal
 from spamfilter.config import TokenizerConfig
 from spamfilter.errors import MailParseError, WorkerLost
-from spamfilter.mail import MailItem, parse_message, without_filter_fields
+from spamfilter.mail import MailItem, former_digest, parse_message, without_filter_fields
 from spamfilter.tokenizer import Tokenizer
 from spamfilter.tokenizer.features import TextShape, message_features
 from spamfilter.vectorizer import term_counts
@@ -81,7 +81,16 @@ class Analyser:
     travels, and the worker builds its tokenizer from it (compiled patterns
     and the engine state of a tokenizer are not for pickling)."""
 
-    def __init__(self, config: TokenizerConfig, max_bytes: int, tokenizer: Tokenizer | None = None, *, features: bool = True, ledger: LedgerPacker | None = None) -> None:
+    def __init__(
+        self,
+        config: TokenizerConfig,
+        max_bytes: int,
+        tokenizer: Tokenizer | None = None,
+        *,
+        features: bool = True,
+        ledger: LedgerPacker | None = None,
+        formers: bool = True,
+    ) -> None:
         self.config = config
         self.max_bytes = max_bytes
         self._tokenizer = tokenizer
@@ -92,12 +101,16 @@ class Analyser:
         #: this module knows nothing of the store), for training: the
         #: reading processes do it instead of the writing one.
         self.ledger = ledger
+        #: Whether ``Analysed.former`` is worked out (for learning: a store
+        #: trained before may hold the message under it; classifying never
+        #: asks).
+        self.formers = formers
 
-    def __getstate__(self) -> tuple[TokenizerConfig, int, bool, LedgerPacker | None]:
-        return self.config, self.max_bytes, self.features, self.ledger
+    def __getstate__(self) -> tuple[TokenizerConfig, int, bool, LedgerPacker | None, bool]:
+        return self.config, self.max_bytes, self.features, self.ledger, self.formers
 
-    def __setstate__(self, state: tuple[TokenizerConfig, int, bool, LedgerPacker | None]) -> None:
-        self.config, self.max_bytes, self.features, self.ledger = state
+    def __setstate__(self, state: tuple[TokenizerConfig, int, bool, LedgerPacker | None, bool]) -> None:
+        self.config, self.max_bytes, self.features, self.ledger, self.formers = state
         self._tokenizer = None
 
     @property
@@ -147,7 +160,9 @@ class Analyser:
             # Whatever one message raises refuses that message and names
             # the error; the run goes on.
             return f"cannot be read: {type(exc).__name__}: {exc}"
-        return item.digest, counts, features, None if self.ledger is None else self.ledger(counts, features), item.former_digest
+        digest = item.digest
+        former = former_digest(item.raw, digest) if self.formers else None
+        return digest, counts, features, None if self.ledger is None else self.ledger(counts, features), former
 
     def remote(self, chunk: list[MailItem]) -> list[Outcome | str]:
         """``one`` for each message of a chunk, in a worker: only the digest,

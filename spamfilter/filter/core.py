@@ -44,7 +44,7 @@ class Filter:
         self.trainer = Analyser(config.tokenizer, config.tokenizer.max_bytes, self.tokenizer, ledger=pack_ledger_entry)
         #: What ``classify`` reads with: the message features only when a setting scores them
         #: (training always keeps their sums, so ``[model] features`` can be switched on later).
-        self.reader = Analyser(config.tokenizer, config.tokenizer.max_bytes, self.tokenizer, features=config.model.features)
+        self.reader = Analyser(config.tokenizer, config.tokenizer.max_bytes, self.tokenizer, features=config.model.features, formers=False)
         #: Processes that read (parse and tokenize) the messages of a long
         #: ``classify`` or ``train``; 1 reads them in this one.
         self.jobs = jobs

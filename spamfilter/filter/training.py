@@ -31,7 +31,7 @@ from spamfilter.filter import dependence
 from spamfilter.filter.cache import CacheKey, ModelView
 from spamfilter.filter.delta import CountDelta
 from spamfilter.filter.scoring import Scoring
-from spamfilter.mail import MailItem
+from spamfilter.mail import MailItem, former_digest
 from spamfilter.nb import model
 from spamfilter.nb.calibration import growth
 from spamfilter.nb.scorer import Evidence
@@ -82,7 +82,8 @@ class Training:
         ``relabel``, a message trained with the other label moves, and its
         calibration record entry with it. ``records``: the entries of
         messages the caller recorded itself (digest -> ``Scoring.record``'s)."""
-        tx.adopt_digests({a.former: a.digest for _, a in batch if a.former is not None})
+        delta = CountDelta()
+        moved = self._former_rows(tx, batch, delta)
         known = tx.trained_labels([a.digest for _, a in batch])
         add: dict[str, tuple[Label, Analysed]] = {}
         unchanged = conflicts = 0
@@ -111,8 +112,6 @@ class Training:
         # A relabelled message is untrained with exactly the counts (and
         # features) recorded when it was trained, then trained afresh with
         # its new label; its record entry moves to the new label.
-        delta = CountDelta()
-        moved = []
         for old in tx.take_messages(moving):
             delta.add(old.label, old.token_counts, -1, old.features)
             if old.record is not None:
@@ -133,6 +132,24 @@ class Training:
         return TrainSummary(
             trained_ham=new_labels.count(model.HAM), trained_spam=new_labels.count(model.SPAM), unchanged=unchanged, relabelled=len(moving), conflicts=conflicts
         )
+
+    def _former_rows(self, tx: StoreTransaction, batch: Sequence[tuple[Label, Analysed]], delta: CountDelta) -> list[tuple[int, int, float, int | None]]:
+        """Move the batch's messages held under their former digests to their
+        digests now (`adopt_digests`). A former row still there then is a
+        copy, the same message trained under both digests before they were
+        one (read and unread in an mbox): it is untrained into ``delta``, or
+        `mark` would leave it with its old label for good. Returns its
+        calibration record entries to take out (``Scoring.move_recorded``)."""
+        formers = {a.former: a.digest for _, a in batch if a.former is not None}
+        if not formers:
+            return []
+        tx.adopt_digests(formers)
+        entries: list[tuple[int, int, float, int | None]] = []
+        for copy in tx.take_messages(list(formers)):
+            delta.add(copy.label, copy.token_counts, -1, copy.features)
+            if copy.record is not None:
+                entries.append((copy.label, *copy.record, None))
+        return entries
 
     def _record_before_learning(self, tx: StoreTransaction, new: Sequence[tuple[Label, Analysed]]) -> dict[str, tuple[int, float]]:
         """Score the messages ``train`` is about to learn with the model as
@@ -190,11 +207,11 @@ class Training:
             # A file found in a folder that could not be read has no identity.
             refused = tuple(Refusal(item.source, item.unreadable_reason) for item in batch if item.unreadable_reason is not None)
             total = total + TrainSummary(refused=refused)
-            readable = [item for item in batch if item.unreadable is None]
+            named = {item.digest: item for item in batch if item.unreadable is None}
+            digests = sorted(named.keys() - seen)
             # A message a store trained before holds under its former digest
             # is moved to its digest now, then forgotten (`adopt_digests`).
-            formers = {former: item.digest for item in readable if item.digest not in seen and (former := item.former_digest) is not None}
-            digests = sorted({item.digest for item in readable} - seen)
+            formers = {former: d for d in digests if (former := former_digest(named[d].raw, d)) is not None}
             seen.update(digests)
 
             def step(digests: list[str] = digests, formers: dict[str, str] = formers) -> int:
@@ -202,8 +219,10 @@ class Training:
                     tx.adopt_digests(formers)
                     # Taken out of the ledger first (DELETE ... RETURNING):
                     # a second process forgetting the same message at once
-                    # gets nothing back and subtracts nothing.
-                    removed = tx.take_messages(digests)
+                    # gets nothing back and subtracts nothing. A former row
+                    # still there is a copy of the message (trained under
+                    # both digests): it goes too.
+                    removed = tx.take_messages(digests + list(formers))
                     delta = CountDelta()
                     for old in removed:
                         delta.add(old.label, old.token_counts, -1, old.features)
@@ -214,7 +233,7 @@ class Training:
                         tx.lock_record()
                     self.apply(tx, delta)
                     self.scoring.move_recorded(tx, entries)
-                    return len(removed)
+                    return len({formers.get(old.digest, old.digest) for old in removed})
 
             forgotten = retrying(step, self.write_deadline)
             total = total + TrainSummary(forgotten=forgotten, unknown=len(digests) - forgotten)

@@ -13,7 +13,7 @@ new one.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from spamfilter.filter import Filter
@@ -83,6 +83,15 @@ class ImapState:
         """What is known of the messages with these digests."""
         with self._store.begin(write=False) as tx:
             return tx.imap.records(self.account, digests)
+
+    def adopt(self, formers: Mapping[str, str]) -> None:
+        """What was recorded under messages' former digests (former -> now:
+        a store from before mailbox annotations were left out of digests)
+        is theirs under the digests they have now."""
+        if self.dry_run or not formers:
+            return
+        with self._store.begin() as tx:
+            tx.imap.adopt(self.account, formers)
 
     def commit(self, folder: str, records: Sequence[ImapRecord] = (), handled: Sequence[tuple[int, str]] = (), keywords: Sequence[tuple[int, int]] = ()) -> None:
         """Write ``records``, mark (uid, digest) ``handled`` in ``folder`` and

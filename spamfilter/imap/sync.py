@@ -53,7 +53,7 @@ from spamfilter.filter import Filter
 from spamfilter.imap.session import JUNK, NOT_JUNK, Fetched, ImapSession, account_password, with_flags
 from spamfilter.imap.state import JUNK_BIT, NOT_JUNK_BIT, Arrival, ImapRecord, ImapState, arrival, finished_move, keyword_bits, label_of, log_odds_of, needs_training
 from spamfilter.imap.summary import Event, RunSummary
-from spamfilter.mail import MailItem, digest_bytes
+from spamfilter.mail import MailItem, digest_bytes, former_digest
 from spamfilter.nb import model
 from spamfilter.store import nothing_to_check
 
@@ -127,6 +127,7 @@ class ImapRun:
         self._event("scanned", folder, 0, str(len(new)))
         for chunk in session.fetch(new, chunk_size=self.account.chunk_size, chunk_bytes=self.account.chunk_bytes):
             digests = [digest_bytes(m.raw) for m in chunk]
+            self.state.adopt({former: d for m, d in zip(chunk, digests) if (former := former_digest(m.raw, d)) is not None})
             self.summary.see(folder, validity, zip([m.uid for m in chunk], digests))
             self._event("fetched", folder, 0, str(len(chunk)))
             yield chunk, digests

@@ -105,7 +105,7 @@ class MailItem:
     def former_digest(self) -> str | None:
         """The identity the message had in a store trained before mailbox
         annotations were left out of digests (``identity.former_digest``)."""
-        return former_digest(self.raw)
+        return former_digest(self.raw, self.known_digest)
 
 
 def read_messages(

@@ -6,7 +6,7 @@ keywords, and a record per message (``ImapRecord``). Reached as
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -96,6 +96,14 @@ class ImapRows:
             for row in self.conn.execute(self.sql.imap_records, params).mappings():
                 result[row["digest"]] = _imap_record(row)
         return result
+
+    def adopt(self, account: str, formers: Mapping[str, str]) -> None:
+        """Move the records and handled UIDs kept under a message's former
+        digest (``mail.former_digest``; former -> now) to its digest now."""
+        if formers:
+            params = [{"acct": self._key(account), "old": old, "new": new} for old, new in formers.items()]
+            self.conn.execute(self.sql.adopt_imap_record, params)
+            self.conn.execute(self.sql.adopt_imap_uids, params)
 
     def pending(self, account: str, source: str) -> list[ImapRecord]:
         """The records of moves out of ``source`` not yet seen to be done."""

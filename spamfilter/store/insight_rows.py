@@ -65,8 +65,13 @@ class InsightRows:
         day = sa.func.date(messages.c.trained_at)
         query = sa.select(day, messages.c.label, sa.func.count()).where(messages.c.owner == self.owner).group_by(day, messages.c.label).order_by(day, messages.c.label)
         result: list[tuple[date, int, int]] = []
+        damaged = StoreInconsistent("a trained message has no training day or no label: the ledger is damaged (`spamfilter db check` lists such rows)")
         for when, label, n in self.conn.execute(query):
             if when is None or label not in (HAM, SPAM):  # SQLite keeps any text as a time, any label
-                raise StoreInconsistent("a trained message has no training day or no label: the ledger is damaged (`spamfilter db check` lists such rows)")
-            result.append((when if isinstance(when, date) else date.fromisoformat(str(when)), int(label), int(n)))
+                raise damaged
+            try:
+                on = when if isinstance(when, date) else date.fromisoformat(str(when))
+            except ValueError:
+                raise damaged from None
+            result.append((on, int(label), int(n)))
         return result

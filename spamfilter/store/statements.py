@@ -37,13 +37,7 @@ class _Statements:
             .returning(messages.c.digest, messages.c.label, messages.c.trained_at, messages.c.token_counts, messages.c.record_bin, messages.c.record_weight)
         )
         self.record = sa.insert(messages)
-        other = messages.alias("other")  # not the row being updated
-        held = sa.select(other.c.digest).where((other.c.owner == sa.bindparam("own")) & (other.c.digest == sa.bindparam("new")))
-        self.adopt_digest = (
-            sa.update(messages)
-            .where((messages.c.owner == sa.bindparam("own")) & (messages.c.digest == sa.bindparam("old")) & ~held.exists())
-            .values(digest=sa.bindparam("new"))
-        )
+        self.adopt_digest = _adopt_digest(messages, "owner", "own")
         self.rewrite_ledger = (
             sa.update(messages).where((messages.c.owner == sa.bindparam("own")) & (messages.c.digest == sa.bindparam("d"))).values(token_counts=sa.bindparam("entry"))
         )
@@ -62,6 +56,10 @@ class _Statements:
         uid_row = insert(imap_uids)
         self.add_imap_uids = uid_row.on_conflict_do_update(
             index_elements=[imap_uids.c.account, imap_uids.c.folder, imap_uids.c.uid], set_={"digest": uid_row.excluded.digest, "keywords": None}
+        )
+        self.adopt_imap_record = _adopt_digest(imap_messages, "account", "acct")
+        self.adopt_imap_uids = (
+            sa.update(imap_uids).where((imap_uids.c.account == sa.bindparam("acct")) & (imap_uids.c.digest == sa.bindparam("old"))).values(digest=sa.bindparam("new"))
         )
         self.imap_records = sa.select(imap_messages).where((imap_messages.c.account == sa.bindparam("acct")) & imap_messages.c.digest.in_(keys))
         record_row = insert(imap_messages)
@@ -97,3 +95,11 @@ class _Statements:
             index_elements=[feature_stats.c.owner, feature_stats.c.label, feature_stats.c.feature],
             set_={name: feature_stats.c[name] + feature_row.excluded[name] for name in ("n", "total", "total_sq")},
         )
+
+
+def _adopt_digest(table: sa.Table, key: str, param: str) -> sa.Update:
+    """UPDATE ``table``'s rows of digest :old (and ``key`` = :``param``) to
+    digest :new, unless the table holds :new for that key already."""
+    other = table.alias("other")  # not the row being updated
+    held = sa.select(other.c.digest).where((other.c[key] == sa.bindparam(param)) & (other.c.digest == sa.bindparam("new")))
+    return sa.update(table).where((table.c[key] == sa.bindparam(param)) & (table.c.digest == sa.bindparam("old")) & ~held.exists()).values(digest=sa.bindparam("new"))

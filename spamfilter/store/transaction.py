@@ -185,8 +185,8 @@ class StoreTransaction:
                         result.append(TrainedMessage(d, int(lbl), when, unpack_token_counts(blob), unpack_features(blob), record))
                     except DamagedEntry as exc:
                         raise _damaged(d, exc) from exc
-        except ValueError as exc:  # a training time SQLite kept as text that is not one
-            raise StoreInconsistent(f"a ledger row is damaged ({exc}): `spamfilter db check` lists such rows") from None
+        except (ValueError, TypeError) as exc:  # what SQLite keeps as any type: a training time, a record entry
+            raise StoreInconsistent(f"a ledger row is damaged ({type(exc).__name__}: {exc}): `spamfilter db check` lists such rows") from None
         return result
 
     def add_counts(self, token_list: Sequence[str], delta: TokenCounts, classes: ClassCounts) -> CountsWritten:
@@ -343,7 +343,15 @@ class StoreTransaction:
         # Ledger rows no command can read: a label neither ham nor spam, a
         # training time that is not one (SQLite keeps any text).
         when = sa.type_coerce(messages.c.trained_at, sa.Text)
-        bad = messages.c.label.not_in([HAM, SPAM]) | (sa.func.datetime(when).is_(None) if self.conn.dialect.name == "sqlite" else sa.false())
+        bad: sa.ColumnElement[bool] = messages.c.label.not_in([HAM, SPAM])
+        if self.conn.dialect.name == "sqlite":
+            typeof = sa.func.typeof
+            bad = bad | sa.or_(
+                sa.func.datetime(when).is_(None),
+                when.op("NOT GLOB")("[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9] [0-9][0-9]:[0-9][0-9]:[0-9][0-9]*"),
+                typeof(messages.c.record_bin).not_in(["integer", "null"]),
+                typeof(messages.c.record_weight).not_in(["integer", "real", "null"]),
+            )
         query = sa.select(messages.c.digest, messages.c.label, when).where((messages.c.owner == self.owner) & bad).order_by(messages.c.digest)
         found += [f"messages {d}: label {label!r}, trained at {at!r}" for d, label, at in self.conn.execute(query)]
         return found

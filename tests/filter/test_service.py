@@ -360,14 +360,47 @@ def test_a_store_trained_before_finds_its_messages_under_their_former_digest(tmp
         assert state(f, with_times=False) == state(fresh, with_times=False)
 
 
-def test_a_message_held_under_both_digests_keeps_both_rows(tmp_path: Path) -> None:
-    # Trained once read and once unread under the old digests: two rows. The
-    # one under the former digest is left where it is, not merged.
+def test_a_message_held_under_both_digests_becomes_one_message(tmp_path: Path) -> None:
+    # Trained read and unread before the annotations left digests: two rows
+    # of one message. `mark` relabelled one and left the other with its old
+    # label for good; now the former row goes when the message is met.
     item = annotated(SPAM[0])
-    with open_filter(tmp_path, "both") as f:
+
+    def trained_both_ways(f: Filter) -> None:
         f.train([(True, item)])
         with f.store.engine.begin() as conn:
             conn.execute(sa.text("UPDATE messages SET digest = :old"), {"old": item.former_digest})
         assert f.train([(True, SPAM[0])]) == TrainSummary(trained_spam=1)
-        assert f.train([(True, item)]) == TrainSummary(unchanged=1)
-        assert sorted(d for d, *_ in state(f)["messages"]) == sorted([item.digest, str(item.former_digest)])
+        assert len(state(f)["messages"]) == 2
+
+    with open_filter(tmp_path, "a") as a, open_filter(tmp_path, "b") as b, open_filter(tmp_path, "c") as c, open_filter(tmp_path, "once") as once:
+        once.train([(True, SPAM[0])])
+        trained_both_ways(a)
+        assert a.train([(True, item)]) == TrainSummary(unchanged=1)
+        assert state(a, with_times=False) == state(once, with_times=False)
+        trained_both_ways(b)
+        assert b.mark([(False, item)]) == TrainSummary(relabelled=1)
+        once.mark([(False, item)])
+        assert state(b, with_times=False) == state(once, with_times=False)
+        trained_both_ways(c)
+        assert c.forget([item]) == TrainSummary(forgotten=1)
+        assert state(c)["messages"] == [] and state(c)["tokens"] == []
+
+
+def test_only_learning_works_out_former_digests(trained: Filter, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Classifying never asks for the former digest (a second hash of an
+    # annotated message, and a scan of every header block).
+    import spamfilter.analysis
+
+    calls: list[bytes] = []
+    real = spamfilter.analysis.former_digest
+
+    def counted(raw: bytes, digest: str | None = None) -> str | None:
+        calls.append(raw)
+        return real(raw, digest)
+
+    monkeypatch.setattr(spamfilter.analysis, "former_digest", counted)
+    items = [annotated(m) for m in UNSEEN]
+    assert len(list(trained.classify(items))) == len(items) and calls == []
+    trained.train([(False, m) for m in items])
+    assert len(calls) == len(items)

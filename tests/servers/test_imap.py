@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 from dovecot import Dovecot, ImapUser, dovecot_server  # noqa: F401
 
 from spamfilter.config import Config, ImapAccount, config_from_dict
@@ -27,7 +28,7 @@ from spamfilter.filter import Filter
 from spamfilter.imap.session import ImapSession
 from spamfilter.imap.summary import Event, RunSummary
 from spamfilter.imap.sync import run_account
-from spamfilter.mail import digest_bytes
+from spamfilter.mail import digest_bytes, former_digest
 from spamfilter.store import Store
 
 pytestmark = pytest.mark.corpus
@@ -216,6 +217,42 @@ def _one_run_and_its_first_spam(server: Dovecot, sample: Sample, tmp_path: Path,
     run(config, db, monkeypatch, user)
     uid, raw, _ = server.folder_messages(user, "Junk")[0]
     return user, config, db, (uid, raw)
+
+
+def test_a_store_from_before_annotations_left_digests_still_knows_the_moves(
+    dovecot_server: Dovecot, sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Mail that carries mailbox annotations (as Thunderbird leaves on mail
+    # it copies to an IMAP folder): a store written before they were left
+    # out of digests holds its records under the former digests, and the
+    # move back out of Junk was taken for new mail and filed again.
+    def annotated(raw: bytes) -> bytes:
+        return b"X-Mozilla-Status: 0001\r\nX-Mozilla-Status2: 00000000\r\n" + raw
+
+    user = dovecot_server.add_user()
+    dovecot_server.append(user, "Train/Spam", sample.train_spam)
+    dovecot_server.append(user, "Train/Ham", sample.train_ham)
+    dovecot_server.append(user, "INBOX", [annotated(m) for m in sample.inbox])
+    config = account_config(dovecot_server, user)
+    db = f"sqlite:///{tmp_path / 'sf.db'}"
+    run(config, db, monkeypatch, user)
+    renamed = 0
+    with Filter.open(config, db) as f, f.store.engine.begin() as conn:
+        for folder in ("INBOX", "Junk"):
+            for _, raw, _ in dovecot_server.folder_messages(user, folder):
+                old, new = former_digest(raw), digest_bytes(raw)
+                assert old is not None
+                for table in ("messages", "imap_messages", "imap_uids"):
+                    renamed += conn.execute(sa.text(f"UPDATE {table} SET digest = :old WHERE digest = :new"), {"old": old, "new": new}).rowcount
+    assert renamed >= len(sample.inbox)
+    back_uid, back_raw, _ = dovecot_server.folder_messages(user, "Junk")[0]
+    with dovecot_server.client(user, "Junk") as c:
+        c.move([back_uid], "INBOX")
+    summary = run(config, db, monkeypatch, user)
+    assert (summary.trained_spam, summary.trained_ham, summary.classified, summary.moved) == (0, 1, 0, 0)
+    assert digest_bytes(back_raw) in digests(dovecot_server, user, "INBOX")
+    with Filter.open(config, db) as f, f.store.begin(write=False) as tx:
+        assert tx.trained_labels([digest_bytes(back_raw)]) == {digest_bytes(back_raw): 0}
 
 
 def test_a_move_back_by_copy_and_deleted_is_learned_as_ham(dovecot_server: Dovecot, sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1117,9 +1117,12 @@ def test_with_a_selection_forgetting_after_a_prune_leaves_a_later_message_s_coun
     [
         ("UPDATE messages SET label = 7", "label 7, trained at"),
         ("UPDATE messages SET trained_at = 'garbage'", "label 0, trained at 'garbage'"),
+        # A number is a valid Julian day to SQLite's datetime().
+        ("UPDATE messages SET trained_at = 5", "label 0, trained at 5"),
+        ("UPDATE messages SET record_bin = 'x', record_weight = 1.0", "messages "),
         ("UPDATE messages SET token_counts = 'text'", "TypeError: string argument without an encoding"),
     ],
-    ids=["label", "trained_at", "text-entry"],
+    ids=["label", "trained_at", "trained_at-number", "record-bin", "text-entry"],
 )
 def test_a_damaged_ledger_row_is_listed_by_check_and_refused_by_forget_and_report(damage: str, listed: str, tmp_path: Path, runner: CliRunner) -> None:
     # Each was an internal error (70) in `db check` itself, or in forget,
