@@ -44,13 +44,13 @@ def test_every_message_of_the_edge_case_corpora_is_classified(corpora_dir: Path,
 
 
 def test_train_first_half_classify_second_half_of_spamassassin(corpora_dir: Path, db_url: str, tmp_path: Path) -> None:
-    """Measured 2026-11-27 with the defaults (header lines apart, tempering
-    0.55, the calibrated score): ROC area 0.99527, ham filed as spam 0.00%,
-    spam let through 3.40%, unsure 2.66% of ham and 52.0% of spam, accuracy
-    88.62% (docs/benchmarks.md; decided on expit(log-odds) instead: 0.20%,
-    2.80%, 3.45% / 4.40%: the calibrated score is less sure of later spam,
-    and the default costs send it to unsure). The index is in date order,
-    so the second half is later mail than the first: a hard split."""
+    """Measured 2026-11-29 with the defaults (header lines apart, tempering
+    0.55, the calibrated score, no tokens from mailbox annotations): ROC
+    area 0.99441, ham filed as spam 0.00%, spam let through 2.60%, unsure
+    6.82% of ham and 44.4% of spam, accuracy 86.54% (docs/benchmarks.md;
+    0.99526 while X-Keywords, on a third of this corpus's spam, gave a
+    token). The index is in date order, so the second half is later mail
+    than the first: a hard split."""
     runner = CliRunner()
     base = corpora_dir / "spamassassin"
     lines = [line for line in (base / "index").read_text().splitlines() if line.strip()]
@@ -67,10 +67,10 @@ def test_train_first_half_classify_second_half_of_spamassassin(corpora_dir: Path
     assert len(rows) == truth.size
     area = roc_area(truth, np.array([r["log_odds"] for r in rows]))
     rates = error_rates(truth, [r["verdict"] for r in rows])
-    assert area > 0.995
+    assert area > 0.994
     assert rates.ham_as_spam < 0.1
     assert rates.spam_as_ham < 4.0
     # the calibrated score, its record weighted by the model's size as train grows it:
-    # 4.8% of the later ham and 42.4% of the later spam unsure (docs/benchmarks.md)
-    assert rates.ham_unsure < 6.0 and rates.spam_unsure < 45.0
-    assert rates.accuracy > 88.0
+    # 6.8% of the later ham and 44.4% of the later spam unsure (docs/benchmarks.md)
+    assert rates.ham_unsure < 8.0 and rates.spam_unsure < 47.0
+    assert rates.accuracy > 86.0
