@@ -154,6 +154,9 @@ def _make_engine(url: str, busy_timeout: float, create: bool = True, create_dirs
             raise StoreError(f"database {path}: permission denied (a folder of its path cannot be entered by this user)") from None
         if not there:
             created = _create_sqlite_file(path, create and not read_only, create_dirs)
+        elif path.is_dir():
+            # SQLite said only "unable to open database file".
+            raise StoreError(f"database {path}: it is a folder; name a database file (e.g. {path / 'spamfilter.db'})")
         elif not create and _empty_sqlite_file(path):
             # A command that only reads would have written the schema into it.
             raise NoSuchDatabase(f"no spamfilter database in {path} (an empty file)")

@@ -37,3 +37,11 @@ def test_a_database_under_a_file_says_it_is_not_a_folder(a_file: Path, create_di
     assert result.exit_code == exitcodes.STORE_ERROR, result.output
     # Not "folder ... does not exist (--create-dirs creates it)": it would not.
     assert result.stderr == f"spamfilter: cannot create database {db}: {a_file} is not a folder\n"
+
+
+@pytest.mark.parametrize("command", [["stats"], ["train", "--spam", "-"]], ids=["stats", "train"])
+def test_a_database_that_is_a_folder_says_so(tmp_path: Path, command: list[str]) -> None:
+    # SQLite said only "unable to open database file".
+    result = CliRunner().invoke(app, ["--db", str(tmp_path), *command], input="Subject: hi\n\nhello\n")
+    assert result.exit_code == exitcodes.STORE_ERROR, result.output
+    assert result.stderr == f"spamfilter: database {tmp_path}: it is a folder; name a database file (e.g. {tmp_path / 'spamfilter.db'})\n"
