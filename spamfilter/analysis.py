@@ -51,7 +51,7 @@ LedgerPacker = Callable[[dict[str, int], tuple[int, ...]], bytes]
 
 #: What a worker sends back for a message it read: digest, token counts,
 #: features, the ledger entry when the analyser packs one, and the former
-#: digest (``MailItem.former_digest``).
+#: digest (``mail.former_digest``).
 Outcome = tuple[str, dict[str, int], tuple[int, ...], bytes | None, str | None]
 
 
@@ -71,7 +71,7 @@ class Analysed:
     #: so that the workers do it; None where the store packs it.
     entry: bytes | None = None
     #: The digest a store trained before may hold the message under
-    #: (``MailItem.former_digest``), or None.
+    #: (``mail.former_digest``), or None.
     former: str | None = None
 
 

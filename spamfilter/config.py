@@ -517,7 +517,8 @@ def validate(config: Config, origin: str = "config") -> None:
     for a in config.imap:
         key = f"imap.{a.name}"
         need(bool(a.host), f"{key}.host", "must be set", a.host)
-        need(host_name_problem(a.host) is None, f"{key}.host", str(host_name_problem(a.host)), a.host)
+        problem = host_name_problem(a.host)
+        need(problem is None, f"{key}.host", str(problem), a.host)
         need(0 <= a.port <= 65535, f"{key}.port", "must be between 0 and 65535", a.port)
         need(a.security in IMAP_SECURITY, f"{key}.security", f"must be one of {', '.join(IMAP_SECURITY)}", a.security)
         need(a.security != "none" or is_loopback(a.host), f"{key}.security", '"none" sends the password in clear text: only allowed to a loopback host', a.security)

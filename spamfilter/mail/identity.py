@@ -150,8 +150,7 @@ def former_digest(raw: bytes, digest: str | None = None) -> str | None:
     training, `mark` and `forget` look it up there too and move it to the
     digest it has now (`StoreTransaction.adopt_digests`).
     """
-    layout = _filter_layout(raw, lf_only_readers=False, fields=_MAILBOX)
-    if next(layout.runs(), None) is None:
+    if _annotations(raw) is None:
         return None
     former = _digest(_filter_layout(raw, lf_only_readers=False))
     return None if former == (digest or digest_bytes(raw)) else former
@@ -160,8 +159,14 @@ def former_digest(raw: bytes, digest: str | None = None) -> str | None:
 def without_mailbox_annotations(raw: bytes) -> bytes:
     """The message as it was delivered: without the mailbox annotations of
     its header block (``headers.MAILBOX_HEADERS``), the rest byte for byte."""
+    layout = _annotations(raw)
+    return raw if layout is None else raw[: layout.start] + b"".join(_kept_pieces(raw, layout))
+
+
+def _annotations(raw: bytes) -> _FilterLayout | None:
+    """Where the message's mailbox annotations are, or None when it has none."""
     layout = _filter_layout(raw, lf_only_readers=False, fields=_MAILBOX)
-    return raw if next(layout.runs(), None) is None else raw[: layout.start] + b"".join(_kept_pieces(raw, layout))
+    return None if next(layout.runs(), None) is None else layout
 
 
 def _digest(layout: _FilterLayout) -> str:

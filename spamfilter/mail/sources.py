@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import BinaryIO, Final, Literal
 
 from spamfilter.errors import MailSourceError
-from spamfilter.mail.identity import _ENVELOPE_PREFIX, _LINE_BREAK_RE, digest_bytes, former_digest
+from spamfilter.mail.identity import _ENVELOPE_PREFIX, _LINE_BREAK_RE, digest_bytes
 from spamfilter.mail.lines import LINE_PIECE, cr_pieces, line_pieces
 
 #: The path that means "one message on standard input", and that message's source.
@@ -100,12 +100,6 @@ class MailItem:
     def digest(self) -> str:
         """The message's identity, ``digest_bytes(self.raw)``."""
         return self.known_digest if self.known_digest is not None else digest_bytes(self.raw)
-
-    @property
-    def former_digest(self) -> str | None:
-        """The identity the message had in a store trained before mailbox
-        annotations were left out of digests (``identity.former_digest``)."""
-        return former_digest(self.raw, self.known_digest)
 
 
 def read_messages(

@@ -340,8 +340,9 @@ class StoreTransaction:
                 found += [
                     f"{table.name} {where} {name} is {value!r}" for name, value in zip(names, row[1:]) if type(value) is not int or not -MAX_COUNT <= value <= MAX_COUNT
                 ]
-        # Ledger rows no command can read: a label neither ham nor spam, a
-        # training time that is not one (SQLite keeps any text).
+        # Ledger rows no command can read: a label neither ham nor spam; in
+        # SQLite, which keeps any type, a training time or a record entry
+        # that is not one.
         when = sa.type_coerce(messages.c.trained_at, sa.Text)
         bad: sa.ColumnElement[bool] = messages.c.label.not_in([HAM, SPAM])
         if self.conn.dialect.name == "sqlite":

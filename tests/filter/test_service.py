@@ -16,7 +16,7 @@ from spamfilter.answers import Refusal, TrainSummary, Verdict
 from spamfilter.config import Config, ModelConfig, StoreConfig
 from spamfilter.errors import NotTrainedError
 from spamfilter.filter import Filter
-from spamfilter.mail import MailItem
+from spamfilter.mail import MailItem, former_digest
 from spamfilter.store import Store, unpack_token_counts
 from spamfilter.vectorizer import term_counts
 
@@ -343,8 +343,8 @@ def test_a_store_trained_before_finds_its_messages_under_their_former_digest(tmp
         assert f.train(read) == TrainSummary(trained_ham=4, trained_spam=3)
         with f.store.engine.begin() as conn:
             for _, m in read:
-                assert m.former_digest is not None and m.former_digest != m.digest
-                conn.execute(sa.text("UPDATE messages SET digest = :old WHERE digest = :new"), {"old": m.former_digest, "new": m.digest})
+                assert former_digest(m.raw) is not None and former_digest(m.raw) != m.digest
+                conn.execute(sa.text("UPDATE messages SET digest = :old WHERE digest = :new"), {"old": former_digest(m.raw), "new": m.digest})
         assert f.train(read) == TrainSummary(unchanged=len(read))
         assert f.train(LABELLED) == TrainSummary(unchanged=len(read))
         fresh.train(read)
@@ -352,7 +352,7 @@ def test_a_store_trained_before_finds_its_messages_under_their_former_digest(tmp
         # mark and forget, each on one message still under its former digest
         with f.store.engine.begin() as conn:
             for _, m in read[:2]:
-                conn.execute(sa.text("UPDATE messages SET digest = :old WHERE digest = :new"), {"old": m.former_digest, "new": m.digest})
+                conn.execute(sa.text("UPDATE messages SET digest = :old WHERE digest = :new"), {"old": former_digest(m.raw), "new": m.digest})
         assert f.mark([(not read[0][0], read[0][1])]) == TrainSummary(relabelled=1)
         assert f.forget([read[1][1]]) == TrainSummary(forgotten=1)
         fresh.mark([(not read[0][0], read[0][1])])
@@ -369,7 +369,7 @@ def test_a_message_held_under_both_digests_becomes_one_message(tmp_path: Path) -
     def trained_both_ways(f: Filter) -> None:
         f.train([(True, item)])
         with f.store.engine.begin() as conn:
-            conn.execute(sa.text("UPDATE messages SET digest = :old"), {"old": item.former_digest})
+            conn.execute(sa.text("UPDATE messages SET digest = :old"), {"old": former_digest(item.raw)})
         assert f.train([(True, SPAM[0])]) == TrainSummary(trained_spam=1)
         assert len(state(f)["messages"]) == 2
 
