@@ -27,6 +27,10 @@ def _networks_given(text: str) -> str:
     """``--allowed-ips`` checked as the command line's: a usage error (64)."""
     from spamfilter.daemon.listen import allowed_networks
 
+    if text and not ip_list(text):
+        # "--allowed-ips ''" or ",,": named no network, and listened on
+        # loopback only without a word.
+        raise typer.BadParameter(f"names no network: {text!r}")
     try:
         allowed_networks(ip_list(text))
     except ConfigError as exc:

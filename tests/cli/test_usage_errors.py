@@ -73,6 +73,8 @@ CASES = [
     ),
     # Arguments, not the config file: usage errors (they were 78).
     (["serve", "--allowed-ips", "garbage"], "serve", "Invalid value for '--allowed-ips': 'garbage' does not appear to be an IPv4 or IPv6 network"),
+    (["serve", "--allowed-ips", ",,"], "serve", "Invalid value for '--allowed-ips': names no network: ',,'"),
+    (["milter", "--allowed-ips", " , "], "milter", "Invalid value for '--allowed-ips': names no network: ' , '"),
     (["milter", "--socket-group", "no-such-group-for-spamfilter"], "milter", "Invalid value for '--socket-group': no such group: no-such-group-for-spamfilter"),
     # Options that do nothing in the mode chosen were ignored without a word.
     (["evaluate", "--index", "{tmp}/index", "--protocol", "split", "--train-mode", "toe"], "evaluate", "--train-mode does nothing with --protocol split"),
