@@ -113,5 +113,10 @@ class ProtocolError(SpamfilterError):
         self.code = code
 
 
+class AddressInUse(SpamfilterError):
+    """The address a daemon should listen on is held by another server (a
+    TCP port in use, a Unix socket another server answers on)."""
+
+
 class WorkerLost(SpamfilterError):
     """A worker process reading mail (``--jobs``) died before it answered."""

@@ -17,7 +17,7 @@ from spamfilter import spamd
 from spamfilter.cli import given_on_command_line
 from spamfilter.daemon import prefork
 from spamfilter.daemon.prefork import Forkable
-from spamfilter.errors import ConfigError, ProtocolError, StoreError
+from spamfilter.errors import AddressInUse, ConfigError, ProtocolError, StoreError
 
 if TYPE_CHECKING:
     from spamfilter.daemon.pool import FilterPool
@@ -125,7 +125,7 @@ def run(server: Daemon, command: str, processes: int) -> None:
         # another command, and meanwhile mail passes unscanned.
         warning = server.pool.readiness()
         server.bind()
-    except (ConfigError, StoreError):
+    except (ConfigError, AddressInUse, StoreError):
         server.pool.close()
         raise
     if warning:

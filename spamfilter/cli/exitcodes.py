@@ -34,7 +34,8 @@ that sees 75 (temporary failure) queues the message and retries.
           `tune --write` cannot be created or written (a part of its path is
           a file, not a folder; no permission)
       75  the database stayed locked by another process, or its server
-          could not be reached or stayed away past `write_deadline`: try
+          could not be reached or stayed away past `write_deadline`; or
+          another server holds the address a daemon should listen on: try
           again later
       76  the database schema is out of date: run `spamfilter db upgrade`
       77  the IMAP server refused the login
@@ -45,6 +46,7 @@ that sees 75 (temporary failure) queues the message and retries.
 from __future__ import annotations
 
 from spamfilter.errors import (
+    AddressInUse,
     ConfigError,
     CountsFileError,
     EvaluationError,
@@ -97,6 +99,7 @@ _BY_ERROR: tuple[tuple[type[SpamfilterError], int], ...] = (
     (SchemaOutOfDate, SCHEMA_OUT_OF_DATE),
     (StoreBusyError, STORE_BUSY),
     (StoreUnreachable, STORE_BUSY),
+    (AddressInUse, STORE_BUSY),
     (StoreInconsistent, STORE_INCONSISTENT),
     (StoreError, STORE_ERROR),
     (ImapAuthError, IMAP_LOGIN),

@@ -103,7 +103,8 @@ def run(
     """Train from the training folders, learn from what you moved, then
     classify new mail in the classify folders and move or flag the spam.
 
-    Example: SPAMFILTER_IMAP_PASSWORD=... spamfilter imap run --account home --dry-run
+    Example: IMAP_PASSWORD=... spamfilter imap run --account home --dry-run
+    (with password_env = "IMAP_PASSWORD" in [imap.home])
     """
     s = state(ctx)
     if not loop and given_on_command_line(ctx, "interval"):

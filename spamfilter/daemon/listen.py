@@ -20,7 +20,7 @@ from ipaddress import IPv4Network, IPv6Network, ip_address, ip_network
 
 from spamfilter import spamd
 from spamfilter.config import is_loopback
-from spamfilter.errors import ConfigError
+from spamfilter.errors import AddressInUse, ConfigError, SpamfilterError
 
 Network = IPv4Network | IPv6Network
 LOOPBACK: tuple[Network, ...] = (ip_network("127.0.0.0/8"), ip_network("::1/128"))
@@ -43,6 +43,15 @@ def is_allowed(host: str, networks: tuple[Network, ...]) -> bool:
     if addr.version == 6 and addr.ipv4_mapped is not None:
         addr = addr.ipv4_mapped
     return any(addr in net for net in networks)
+
+
+def cannot_listen(where: object, exc: OSError) -> SpamfilterError:
+    """The error of a failed bind or listen at ``where``: ``AddressInUse``
+    when another server holds the address (try again later), else
+    ``ConfigError`` (no permission for the port, an address not of this
+    host)."""
+    text = f"cannot listen on {where}: {exc.strerror or exc}"
+    return AddressInUse(text) if exc.errno == errno.EADDRINUSE else ConfigError(text)
 
 
 def check_tcp_host(host: str, allowed: tuple[str, ...]) -> None:
@@ -72,7 +81,7 @@ def bind_unix(path: str, mode: int, group: str = "") -> socket.socket:
             raise ConfigError(f"{path} exists and is not a socket")
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
             if probe.connect_ex(path) == 0:
-                raise ConfigError(f"another server is listening on {path}")
+                raise AddressInUse(f"another server is listening on {path}")
         os.unlink(path)
     gid = -1
     if group:

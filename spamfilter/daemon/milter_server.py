@@ -218,7 +218,8 @@ class MilterServer:
 
     def bind(self) -> spamd.Address:
         """Open the listening socket; the address it listens on (the real
-        port when port 0 was asked for). Raises ``ConfigError``."""
+        port when port 0 was asked for). Raises ``ConfigError``, or
+        ``AddressInUse`` when another server holds the address."""
         o = self.options
         a = o.address
         try:
@@ -230,7 +231,7 @@ class MilterServer:
                 listener = kind((a.host, a.port), socketserver.BaseRequestHandler, bind_and_activate=False)
             listener.listen_on(sock)
         except OSError as exc:
-            raise ConfigError(f"cannot listen on {a}: {exc.strerror or exc}") from None
+            raise listen.cannot_listen(a, exc) from None
         listener.milter = self
         self._listener = listener
         return self.address

@@ -158,7 +158,8 @@ class Server:
     def bind(self) -> spamd.Address:
         """Open the listening socket (``spamfilter.daemon.listen``); the
         address it listens on (the real port when port 0 was asked for).
-        Raises ``ConfigError``."""
+        Raises ``ConfigError``, or ``AddressInUse`` when another server
+        holds the address."""
         o = self.options
         try:
             self.sockets.listeners, self.address = listen.bind_all(o.address, o.socket_mode, o.socket_group, o.allowed_ips)
@@ -167,7 +168,7 @@ class Server:
                 # score it: the rest wait in the backlog.
                 listener.listen(listen.BACKLOG)
         except OSError as exc:
-            raise ConfigError(f"cannot listen on {o.address}: {exc.strerror or exc}") from None
+            raise listen.cannot_listen(o.address, exc) from None
         return self.address
 
     def stop(self) -> None:

@@ -31,7 +31,7 @@ from spamfilter.filter import dependence
 from spamfilter.filter.cache import CacheKey, ModelView
 from spamfilter.filter.delta import CountDelta
 from spamfilter.filter.scoring import Scoring
-from spamfilter.mail import MailItem, former_digest
+from spamfilter.mail import MailItem, former_digest, not_mail
 from spamfilter.nb import model
 from spamfilter.nb.calibration import growth
 from spamfilter.nb.scorer import Evidence
@@ -214,7 +214,7 @@ class Training:
             formers = {former: d for d in digests if (former := former_digest(named[d].raw, d)) is not None}
             seen.update(digests)
 
-            def step(digests: list[str] = digests, formers: dict[str, str] = formers) -> int:
+            def step(digests: list[str] = digests, formers: dict[str, str] = formers) -> set[str]:
                 with self.write_transaction() as tx:
                     tx.adopt_digests(formers)
                     # Taken out of the ledger first (DELETE ... RETURNING):
@@ -233,10 +233,13 @@ class Training:
                         tx.lock_record()
                     self.apply(tx, delta)
                     self.scoring.move_recorded(tx, entries)
-                    return len({formers.get(old.digest, old.digest) for old in removed})
+                    return {formers.get(old.digest, old.digest) for old in removed}
 
             forgotten = retrying(step, self.write_deadline)
-            total = total + TrainSummary(forgotten=forgotten, unknown=len(digests) - forgotten)
+            # What was not trained and is not mail either (empty, binary
+            # junk) is refused as `train` refuses it, not "not trained".
+            junk = [Refusal(named[d].source, reason) for d in digests if d not in forgotten and (reason := not_mail(named[d])) is not None]
+            total = total + TrainSummary(forgotten=len(forgotten), unknown=len(digests) - len(forgotten) - len(junk), refused=tuple(junk))
         return total
 
     @contextmanager

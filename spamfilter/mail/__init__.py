@@ -31,7 +31,7 @@ from __future__ import annotations
 from spamfilter.headers import FILTER_HEADERS
 from spamfilter.mail.identity import digest_bytes, filter_fields, filtered_pieces, former_digest, with_filter_headers, without_filter_fields, without_mailbox_annotations
 from spamfilter.mail.index import read_index
-from spamfilter.mail.parse import NestingTooDeepDefect, parse_message
+from spamfilter.mail.parse import NestingTooDeepDefect, not_mail, parse_message
 from spamfilter.mail.sources import STDIN_SOURCE, MailItem, read_messages
 
 __all__ = [
@@ -43,6 +43,7 @@ __all__ = [
     "former_digest",
     "filter_fields",
     "filtered_pieces",
+    "not_mail",
     "parse_message",
     "read_index",
     "read_messages",

@@ -104,6 +104,16 @@ def _refuse_non_mail(item: MailItem) -> None:
             )
 
 
+def not_mail(item: MailItem) -> str | None:
+    """Why ``parse_message`` would refuse ``item`` before parsing it (empty,
+    unreadable, or binary junk without a header block), or None."""
+    try:
+        _refuse_non_mail(item)
+    except MailParseError as exc:
+        return str(exc)
+    return None
+
+
 def parse_message(item: MailItem, *, max_bytes: int) -> email.message.Message:
     """Parse one message with the stdlib parser, refusing what is not mail.
 

@@ -641,3 +641,27 @@ def test_filter_with_a_runtime_folder_it_cannot_search_filters_in_process(runner
     result = runner.invoke(app, ["--db", trained, "filter"], input=message)
     assert result.exit_code in (0, 1, 2), result.output
     assert b"X-Spam-Status: " in result.stdout_bytes and result.stdout_bytes.endswith(message.split(b"\n\n", 1)[1])
+
+
+def test_forget_refuses_what_is_not_mail_as_train_does(runner: CliRunner, trained: str, tmp_path: Path) -> None:
+    # forget needs no parse (a message trained under other settings can be
+    # forgotten), but a binary file nobody could have trained was "not
+    # trained" with exit 0, where train and mark refuse it as not mail (65).
+    junk = tmp_path / "photo.png"
+    junk.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 16)
+    empty = tmp_path / "empty.eml"
+    empty.write_bytes(b"\n\n")
+    ham = tmp_path / "ham.eml"
+    ham.write_bytes(b"From: a@example.org\nSubject: lunch\n\nlunch on friday?\n")
+    assert runner.invoke(app, ["--db", trained, "mark", "ham", str(ham)]).exit_code == 0
+    before = stats(runner, trained)
+    result = runner.invoke(app, ["--db", trained, "forget", str(junk), str(ham)])
+    assert result.exit_code == 65
+    assert result.stdout.strip() == "forgot 1; 1 unreadable"
+    assert f"skipped {junk}: not a mail message" in result.stderr
+    assert stats(runner, trained)["ham_messages"] == before["ham_messages"] - 1
+    # Mail that was never trained is still only "not trained".
+    assert runner.invoke(app, ["--db", trained, "forget", str(ham)]).stdout.strip() == "forgot 0; 1 was not trained"
+    result = runner.invoke(app, ["--db", trained, "forget", str(empty)])
+    assert result.exit_code == 65
+    assert "empty message" in result.stderr

@@ -405,6 +405,36 @@ def test_listening_beyond_loopback_needs_an_allow_list(tmp_path: Path, trained: 
     assert b"--allowed-ips" in r.stderr
 
 
+@pytest.mark.parametrize("command", ["serve", "milter"])
+def test_an_address_another_server_holds_is_try_again_not_a_bad_config(tmp_path: Path, trained: tuple[str, Path], command: str) -> None:
+    # Exit 78 ("the configuration is invalid") sent the admin to the config
+    # file for a port an old process still held; it is EX_TEMPFAIL (75).
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        r = subprocess.run(
+            [sys.executable, "-m", "spamfilter", "--db", trained[0], "--config", str(trained[1]), command, "--listen", f"127.0.0.1:{port}", "--processes", "1"],
+            capture_output=True,
+            timeout=HANG,
+        )
+    assert r.returncode == 75
+    assert f"cannot listen on 127.0.0.1:{port}: Address already in use".encode() in r.stderr
+    assert b"Traceback" not in r.stderr
+    # A Unix socket another server answers on is the same case.
+    path = tmp_path / "busy.sock"
+    with socket.socket(socket.AF_UNIX) as held:
+        held.bind(str(path))
+        held.listen()
+        r = subprocess.run(
+            [sys.executable, "-m", "spamfilter", "--db", trained[0], "--config", str(trained[1]), command, "--socket", str(path), "--processes", "1"],
+            capture_output=True,
+            timeout=HANG,
+        )
+    assert r.returncode == 75
+    assert f"another server is listening on {path}".encode() in r.stderr
+
+
 def _ipv6_loopback() -> bool:
     """Whether this machine can listen on ::1."""
     try:
