@@ -198,7 +198,9 @@ def export_counts(ctx: typer.Context, path: Annotated[str, typer.Argument(metava
     spam_docs, ham_terms, spam_terms, separated by tabs, sorted by token
     (backslash, tab, newline and carriage return in tokens escaped, and a
     leading #). The trained-message ledger is not written:
-    imported counts cannot be forgotten message by message.
+    imported counts cannot be forgotten message by message. A store whose
+    tokens do not add up to its totals (a damaged file) is refused (74),
+    and FILE is left as it was.
 
     Example: spamfilter db export counts.tsv
     """

@@ -243,14 +243,17 @@ class Maintenance:
                 out.write(f"# calibration label={c} bin={b} weight={float(history[c, b])!r}\n")
             out.write("# token\tham_docs\tspam_docs\tham_terms\tspam_terms\n")
             lines: list[str] = []
+            sums = [0, 0, 0, 0]
             for token, hd, sd, ht, st, _ in tx.iter_tokens():
                 lines.append(f"{escape_token(token)}\t{hd}\t{sd}\t{ht}\t{st}\n")
+                sums = [sums[0] + hd, sums[1] + sd, sums[2] + ht, sums[3] + st]
                 if len(lines) == 1000:
                     out.write("".join(lines))
                     written += len(lines)
                     lines = []
             out.write("".join(lines))
             written += len(lines)
+        _check_exported(sums, t.binary_terms.tolist() + t.terms.tolist(), self.store.display_url)
         return written
 
     def import_counts(self, lines: Iterable[str], *, replace: bool, into_empty: bool = False) -> ImportSummary:
@@ -503,3 +506,17 @@ def _histogram_item(stored: tuple[IntArray, IntArray], counted: tuple[Counter[in
     findings = _Findings()
     findings.extend(problems)
     return findings.item("doc_histogram = recount from the tokens")
+
+
+def _check_exported(sums: list[int], totals: list[int], where: str) -> None:
+    """Refuse (``StoreError``) an export whose token lines do not add up to
+    the totals it wrote (binary_terms, terms; as ``db import`` would refuse
+    the file): a damaged SQLite file can give some of its rows and no error,
+    and such an export is no backup."""
+    if sums != totals:
+        names = ("ham_binary_terms", "spam_binary_terms", "ham_terms", "spam_terms")
+        wrong = next(i for i in range(4) if sums[i] != totals[i])
+        raise StoreError(
+            f"{where}: the database is damaged: its tokens add up to {names[wrong]}={sums[wrong]}, its totals say {totals[wrong]}; "
+            "nothing exported (`spamfilter db check` lists the problems)"
+        )

@@ -1144,3 +1144,20 @@ def test_a_damaged_ledger_row_is_listed_by_check_and_refused_by_forget_and_repor
     report = runner.invoke(app, ["--db", url, "report", "--out", str(tmp_path / "r.html")])
     assert report.exit_code in (0, exitcodes.STORE_INCONSISTENT), report.output
     assert "internal error" not in report.output
+
+
+def test_export_of_a_store_whose_tokens_do_not_add_up_refuses_and_writes_nothing(trained_url: str, tmp_path: Path, runner: CliRunner) -> None:
+    # A damaged SQLite file can give some of its token rows and no error:
+    # export wrote them, said "exported N tokens" with exit 0, and the file
+    # was one `db import` refuses (a backup that cannot be restored).
+    path = trained_url.removeprefix("sqlite:///")
+    with sqlite3.connect(path) as db:
+        lost = db.execute("DELETE FROM tokens WHERE token LIKE 'bi:%'").rowcount
+    assert lost > 0
+    out = tmp_path / "counts.tsv"
+    result = runner.invoke(app, ["--db", trained_url, "db", "export", str(out)])
+    assert result.exit_code == exitcodes.STORE_ERROR
+    assert "the database is damaged: its tokens add up to ham_binary_terms=" in result.stderr
+    assert "nothing exported" in result.stderr
+    assert not out.exists() and [p.name for p in tmp_path.iterdir() if p.name.startswith(".counts")] == []
+    assert runner.invoke(app, ["--db", trained_url, "db", "export"]).exit_code == exitcodes.STORE_ERROR
