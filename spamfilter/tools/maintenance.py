@@ -243,17 +243,17 @@ class Maintenance:
                 out.write(f"# calibration label={c} bin={b} weight={float(history[c, b])!r}\n")
             out.write("# token\tham_docs\tspam_docs\tham_terms\tspam_terms\n")
             lines: list[str] = []
-            sums = [0, 0, 0, 0]
+            added = [0, 0, 0, 0]
             for token, hd, sd, ht, st, _ in tx.iter_tokens():
                 lines.append(f"{escape_token(token)}\t{hd}\t{sd}\t{ht}\t{st}\n")
-                sums = [sums[0] + hd, sums[1] + sd, sums[2] + ht, sums[3] + st]
+                added = [added[0] + hd, added[1] + sd, added[2] + ht, added[3] + st]
                 if len(lines) == 1000:
                     out.write("".join(lines))
                     written += len(lines)
                     lines = []
             out.write("".join(lines))
             written += len(lines)
-        _check_exported(sums, t.binary_terms.tolist() + t.terms.tolist(), self.store.display_url)
+        _check_exported(added, t.binary_terms.tolist() + t.terms.tolist(), self.store.display_url)
         return written
 
     def import_counts(self, lines: Iterable[str], *, replace: bool, into_empty: bool = False) -> ImportSummary:
