@@ -35,7 +35,9 @@ def _sidecars_follow(path: Path) -> None:
     read-only (0400) leaves a 0400 -shm behind, and once the file is
     writable again every write fails ("attempt to write a readonly
     database") until the -shm is deleted. A sidecar not ours to change is
-    left as it is (SQLite then reports the error)."""
+    left as it is (SQLite then reports the error). First, a file SQLite
+    cannot open at all in this folder is refused (``_refuse_unreadable_wal``)."""
+    _refuse_unreadable_wal(path)
     try:
         mode = stat.S_IMODE(path.stat().st_mode)
     except OSError:
@@ -47,6 +49,27 @@ def _sidecars_follow(path: Path) -> None:
                 sidecar.chmod(mode)
         except OSError:
             pass
+
+
+def _refuse_unreadable_wal(path: Path) -> None:
+    """Raise ``StoreError`` when SQLite cannot open the file at all: a
+    database in WAL mode is read through its -shm file, which a reader must
+    create when it is not there, and this user cannot write to the folder
+    (another user's, or a read-only file system). SQLite said only "unable
+    to open database file"."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(20)
+    except OSError:
+        return  # SQLite's own error names what is wrong
+    # Bytes 18 and 19 of the header: the write and read versions, 2 in WAL mode.
+    if head[18:20] != b"\x02\x02" or path.with_name(path.name + "-shm").exists() or os.access(path.parent, os.W_OK):
+        return
+    raise StoreError(
+        f"database {path}: this user cannot write to its folder {path.parent} (no permission, or a read-only file system), "
+        f"where SQLite must create {path.name}-shm to read it; run as a user who can, "
+        f"or open it read-only with immutable=1 (sqlite:///{path}?immutable=1) while nothing writes to it"
+    )
 
 
 def _make_owner_only(path: Path) -> None:

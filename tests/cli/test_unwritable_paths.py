@@ -45,3 +45,27 @@ def test_a_database_that_is_a_folder_says_so(tmp_path: Path, command: list[str])
     result = CliRunner().invoke(app, ["--db", str(tmp_path), *command], input="Subject: hi\n\nhello\n")
     assert result.exit_code == exitcodes.STORE_ERROR, result.output
     assert result.stderr == f"spamfilter: database {tmp_path}: it is a folder; name a database file (e.g. {tmp_path / 'spamfilter.db'})\n"
+
+
+def test_a_wal_database_in_a_folder_this_user_cannot_write_says_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A reader of a WAL database must create its -shm beside it: in another
+    # user's folder (or on a read-only file system) SQLite said only "unable
+    # to open database file". Root writes anywhere, so the folder's answer
+    # to access(2) is what is simulated here (a read-only mount gives it).
+    import os
+
+    from spamfilter.store import engine
+
+    db = tmp_path / "model.db"
+    assert CliRunner().invoke(app, ["--db", str(db), "train", "--spam", "-"], input="Subject: hi\n\nhello\n").exit_code == 0
+    assert not db.with_name("model.db-shm").exists()  # the last connection took it away
+    real = os.access
+    monkeypatch.setattr(engine.os, "access", lambda p, mode: False if Path(p) == tmp_path and mode == os.W_OK else real(p, mode))
+    result = CliRunner().invoke(app, ["--db", str(db), "stats"])
+    assert result.exit_code == exitcodes.STORE_ERROR, result.output
+    assert result.stderr.startswith(f"spamfilter: database {db}: this user cannot write to its folder {tmp_path} (no permission, or a read-only file system)")
+    assert "sqlite:///" in result.stderr and "immutable=1" in result.stderr
+    # Opened read-only as the message says, it is read.
+    result = CliRunner().invoke(app, ["--db", f"sqlite:///{db}?immutable=1", "stats", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    assert '"spam_messages": 1' in result.stdout
