@@ -12,7 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Column
 
 from spamfilter.cli import app, exitcodes, given_on_command_line, state
-from spamfilter.cli._common import TableOrJson, open_filter
+from spamfilter.cli._common import TableOrJson, open_filter, tsv_field
 from spamfilter.errors import ConfigError, ImapUnavailable, StoreBusyError
 from spamfilter.imap.summary import Event, RunSummary
 from spamfilter.imap.sync import run_account
@@ -52,10 +52,14 @@ class _Display:
     def __call__(self, event: Event) -> None:
         if event.kind not in self._PROGRESS:
             self.counts[event.kind] = self.counts.get(event.kind, 0) + 1
+            uid = f" uid {event.uid}" if event.uid else ""
             if self.verbose:
                 prefix = "would be " if event.dry_run and event.kind not in ("classified",) else ""
-                uid = f" uid {event.uid}" if event.uid else ""
                 typer.echo(f"{event.folder}{uid}: {prefix}{event.kind} {event.detail}", err=self.to_stderr)
+            elif event.kind == "refused":
+                # Counted in the summary's errors, and never read again: named
+                # once, on stderr, as every command names what it skipped.
+                typer.echo(f"spamfilter: skipped {tsv_field(event.folder)}{uid}: {tsv_field(event.detail)}", err=True)
         if self.bar is None:
             return
         if event.kind == "scanned":

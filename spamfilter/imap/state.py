@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from spamfilter.config import ImapAccount
+from spamfilter.errors import ConfigError
 from spamfilter.filter import Filter
 from spamfilter.imap.session import JUNK, NOT_JUNK, Fetched
 from spamfilter.store import ImapRecord as ImapRecord
@@ -68,6 +70,21 @@ def arrival(target: str, uidvalidity: int, new_uids: dict[int, int], moves: Sequ
     return Arrival(target, uidvalidity, [(u, d) for u, d, _ in told], [(u, k) for u, _, k in told])
 
 
+def folders_to_create(account: ImapAccount, missing: set[str]) -> set[str]:
+    """Which of the ``missing`` folders a run creates: all of them, but with
+    ``spam_action = "report"`` none (it changes nothing on the server),
+    except the spam folder that trained spam is filed in (``trained_action
+    = "move"``, which report leaves as it is). A folder to classify is
+    never created: a misspelt one would filter nothing and say nothing, so
+    it is ``ConfigError``."""
+    absent = [folder for folder in account.classify_folders if folder in missing]
+    if absent:
+        raise ConfigError(f"imap.{account.name}.classify_folders: the server has no folder {absent[0]!r} (a folder to classify is never created)")
+    if account.spam_action != "report":
+        return missing
+    return {account.spam_folder} & missing if account.trained_action == "move" else set()
+
+
 class ImapState:
     """The IMAP state of one account (``account``) in ``spamfilter``'s store."""
 
@@ -78,6 +95,9 @@ class ImapState:
         #: Per renumbered folder, digest -> the keyword bits recorded under
         #: its old UIDs (``renumbered``).
         self._before: dict[str, dict[str, int]] = {}
+        #: A dry run's UIDs gone from each folder (``forget_uids``), which it
+        #: does not write but which the rest of the run must not see.
+        self._gone: dict[str, set[int]] = {}
 
     def records(self, digests: Sequence[str]) -> dict[str, ImapRecord]:
         """What is known of the messages with these digests."""
@@ -132,8 +152,13 @@ class ImapState:
             tx.imap.set_uidvalidity(self.account, folder, uidvalidity)
 
     def forget_uids(self, folder: str, uids: Sequence[int]) -> None:
-        """Drop UIDs that are no longer in ``folder``."""
-        if self.dry_run or not uids:
+        """Drop UIDs that are no longer in ``folder`` (a dry run only
+        remembers them: a message the user moved out of the spam folder is
+        then seen as moved back, as the real run sees it)."""
+        if self.dry_run:
+            self._gone.setdefault(folder, set()).update(uids)
+            return
+        if not uids:
             return
         with self._store.begin() as tx:
             tx.imap.delete_uids(self.account, folder, uids)
@@ -147,8 +172,9 @@ class ImapState:
         """Digests of the messages handled in ``folder`` (as last seen)."""
         if not folder:
             return set()
+        gone = self._gone.get(folder, set())
         with self._store.begin(write=False) as tx:
-            return {d for d, _ in tx.imap.uids(self.account, folder).values()}
+            return {d for u, (d, _) in tx.imap.uids(self.account, folder).items() if u not in gone}
 
     def keywords(self, folder: str, uidvalidity: int) -> dict[int, tuple[str, int | None]] | None:
         """UID -> (digest, keyword bits last seen) in ``folder``; None when the

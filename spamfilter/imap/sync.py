@@ -50,10 +50,11 @@ from spamfilter.answers import Refusal, Verdict
 from spamfilter.config import ImapAccount
 from spamfilter.errors import ImapError, ImapUnavailable, NotTrainedError
 from spamfilter.filter import Filter
+from spamfilter.imap import state as imap_state
 from spamfilter.imap.session import JUNK, NOT_JUNK, Fetched, ImapSession, account_password, with_flags
 from spamfilter.imap.state import JUNK_BIT, NOT_JUNK_BIT, Arrival, ImapRecord, ImapState, arrival, finished_move, keyword_bits, label_of, log_odds_of, needs_training
 from spamfilter.imap.summary import Event, RunSummary
-from spamfilter.mail import MailItem, digest_bytes, former_digest
+from spamfilter.mail import MailItem, digest_bytes, former_digest, not_mail
 from spamfilter.nb import model
 from spamfilter.store import nothing_to_check
 
@@ -171,10 +172,17 @@ class ImapRun:
         the UIDs of those refused (not mail), which were not trained."""
         refused: set[int] = set()
         if self.dry_run or not messages:
+            # What the real run would refuse before parsing (binary junk,
+            # an empty message) is refused here too.
+            for m, d in zip(messages, digests if digests is not None else [None] * len(messages)):
+                if (reason := not_mail(item := self._item(folder, m, d))) is not None:
+                    self.summary.errors += 1
+                    refused.add(m.uid)
+                    self._event("refused", folder, m.uid, reason.removeprefix(f"{item.source}: "))
             if is_spam:
-                self.summary.trained_spam += len(messages)
+                self.summary.trained_spam += len(messages) - len(refused)
             else:
-                self.summary.trained_ham += len(messages)
+                self.summary.trained_ham += len(messages) - len(refused)
         else:
             known = digests if digests is not None else [None] * len(messages)
             self.still_held()
@@ -186,7 +194,7 @@ class ImapRun:
             for refusal in result.refused:
                 self.summary.errors += 1
                 refused.add(uid_of.get(refusal.source, 0))
-                self._event("refused", folder, 0, f"{refusal.source}: {refusal.reason}")
+                self._event("refused", folder, uid_of.get(refusal.source, 0), refusal.reason.removeprefix(f"{refusal.source}: "))
         for m in messages:
             if m.uid not in refused:
                 self._event("trained", folder, m.uid, f"{'spam' if is_spam else 'ham'} ({why})")
@@ -310,7 +318,7 @@ class ImapRun:
         folders = [a.spam_folder, a.unsure_folder, a.train_spam_folder, a.train_ham_folder, *a.classify_folders]
         session.check_names(a, [f for f in folders if f])
         exists = {folder: session.exists(folder) for folder in filter(None, folders)}
-        creating = _folders_to_create(a, {folder for folder, there in exists.items() if not there})
+        creating = imap_state.folders_to_create(a, {folder for folder, there in exists.items() if not there})
         for folder in exists:
             if folder in creating:
                 self.summary.created.append(folder)
@@ -469,7 +477,7 @@ class ImapRun:
         junk_before: list[tuple[int, str]] = []  # (uid, digest) of spam that carries $Junk already
         for m, d, result in zip(messages, digests, results):
             if isinstance(result, Refusal):
-                self._event("refused", folder, m.uid, result.reason)
+                self._event("refused", folder, m.uid, result.reason.removeprefix(f"{result.source}: "))
                 handled.append((m, d))
                 continue
             assert isinstance(result, Verdict)
@@ -574,16 +582,6 @@ class ImapRun:
         else:
             self.state.commit(folder, records)
         return bool(removed)
-
-
-def _folders_to_create(account: ImapAccount, missing: set[str]) -> set[str]:
-    """Which of the ``missing`` folders a run creates: all of them, but with
-    ``spam_action = "report"`` none (it changes nothing on the server),
-    except the spam folder that trained spam is filed in (``trained_action
-    = "move"``, which report leaves as it is)."""
-    if account.spam_action != "report":
-        return missing
-    return {account.spam_folder} & missing if account.trained_action == "move" else set()
 
 
 def run_account(

@@ -219,6 +219,25 @@ def _one_run_and_its_first_spam(server: Dovecot, sample: Sample, tmp_path: Path,
     return user, config, db, (uid, raw)
 
 
+def test_a_dry_run_sees_a_message_moved_back_from_junk_as_the_run_does(dovecot_server: Dovecot, sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The dry run did not drop the moved message's UID from Junk, so it took
+    # the message back in the inbox for new mail and said it would file it
+    # in Junk again; the run learns it as ham and leaves it.
+    user, config, db, (uid, raw) = _one_run_and_its_first_spam(dovecot_server, sample, tmp_path, monkeypatch)
+    with dovecot_server.client(user, "Junk") as c:
+        c.move([uid], "INBOX")
+
+    def said(dry_run: bool) -> tuple[list[tuple[str, str]], tuple[int, int, int]]:
+        events: list[Event] = []
+        summary = run(config, db, monkeypatch, user, dry_run=dry_run, on_event=events.append)
+        return [(e.kind, e.detail) for e in events if e.kind in ("trained", "moved", "classified")], (summary.trained_ham, summary.classified, summary.moved)
+
+    dry = said(True)
+    assert dry == ([("trained", "ham (moved back to INBOX)")], (1, 0, 0))
+    assert said(False) == dry
+    assert digest_bytes(raw) in digests(dovecot_server, user, "INBOX")
+
+
 def test_a_store_from_before_annotations_left_digests_still_knows_the_moves(
     dovecot_server: Dovecot, sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -332,8 +351,15 @@ def test_a_training_message_that_is_not_mail_is_neither_filed_nor_recorded_as_tr
     config = account_config(dovecot_server, user, trained_action="move")
     db = f"sqlite:///{tmp_path / 'sf.db'}"
     events: list[Event] = []
+    # A dry run says what the run will do: it said "would be trained" of it.
+    dry = run(config, db, monkeypatch, user, dry_run=True, on_event=events.append)
+    assert (dry.trained_spam, dry.trained_ham, dry.errors) == (20, 30, 1)
+    [refused] = [e for e in events if e.kind == "refused"]
+    assert refused.folder == "Train/Spam" and refused.uid == 21 and refused.detail.startswith("not a mail message (no header block")
+    events.clear()
     summary = run(config, db, monkeypatch, user, on_event=events.append)
     assert (summary.trained_spam, summary.trained_ham, summary.errors) == (20, 30, 1)
+    assert [(e.folder, e.uid, e.detail) for e in events if e.kind == "refused"] == [(refused.folder, refused.uid, refused.detail)]
     assert sum(e.kind == "trained" and e.folder == "Train/Spam" for e in events) == 20
     [(_, stored, _)] = dovecot_server.folder_messages(user, "Train/Spam")  # as the server keeps it
     assert len(digests(dovecot_server, user, "Junk")) == 20
@@ -342,6 +368,38 @@ def test_a_training_message_that_is_not_mail_is_neither_filed_nor_recorded_as_tr
         assert tx.imap.records("test", [digest_bytes(stored)]) == {}
     quiet = run(config, db, monkeypatch, user)  # and not read again
     assert (quiet.trained_spam, quiet.errors, quiet.seen) == (0, 0, 0)
+
+
+def test_what_the_run_refuses_is_named_on_stderr_without_verbose(dovecot_server: Dovecot, sample: Sample, tmp_path: Path) -> None:
+    # Counted in "errors 2" and never read again, it was named nowhere.
+    user = dovecot_server.add_user()
+    dovecot_server.append(user, "Train/Spam", [*sample.train_spam[:5], bytes(range(256)) * 40])
+    dovecot_server.append(user, "Train/Ham", sample.train_ham[:5])
+    dovecot_server.append(user, "INBOX", [sample.inbox_ham[0], b"\x00\x01\x02\x03" * 1000])
+    config = write_config(tmp_path / "c.toml", dovecot_server, user)
+    db = f"sqlite:///{tmp_path / 'sf.db'}"
+    done = subprocess.run(spamfilter_cmd(config, db), env=env_with(user.password), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 65, done.stderr
+    skipped = [line for line in done.stderr.splitlines() if line.startswith("spamfilter: skipped ")]
+    assert skipped == [
+        "spamfilter: skipped Train/Spam uid 6: not a mail message (no header block, and its first 4096 bytes look binary: "
+        "464 control bytes, 2032 bytes above 0x7F; compressed mail must be decompressed first)",
+        "spamfilter: skipped INBOX uid 2: not a mail message (no header block, 3000 of the first 4000 bytes are control bytes)",
+    ], done.stderr
+    assert "errors 2" in done.stdout
+
+
+def test_a_folder_to_classify_that_the_server_lacks_is_an_error_not_created(dovecot_server: Dovecot, sample: Sample, tmp_path: Path) -> None:
+    # Created, a misspelt name filtered nothing and the run said "errors 0".
+    user = setup_mailbox(dovecot_server, sample)
+    config = write_config(tmp_path / "c.toml", dovecot_server, user, classify_folders=["INBOX", "Inobx"])
+    db = f"sqlite:///{tmp_path / 'sf.db'}"
+    for dry in ([], ["--dry-run"]):
+        done = subprocess.run(spamfilter_cmd(config, db, *dry), env=env_with(user.password), capture_output=True, text=True, timeout=120)
+        assert done.returncode == 78, done.stderr
+        assert done.stderr == "spamfilter: imap.test.classify_folders: the server has no folder 'Inobx' (a folder to classify is never created)\n"
+    with dovecot_server.client(user, "INBOX") as c:
+        assert not c.folder_exists("Inobx")
 
 
 def test_the_inbox_copy_of_spam_copied_to_the_training_folder_is_filed(dovecot_server: Dovecot, sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -1377,13 +1435,13 @@ def test_keywords_set_are_told_for_the_messages_still_there(dovecot_server: Dove
 
 
 def test_report_creates_only_the_spam_folder_that_filed_training_mail_needs() -> None:
-    from spamfilter.imap.sync import _folders_to_create
+    from spamfilter.imap.state import folders_to_create
 
     missing = {"Junk", "Unsure", "Train/Spam"}
     account = ImapAccount(name="x", host="127.0.0.1", security="none", username="u", password_env="P", unsure_folder="Unsure")
-    assert _folders_to_create(account, missing) == missing
-    assert _folders_to_create(replace(account, spam_action="report"), missing) == set()
-    assert _folders_to_create(replace(account, spam_action="report", trained_action="move"), missing) == {"Junk"}
+    assert folders_to_create(account, missing) == missing
+    assert folders_to_create(replace(account, spam_action="report"), missing) == set()
+    assert folders_to_create(replace(account, spam_action="report", trained_action="move"), missing) == {"Junk"}
 
 
 def press(server: Dovecot, user: ImapUser, folder: str, uid: int, *, junk: bool) -> None:
