@@ -17,7 +17,7 @@ from spamfilter import spamd
 from spamfilter.answers import Refusal, Verdict
 from spamfilter.config import scoring_settings
 from spamfilter.daemon.pool import FilterPool
-from spamfilter.errors import MailParseError, NotTrainedError, SpamfilterError, StoreBusyError, StoreError, StoreUnreachable
+from spamfilter.errors import AddressInUse, MailParseError, NotTrainedError, SpamfilterError, StoreBusyError, StoreError, StoreUnreachable
 from spamfilter.filter import Filter
 from spamfilter.mail import MailItem, filter_fields, filtered_pieces
 from spamfilter.mail.sources import delivered
@@ -178,7 +178,7 @@ def error_code(exc: SpamfilterError) -> int:
         return spamd.EX_DATAERR
     if isinstance(exc, NotTrainedError):
         return spamd.EX_UNAVAILABLE
-    if isinstance(exc, (StoreBusyError, StoreUnreachable)):
+    if isinstance(exc, (StoreBusyError, StoreUnreachable, AddressInUse)):
         return spamd.EX_TEMPFAIL
     if isinstance(exc, StoreError):
         return spamd.EX_IOERR

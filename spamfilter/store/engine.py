@@ -53,17 +53,14 @@ def _sidecars_follow(path: Path) -> None:
 
 def _refuse_unreadable_wal(path: Path) -> None:
     """Raise ``StoreError`` when SQLite cannot open the file at all: a
-    database in WAL mode is read through its -shm file, which a reader must
-    create when it is not there, and this user cannot write to the folder
-    (another user's, or a read-only file system). SQLite said only "unable
-    to open database file"."""
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(20)
-    except OSError:
-        return  # SQLite's own error names what is wrong
-    # Bytes 18 and 19 of the header: the write and read versions, 2 in WAL mode.
-    if head[18:20] != b"\x02\x02" or path.with_name(path.name + "-shm").exists() or os.access(path.parent, os.W_OK):
+    spamfilter database is in WAL mode, read through its -shm file, which a
+    reader must create when it is not there, and this user cannot write to
+    the folder (another user's, or a read-only file system). SQLite said
+    only "unable to open database file". Asked of the file system only:
+    opening the file to read its header and closing it again would drop
+    every POSIX lock this process's SQLite connections hold on it (a
+    daemon's, when it reloads)."""
+    if path.with_name(path.name + "-shm").exists() or os.access(path.parent, os.W_OK):
         return
     raise StoreError(
         f"database {path}: this user cannot write to its folder {path.parent} (no permission, or a read-only file system), "
