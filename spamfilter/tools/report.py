@@ -138,9 +138,17 @@ def _jsonl_rows(path: Path, lines: list[tuple[int, str]]) -> Rows:
                 scores.append(float(row["score"]))
         except (ValueError, KeyError, TypeError, AttributeError, OverflowError):
             raise ScoresFileError(f"{path}, line {n}: not a `classify --format jsonl` row with a source and a log_odds") from None
-        if verdict in _VERDICTS:
-            verdicts.append(verdict)
+        if verdict is not None:
+            verdicts.append(_verdict(path, n, verdict))
     return odds, None, verdicts if len(verdicts) == len(odds) else None, scores
+
+
+def _verdict(path: Path, n: int, verdict: object) -> str:
+    """A row's verdict; one that is none (a row cut short in it) fails the
+    file: its three-way figures would silently go missing from the page."""
+    if verdict not in _VERDICTS:
+        raise ScoresFileError(f"{path}, line {n}: verdict {verdict!r} is not spam, ham or unsure (a truncated or edited file)")
+    return str(verdict)
 
 
 def _tsv_rows(path: Path, lines: list[tuple[int, str]]) -> Rows:
@@ -170,8 +178,8 @@ def _tsv_rows(path: Path, lines: list[tuple[int, str]]) -> Rows:
                 if label not in (Decision.SPAM, Decision.HAM):
                     raise ScoresFileError(f"{path}, line {n}: gold label {fields[at['gold']]!r} is neither spam nor ham")
                 gold.append(label == Decision.SPAM)
-            if "verdict" in at and fields[at["verdict"]] in _VERDICTS:
-                verdicts.append(fields[at["verdict"]])
+            if "verdict" in at:
+                verdicts.append(_verdict(path, n, fields[at["verdict"]]))
         except ValueError:
             raise ScoresFileError(f"{path}, line {n}: expected {len(header)} tab-separated fields as in the header, a number for each of log_odds and score") from None
     return odds, gold if "gold" in at else None, verdicts if len(verdicts) == len(odds) else None, scores

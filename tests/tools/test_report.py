@@ -223,6 +223,10 @@ def test_read_scores_reads_classify_and_evaluate_outputs(tmp_path: Path) -> None
         '{"source": "a", "score": 0.5, "log_odds": 1' + "0" * 400 + "}\n",  # no float holds it
         "source\tgold\tscore\tlog_odds\tverdict\na\tmaybe\t0.5\t0.0\tunsure\n",
         "source\tscore\tlog_odds\tverdict\na\t0.5\tnan\tunsure\n",
+        # A row cut short in its verdict: the page lost its three-way
+        # figures without a word.
+        "source\tgold\tscore\tlog_odds\tverdict\na\tspam\t0.9\t2.5\tspam\nb\tham\t0.0012\t-16.1\th\n",
+        '{"source": "a", "score": 0.5, "log_odds": 0.0, "verdict": "uns"}\n',
     ],
 )
 def test_a_file_that_is_not_scores_exits_65_with_one_line(sample_db: str, tmp_path: Path, content: str) -> None:
