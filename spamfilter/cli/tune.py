@@ -127,6 +127,11 @@ def tune(
         unseen_weights=unseen_weights or None,
         bigram_options=[s.config.tokenizer.bigrams, not s.config.tokenizer.bigrams] if try_bigrams else None,
     )
+    if not grid.models(s.config):
+        # Options that cannot go together: a usage error (it was 65).
+        raise typer.BadParameter(
+            'no setting to try: spode and aode need the event model "multinomial-binary", no merged shared model and unseen_weight 0', param_hint="--dependence"
+        )
     refused: list[Refusal] = []
     candidates = tuning.tune(
         s.config,

@@ -82,6 +82,12 @@ CASES = [
     (["evaluate", "--index", "{tmp}/index", "--protocol", "split", "--seed", "4"], "evaluate", "--seed does nothing with --protocol split"),
     (["evaluate", "--index", "{tmp}/index", "--train-mode", "toe", "--margin", "3"], "evaluate", "--margin does nothing with --train-mode toe"),
     (["train", "--margin", "3", "--spam", "{tmp}/index"], "train", "--margin does nothing with --train-mode teft"),
+    # Options that cannot go together were exit 65, "a message could not be read".
+    (
+        ["tune", "--index", "{tmp}/index", "--model", "bernoulli", "--dependence", "spode"],
+        "tune",
+        'Invalid value for --dependence: no setting to try: spode and aode need the event model "multinomial-binary", no merged shared model and unseen_weight 0',
+    ),
     # One place to listen: --socket won over --listen without a word.
     (
         ["serve", "--socket", "{tmp}/s.sock", "--listen", "127.0.0.1:17999"],
