@@ -337,6 +337,15 @@ def _train_then_classify(config: Config, train: Sequence[tuple[bool, MailItem]],
     with fresh_filter(config, url, jobs=jobs) as f:
         started = time.perf_counter()
         summary = f.train(train)
+        if summary.refused and not (summary.trained_spam and summary.trained_ham):
+            # Counted by label, the training mail held both classes; read,
+            # it does not: say which messages could not be read, not only
+            # "the model is not trained" (69).
+            first = summary.refused[0]
+            raise EvaluationError(
+                f"the training mail read holds {summary.trained_spam} spam and {summary.trained_ham} ham, and a model needs both: "
+                f"{len(summary.refused)} of it could not be read ({first.source}: {first.reason.removeprefix(first.source + ': ')})"
+            )
         trained = time.perf_counter()
         verdicts = list(f.classify(test))
         return _TrainedOnce(summary, verdicts, f.two_way_threshold, trained - started, time.perf_counter() - trained)
@@ -350,9 +359,10 @@ def run_split(
     ``head`` messages of the stream (default: the first half) as
     ``spamfilter train`` does, then classify the rest without learning from
     them, as a model trained once is used on the mail that arrives after."""
+    what = "the first half" if head is None else f"--head {head}"
     head = len(labelled) // 2 if head is None else head
     if not 0 < head < len(labelled):
-        raise EvaluationError(f"--head {head} leaves nothing to train on or nothing to classify in a stream of {len(labelled)} messages")
+        raise EvaluationError(f"{what} leaves nothing to train on or nothing to classify in a stream of {len(labelled)} messages")
     train, test = labelled[:head], labelled[head:]
     n_spam = sum(1 for s, _ in test if s)
     _need_both_classes(n_spam, len(test) - n_spam, f"the messages after the first {head}, the ones classified, hold", " (--head moves the split)")

@@ -431,3 +431,29 @@ def test_cross_validation_refuses_more_folds_than_messages(index: Path, tmp_path
     # and trains its folds in this process, whatever --jobs said
     jobs = CliRunner().invoke(app, ["evaluate", "--index", str(short), "--protocol", "cv", "--jobs", "2"])
     assert jobs.exit_code == exitcodes.USAGE and "--jobs does nothing with --protocol cv" in jobs.stderr
+
+
+def test_a_split_whose_readable_training_mail_lacks_a_class_names_what_could_not_be_read(index: Path, tmp_path: Path) -> None:
+    # The head held spam by its labels, but none of it could be read: the
+    # run ended in "the model needs at least one trained spam" (69), naming
+    # neither the files nor the cause.
+    junk = tmp_path / "junk.bin"
+    junk.write_bytes(bytes(range(256)) * 16)
+    lines = [line.split(None, 1) for line in index.read_text().splitlines()]
+    head = [f"spam {junk}", f"ham {index.parent / lines[0][1]}"]
+    rest = [f"{label} {index.parent / path}" for label, path in lines[2:]]
+    bad = tmp_path / "index"
+    bad.write_text("\n".join(head + rest) + "\n")
+    result = CliRunner().invoke(app, ["evaluate", "--index", str(bad), "--protocol", "split", "--head", "2"])
+    assert result.exit_code == 65, result.output
+    assert result.stderr.strip() == (
+        "spamfilter: the training mail read holds 0 spam and 1 ham, and a model needs both: 1 of it could not be read "
+        f"({junk}: not a mail message (no header block, and its first 4096 bytes look binary: 480 control bytes, 2048 bytes above 0x7F; "
+        "compressed mail must be decompressed first))"
+    )
+    # Without --head the split is the first half, and says so.
+    one = tmp_path / "one"
+    one.write_text(rest[0] + "\n")
+    result = CliRunner().invoke(app, ["evaluate", "--index", str(one), "--protocol", "split"])
+    assert result.exit_code == 65
+    assert result.stderr.strip() == "spamfilter: the first half leaves nothing to train on or nothing to classify in a stream of 1 messages"
