@@ -23,11 +23,11 @@ if TYPE_CHECKING:
     from spamfilter.daemon.pool import FilterPool
 
 
-def _networks_given(text: str) -> str:
+def _networks_given(ctx: typer.Context, text: str) -> str:
     """``--allowed-ips`` checked as the command line's: a usage error (64)."""
     from spamfilter.daemon.listen import allowed_networks
 
-    if text and not ip_list(text):
+    if given_on_command_line(ctx, "allowed_ips") and not ip_list(text):
         # "--allowed-ips ''" or ",,": named no network, and listened on
         # loopback only without a word.
         raise typer.BadParameter(f"names no network: {text!r}")

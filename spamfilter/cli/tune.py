@@ -129,9 +129,7 @@ def tune(
     )
     if not grid.models(s.config):
         # Options that cannot go together: a usage error (it was 65).
-        raise typer.BadParameter(
-            'no setting to try: spode and aode need the event model "multinomial-binary", no merged shared model and unseen_weight 0', param_hint="--dependence"
-        )
+        raise typer.BadParameter('no setting to try: a dependence (spode, aode) needs the event model "multinomial-binary", no merged shared model and unseen_weight 0')
     refused: list[Refusal] = []
     candidates = tuning.tune(
         s.config,

@@ -337,7 +337,7 @@ def _train_then_classify(config: Config, train: Sequence[tuple[bool, MailItem]],
     with fresh_filter(config, url, jobs=jobs) as f:
         started = time.perf_counter()
         summary = f.train(train)
-        if summary.refused and not (summary.trained_spam and summary.trained_ham):
+        if summary.refused and not ((stats := f.stats()).spam_messages and stats.ham_messages):
             # Counted by label, the training mail held both classes; read,
             # it does not: say which messages could not be read, not only
             # "the model is not trained" (69).

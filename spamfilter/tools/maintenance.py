@@ -518,5 +518,5 @@ def _check_exported(sums: list[int], totals: list[int], where: str) -> None:
         wrong = next(i for i in range(4) if sums[i] != totals[i])
         raise StoreError(
             f"{where}: the database is damaged: its tokens add up to {names[wrong]}={sums[wrong]}, its totals say {totals[wrong]}; "
-            "nothing exported (`spamfilter db check` lists the problems)"
+            "the export stops here, incomplete (`db export FILE` leaves FILE as it was; `spamfilter db check` lists the problems)"
         )

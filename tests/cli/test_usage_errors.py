@@ -75,6 +75,7 @@ CASES = [
     (["serve", "--allowed-ips", "garbage"], "serve", "Invalid value for '--allowed-ips': 'garbage' does not appear to be an IPv4 or IPv6 network"),
     (["serve", "--allowed-ips", ",,"], "serve", "Invalid value for '--allowed-ips': names no network: ',,'"),
     (["milter", "--allowed-ips", " , "], "milter", "Invalid value for '--allowed-ips': names no network: ' , '"),
+    (["serve", "--allowed-ips", ""], "serve", "Invalid value for '--allowed-ips': names no network: ''"),
     (["milter", "--socket-group", "no-such-group-for-spamfilter"], "milter", "Invalid value for '--socket-group': no such group: no-such-group-for-spamfilter"),
     # Options that do nothing in the mode chosen were ignored without a word.
     (["evaluate", "--index", "{tmp}/index", "--protocol", "split", "--train-mode", "toe"], "evaluate", "--train-mode does nothing with --protocol split"),
@@ -86,7 +87,7 @@ CASES = [
     (
         ["tune", "--index", "{tmp}/index", "--model", "bernoulli", "--dependence", "spode"],
         "tune",
-        'Invalid value for --dependence: no setting to try: spode and aode need the event model "multinomial-binary", no merged shared model and unseen_weight 0',
+        'Invalid value: no setting to try: a dependence (spode, aode) needs the event model "multinomial-binary", no merged shared model and unseen_weight 0',
     ),
     # One place to listen: --socket won over --listen without a word.
     (

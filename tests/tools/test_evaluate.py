@@ -457,3 +457,22 @@ def test_a_split_whose_readable_training_mail_lacks_a_class_names_what_could_not
     result = CliRunner().invoke(app, ["evaluate", "--index", str(one), "--protocol", "split"])
     assert result.exit_code == 65
     assert result.stderr.strip() == "spamfilter: the first half leaves nothing to train on or nothing to classify in a stream of 1 messages"
+
+
+def test_a_split_into_a_database_that_holds_both_classes_runs_whatever_the_head_could_read(index: Path, tmp_path: Path) -> None:
+    # The check of the head's readable mail counted what this run trained;
+    # a --db model trained before has both classes, and the run goes on
+    # (naming the unreadable file, exit 65).
+    db = f"sqlite:///{tmp_path / 'm.db'}"
+    lines = [line.split(None, 1) for line in index.read_text().splitlines()]
+    first = tmp_path / "first"
+    first.write_text("".join(f"{label} {index.parent / path}\n" for label, path in lines[:6]))
+    assert CliRunner().invoke(app, ["--db", db, "train", "--index", str(first)]).exit_code == 0
+    junk = tmp_path / "junk.bin"
+    junk.write_bytes(bytes(range(256)) * 16)
+    bad = tmp_path / "index"
+    bad.write_text("".join([f"spam {junk}\n", f"ham {index.parent / lines[7][1]}\n", *(f"{label} {index.parent / path}\n" for label, path in lines[8:])]))
+    result = CliRunner().invoke(app, ["--db", db, "evaluate", "--index", str(bad), "--protocol", "split", "--head", "2", "--format", "json"])
+    assert result.exit_code == 65, result.output
+    assert f"skipped {junk}: not a mail message" in result.stderr
+    assert '"one_minus_roca' in result.stdout or "roc" in result.stdout
