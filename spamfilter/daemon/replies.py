@@ -143,7 +143,11 @@ def _tell(request: spamd.Request, item: MailItem, f: Filter, owner: str) -> Answ
             headers.append(("DidSet", "local"))
             done.append(f"learned={request.message_class}")
     if request.remove_local:
-        if f.forget([item]).forgotten:
+        forgot = f.forget([item])
+        if forgot.refused:
+            # Binary junk is refused as a learned one is, not "unchanged".
+            raise MailParseError(forgot.refused[0].reason)
+        if forgot.forgotten:
             headers.append(("DidRemove", "local"))
             done.append("forgotten")
     return Answer([spamd.reply_head(spamd.EX_OK, headers)], " ".join(done) or "unchanged", None, owner)

@@ -435,6 +435,17 @@ def test_an_address_another_server_holds_is_try_again_not_a_bad_config(tmp_path:
     assert f"another server is listening on {path}".encode() in r.stderr
 
 
+def test_tell_refuses_what_is_not_mail_whether_learning_or_forgetting(daemon: Daemon) -> None:
+    # Learning it was refused (EX_DATAERR); forgetting it answered
+    # "unchanged", as for mail that was never learned.
+    # (spamc itself prints "already un/learned" for any refusal of a TELL.)
+    junk = bytes(range(256)) * 16
+    for header in (b"Message-class: spam\r\nSet: local", b"Remove: local"):
+        request = b"TELL SPAMC/1.5\r\nUser: dave\r\n" + header + b"\r\nContent-length: %d\r\n\r\n" % len(junk) + junk
+        assert daemon.raw(request).startswith(b"SPAMD/1.5 65 EX_DATAERR"), header
+    assert daemon.logged("not a mail message", 2) >= 2
+
+
 def _ipv6_loopback() -> bool:
     """Whether this machine can listen on ::1."""
     try:
