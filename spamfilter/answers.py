@@ -17,6 +17,12 @@ class Refusal:
     source: str
     reason: str
 
+    @property
+    def why(self) -> str:
+        """The reason without the source, which a reason from the parser
+        starts with already (for a line that names the source itself)."""
+        return self.reason.removeprefix(f"{self.source}: ")
+
 
 @dataclass(frozen=True, slots=True)
 class Verdict:

@@ -98,11 +98,9 @@ def report_refusals(refused: Iterable[Refusal]) -> int:
     """One stderr line per refused message; the exit code the run should end with."""
     n = 0
     for r in refused:
-        # A reason from the parser may start with the source already.
-        reason = r.reason.removeprefix(f"{r.source}: ")
         # One line whatever the file is named: a newline in a name would
         # start a line that reads like a message of its own.
-        typer.echo(f"spamfilter: skipped {tsv_field(r.source)}: {tsv_field(reason)}", err=True)
+        typer.echo(f"spamfilter: skipped {tsv_field(r.source)}: {tsv_field(r.why)}", err=True)
         n += 1
     return exitcodes.DATA_ERROR if n else exitcodes.OK
 

@@ -170,31 +170,28 @@ class ImapRun:
     def _train(self, is_spam: bool, folder: str, messages: Sequence[Fetched], why: str, digests: Sequence[str] | None = None) -> set[int]:
         """Train ``messages`` of ``folder`` (their ``digests`` when known);
         the UIDs of those refused (not mail), which were not trained."""
-        refused: set[int] = set()
+        known = digests if digests is not None else [None] * len(messages)
+        items = [self._item(folder, m, d) for m, d in zip(messages, known)]
         if self.dry_run or not messages:
             # What the real run would refuse before parsing (binary junk,
             # an empty message) is refused here too.
-            for m, d in zip(messages, digests if digests is not None else [None] * len(messages)):
-                if (reason := not_mail(item := self._item(folder, m, d))) is not None:
-                    self.summary.errors += 1
-                    refused.add(m.uid)
-                    self._event("refused", folder, m.uid, reason.removeprefix(f"{item.source}: "))
+            refusals = [Refusal(item.source, reason) for item in items if (reason := not_mail(item)) is not None]
             if is_spam:
-                self.summary.trained_spam += len(messages) - len(refused)
+                self.summary.trained_spam += len(messages) - len(refusals)
             else:
-                self.summary.trained_ham += len(messages) - len(refused)
+                self.summary.trained_ham += len(messages) - len(refusals)
         else:
-            known = digests if digests is not None else [None] * len(messages)
             self.still_held()
-            items = [self._item(folder, m, d) for m, d in zip(messages, known)]
             result = self.filter.mark([(is_spam, item) for item in items])
             self.summary.trained_spam += result.trained_spam + (result.relabelled if is_spam else 0)
             self.summary.trained_ham += result.trained_ham + (0 if is_spam else result.relabelled)
-            uid_of = {item.source: m.uid for item, m in zip(items, messages)}
-            for refusal in result.refused:
-                self.summary.errors += 1
-                refused.add(uid_of.get(refusal.source, 0))
-                self._event("refused", folder, uid_of.get(refusal.source, 0), refusal.reason.removeprefix(f"{refusal.source}: "))
+            refusals = list(result.refused)
+        uid_of = {item.source: m.uid for item, m in zip(items, messages)}
+        refused: set[int] = set()
+        for refusal in refusals:
+            self.summary.errors += 1
+            refused.add(uid_of.get(refusal.source, 0))
+            self._event("refused", folder, uid_of.get(refusal.source, 0), refusal.why)
         for m in messages:
             if m.uid not in refused:
                 self._event("trained", folder, m.uid, f"{'spam' if is_spam else 'ham'} ({why})")
@@ -477,7 +474,7 @@ class ImapRun:
         junk_before: list[tuple[int, str]] = []  # (uid, digest) of spam that carries $Junk already
         for m, d, result in zip(messages, digests, results):
             if isinstance(result, Refusal):
-                self._event("refused", folder, m.uid, result.reason.removeprefix(f"{result.source}: "))
+                self._event("refused", folder, m.uid, result.why)
                 handled.append((m, d))
                 continue
             assert isinstance(result, Verdict)

@@ -344,7 +344,7 @@ def _train_then_classify(config: Config, train: Sequence[tuple[bool, MailItem]],
             first = summary.refused[0]
             raise EvaluationError(
                 f"the training mail read holds {summary.trained_spam} spam and {summary.trained_ham} ham, and a model needs both: "
-                f"{len(summary.refused)} of it could not be read ({first.source}: {first.reason.removeprefix(first.source + ': ')})"
+                f"{len(summary.refused)} of it could not be read ({first.source}: {first.why})"
             )
         trained = time.perf_counter()
         verdicts = list(f.classify(test))
