@@ -14,7 +14,7 @@ import typer
 from spamfilter.answers import Refusal, Verdict
 from spamfilter.cli import app
 from spamfilter.cli._common import json_text, open_filter, progress, read_indexes, report_refusals, tsv_field
-from spamfilter.cli.reading import Jobs
+from spamfilter.cli.reading import Jobs, refuse_terminal_stdin
 from spamfilter.mail import MailItem, read_messages
 
 
@@ -55,6 +55,7 @@ def classify(
     """
     if not sources and not index:
         raise typer.BadParameter("give at least one SRC or --index", param_hint="SRC")
+    refuse_terminal_stdin(ctx, sources or [])
 
     def empty(source: str) -> None:
         typer.echo(f"spamfilter: warning: no messages in {source}", err=True)

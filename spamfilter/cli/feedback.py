@@ -17,7 +17,7 @@ from typing import Annotated
 import typer
 
 from spamfilter.cli import Connect, app, exitcodes, state
-from spamfilter.cli.reading import SOURCES_HELP, Jobs, SourceTally
+from spamfilter.cli.reading import SOURCES_HELP, Jobs, SourceTally, refuse_terminal_stdin
 from spamfilter.errors import ProtocolError
 from spamfilter.mail.sources import MailItem, read_messages
 from spamfilter.spamd import parse_address, tell_remote
@@ -65,6 +65,7 @@ def mark(
     def left() -> float | None:
         return None if deadline is None else max(deadline - time.monotonic(), 0.0)
 
+    refuse_terminal_stdin(ctx, sources)
     tally = SourceTally()
     items = tally.count(read_messages(sources, on_empty=tally.empty.append, stdin_is_one=one_message))
     rest = _tell_server(connect, label, items, state(ctx).user, left) if connect else items

@@ -5,12 +5,14 @@ or the store."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Iterator
 from typing import Annotated, TypeVar
 
 import typer
 
-from spamfilter.cli import exitcodes, fail
+from spamfilter.cli import exitcodes, fail, usage_error
+from spamfilter.mail.sources import STDIN_SOURCE
 
 T = TypeVar("T")
 
@@ -30,6 +32,14 @@ Jobs = Annotated[
         help="Read (parse and tokenize) messages on N processes; the results are the same for any N.",
     ),
 ]
+
+
+def refuse_terminal_stdin(ctx: typer.Context, sources: Iterable[str]) -> None:
+    """A usage error (64) when a source is - and standard input is a
+    terminal: a forgotten ``< file`` would otherwise wait, without a word,
+    for mail typed at the keyboard."""
+    if STDIN_SOURCE in sources and sys.stdin.isatty():
+        usage_error(ctx, "- reads mail from standard input, which is a terminal: pipe the mail in or give a file")
 
 
 class SourceTally:

@@ -10,7 +10,7 @@ import typer
 
 from spamfilter.cli import PlainCommand, app, refuse_unused, usage_error
 from spamfilter.cli._common import Margin, describe, index_length, open_filter, progress, read_indexes, report_refusals
-from spamfilter.cli.reading import SOURCES_HELP, Jobs, SourceTally
+from spamfilter.cli.reading import SOURCES_HELP, Jobs, SourceTally, refuse_terminal_stdin
 from spamfilter.config import TUNE_MARGIN, TrainMode
 from spamfilter.errors import MailSourceError
 from spamfilter.mail import MailItem, read_messages
@@ -112,6 +112,7 @@ def train(
         raise typer.BadParameter("give --spam, --ham or --index", param_hint="SRC")
     if train_mode is not TrainMode.tune:
         refuse_unused(ctx, f"with --train-mode {train_mode.value}", "margin")
+    refuse_terminal_stdin(ctx, [*spam, *ham])
     tally = SourceTally()
     labelled = _labelled(spam, ham, tally)
     total = None
@@ -133,6 +134,7 @@ def forget(ctx: typer.Context, sources: Annotated[list[str], typer.Argument(meta
 
     Example: spamfilter forget wrongly-trained.eml
     """
+    refuse_terminal_stdin(ctx, sources)
     tally = SourceTally()
     items = read_messages(sources, on_empty=tally.empty.append)
     with open_filter(ctx, create=False) as f:

@@ -19,8 +19,8 @@ def read_index(index_path: str) -> Iterator[tuple[bool, MailItem]]:
     trailing whitespace is dropped, as it is far more often an editing slip
     than part of a file name.
 
-    The whole index is checked (syntax, and that every message file exists)
-    before the first message is read, so a broken index fails before an
+    The whole index is checked (syntax, that every message file exists and
+    that no file is listed twice) before the first message is read, so a broken index fails before an
     hour-long evaluation instead of during it.
 
     An index line names one message, so a message file is never split: a
@@ -43,8 +43,9 @@ def read_index(index_path: str) -> Iterator[tuple[bool, MailItem]]:
     ------
     MailSourceError
         At call time when the index cannot be read, a line is malformed
-        (the message names file and line number) or a message file is
-        missing. A message file that cannot be read when its turn comes
+        (the message names file and line number), a message file is
+        missing, or a file is listed twice (with one label or with both:
+        either would train or measure it twice). A message file that cannot be read when its turn comes
         (no permission, or removed since) is an item to refuse
         (``unreadable_reason``), and the rest is still read.
 
@@ -61,6 +62,7 @@ def read_index(index_path: str) -> Iterator[tuple[bool, MailItem]]:
 def _load_index(index_path: str) -> list[tuple[bool, str]]:
     """Read and check a whole index: labels, syntax, message files present."""
     entries: list[tuple[bool, str]] = []
+    first_line: dict[str, int] = {}
     folder = os.path.dirname(index_path)
     try:
         if is_device(index_path):
@@ -82,6 +84,9 @@ def _load_index(index_path: str) -> list[tuple[bool, str]]:
         path = os.path.join(folder, os.fsdecode(parts[1].rstrip()))
         if not os.path.isfile(path):
             raise MailSourceError(f"{index_path}:{lineno}: message file {path!r} {_not_a_file(path)}")
+        seen = first_line.setdefault(os.path.realpath(path), lineno)
+        if seen != lineno:
+            raise MailSourceError(f"{index_path}:{lineno}: message file {path!r} is listed again (first on line {seen}): an index names each message once")
         entries.append((label == b"spam", path))
     return entries
 

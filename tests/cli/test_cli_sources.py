@@ -405,6 +405,21 @@ def test_an_empty_index_exits_66(runner: CliRunner, db_url: str, tmp_path: Path)
     assert result.stderr.strip() == "spamfilter: no messages found in any source"
 
 
+def test_an_index_that_lists_a_message_twice_is_refused_before_anything_is_trained(runner: CliRunner, db_url: str, sample: Path, tmp_path: Path) -> None:
+    # The same file as spam and again as ham was trained as spam and the
+    # second line called "already trained", exit 0; evaluate scored it twice.
+    items = list(read_messages([str(sample / "train-spam.mbox")]))[:2] + list(read_messages([str(sample / "train-ham.mbox")]))[:2]
+    for n, item in enumerate(items):
+        (tmp_path / f"m{n}.eml").write_bytes(item.raw)
+    index = tmp_path / "index"
+    index.write_text("spam m0.eml\nspam m1.eml\nham m2.eml\nham m3.eml\nham m0.eml\n")
+    for command in (["train", "--index"], ["evaluate", "--index"], ["classify", "--index"]):
+        result = runner.invoke(app, ["--db", db_url, *command, str(index)])
+        assert result.exit_code == exitcodes.NO_INPUT, result.output
+        assert f"index:5: message file '{tmp_path / 'm0.eml'}' is listed again (first on line 1)" in result.stderr
+    assert not Path(db_url.removeprefix("sqlite:///")).exists() or stats(runner, db_url)["spam_messages"] == 0
+
+
 # -- 8. --help shows metavars, not framework types ------------------------------------------
 
 

@@ -161,6 +161,23 @@ def test_filter_with_a_terminal_on_stdin_is_a_usage_error(tmp_path: Path) -> Non
     assert_usage_error(proc.stderr, "filter", "filter reads a message on standard input")
 
 
+@pytest.mark.parametrize(
+    ("args", "command"), [(["classify", "-"], "classify"), (["train", "--spam", "-"], "train"), (["mark", "ham", "-"], "mark"), (["forget", "-"], "forget")]
+)
+def test_mail_from_a_terminal_on_stdin_is_a_usage_error(args: list[str], command: str, sample_db: str, tmp_path: Path) -> None:
+    # They waited, without a word, for mail typed at the keyboard.
+    db = tmp_path / "s.db"
+    shutil.copy(sample_db.removeprefix("sqlite:///"), db)
+    main, terminal = pty.openpty()
+    try:
+        proc = subprocess.run([sys.executable, "-m", "spamfilter", "--db", str(db), *args], stdin=terminal, capture_output=True, text=True, timeout=60, check=False)
+    finally:
+        os.close(main)
+        os.close(terminal)
+    assert proc.returncode == exitcodes.USAGE, proc.stderr
+    assert_usage_error(proc.stderr, command, "- reads mail from standard input, which is a terminal: pipe the mail in or give a file")
+
+
 @pytest.mark.parametrize("args", [["--spam", "--help"], ["--ham", "a.eml", "--spam", "--help"], ["--help", "--spam"]])
 def test_help_after_a_label_flag_is_the_help_not_a_source(args: list[str], tmp_path: Path) -> None:
     # The label flags' rewriting took `--spam --help` for a source named --help.

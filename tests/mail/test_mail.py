@@ -492,6 +492,20 @@ def test_read_index_missing_message_file_fails_before_any_message_is_read(tmp_pa
             read_index(str(index))
 
 
+@pytest.mark.parametrize("again", [b"ham m", b"spam m", b"ham ./m", b"ham link"])
+def test_read_index_refuses_a_message_file_listed_twice(tmp_path: Path, again: bytes) -> None:
+    # Listed twice, a message would be trained twice (or under both labels)
+    # and measured twice: the index is refused before any message is read.
+    write(tmp_path / "m", b"Subject: x\n\n")
+    write(tmp_path / "n", b"Subject: y\n\n")
+    (tmp_path / "link").symlink_to(tmp_path / "m")
+    index = write(tmp_path / "index", b"ham m\nspam n\n" + again + b"\n")
+
+    with pytest.raises(MailSourceError, match=r"index:3: message file .* is listed again \(first on line 1\)"):
+        read_index(str(index))
+    assert [is_spam for is_spam, _ in read_index(str(write(tmp_path / "index", b"ham m\nspam n\n")))] == [False, True]
+
+
 def test_read_index_missing_index_raises_mail_source_error(tmp_path: Path) -> None:
     with pytest.raises(MailSourceError, match="no-index"):
         read_index(str(tmp_path / "no-index"))
@@ -499,7 +513,8 @@ def test_read_index_missing_index_raises_mail_source_error(tmp_path: Path) -> No
 
 def test_read_index_skips_a_byte_order_mark_and_refuses_a_device(tmp_path: Path) -> None:
     write(tmp_path / "m", b"Subject: x\n\n")
-    index = write(tmp_path / "index", b"\xef\xbb\xbfham m\nspam m\n")
+    write(tmp_path / "n", b"Subject: y\n\n")
+    index = write(tmp_path / "index", b"\xef\xbb\xbfham m\nspam n\n")
     assert [is_spam for is_spam, _ in read_index(str(index))] == [False, True]
     with pytest.raises(MailSourceError, match="is a device or socket"):
         read_index("/dev/zero")  # read whole, it never ended
