@@ -105,10 +105,12 @@ def report_refusals(refused: Iterable[Refusal]) -> int:
     return exitcodes.DATA_ERROR if n else exitcodes.OK
 
 
-def describe(summary: TrainSummary) -> str:
-    """One human line for a train / mark / forget summary."""
+def describe(summary: TrainSummary, *, forgetting: bool = False) -> str:
+    """One human line for a train / mark / forget summary (``forgetting``:
+    forget's, which says "forgot 0" rather than "trained 0 spam, 0 ham"
+    when it forgot nothing)."""
     parts = []
-    if summary.trained_spam or summary.trained_ham or not (summary.forgotten or summary.unknown):
+    if summary.trained_spam or summary.trained_ham or not (forgetting or summary.forgotten or summary.unknown):
         parts.append(f"trained {summary.trained_spam} spam, {summary.trained_ham} ham")
     if summary.relabelled:
         parts.append(f"relabelled {summary.relabelled}")
@@ -118,7 +120,7 @@ def describe(summary: TrainSummary) -> str:
         parts.append(f"{summary.skipped} left out (scored right by a margin)")
     if summary.conflicts:
         parts.append(f"{summary.conflicts} trained with the other label (left as they were; use `spamfilter mark`)")
-    if summary.forgotten or summary.unknown:
+    if forgetting or summary.forgotten or summary.unknown:
         parts.append(f"forgot {summary.forgotten}")
     if summary.unknown:
         parts.append(f"{summary.unknown} {'was' if summary.unknown == 1 else 'were'} not trained")
@@ -158,6 +160,13 @@ def index_length(path: str) -> int | None:
             return sum(1 for line in fh if line.strip())
     except OSError:
         return None
+
+
+def indexes_length(paths: list[str]) -> int | None:
+    """Messages in all these TREC indexes (``index_length``), None if any
+    one cannot be counted."""
+    lengths = [index_length(path) for path in paths]
+    return None if None in lengths else sum(n or 0 for n in lengths)
 
 
 def json_text(text: str) -> str:

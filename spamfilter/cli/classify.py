@@ -13,7 +13,7 @@ import typer
 
 from spamfilter.answers import Refusal, Verdict
 from spamfilter.cli import app
-from spamfilter.cli._common import json_text, open_filter, progress, read_indexes, report_refusals, tsv_field
+from spamfilter.cli._common import indexes_length, json_text, open_filter, progress, read_indexes, report_refusals, tsv_field
 from spamfilter.cli.reading import Jobs, refuse_terminal_stdin
 from spamfilter.mail import MailItem, read_messages
 
@@ -67,7 +67,8 @@ def classify(
     refused: list[Refusal] = []
     # A progress bar only when the verdicts go to a file or a pipe: on a
     # terminal the verdict lines are the progress.
-    items = progress(items, "classifying", show=not sys.stdout.isatty())
+    total = None if sources else indexes_length(index)
+    items = progress(items, "classifying", total, show=not sys.stdout.isatty())
     with open_filter(ctx, create=False, jobs=jobs) as f:
         headed = fmt not in _HEADERS
         for result in f.classify(items):

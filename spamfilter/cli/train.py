@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from spamfilter.cli import PlainCommand, app, refuse_unused, usage_error
-from spamfilter.cli._common import Margin, describe, index_length, open_filter, progress, read_indexes, report_refusals
+from spamfilter.cli._common import Margin, describe, indexes_length, open_filter, progress, read_indexes, report_refusals
 from spamfilter.cli.reading import SOURCES_HELP, Jobs, SourceTally, refuse_terminal_stdin
 from spamfilter.config import TUNE_MARGIN, TrainMode
 from spamfilter.errors import MailSourceError
@@ -118,8 +118,9 @@ def train(
     total = None
     if index:
         labelled_index = read_indexes(index)
-        lengths = [index_length(name) for name in index]
-        total = None if None in lengths else sum(n or 0 for n in lengths)
+        # Counted only when the indexes are all there is to read: the
+        # messages of --spam and --ham are known only once they are read.
+        total = None if spam or ham else indexes_length(index)
         labelled = labelled_index if not (spam or ham) else itertools.chain(labelled, labelled_index)
     with open_filter(ctx, create=True, jobs=jobs) as f:
         summary = f.train(progress(tally.count(labelled), "training", total), train_mode=train_mode, margin=margin)
@@ -140,5 +141,5 @@ def forget(ctx: typer.Context, sources: Annotated[list[str], typer.Argument(meta
     with open_filter(ctx, create=False) as f:
         summary = f.forget(progress(tally.count(items), "forgetting"))
     tally.check()
-    typer.echo(describe(summary))
+    typer.echo(describe(summary, forgetting=True))
     raise typer.Exit(report_refusals(summary.refused))

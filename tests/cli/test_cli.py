@@ -665,3 +665,5 @@ def test_forget_refuses_what_is_not_mail_as_train_does(runner: CliRunner, traine
     result = runner.invoke(app, ["--db", trained, "forget", str(empty)])
     assert result.exit_code == 65
     assert "empty message" in result.stderr
+    # Nothing but a refusal: forget's own words, not "trained 0 spam, 0 ham".
+    assert result.stdout.strip() == "forgot 0; 1 unreadable"

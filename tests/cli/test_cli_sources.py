@@ -479,3 +479,36 @@ def test_imap_progress_keeps_the_counts_whole_on_80_columns(monkeypatch: pytest.
         display.stop()
     assert len(lines) == 1 and "2500/3000" in lines[0] and lines[0].startswith("INBOX ")
     assert all(len(line) <= 80 for line in lines)
+
+
+def test_classify_and_train_of_indexes_show_how_many_are_left(runner: CliRunner, db_url: str, sample: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # classify --index showed no total ("classifying 134 messages"), and
+    # train counted only the index when --spam was given too.
+    import io
+
+    from rich.console import Console
+
+    import spamfilter.cli._common as common
+
+    screens: list[io.StringIO] = []
+
+    def terminal(stderr: bool = True) -> Console:
+        screens.append(io.StringIO())
+        return Console(file=screens[-1], width=200, force_terminal=True, color_system=None)
+
+    monkeypatch.setattr(common, "Console", terminal)
+    items = list(read_messages([str(sample / "train-spam.mbox")]))[:3] + list(read_messages([str(sample / "train-ham.mbox")]))[:2]
+    for n, item in enumerate(items):
+        (tmp_path / f"m{n}.eml").write_bytes(item.raw)
+    (tmp_path / "index").write_text("spam m0.eml\nspam m1.eml\nham m3.eml\nham m4.eml\n")
+    index = ["--index", str(tmp_path / "index")]
+
+    def shown(*args: str) -> str:
+        result = runner.invoke(app, ["--db", db_url, *args])
+        assert result.exit_code == 0, result.output
+        return screens[-1].getvalue()
+
+    assert "4/4" in shown("train", *index)
+    assert "5 messages" in shown("train", "--spam", str(tmp_path / "m2.eml"), *index) and "/4" not in screens[-1].getvalue()
+    assert "4/4" in shown("classify", "--jobs", "1", *index)
+    assert "5 messages" in shown("classify", "--jobs", "1", str(tmp_path / "m2.eml"), *index)
