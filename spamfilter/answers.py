@@ -81,9 +81,13 @@ class TrainSummary:
 @dataclass(frozen=True, slots=True)
 class Stats:
     """Size of the model and of its database. ``calibration_messages``: the
-    weight of the calibration record in messages, each halved every
-    ``calibration.HALF_LIFE`` recorded after it (0: no record, the scores
-    are the model's own probability bounded to [0.01, 0.99])."""
+    weight of the calibration record the scores are read off, in messages,
+    each halved every ``calibration.HALF_LIFE`` recorded after it (0: no
+    record, the scores are the model's own probability bounded to [0.01,
+    0.99]). ``classified_by``: whose counts and record classify the user's
+    mail; the user's own, or "" (the shared model) while ``shared_model =
+    "fallback"`` stands in for a model still too small. The counts above
+    it are always the user's own."""
 
     ham_messages: int
     spam_messages: int
@@ -98,6 +102,18 @@ class Stats:
     alpha: float
     user: str = ""
     calibration_messages: float = 0.0
+    classified_by: str = ""
+
+    def classifying_model(self, shared_model: str, min_messages: int) -> str | None:
+        """In words, for a user whose mail another model classifies (the
+        shared model, or the sum of both): whose counts the scores, the top
+        words and the features come from. None for a model that classifies
+        alone."""
+        if self.classified_by != self.user:
+            return f'the shared model, until this one has {min_messages} spam and {min_messages} ham (shared_model = "fallback")'
+        if self.user and shared_model == "merge":
+            return "this model's counts added to the shared model's (shared_model = \"merge\")"
+        return None
 
 
 @dataclass(frozen=True, slots=True)

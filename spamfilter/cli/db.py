@@ -32,6 +32,7 @@ def stats(ctx: typer.Context, fmt: Annotated[TableOrJson, typer.Option("--format
     """
     with open_filter(ctx, create=False) as f:
         s = f.stats()
+        whose = s.classifying_model(f.config.store.shared_model, f.config.store.shared_min_messages)
     if fmt is TableOrJson.json:
         typer.echo(json.dumps(asdict(s)))
         return
@@ -46,6 +47,8 @@ def stats(ctx: typer.Context, fmt: Annotated[TableOrJson, typer.Option("--format
         typer.echo(f"{name:<18} {a:>12} {b:>12}")
     typer.echo(f"{'vocabulary':<18} {s.tokens:>12}")
     typer.echo(f"{'model':<18} {s.event_model}, alpha={s.alpha:g}" + (f", user {s.user}" if s.user else ""))
+    if whose is not None:
+        typer.echo(f"{'classified by':<18} {whose}")
     if s.calibration_messages:
         typer.echo(f"{'calibration':<18} scores read off {s.calibration_messages:,.0f} recorded message{'' if round(s.calibration_messages) == 1 else 's'} (decayed)")
     else:

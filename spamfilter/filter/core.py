@@ -182,7 +182,10 @@ class Filter:
         """Messages and tokens per class, the calibration record, and where the database is."""
         with self.store.begin(write=False) as tx:
             totals = tx.totals()
-            recorded_weight = float(tx.calibration_history(MAP_BINS).sum())
+            # The record of the model that classifies: under fallback the
+            # shared model's, until the user's own is big enough.
+            classified_by = self.scoring.model_of(tx)[1][0]
+            recorded_weight = float(tx.calibration_history(MAP_BINS, owner=classified_by).sum())
         unseen = [int(h[h[:, 0] == 0, 1].sum()) if h.size else 0 for h in totals.histogram]
         return Stats(
             ham_messages=int(totals.messages[model.HAM]),
@@ -198,6 +201,7 @@ class Filter:
             alpha=self.config.model.alpha,
             user=self.store.owner,
             calibration_messages=recorded_weight,
+            classified_by=classified_by,
         )
 
 

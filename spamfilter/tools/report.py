@@ -212,6 +212,8 @@ class ReportData:
     not_trained: str | None
     features: FeatureDensities
     scores: ScoreSample | None
+    #: ``Stats.classifying_model``: None when the user's model classifies alone.
+    classifying_model: str | None = None
 
 
 def collect(f: Filter, *, scores: ScoreSample | None, now: datetime, n: int = 20, min_count: int = 5) -> ReportData:
@@ -226,9 +228,10 @@ def collect(f: Filter, *, scores: ScoreSample | None, now: datetime, n: int = 20
         ham_words = insight.top_words(n, spam=False, min_count=min_count)
     except NotTrainedError as exc:
         not_trained = str(exc)
+    stats = f.stats()
     return ReportData(
         generated=now,
-        stats=f.stats(),
+        stats=stats,
         model=f.config.model,
         thresholds=(f.thresholds.ham_max, f.thresholds.spam_min),
         log_odds_bounds=f.log_odds_bounds(),
@@ -240,6 +243,7 @@ def collect(f: Filter, *, scores: ScoreSample | None, now: datetime, n: int = 20
         not_trained=not_trained,
         features=insight.feature_densities(),
         scores=scores,
+        classifying_model=stats.classifying_model(f.config.store.shared_model, f.config.store.shared_min_messages),
     )
 
 
@@ -319,6 +323,8 @@ def _summary(d: ReportData) -> str:
         # The counts above are the user's own; the top words below are of
         # the model that classifies the user's mail (see store.shared_model).
         facts.insert(0, ("user", s.user))
+    if d.classifying_model is not None:
+        facts.insert(1, ("classified by", f"{d.classifying_model}: the top words and message features below are of that model; the counts above are this model's own"))
     fact_rows = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in facts)
     fact_rows += f"<tr><th>size</th><td>{size}</td></tr>"
     return '<section id="summary"><h2>Database</h2>' + _table([("", False), ("spam", True), ("ham", True)], rows) + f"<table><tbody>{fact_rows}</tbody></table></section>"

@@ -100,8 +100,18 @@ def test_fallback_uses_the_shared_model_until_the_user_has_trained_enough(tmp_pa
         carol.train([x for x in some if x[0]][:25] + [x for x in some if not x[0]][:24])
         # 25 spam, 24 ham: still not enough.
         assert odds(carol, mail["probe"]) == pytest.approx(shared_odds, abs=1e-9)
+        # stats gives her own counts, and the record her scores are read
+        # off: the shared model's (it gave her own record, read by nothing).
+        waiting = carol.stats()
+        with carol.store.begin(write=False) as tx:
+            records = {owner: float(tx.calibration_history(MAP_BINS, owner=owner).sum()) for owner in ("", "carol")}
+        assert (waiting.spam_messages, waiting.ham_messages, waiting.classified_by) == (25, 24, "")
+        assert waiting.calibration_messages == records[""] != records["carol"]
         carol.train([x for x in some if not x[0]][24:25])
         own = odds(carol, mail["probe"])
+        with carol.store.begin(write=False) as tx:
+            hers = float(tx.calibration_history(MAP_BINS, owner="carol").sum())
+        assert (carol.stats().classified_by, carol.stats().calibration_messages) == ("carol", hers)
     with Filter.open(Config(), url, user="carol") as carol_alone:
         assert own == pytest.approx(odds(carol_alone, mail["probe"]), abs=1e-9)
     assert own != pytest.approx(shared_odds, abs=1e-3)
@@ -271,3 +281,28 @@ def test_the_report_names_the_user(tmp_path: Path, mail: dict[str, list[MailItem
     assert result.exit_code == 0, result.output
     html = out.read_text()
     assert "<th>user</th><td>ivy&lt;b&gt;</td>" in html
+
+
+@pytest.mark.parametrize(
+    ("mode", "said"),
+    [("fallback", 'the shared model, until this one has 25 spam and 25 ham (shared_model = "fallback")'), ("merge", "this model's counts added to the shared model's")],
+)
+def test_stats_and_the_report_say_which_model_classifies_a_user_s_mail(tmp_path: Path, mail: dict[str, list[MailItem]], mode: str, said: str) -> None:
+    # Under fallback the report showed the user's own counts above the
+    # shared model's top words, and nothing said so.
+    spam_dir, ham_dir = write_folders(tmp_path, labelled(mail["shared"], mail["spam"]))
+    db = f"sqlite:///{tmp_path / 'w.db'}"
+    config = tmp_path / "c.toml"
+    config.write_text(f'[store]\nshared_model = "{mode}"\nshared_min_messages = 25\n')
+    runner = CliRunner()
+    assert runner.invoke(app, ["--db", db, "train", "--spam", str(spam_dir), "--ham", str(ham_dir)]).exit_code == 0
+    for user, shown in (("", False), ("jo", True)):
+        common = ["--db", db, "--config", str(config), *(["--user", user] if user else [])]
+        table = runner.invoke(app, [*common, "stats"])
+        assert table.exit_code == 0, table.output
+        assert (f"classified by      {said}" in table.stdout) is shown, table.stdout
+        out = tmp_path / f"r{user}.html"
+        assert runner.invoke(app, [*common, "report", "--out", str(out)]).exit_code == 0
+        assert ("<th>classified by</th>" in out.read_text()) is shown
+    plain = runner.invoke(app, ["--db", db, "--user", "jo", "stats"])
+    assert "classified by" not in plain.stdout
