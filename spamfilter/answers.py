@@ -87,7 +87,10 @@ class Stats:
     0.99]). ``classified_by``: whose counts and record classify the user's
     mail; the user's own, or "" (the shared model) while ``shared_model =
     "fallback"`` stands in for a model still too small. The counts above
-    it are always the user's own."""
+    it are always the user's own. ``calibration_changed``: the settings
+    that differ from those the record was written under ("name: then ->
+    now"); when there are any the record is not read (its weight is given
+    as 0) until training records under the new ones."""
 
     ham_messages: int
     spam_messages: int
@@ -103,6 +106,7 @@ class Stats:
     user: str = ""
     calibration_messages: float = 0.0
     classified_by: str = ""
+    calibration_changed: tuple[str, ...] = ()
 
     def classifying_model(self, shared_model: str, min_messages: int) -> str | None:
         """In words, for a user whose mail another model classifies (the

@@ -49,7 +49,10 @@ def stats(ctx: typer.Context, fmt: Annotated[TableOrJson, typer.Option("--format
     typer.echo(f"{'model':<18} {s.event_model}, alpha={s.alpha:g}" + (f", user {s.user}" if s.user else ""))
     if whose is not None:
         typer.echo(f"{'classified by':<18} {whose}")
-    if s.calibration_messages:
+    if s.calibration_changed:
+        typer.echo(f"{'calibration':<18} recorded under other settings ({'; '.join(s.calibration_changed)}): not read until training records under these;")
+        typer.echo(f"{'':<18} scores are the model's own, bounded to [0.01, 0.99]")
+    elif s.calibration_messages:
         typer.echo(f"{'calibration':<18} scores read off {s.calibration_messages:,.0f} recorded message{'' if round(s.calibration_messages) == 1 else 's'} (decayed)")
     else:
         typer.echo(f"{'calibration':<18} no record yet: scores are the model's own, bounded to [0.01, 0.99]")

@@ -156,6 +156,12 @@ def tune(
         typer.echo(f"wrote the best settings to {path}", err=fmt is TableOrJson.json)
         if best.dependence != "none" and best.dependence != s.config.model.dependence:
             typer.echo(f"dependence = {best.dependence!r} scores once `spamfilter db reselect` has chosen its parents", err=fmt is TableOrJson.json)
+        if tuning.changes(best, s.config):
+            # The record maps the old settings' log-odds (docs/how-it-works.md, "Calibrated score").
+            typer.echo(
+                "the calibration record was written under the old settings: scores are the model's own, bounded to [0.01, 0.99], until training records under the new ones",
+                err=fmt is TableOrJson.json,
+            )
     if refused:
         # Tuned on the others, as train trains the others.
         raise typer.Exit(exitcodes.DATA_ERROR)

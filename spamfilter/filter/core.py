@@ -185,7 +185,8 @@ class Filter:
             # The record of the model that classifies: under fallback the
             # shared model's, until the user's own is big enough.
             classified_by = self.scoring.model_of(tx)[1][0]
-            recorded_weight = float(tx.calibration_history(MAP_BINS, owner=classified_by).sum())
+            changed = self.scoring.stale_record(tx, classified_by)
+            recorded_weight = 0.0 if changed else float(tx.calibration_history(MAP_BINS, owner=classified_by).sum())
         unseen = [int(h[h[:, 0] == 0, 1].sum()) if h.size else 0 for h in totals.histogram]
         return Stats(
             ham_messages=int(totals.messages[model.HAM]),
@@ -202,6 +203,7 @@ class Filter:
             user=self.store.owner,
             calibration_messages=recorded_weight,
             classified_by=classified_by,
+            calibration_changed=tuple(changed),
         )
 
 

@@ -12,9 +12,10 @@ feature densities) and keeps what it may keep between batches.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -80,6 +81,26 @@ def feature_values(analysed: Sequence[Analysed]) -> model.FloatArray:
     return np.array([a.features for a in analysed], dtype=np.float64).reshape(len(analysed), -1) / SCALE
 
 
+def record_settings(config: Config) -> str:
+    """The settings a calibration record is written under, as JSON: those
+    the raw log-odds depend on (the tokenizer's and the model's, but when
+    one-dependence parents are chosen again)."""
+    chosen = {f"tokenizer.{k}": v for k, v in asdict(config.tokenizer).items()}
+    chosen |= {f"model.{k}": v for k, v in asdict(config.model).items() if k != "reselect_growth"}
+    return json.dumps(chosen, sort_keys=True)
+
+
+def changed_settings(stored: str | None, current: str) -> list[str]:
+    """The settings a record was written under (``stored``) that differ
+    from ``current``, each as "name: then -> now"; none when the record's
+    are not known (written before they were kept, or imported). A setting
+    the record does not name (added since) is taken to be as it was."""
+    if stored is None or stored == current:
+        return []
+    then, now = json.loads(stored), json.loads(current)
+    return [f"{k}: {then[k]} -> {now[k]}" for k in sorted(then) if k in now and then[k] != now[k]]
+
+
 class Scoring:
     """The model that classifies the mail of the store's owner, kept between
     batches while its versions hold, and the verdicts it gives."""
@@ -93,6 +114,8 @@ class Scoring:
         self.pair_cache = dependence.PairCache()
         #: The one place the log-odds are put together (``spamfilter.nb.scorer``).
         self.scorer = Scorer(config.model)
+        #: The settings this filter's log-odds are of (``record_settings``).
+        self.settings = record_settings(config)
         #: The calibration map read at the cache's model versions, until a
         #: record is added (``record``) or the versions move.
         self._calibration: tuple[tuple[CacheKey, int | None], CalibrationMap] | None = None
@@ -213,10 +236,18 @@ class Scoring:
         record = seen[1].get(owner) if seen is not None and seen[0] is reader else reader.record_versions([owner])[1][0]
         key = None if self.cache.key is None else (self.cache.key, record)
         if key is None or self._calibration is None or self._calibration[0] != key:
-            history = CalibrationMap(reader.calibration_history(MAP_BINS, owner=owner))
+            # A record of other settings' log-odds says nothing of these.
+            kept = not self.stale_record(reader, owner)
+            history = CalibrationMap(reader.calibration_history(MAP_BINS, owner=owner) if kept else None)
             self._calibration = None if key is None else (key, history)
             return history
         return self._calibration[1]
+
+    def stale_record(self, reader: StoreTransaction, owner: str) -> list[str]:
+        """The settings ``owner``'s record was written under that differ
+        from this filter's (``changed_settings``): when there are any, the
+        record is not read, and the next recording starts it afresh."""
+        return changed_settings(reader.record_settings(owner), self.settings)
 
     def log_odds_bounds(self) -> tuple[float, float]:
         """The thresholds, which act on the calibrated score, as raw
@@ -235,6 +266,9 @@ class Scoring:
         self._calibration = None
         if not labels:
             return []
+        stored = tx.record_settings()
+        if stored != self.settings:
+            tx.start_record(self.settings, afresh=bool(changed_settings(stored, self.settings)))
         odds = np.asarray(log_odds, dtype=np.float64)
         decay, added = recorded(odds, np.asarray([label == Label.SPAM for label in labels]), grown=grown)
         clock = tx.record_calibration(decay, added)

@@ -11,7 +11,7 @@ from spamfilter.errors import StoreInconsistent
 
 #: The Alembic head this code reads and writes; tests check it is the
 #: migrations' head. Kept as a constant so opening a store needs no Alembic import.
-SCHEMA_REVISION = "0009"
+SCHEMA_REVISION = "0010"
 
 metadata = sa.MetaData()
 
@@ -135,6 +135,20 @@ calibration = sa.Table(
     sa.Column("bin", sa.SmallInteger(), primary_key=True, autoincrement=False),
     sa.Column("weight", sa.Float(), nullable=False, server_default="0"),
 )
+
+
+def record_version_owner(owner: str) -> str:
+    """The name under which ``model_versions`` counts the writes of
+    ``owner``'s calibration record: a record written without a count write
+    (an online run's message it scored and did not learn) moves no model
+    version, yet changes the scores. No user's name (printable only) can
+    be it."""
+    return f"{owner}\ncalibration record"
+
+
+# The model and tokenizer settings (JSON) each owner's calibration record
+# was written under; no row: not known (written before, or imported).
+record_settings = sa.Table("record_settings", metadata, sa.Column("owner", sa.Text(), primary_key=True), sa.Column("settings", sa.Text(), nullable=False))
 
 # One-dependence counts (``spamfilter.nb.aode``): the parents chosen by
 # ``db reselect`` with D[c,p] and N[c,p], and a row per child token j with

@@ -7,7 +7,18 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite
 
-from spamfilter.store.schema import CLOCK_LABEL, calibration, class_totals, feature_stats, imap_folders, imap_messages, imap_uids, messages, untracked_totals
+from spamfilter.store.schema import (
+    CLOCK_LABEL,
+    calibration,
+    class_totals,
+    feature_stats,
+    imap_folders,
+    imap_messages,
+    imap_uids,
+    messages,
+    record_settings,
+    untracked_totals,
+)
 
 
 class _Statements:
@@ -90,6 +101,12 @@ class _Statements:
         self.add_calibration = history_row.on_conflict_do_update(
             index_elements=[calibration.c.owner, calibration.c.label, calibration.c.bin], set_={"weight": calibration.c.weight + history_row.excluded.weight}
         )
+        self.record_settings = sa.select(record_settings.c.settings).where(record_settings.c.owner == own)
+        settings_row = insert(record_settings)
+        self.set_record_settings = settings_row.on_conflict_do_update(index_elements=[record_settings.c.owner], set_={"settings": settings_row.excluded.settings})
+        self.forget_record_settings = sa.delete(record_settings).where(record_settings.c.owner == own)
+        self.clear_history = sa.delete(calibration).where(own_history & (calibration.c.label != CLOCK_LABEL))
+        self.drop_record_entries = sa.update(messages).where((messages.c.owner == own) & messages.c.record_bin.is_not(None)).values(record_bin=None, record_weight=None)
         feature_row = insert(feature_stats)
         self.add_feature_stats = feature_row.on_conflict_do_update(
             index_elements=[feature_stats.c.owner, feature_stats.c.label, feature_stats.c.feature],

@@ -17,6 +17,7 @@ from sqlalchemy.engine import Connection
 
 from spamfilter.counts import MAX_COUNT, ClassCounts, FeatureStats, IntArray, TokenCounts, Totals, histogram_delta
 from spamfilter.errors import CountLimitError, StoreError, StoreInconsistent
+from spamfilter.store import schema
 from spamfilter.store.backends import _counts_at, _CountSQL, _PgCountSQL, _SqliteCountSQL, _whole
 from spamfilter.store.imap_rows import ImapRows
 from spamfilter.store.insight_rows import InsightRows
@@ -93,7 +94,7 @@ class StoreTransaction:
     def record_versions(self, owners: Sequence[str]) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """``versions`` of ``owners``, and of their calibration records
         (``record_version_owner``), in one query."""
-        found = self.versions([*owners, *map(record_version_owner, owners)])
+        found = self.versions([*owners, *map(schema.record_version_owner, owners)])
         return found[: len(owners)], found[len(owners) :]
 
     def versions(self, owners: Sequence[str]) -> tuple[int, ...]:
@@ -280,13 +281,27 @@ class StoreTransaction:
             self.conn.execute(self.sql.add_calibration, rows)
         return self.record_clock()
 
+    def record_settings(self, owner: str | None = None) -> str | None:
+        """The settings (JSON) this owner's (or ``owner``'s) record was written under, or None."""
+        value = self.conn.execute(self.sql.record_settings, {"own": self.owner if owner is None else owner}).scalar()
+        return None if value is None else str(value)
+
+    def start_record(self, settings: str, *, afresh: bool) -> None:
+        """Mark this owner's record as written under ``settings``; ``afresh``: first empty its
+        history and drop the ledger's entries in it (recorded under other settings)."""
+        self.lock_record()
+        if afresh:
+            self.conn.execute(self.sql.clear_history, {"own": self.owner})
+            self.conn.execute(self.sql.drop_record_entries, {"own": self.owner})
+        self.conn.execute(self.sql.set_record_settings, {"owner": self.owner, "settings": settings})
+
     def lock_record(self) -> None:
         """Take this owner's calibration record for this transaction (its
         record version, as `record_calibration` does first): a process
         that records waits, so what is read of the record next stays what
         it is until this transaction ends (PostgreSQL reads committed
         rows)."""
-        self.counts_sql.bump_version(record_version_owner(self.owner))
+        self.counts_sql.bump_version(schema.record_version_owner(self.owner))
 
     def record_clock(self) -> float:
         """This owner's record clock (0 before anything was recorded)."""
@@ -610,17 +625,9 @@ class StoreTransaction:
         self.conn.execute(sa.delete(untracked_totals).where(untracked_totals.c.owner == own))
         self.conn.execute(sa.delete(feature_stats).where(feature_stats.c.owner == own))
         self.conn.execute(sa.delete(calibration).where(calibration.c.owner == own))
+        self.conn.execute(self.sql.forget_record_settings, {"own": own})
         self.pairs.clear()
         self.counts_sql.bump_version(own)
-
-
-def record_version_owner(owner: str) -> str:
-    """The name under which ``model_versions`` counts the writes of
-    ``owner``'s calibration record: a record written without a count write
-    (an online run's message it scored and did not learn) moves no model
-    version, yet changes the scores. No user's name (printable only) can
-    be it."""
-    return f"{owner}\ncalibration record"
 
 
 def _past_limit(what: str) -> CountLimitError:

@@ -230,7 +230,7 @@ def written_keys() -> list[tuple[str, str]]:
 def configured_candidate(candidates: Sequence[Candidate], config: Config) -> Candidate | None:
     """The candidate with exactly the configured settings, if one was tried."""
     for c in candidates:
-        if _changes(c, config) == 0:
+        if changes(c, config) == 0:
             return c
     return None
 
@@ -268,7 +268,7 @@ def tune(
             with_configured=baseline and bigrams == config.tokenizer.bigrams,
             refused=refused if not scored else None,
         )
-    base = next((at_bounds for c, _, at_bounds in scored if _changes(c, config) == 0), None)
+    base = next((at_bounds for c, _, at_bounds in scored if changes(c, config) == 0), None)
     with_saving = [(replace(c, improvement=paired_saving(own, base)) if base is not None and own.size == base.size else c, own) for c, own, _ in scored]
     return one_standard_error(with_saving, config)
 
@@ -292,7 +292,7 @@ def one_standard_error(scored: Sequence[tuple[Candidate, FloatArray]], config: C
         return c.in_grid and own.size == best.size and float((own - best).mean()) <= _standard_error(own - best)
 
     marked = [replace(c, near_best=near(c, own)) for c, own in ranked]
-    return sorted(marked, key=lambda c: (not c.near_best, _changes(c, config) if c.near_best else 0, *_rank(c, config)))
+    return sorted(marked, key=lambda c: (not c.near_best, changes(c, config) if c.near_best else 0, *_rank(c, config)))
 
 
 def _standard_error(differences: FloatArray) -> float:
@@ -311,10 +311,10 @@ def _rank(c: Candidate, config: Config) -> tuple[float, int, float, float]:
     """Lowest loss first; at equal loss the candidate that changes fewest of
     the configured settings (a tie is no reason to move off the defaults),
     then lowest 1-ROCA, then lowest log-loss."""
-    return (round(c.loss_per_message, 12), _changes(c, config), round(c.one_minus_roca, 9), c.log_loss)
+    return (round(c.loss_per_message, 12), changes(c, config), round(c.one_minus_roca, 9), c.log_loss)
 
 
-def _changes(c: Candidate, config: Config) -> int:
+def changes(c: Candidate, config: Config) -> int:
     """How many of the configured settings ``c`` changes."""
     m = config.model
     return sum(

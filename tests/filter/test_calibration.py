@@ -411,3 +411,57 @@ def test_the_record_read_off_the_write_equals_scoring_before_it(
     # = 150 messages' weight before the half-life's decay
     assert 130 < histories[0].sum() < 150
     assert histories[0] == pytest.approx(histories[1], rel=1e-9, abs=1e-12)
+
+
+def test_a_record_of_other_settings_is_not_read_and_the_next_recording_starts_it_afresh(any_db_url: str, spamassassin: list[tuple[bool, MailItem]]) -> None:
+    # The record maps log-odds of the settings it was written under: read
+    # for another event model's log-odds (+22 for a ham-like message under
+    # bernoulli) it gave scores that meant nothing.
+    config = Config()
+    config = replace(config, store=replace(config.store, batch_size=100))
+    other = replace(config, model=replace(config.model, event_model="bernoulli", alpha=0.5))
+    probe = [item for _, item in spamassassin[400:460]]
+    with Filter.open(config, any_db_url) as f:
+        f.train(spamassassin[:300])
+        kept = f.stats()
+        with f.store.begin(write=False) as tx:
+            before = tx.calibration_history(MAP_BINS)
+    assert kept.calibration_messages > 0 and kept.calibration_changed == ()
+    with Filter.open(other, any_db_url) as g:
+        changed = g.stats()
+        verdicts = [v for v in g.classify(probe) if isinstance(v, Verdict)]
+        # not read: the model's own probability, bounded, as with no record
+        assert [v.score for v in verdicts] == pytest.approx(CalibrationMap().probability(np.array([v.log_odds for v in verdicts])).tolist(), rel=1e-12)
+        assert changed.calibration_changed == ("model.alpha: 0.1 -> 0.5", "model.event_model: multinomial-binary -> bernoulli")
+        assert changed.calibration_messages == 0.0
+        with g.store.begin(write=False) as tx:  # kept until recording starts afresh
+            assert tx.calibration_history(MAP_BINS) == pytest.approx(before, rel=1e-9, abs=1e-12)
+        scored = [v.log_odds for v in g.classify(item for _, item in spamassassin[300:400])]
+        g.train(spamassassin[300:400])
+        with g.store.begin(write=False) as tx:
+            fresh = tx.calibration_history(MAP_BINS)
+        assert g.stats().calibration_changed == ()
+    # Started afresh: the history holds the new batch alone.
+    _, expected = recorded(np.array(scored), np.array([s for s, _ in spamassassin[300:400]]), grown=300 / 400)
+    assert fresh == pytest.approx(expected, rel=1e-9, abs=1e-12)
+    # ... and the old settings now find it stale in turn.
+    with Filter.open(config, any_db_url) as f:
+        assert f.stats().calibration_changed == ("model.alpha: 0.5 -> 0.1", "model.event_model: bernoulli -> multinomial-binary")
+        # The messages trained before the change lost their entries: a
+        # forget of one takes nothing from the new history.
+        f.forget([spamassassin[10][1]])
+        with f.store.begin(write=False) as tx:
+            assert tx.calibration_history(MAP_BINS) == pytest.approx(fresh, rel=1e-9, abs=1e-12)
+
+
+def test_changed_settings_names_what_differs_and_takes_a_record_of_unknown_settings_as_current() -> None:
+    from spamfilter.filter.scoring import changed_settings, record_settings
+
+    now = record_settings(Config())
+    assert changed_settings(None, now) == [] and changed_settings(now, now) == []
+    then = json.loads(now)
+    then["model.tempering"] = 0.5
+    del then["tokenizer.bigrams"]  # a setting added since: as it was
+    assert changed_settings(json.dumps(then), now) == ["model.tempering: 0.5 -> 0.55"]
+    tuned = replace(Config(), model=replace(Config().model, reselect_growth=4.0))
+    assert record_settings(tuned) == now  # when parents are chosen again changes no log-odds

@@ -89,6 +89,7 @@ def test_new_database_gets_schema_at_head_wal_and_owner_only_mode(store: Store) 
     assert tables == {
         "alembic_version",
         "calibration",
+        "record_settings",
         "tokens",
         "class_totals",
         "doc_histogram",

@@ -163,7 +163,11 @@ def test_tune_command_writes_the_best_settings(tmp_path: Path) -> None:
     written = load_config(config)
     assert (written.model.alpha, written.model.tempering) == (1.0, 0.0)
     assert written.decision.ham_cutoff is not None and written.decision.spam_cutoff is not None
-    assert result.stderr.splitlines()[-1] == f"wrote the best settings to {config}"
+    # alpha 0.001 -> 1: the record maps the old log-odds, and says so.
+    assert result.stderr.splitlines()[-2:] == [
+        f"wrote the best settings to {config}",
+        "the calibration record was written under the old settings: scores are the model's own, bounded to [0.01, 0.99], until training records under the new ones",
+    ]
 
 
 def test_tune_writes_the_config_when_the_reader_of_the_table_leaves(tmp_path: Path) -> None:
@@ -570,7 +574,8 @@ def test_tune_command_writes_dependence_and_features(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     header, row = result.stdout.splitlines()[:2]
     assert header.split()[7:9] == ["dep", "feat"] and row.split()[7:9] == ["aode", "0.25"]  # "event model" is two words
-    assert result.stdout.splitlines()[-1] == "dependence = 'aode' scores once `spamfilter db reselect` has chosen its parents"
+    assert result.stdout.splitlines()[-2] == "dependence = 'aode' scores once `spamfilter db reselect` has chosen its parents"
+    assert result.stdout.splitlines()[-1].startswith("the calibration record was written under the old settings")
     written = load_config(config).model
     assert (written.dependence, written.features, written.feature_weight, written.aode_min_support) == ("aode", True, 0.25, 5)
     # features off (weight 0) writes features = false and keeps the configured weight
