@@ -50,7 +50,8 @@ def stats(ctx: typer.Context, fmt: Annotated[TableOrJson, typer.Option("--format
     if whose is not None:
         typer.echo(f"{'classified by':<18} {whose}")
     if s.calibration_changed:
-        typer.echo(f"{'calibration':<18} recorded under other settings ({'; '.join(s.calibration_changed)}): not read until training records under these;")
+        whose_training = "training" if s.classified_by == s.user else "training the shared model (no --user)"
+        typer.echo(f"{'calibration':<18} recorded under other settings ({'; '.join(s.calibration_changed)}): not read until {whose_training} records under these;")
         typer.echo(f"{'':<18} scores are the model's own, bounded to [0.01, 0.99]")
     elif s.calibration_messages:
         typer.echo(f"{'calibration':<18} scores read off {s.calibration_messages:,.0f} recorded message{'' if round(s.calibration_messages) == 1 else 's'} (decayed)")

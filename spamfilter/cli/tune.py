@@ -159,7 +159,7 @@ def tune(
         if tuning.changes(best, s.config):
             # The record maps the old settings' log-odds (docs/how-it-works.md, "Calibrated score").
             typer.echo(
-                "the calibration record was written under the old settings: scores are the model's own, bounded to [0.01, 0.99], until training records under the new ones",
+                "a calibration record written under the old settings is not read: scores are the model's own, bounded to [0.01, 0.99], until training records under the new ones",
                 err=fmt is TableOrJson.json,
             )
     if refused:

@@ -81,24 +81,40 @@ def feature_values(analysed: Sequence[Analysed]) -> model.FloatArray:
     return np.array([a.features for a in analysed], dtype=np.float64).reshape(len(analysed), -1) / SCALE
 
 
-def record_settings(config: Config) -> str:
-    """The settings a calibration record is written under, as JSON: those
-    the raw log-odds depend on (the tokenizer's and the model's, but when
-    one-dependence parents are chosen again)."""
+def _settings(config: Config) -> dict[str, object]:
+    """The settings the raw log-odds depend on, by name: the tokenizer's and
+    the model's, but those that do nothing under the others (when parents
+    are chosen again; the features' weight with the features off; the
+    one-dependence sizes under naive Bayes; the header lines' number when
+    they are not scored apart)."""
+    m = config.model
+    inert = {"reselect_growth"}
+    inert |= set() if m.features else {"feature_weight"}
+    inert |= set() if m.dependence != "none" else {"aode_parents", "aode_children", "aode_child_support", "aode_min_support"}
+    inert |= set() if m.header_apart else {"header_max_tokens"}
     chosen = {f"tokenizer.{k}": v for k, v in asdict(config.tokenizer).items()}
-    chosen |= {f"model.{k}": v for k, v in asdict(config.model).items() if k != "reselect_growth"}
-    return json.dumps(chosen, sort_keys=True)
+    return chosen | {f"model.{k}": v for k, v in asdict(m).items() if k not in inert}
+
+
+def record_settings(config: Config) -> str:
+    """The settings a calibration record is written under (``_settings``), as JSON."""
+    return json.dumps(_settings(config), sort_keys=True)
+
+
+#: Every setting's default, those ``_settings`` leaves out included.
+_DEFAULTS = {f"tokenizer.{k}": v for k, v in asdict(Config().tokenizer).items()} | {f"model.{k}": v for k, v in asdict(Config().model).items()}
 
 
 def changed_settings(stored: str | None, current: str) -> list[str]:
     """The settings a record was written under (``stored``) that differ
     from ``current``, each as "name: then -> now"; none when the record's
-    are not known (written before they were kept, or imported). A setting
-    the record does not name (added since) is taken to be as it was."""
+    are not known (written before they were kept, or imported from a file
+    without them). A setting the record does not name (added since, or
+    doing nothing then) is taken to have had its default."""
     if stored is None or stored == current:
         return []
     then, now = json.loads(stored), json.loads(current)
-    return [f"{k}: {then[k]} -> {now[k]}" for k in sorted(then) if k in now and then[k] != now[k]]
+    return [f"{k}: {then.get(k, _DEFAULTS.get(k))} -> {now[k]}" for k in sorted(now) if then.get(k, _DEFAULTS.get(k)) != now[k]]
 
 
 class Scoring:
@@ -266,13 +282,27 @@ class Scoring:
         self._calibration = None
         if not labels:
             return []
-        stored = tx.record_settings()
-        if stored != self.settings:
-            tx.start_record(self.settings, afresh=bool(changed_settings(stored, self.settings)))
+        self.prepare_record(tx)
         odds = np.asarray(log_odds, dtype=np.float64)
         decay, added = recorded(odds, np.asarray([label == Label.SPAM for label in labels]), grown=grown)
         clock = tx.record_calibration(decay, added)
         return list(zip(score_bins(odds).tolist(), (np.log(entry_weights(odds.size, grown=grown)) - clock).tolist()))
+
+    def prepare_record(self, tx: StoreTransaction) -> bool:
+        """Before recording: take the owner's record (so that no other
+        process changes its settings until this transaction ends), and when
+        it was written under other settings, empty it and drop the ledger's
+        entries in it (``start_record``). Whether it was started afresh:
+        then entries read before in this transaction are of the old one."""
+        tx.lock_record()
+        stored = tx.record_settings()
+        if stored == self.settings:
+            return False
+        afresh = bool(changed_settings(stored, self.settings))
+        tx.start_record(self.settings, afresh=afresh)
+        if afresh:
+            self._calibration = None
+        return afresh
 
     def move_recorded(self, tx: StoreTransaction, entries: Sequence[tuple[int, int, float, int | None]]) -> None:
         """Move recorded entries to their message's new class, or take them

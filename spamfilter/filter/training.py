@@ -101,6 +101,8 @@ class Training:
             else:
                 conflicts += 1
         new = list(add.values()) if record and not relabel else []
+        if new and self.scoring.prepare_record(tx):
+            moved = []  # entries of a record written under other settings, emptied now
         # The calibration record: how the model before this batch scores it.
         # Read off the write's own counts when the model is the owner's naive
         # Bayes alone (no read, no cache kept), else scored before the write.

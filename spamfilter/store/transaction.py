@@ -289,7 +289,6 @@ class StoreTransaction:
     def start_record(self, settings: str, *, afresh: bool) -> None:
         """Mark this owner's record as written under ``settings``; ``afresh``: first empty its
         history and drop the ledger's entries in it (recorded under other settings)."""
-        self.lock_record()
         if afresh:
             self.conn.execute(self.sql.clear_history, {"own": self.owner})
             self.conn.execute(self.sql.drop_record_entries, {"own": self.owner})

@@ -5,6 +5,7 @@ tokens, and a reader that checks it line by line.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Iterator
 from typing import BinaryIO
@@ -23,6 +24,9 @@ _READABLE_HEADERS = ("# spamfilter counts v1", COUNTS_HEADER)
 TOTALS_KEYS = ("ham_messages", "spam_messages", "ham_terms", "spam_terms", "ham_binary_terms", "spam_binary_terms")
 FEATURE_KEYS = ("label", "feature", "n", "total", "total_sq")
 CALIBRATION_KEYS = ("label", "bin", "weight")
+#: Starts the line of the settings the calibration record was written under
+#: (a comment to a reader that does not know it, so still version 2).
+RECORD_SETTINGS = "# record-settings "
 _INTEGER = re.compile(r"-?[0-9]+")
 _ESCAPES = {"\\": "\\", "t": "\t", "n": "\n", "r": "\r", "#": "#"}
 #: A token's longest UTF-8 form in a counts file: far above the tokenizer's
@@ -103,6 +107,9 @@ class CountsReader:
         self.features: dict[tuple[int, int], list[int]] = {}
         #: "# calibration" lines: (label, bin) -> weight.
         self.calibration: dict[tuple[int, int], float] = {}
+        #: The "# record-settings" line: the settings (JSON) the calibration
+        #: record was written under; None when the file does not say.
+        self.record_settings: str | None = None
         self.feature_count = feature_count
         self.calibration_bins = calibration_bins
 
@@ -133,6 +140,9 @@ class CountsReader:
                     continue
                 if line.startswith("# calibration "):
                     self._calibration_line(line)
+                    continue
+                if line.startswith(RECORD_SETTINGS):
+                    self._settings_line(line)
                     continue
                 if not line or line.startswith("#"):
                     continue
@@ -210,6 +220,20 @@ class CountsReader:
         if (label, b) in self.calibration:
             raise self.fail(f"calibration bin {b} of label {label} is given again")
         self.calibration[(label, b)] = weight
+
+    def _settings_line(self, line: str) -> None:
+        """The settings the record was written under: a JSON object of
+        names to numbers, booleans and texts (``Scoring.settings``)."""
+        if self.record_settings is not None:
+            raise self.fail(f"a second {RECORD_SETTINGS.strip()!r} line")
+        text = line.removeprefix(RECORD_SETTINGS)
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = None
+        if not (isinstance(value, dict) and all(isinstance(v, (str, int, float, bool)) for v in value.values())):
+            raise self.fail("the record's settings are not a JSON object of names to numbers, booleans and texts")
+        self.record_settings = text
 
     def _token_line(self, line: str) -> tuple[str, list[int]]:
         if self.totals is None:

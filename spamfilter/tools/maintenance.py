@@ -23,14 +23,15 @@ import numpy as np
 
 from spamfilter.config import ModelConfig
 from spamfilter.counts import MAX_COUNT, ClassCounts, FeatureStats, IntArray, TokenCounts
-from spamfilter.errors import ModelNotEmpty, StoreError
+from spamfilter.errors import CountsFileError, ModelNotEmpty, StoreError
 from spamfilter.filter import dependence
+from spamfilter.filter.scoring import changed_settings
 from spamfilter.nb import model
-from spamfilter.nb.calibration import MAP_BINS
+from spamfilter.nb.calibration import MAP_BINS, FloatArray
 from spamfilter.retry import retrying
 from spamfilter.store import Store, StoreTransaction
 from spamfilter.tokenizer.features import FEATURE_NAMES
-from spamfilter.tools.counts_file import COUNTS_HEADER, TOTALS_KEYS, CountsReader, escape_token
+from spamfilter.tools.counts_file import COUNTS_HEADER, RECORD_SETTINGS, TOTALS_KEYS, CountsReader, escape_token
 from spamfilter.verdicts import Label
 
 
@@ -215,6 +216,7 @@ class Maintenance:
             # totals ham_messages=M0 spam_messages=M1 ham_terms=N0 spam_terms=N1 ham_binary_terms=B0 spam_binary_terms=B1
             # features label=C feature=I n=N total=T total_sq=Q          (each nonzero row)
             # calibration label=C bin=B weight=W                         (each nonzero bin)
+            # record-settings {"model.alpha": 0.1, ...}                   (when known)
             # token<TAB>ham_docs<TAB>spam_docs<TAB>ham_terms<TAB>spam_terms
             <token><TAB><ham_docs><TAB><spam_docs><TAB><ham_terms><TAB><spam_terms>
             ...
@@ -224,7 +226,9 @@ class Maintenance:
         calibration lines the record the calibrated score is read off
         (weights written so that they read back exactly): without them an
         imported model gives the same log-odds but other scores and
-        verdicts. UTF-8, one token a line in code point order; in tokens and the owner
+        verdicts; the record-settings line the model and tokenizer settings
+        the record was written under (``Scoring.settings``), so that an
+        import does not read it under others. UTF-8, one token a line in code point order; in tokens and the owner
         a backslash, tab, newline and carriage return are written as \\\\,
         \\t, \\n and \\r, and a leading "#" as \\#. The ledger is not
         exported: imported counts cannot be forgotten message by message.
@@ -241,6 +245,9 @@ class Maintenance:
             history = tx.calibration_history(MAP_BINS)
             for c, b in zip(*np.nonzero(history)):
                 out.write(f"# calibration label={c} bin={b} weight={float(history[c, b])!r}\n")
+            settings = tx.record_settings()
+            if settings is not None:
+                out.write(f"{RECORD_SETTINGS}{settings}\n")
             out.write("# token\tham_docs\tspam_docs\tham_terms\tspam_terms\n")
             lines: list[str] = []
             added = [0, 0, 0, 0]
@@ -311,11 +318,33 @@ class Maintenance:
             tx.add_untracked(imported)
             if not tokens:  # a file of no tokens
                 self._import_features(tx, reader)
-            history = np.zeros((2, MAP_BINS))
-            for (c, b), weight in reader.calibration.items():
-                history[c, b] = weight
-            tx.record_calibration(1.0, history)
+            self._import_record(tx, reader)
         return ImportSummary(self.store.owner, tokens, int(imported.messages[model.HAM]), int(imported.messages[model.SPAM]), replace)
+
+    @staticmethod
+    def _import_record(tx: StoreTransaction, reader: CountsReader) -> None:
+        """Add the file's calibration record, and keep the settings it was
+        written under: a model whose own record was written under other
+        ones cannot take it."""
+        history = np.zeros((2, MAP_BINS))
+        for (c, b), weight in reader.calibration.items():
+            history[c, b] = weight
+        settings = reader.record_settings
+        if settings is not None:
+            Maintenance._import_record_settings(tx, settings, history)
+        tx.record_calibration(1.0, history)
+
+    @staticmethod
+    def _import_record_settings(tx: StoreTransaction, settings: str, history: FloatArray) -> None:
+        """``_import_record``'s check of the settings."""
+        mine, kept = tx.record_settings(), tx.calibration_history(MAP_BINS).any()
+        if not kept:  # nothing recorded here: the file's record, and its settings
+            tx.start_record(settings, afresh=False)
+        elif history.any() and mine is not None and changed_settings(mine, settings):
+            raise CountsFileError(
+                f"the file's calibration record was written under other settings than this model's ({'; '.join(changed_settings(mine, settings))}): "
+                "import with --replace, or without the file's '# calibration' lines"
+            )
 
     @staticmethod
     def _import_features(tx: StoreTransaction, reader: CountsReader) -> None:

@@ -461,7 +461,46 @@ def test_changed_settings_names_what_differs_and_takes_a_record_of_unknown_setti
     assert changed_settings(None, now) == [] and changed_settings(now, now) == []
     then = json.loads(now)
     then["model.tempering"] = 0.5
-    del then["tokenizer.bigrams"]  # a setting added since: as it was
+    del then["tokenizer.bigrams"]  # a setting added since: it had its default
     assert changed_settings(json.dumps(then), now) == ["model.tempering: 0.5 -> 0.55"]
-    tuned = replace(Config(), model=replace(Config().model, reselect_growth=4.0))
-    assert record_settings(tuned) == now  # when parents are chosen again changes no log-odds
+    # ... so moving it off its default is a change.
+    lists = record_settings(replace(Config(), tokenizer=replace(Config().tokenizer, list_header_words=True)))
+    del then["tokenizer.list_header_words"]
+    assert changed_settings(json.dumps(then), lists) == ["model.tempering: 0.5 -> 0.55", "tokenizer.list_header_words: False -> True"]
+    # Settings that change no log-odds under the others are left out.
+    m = Config().model
+    for inert in (replace(m, reselect_growth=4.0), replace(m, feature_weight=0.5), replace(m, aode_min_support=5), replace(m, header_apart=False, header_max_tokens=3)):
+        assert (
+            changed_settings(record_settings(replace(Config(), model=inert)), record_settings(replace(Config(), model=replace(m, header_apart=inert.header_apart)))) == []
+        )
+    assert changed_settings(now, record_settings(replace(Config(), model=replace(m, features=True, feature_weight=0.5)))) == [
+        "model.feature_weight: 1.0 -> 0.5",
+        "model.features: False -> True",
+    ]
+
+
+def test_db_export_carries_the_record_s_settings_and_import_keeps_them(tmp_path: Path, spamassassin: list[tuple[bool, MailItem]]) -> None:
+    # Without them an exported record of other settings was read as the
+    # current one's after `db import`.
+    from spamfilter.errors import CountsFileError
+    from spamfilter.tools.maintenance import Maintenance
+
+    config = Config()
+    config = replace(config, store=replace(config.store, batch_size=100))
+    other = replace(config, model=replace(config.model, alpha=0.5))
+    url, counts = f"sqlite:///{tmp_path / 'a.db'}", tmp_path / "counts.tsv"
+    with Filter.open(other, url) as f:
+        f.train(spamassassin[:300])
+        with counts.open("w") as out:
+            Maintenance(f.store).export_counts(out)
+    assert '# record-settings {"model.alpha": 0.5' in counts.read_text()
+    with Filter.open(config, f"sqlite:///{tmp_path / 'b.db'}") as g:
+        with counts.open() as lines:
+            Maintenance(g.store).import_counts(lines, replace=True)
+        assert g.stats().calibration_changed == ("model.alpha: 0.5 -> 0.1",)
+        # A model with a record of its own settings cannot add this one.
+        g.train(spamassassin[300:400])
+        before = g.stats()
+        with counts.open() as lines, pytest.raises(CountsFileError, match=r"written under other settings than this model's \(model.alpha: 0.1 -> 0.5\)"):
+            Maintenance(g.store).import_counts(lines, replace=False)
+        assert g.stats() == before

@@ -612,9 +612,10 @@ def test_export_format_is_sorted_tab_separated_text(recorded_url: str) -> None:
     assert lines[0] == "# spamfilter counts v2 owner="
     assert lines[1].startswith("# totals ham_messages=40 spam_messages=40 ham_terms=")
     columns = lines.index("# token\tham_docs\tspam_docs\tham_terms\tspam_terms")
-    # between them the feature sums (7 features in 2 classes) and the calibration record's bins
-    assert [line.split()[1] for line in lines[2:columns]] == ["features"] * 14 + ["calibration"] * (columns - 16)
-    assert columns > 16
+    # between them the feature sums (7 features in 2 classes), the calibration
+    # record's bins and the settings it was written under
+    assert [line.split()[1] for line in lines[2:columns]] == ["features"] * 14 + ["calibration"] * (columns - 17) + ["record-settings"]
+    assert columns > 17 and json.loads(lines[columns - 1].removeprefix("# record-settings "))["model.alpha"] == 0.1
     body = [line.split("\t") for line in lines[columns + 1 :]]
     assert [b[0] for b in body] == sorted(b[0] for b in body)
     assert [(unescape_token(b[0]), *map(int, b[1:])) for b in body] == sorted(rows, key=lambda r: str(r[0]))

@@ -166,7 +166,7 @@ def test_tune_command_writes_the_best_settings(tmp_path: Path) -> None:
     # alpha 0.001 -> 1: the record maps the old log-odds, and says so.
     assert result.stderr.splitlines()[-2:] == [
         f"wrote the best settings to {config}",
-        "the calibration record was written under the old settings: scores are the model's own, bounded to [0.01, 0.99], until training records under the new ones",
+        "a calibration record written under the old settings is not read: scores are the model's own, bounded to [0.01, 0.99], until training records under the new ones",
     ]
 
 
@@ -575,7 +575,7 @@ def test_tune_command_writes_dependence_and_features(tmp_path: Path) -> None:
     header, row = result.stdout.splitlines()[:2]
     assert header.split()[7:9] == ["dep", "feat"] and row.split()[7:9] == ["aode", "0.25"]  # "event model" is two words
     assert result.stdout.splitlines()[-2] == "dependence = 'aode' scores once `spamfilter db reselect` has chosen its parents"
-    assert result.stdout.splitlines()[-1].startswith("the calibration record was written under the old settings")
+    assert result.stdout.splitlines()[-1].startswith("a calibration record written under the old settings is not read")
     written = load_config(config).model
     assert (written.dependence, written.features, written.feature_weight, written.aode_min_support) == ("aode", True, 0.25, 5)
     # features off (weight 0) writes features = false and keeps the configured weight
