@@ -104,6 +104,19 @@ class ImapState:
         with self._store.begin(write=False) as tx:
             return tx.imap.records(self.account, digests)
 
+    def unchanged_by_training(self, digests: Sequence[str], is_spam: bool) -> set[int]:
+        """The positions of ``digests`` that training them with this label
+        would leave as they are: trained with it already, or a copy of an
+        earlier one in the list (what ``Filter.mark`` counts as unchanged)."""
+        with self._store.begin(write=False) as tx:
+            labels = tx.trained_labels(list(set(digests)))
+        label, seen, unchanged = int(is_spam), set(), set()
+        for i, d in enumerate(digests):
+            if labels.get(d) == label or d in seen:
+                unchanged.add(i)
+            seen.add(d)
+        return unchanged
+
     def adopt(self, formers: Mapping[str, str]) -> None:
         """What was recorded under messages' former digests (former -> now:
         a store from before mailbox annotations were left out of digests)

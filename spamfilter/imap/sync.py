@@ -172,14 +172,15 @@ class ImapRun:
         the UIDs of those refused (not mail), which were not trained."""
         known = digests if digests is not None else [None] * len(messages)
         items = [self._item(folder, m, d) for m, d in zip(messages, known)]
+        unchanged = {messages[i].uid for i in self.state.unchanged_by_training([item.digest for item in items], is_spam)} if messages else set()
         if self.dry_run or not messages:
             # What the real run would refuse before parsing (binary junk,
-            # an empty message) is refused here too.
+            # an empty message) is refused here too, and leave unchanged.
             refusals = [Refusal(item.source, reason) for item in items if (reason := not_mail(item)) is not None]
-            if is_spam:
-                self.summary.trained_spam += len(messages) - len(refusals)
-            else:
-                self.summary.trained_ham += len(messages) - len(refusals)
+            refused_sources = {r.source for r in refusals}
+            counted = sum(1 for m, item in zip(messages, items) if m.uid not in unchanged and item.source not in refused_sources)
+            self.summary.trained_spam += counted if is_spam else 0
+            self.summary.trained_ham += 0 if is_spam else counted
         else:
             self.still_held()
             result = self.filter.mark([(is_spam, item) for item in items])
@@ -194,7 +195,7 @@ class ImapRun:
             self._event("refused", folder, uid_of.get(refusal.source, 0), refusal.why)
         for m in messages:
             if m.uid not in refused:
-                self._event("trained", folder, m.uid, f"{'spam' if is_spam else 'ham'} ({why})")
+                self._event("trained", folder, m.uid, f"{'spam' if is_spam else 'ham'} ({why}{', trained so already' if m.uid in unchanged else ''})")
         return refused
 
     def _keywords(

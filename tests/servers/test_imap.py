@@ -28,7 +28,7 @@ from spamfilter.filter import Filter
 from spamfilter.imap.session import ImapSession
 from spamfilter.imap.summary import Event, RunSummary
 from spamfilter.imap.sync import run_account
-from spamfilter.mail import digest_bytes, former_digest
+from spamfilter.mail import MailItem, digest_bytes, former_digest
 from spamfilter.store import Store
 
 pytestmark = pytest.mark.corpus
@@ -236,6 +236,31 @@ def test_a_dry_run_sees_a_message_moved_back_from_junk_as_the_run_does(dovecot_s
     assert dry == ([("trained", "ham (moved back to INBOX)")], (1, 0, 0))
     assert said(False) == dry
     assert digest_bytes(raw) in digests(dovecot_server, user, "INBOX")
+
+
+def test_a_dry_run_counts_the_training_the_run_does(dovecot_server: Dovecot, sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The dry run counted every message of the training folders; the run
+    # counts what training changes: not a message the model holds with
+    # that label already, nor a second copy of one.
+    user = dovecot_server.add_user()
+    spam, ham = sample.train_spam[:6], sample.train_ham[:6]
+    dovecot_server.append(user, "Train/Spam", [*spam, spam[0], spam[1]])  # two copies
+    dovecot_server.append(user, "Train/Ham", [*ham, spam[5]])  # a spam filed as ham here
+    config = account_config(dovecot_server, user)
+    db = f"sqlite:///{tmp_path / 'sf.db'}"
+    with Filter.open(config, db) as f:
+        f.train([(True, MailItem("s", raw)) for raw in spam[:3]] + [(False, MailItem("h", raw)) for raw in ham[:2]])
+
+    def said(dry_run: bool) -> tuple[list[str], tuple[int, int]]:
+        events: list[Event] = []
+        summary = run(config, db, monkeypatch, user, dry_run=dry_run, on_event=events.append)
+        return sorted(e.detail for e in events if e.kind == "trained"), (summary.trained_spam, summary.trained_ham)
+
+    dry = said(True)
+    # spam: 3 new of 8 (3 held, 2 copies); ham: 4 new of 6 and the spam relabelled
+    assert dry[1] == (3, 5)
+    assert sum("trained so already" in detail for detail in dry[0]) == 3 + 2 + 2
+    assert said(False) == dry
 
 
 def test_a_store_from_before_annotations_left_digests_still_knows_the_moves(
