@@ -132,6 +132,8 @@ class Scoring:
         self.scorer = Scorer(config.model)
         #: The settings this filter's log-odds are of (``record_settings``).
         self.settings = record_settings(config)
+        #: The transaction in which ``prepare_record`` last started the record afresh.
+        self._restarted: StoreTransaction | None = None
         #: The calibration map read at the cache's model versions, until a
         #: record is added (``record``) or the versions move.
         self._calibration: tuple[tuple[CacheKey, int | None], CalibrationMap] | None = None
@@ -302,7 +304,12 @@ class Scoring:
         tx.start_record(self.settings, afresh=afresh)
         if afresh:
             self._calibration = None
+            self._restarted = tx
         return afresh
+
+    def restarted(self, tx: StoreTransaction) -> bool:
+        """Whether ``prepare_record`` started the record afresh in ``tx``."""
+        return self._restarted is tx
 
     def move_recorded(self, tx: StoreTransaction, entries: Sequence[tuple[int, int, float, int | None]]) -> None:
         """Move recorded entries to their message's new class, or take them

@@ -101,8 +101,6 @@ class Training:
             else:
                 conflicts += 1
         new = list(add.values()) if record and not relabel else []
-        if new and self.scoring.prepare_record(tx):
-            moved = []  # entries of a record written under other settings, emptied now
         # The calibration record: how the model before this batch scores it.
         # Read off the write's own counts when the model is the owner's naive
         # Bayes alone (no read, no cache kept), else scored before the write.
@@ -126,6 +124,8 @@ class Training:
         written = self.apply(tx, delta)
         if totals is not None and written is not None and totals.messages.all():
             entries.update(self._record_from_write(tx, new, written, delta, totals))
+        if self.scoring.restarted(tx):
+            moved = []  # entries of a record written under other settings, emptied by this batch's recording
         self.scoring.move_recorded(tx, moved)
         tx.record_messages([(d, label, a.counts, a.features, a.entry) for d, (label, a) in add.items()], records=entries)
         # With the batch in the ledger: a new choice of parents counts it.
