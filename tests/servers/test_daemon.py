@@ -711,9 +711,10 @@ def test_8_concurrent_spamc_clients_with_learning_match_a_sequential_run(tmp_pat
 
 
 def _export(url: str, config: Path) -> str:
-    """The model as `db export` writes it, without its calibration record."""
+    """The model as `db export` writes it, without its calibration record
+    (its bins, and the settings it was written under)."""
     r = subprocess.run([sys.executable, "-m", "spamfilter", "--db", url, "--config", str(config), "db", "export", "-"], capture_output=True, timeout=HANG, check=True)
-    return "".join(line for line in r.stdout.decode().splitlines(keepends=True) if not line.startswith("# calibration "))
+    return "".join(line for line in r.stdout.decode().splitlines(keepends=True) if not line.startswith(("# calibration ", "# record-settings ")))
 
 
 @pytest.mark.corpus
