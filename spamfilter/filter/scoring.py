@@ -92,8 +92,13 @@ def _settings(config: Config) -> dict[str, object]:
     inert |= set() if m.features else {"feature_weight"}
     inert |= set() if m.dependence != "none" else {"aode_parents", "aode_children", "aode_child_support", "aode_min_support"}
     inert |= set() if m.header_apart else {"header_max_tokens"}
-    chosen = {f"tokenizer.{k}": v for k, v in asdict(config.tokenizer).items()}
-    return chosen | {f"model.{k}": v for k, v in asdict(m).items() if k not in inert}
+    left_out = {f"model.{name}" for name in inert}
+    return {k: v for k, v in _every_setting(config).items() if k not in left_out}
+
+
+def _every_setting(config: Config) -> dict[str, object]:
+    """Every tokenizer and model setting, by its name in the settings JSON."""
+    return {f"tokenizer.{k}": v for k, v in asdict(config.tokenizer).items()} | {f"model.{k}": v for k, v in asdict(config.model).items()}
 
 
 def record_settings(config: Config) -> str:
@@ -102,7 +107,7 @@ def record_settings(config: Config) -> str:
 
 
 #: Every setting's default, those ``_settings`` leaves out included.
-_DEFAULTS = {f"tokenizer.{k}": v for k, v in asdict(Config().tokenizer).items()} | {f"model.{k}": v for k, v in asdict(Config().model).items()}
+_DEFAULTS = _every_setting(Config())
 
 
 def changed_settings(stored: str | None, current: str) -> list[str]:
